@@ -1,0 +1,48 @@
+"""Shared fixtures: a copy of a model repository, and the real local tritonserver on free ports."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tritonkit.cli import main
+from tritonkit.server.state import load_deployment
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_REPOSITORY = ROOT / "model_repository"
+
+
+def run_cli(*args: str) -> int:
+    """Run the tritonkit CLI in-process and return its exit code."""
+    return main([str(a) for a in args])
+
+
+@pytest.fixture
+def example_repository(tmp_path: Path) -> Path:
+    """A private copy of model_repository/ (without any deployment state)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+    return repo
+
+
+@pytest.fixture
+def deployed(example_repository: Path):
+    """The real embedded Triton serving the example repository on free loopback ports."""
+    code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
+                   "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")
+    assert code == 0, "tritonkit deploy failed"
+    deployment = load_deployment(example_repository)
+    yield deployment
+    run_cli("down", "--repository", example_repository)
+
+
+def load_example_forward():
+    """The example model's own forward function, imported from its model.py."""
+    path = EXAMPLE_REPOSITORY / "example" / "1" / "model.py"
+    spec = importlib.util.spec_from_file_location("example_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.forward

@@ -1,0 +1,57 @@
+"""Server settings are data, and the tritonserver argv is built from them in one place."""
+
+from __future__ import annotations
+
+import pytest
+
+from tritonkit.errors import ProfileError
+from tritonkit.server.settings import Ports, load_server_settings, tritonserver_argv
+
+
+def test_the_shipped_settings_deploy_with_explicit_control_and_a_restricted_repository_api():
+    settings = load_server_settings()
+    argv = tritonserver_argv(settings, binary="tritonserver", model_repository="/models",
+                             ports=Ports(), models=["a", "b"], secret="s3cr3t")
+    assert argv[0] == "tritonserver"
+    assert "--model-control-mode=explicit" in argv
+    assert argv.count("--load-model=a") == 1 and "--load-model=b" in argv
+    assert "--strict-readiness=true" in argv
+    assert "--min-supported-compute-capability=6.0" in argv
+    assert "--http-restricted-api=model-repository:tritonkit-repository-key=s3cr3t" in argv
+    assert "--grpc-restricted-protocol=model-repository:tritonkit-repository-key=s3cr3t" in argv
+    assert "--http-address=127.0.0.1" in argv and "--grpc-address=127.0.0.1" in argv
+
+
+def test_a_profile_can_raise_the_minimum_compute_capability():
+    settings = load_server_settings().replace(min_supported_compute_capability=8.6)
+    argv = tritonserver_argv(settings, binary="t", model_repository="/m", ports=Ports(),
+                             models=[], secret="x")
+    assert "--min-supported-compute-capability=8.6" in argv
+
+
+def test_an_argv_without_a_secret_is_refused():
+    with pytest.raises(ValueError):
+        tritonserver_argv(load_server_settings(), binary="t", model_repository="/m",
+                          ports=Ports(), models=[], secret="")
+
+
+def test_an_unknown_field_in_server_settings_is_named(tmp_path):
+    bad = tmp_path / "server.toml"
+    bad.write_text('model_control_mode = "explicit"\nstrict_readines = true\n'
+                   '[restricted_api]\nheader = "k"\n')
+    with pytest.raises(ProfileError, match="unknown field 'strict_readines'"):
+        load_server_settings(bad)
+
+
+def test_a_wrongly_typed_field_is_named(tmp_path):
+    bad = tmp_path / "server.toml"
+    bad.write_text('exit_timeout_secs = "soon"\n[restricted_api]\nheader = "k"\n')
+    with pytest.raises(ProfileError, match="exit_timeout_secs"):
+        load_server_settings(bad)
+
+
+def test_a_bad_model_control_mode_is_refused(tmp_path):
+    bad = tmp_path / "server.toml"
+    bad.write_text('model_control_mode = "sometimes"\n[restricted_api]\nheader = "k"\n')
+    with pytest.raises(ProfileError, match="model_control_mode"):
+        load_server_settings(bad)

@@ -1,0 +1,73 @@
+"""The tritonkit command line: thin Typer commands over the library, one error boundary.
+
+Each command group lives in its own module and registers itself on ``app``; a command
+parses its options, makes one library call, renders the result and picks the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import typer
+
+from tritonkit.errors import EXIT_ERROR, EXIT_USAGE, TritonkitError
+
+DEBUG_ENV = "TRITONKIT_DEBUG"
+
+app = typer.Typer(
+    name="tritonkit",
+    help="PyTorch model → warmed-up, SLA-verified NVIDIA Triton deployment.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+# Registration order is the order `tritonkit --help` lists the commands in.
+from tritonkit.cli import export as _export  # noqa: E402,F401
+from tritonkit.cli import deploy as _deploy  # noqa: E402,F401
+from tritonkit.cli import warmup as _warmup  # noqa: E402,F401
+from tritonkit.cli import loadtest as _loadtest  # noqa: E402,F401
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "no")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI. Every TritonkitError ends here as one line (and a hint) on stderr."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except TritonkitError as exc:
+        if _debug():
+            traceback.print_exc()
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return _exit(exc.exit_code)
+    except typer.Exit as exc:
+        return _exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        print("error: interrupted", file=sys.stderr)
+        return _exit(130)
+    except typer.TyperException as exc:  # bad flags: Typer's own usage message
+        exc.show()
+        return _exit(getattr(exc, "exit_code", EXIT_USAGE))
+    except Exception as exc:  # our bugs
+        if _debug():
+            traceback.print_exc()
+        print(f"error: internal error: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        print(f"hint: this is a tritonkit bug; rerun with {DEBUG_ENV}=1 for the traceback "
+              "and report it", file=sys.stderr)
+        return _exit(EXIT_ERROR)
+    return 0
+
+
+def _exit(code: int | None) -> int:
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # python -m tritonkit.cli
+    sys.exit(main())

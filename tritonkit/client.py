@@ -1,0 +1,100 @@
+"""Reaching a Triton server: where it is, the secret header, inputs from a model's config.
+
+A tritonclient client object is not thread-safe: make one per worker with
+``Endpoint.http()`` / ``Endpoint.grpc()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tritonkit.errors import ServerError, UsageError
+from tritonkit.server.state import Deployment, load_deployment
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A server's addresses and the headers its restricted model-repository API needs."""
+
+    http_url: str                               # host:port
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+    repository_headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_deployment(cls, deployment: Deployment) -> "Endpoint":
+        return cls(http_url=deployment.http_url, grpc_url=deployment.grpc_url,
+                   metrics_url=deployment.metrics_url,
+                   repository_headers=deployment.repository_headers())
+
+    def http(self, **kwargs: Any):
+        import tritonclient.http as httpclient
+
+        return httpclient.InferenceServerClient(self.http_url, **kwargs)
+
+    def grpc(self, **kwargs: Any):
+        if not self.grpc_url:
+            raise UsageError("no gRPC address known for this server",
+                             hint="pass --grpc-url host:port, or use --protocol http")
+        import tritonclient.grpc as grpcclient
+
+        return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
+
+
+def resolve_endpoint(repository: Path | None = None, url: str | None = None,
+                     grpc_url: str | None = None, secret: str | None = None,
+                     secret_header: str | None = None) -> Endpoint:
+    """The server to talk to: ``--url`` if given, else the deployment recorded in ``repository``."""
+    if url:
+        url = url.removeprefix("http://")
+        headers = {}
+        if secret:
+            headers = {secret_header or "tritonkit-repository-key": secret}
+        elif repository is not None:
+            try:
+                deployment = load_deployment(repository)
+                headers = deployment.repository_headers()
+            except UsageError:
+                headers = {}
+        return Endpoint(http_url=url, grpc_url=grpc_url, repository_headers=headers)
+    if repository is None:
+        raise UsageError("no server given", hint="pass --repository DIR (of a deployment) or --url host:port")
+    return Endpoint.from_deployment(load_deployment(repository))
+
+
+def triton_message(exc: Exception) -> str:
+    """Triton's own message from a tritonclient exception."""
+    message = getattr(exc, "message", None)
+    text = message() if callable(message) else str(exc)
+    return text.strip() if text else exc.__class__.__name__
+
+
+def check_live(endpoint: Endpoint) -> None:
+    """Raise a ServerError if the server does not answer /v2/health/live."""
+    try:
+        if endpoint.http().is_server_live():
+            return
+    except Exception as exc:  # tritonclient raises several transport errors
+        raise ServerError(f"no Triton server answers at {endpoint.http_url} ({triton_message(exc)})",
+                          hint="start one: tritonkit deploy --repository DIR") from None
+    raise ServerError(f"the Triton server at {endpoint.http_url} is not live",
+                      hint="check its log")
+
+
+def example_input(datatype: str, shape: list[int], rng: np.random.Generator) -> np.ndarray:
+    """A realistic random tensor for a Triton datatype and a concrete shape."""
+    from tritonclient.utils import triton_to_np_dtype
+
+    if datatype == "BYTES":
+        return np.array([b"tritonkit"] * int(np.prod(shape)), dtype=object).reshape(shape)
+    dtype = np.dtype(triton_to_np_dtype(datatype))
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.issubdtype(dtype, np.integer):
+        high = min(np.iinfo(dtype).max, 1000)
+        return rng.integers(0, high, size=shape).astype(dtype)
+    return rng.standard_normal(size=shape).astype(dtype)

@@ -1,0 +1,123 @@
+"""Finding and reading tritonkit's configuration data files (``configs/``).
+
+Configuration is data: GPU profiles and server settings are TOML files a user can
+read, copy and change. Code reads them into frozen dataclasses through
+``dataclass_from_table``, which names the file and the field in every error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from tritonkit.errors import ProfileError
+
+T = TypeVar("T")
+
+CONFIGS_ENV = "TRITONKIT_CONFIGS"
+
+
+def configs_dir() -> Path:
+    """The folder that holds ``server.toml`` and ``gpus/``.
+
+    ``$TRITONKIT_CONFIGS`` wins; otherwise the ``configs/`` folder of the checkout
+    tritonkit runs from.
+    """
+    override = os.environ.get(CONFIGS_ENV)
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent.parent / "configs"
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a missing or malformed file is a ProfileError naming it."""
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ProfileError(f"configuration file {path} does not exist",
+                           hint="check the path, or copy one from configs/") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path} is not valid TOML: {exc}",
+                           hint="fix the syntax at the line named") from None
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (tuple, list):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return isinstance(value, (list, tuple)) and all(
+            _matches(v, args[0]) for v in value) if args else isinstance(value, (list, tuple))
+    if origin is dict:
+        return isinstance(value, dict)
+    if dataclasses.is_dataclass(annotation):
+        return isinstance(value, dict)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def dataclass_from_table(cls: type[T], table: dict[str, Any], *, source: str,
+                         prefix: str = "") -> T:
+    """Build the frozen dataclass ``cls`` from a TOML table.
+
+    Unknown keys, missing required keys and values of the wrong type raise a
+    ProfileError that names ``source`` and the dotted field. Nested dataclass
+    fields are read from sub-tables; list values become tuples.
+    """
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise ProfileError(
+            f"{source}: unknown field '{prefix}{unknown[0]}'",
+            hint=f"known fields here: {', '.join(sorted(fields))}")
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        dotted = f"{prefix}{name}"
+        if name not in table:
+            if (field.default is dataclasses.MISSING
+                    and field.default_factory is dataclasses.MISSING):
+                raise ProfileError(f"{source}: missing field '{dotted}'",
+                                   hint=f"add '{name} = ...' to the file")
+            continue
+        value = table[name]
+        annotation = hints[name]
+        if dataclasses.is_dataclass(annotation) and isinstance(value, dict):
+            values[name] = dataclass_from_table(annotation, value, source=source,
+                                                prefix=f"{dotted}.")
+            continue
+        if not _matches(value, annotation):
+            raise ProfileError(
+                f"{source}: field '{dotted}' = {value!r} is not a {_describe(annotation)}",
+                hint="fix the value's type in the file")
+        if isinstance(value, list):
+            value = tuple(value)
+        if annotation is float and isinstance(value, int):
+            value = float(value)
+        values[name] = value
+    return cls(**values)
+
+
+def _describe(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

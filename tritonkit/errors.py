@@ -1,0 +1,76 @@
+"""The errors tritonkit raises, and the exit codes they map to.
+
+Library code raises these; the CLI's one error boundary (``tritonkit.cli.main``)
+prints ``error: <message>`` and ``hint: <hint>`` on stderr and exits with the
+class's ``exit_code``. ``TRITONKIT_DEBUG=1`` shows the traceback as well.
+
+    TritonkitError                  something went wrong (exit 1)
+    ├── UsageError                  the user's input is wrong: a path, a flag, a file (exit 2)
+    │   └── ProfileError            a GPU profile or server-settings file is invalid
+    ├── NotBuiltError               the command exists but is not implemented yet (exit 1)
+    ├── ServerError                 tritonserver could not be found, started, reached or stopped
+    │   └── ModelLoadError          Triton refused to load a model (its own message is kept)
+    ├── ExportError                 a model could not be exported
+    │   └── VerificationError       the exported model disagrees with PyTorch
+    └── LoadTestError               a load test could not run or ended in errors (exit 4)
+
+An SLA miss is not an error: ``tritonkit loadtest`` reports it with ``EXIT_SLA_MISS``.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_SLA_MISS = 3
+EXIT_RUN_ERRORS = 4
+
+
+class TritonkitError(Exception):
+    """Base class: a message that names the thing, and a hint that names the fix."""
+
+    exit_code = EXIT_ERROR
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(TritonkitError):
+    """The user's input is wrong (a missing path, a bad flag value, a bad file)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ProfileError(UsageError):
+    """A GPU profile or server-settings file is missing or has a bad field."""
+
+
+class NotBuiltError(TritonkitError):
+    """A command that exists in the CLI but whose implementation has not landed."""
+
+
+class ServerError(TritonkitError):
+    """tritonserver could not be found, started, reached or stopped."""
+
+
+class ModelLoadError(ServerError):
+    """Triton refused to load a model; ``message`` carries Triton's own words."""
+
+
+class ExportError(TritonkitError):
+    """A PyTorch model could not be exported."""
+
+
+class VerificationError(ExportError):
+    """The exported model's outputs disagree with PyTorch beyond tolerance."""
+
+
+class LoadTestError(TritonkitError):
+    """A load test could not run, or ended with errors."""
+
+    exit_code = EXIT_RUN_ERRORS

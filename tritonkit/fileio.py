@@ -1,0 +1,39 @@
+"""Writing files so that nothing a user had is lost: atomic writes, no silent overwrite."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from tritonkit.errors import UsageError
+
+
+def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    A reader sees the old file or the new one, never half of one. ``mode`` is set
+    before the rename, so a secret is never readable by others even for a moment.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def refuse_overwrite(path: Path, *, force: bool, what: str = "file") -> None:
+    """Raise a UsageError if ``path`` exists and ``force`` was not given."""
+    if Path(path).exists() and not force:
+        raise UsageError(f"{what} {path} already exists",
+                         hint="pass --force to replace it, or choose another name/path")

@@ -1,0 +1,34 @@
+"""Reading the layout of a Triton model repository (``DIR/<model>/[config.pbtxt] <version>/...``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonkit.errors import UsageError
+
+
+def is_model_dir(path: Path) -> bool:
+    """A model folder: not hidden, and holding a config.pbtxt or a numeric version folder."""
+    if not path.is_dir() or path.name.startswith("."):
+        return False
+    if (path / "config.pbtxt").is_file():
+        return True
+    return any(child.is_dir() and child.name.isdigit() for child in path.iterdir())
+
+
+def model_names(repository: Path) -> list[str]:
+    """The models in ``repository``, sorted; an error if it is missing or has none."""
+    repository = Path(repository)
+    if not repository.exists():
+        raise UsageError(f"model repository {repository} does not exist",
+                         hint="pass --repository with a folder of Triton models "
+                              "(tritonkit export writes one)")
+    if not repository.is_dir():
+        raise UsageError(f"model repository {repository} is not a folder",
+                         hint="pass the folder that holds <model>/config.pbtxt")
+    names = sorted(p.name for p in repository.iterdir() if is_model_dir(p))
+    if not names:
+        raise UsageError(f"model repository {repository} holds no models",
+                         hint="export one first: tritonkit export SPEC --name NAME "
+                              f"--repository {repository}")
+    return names

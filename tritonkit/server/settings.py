@@ -1,0 +1,125 @@
+"""tritonserver settings as data (``configs/server.toml``) and the one place the argv is built.
+
+Every deployment target — the embedded local server, docker-compose, Kubernetes —
+starts tritonserver with ``tritonserver_argv``, so explicit model control, strict
+readiness, the minimum compute capability and the restricted model-repository API
+are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
+from tritonkit.errors import ProfileError
+
+MODEL_CONTROL_MODES = ("none", "poll", "explicit")
+
+
+@dataclass(frozen=True)
+class RestrictedApi:
+    """Which API categories need the deployment's secret header, and its name."""
+
+    header: str
+    categories: tuple[str, ...] = ("model-repository",)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The tritonserver flags tritonkit deploys with (see configs/server.toml)."""
+
+    restricted_api: RestrictedApi
+    model_control_mode: str = "explicit"
+    strict_readiness: bool = True
+    exit_timeout_secs: int = 30
+    pinned_memory_pool_byte_size: int = 268435456
+    min_supported_compute_capability: float = 6.0
+    log_verbose: int = 0
+    bind_address: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if self.model_control_mode not in MODEL_CONTROL_MODES:
+            raise ProfileError(
+                f"server settings: model_control_mode '{self.model_control_mode}' is not one "
+                f"of {', '.join(MODEL_CONTROL_MODES)}",
+                hint="tritonkit deploys with 'explicit'")
+        if not self.restricted_api.header or not self.restricted_api.header.isascii():
+            raise ProfileError("server settings: restricted_api.header must be a non-empty "
+                               "ASCII header name", hint="e.g. header = \"tritonkit-repository-key\"")
+
+    def replace(self, **changes: object) -> "ServerSettings":
+        """A copy with some fields changed (a GPU profile's compute capability, say)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The three ports tritonserver listens on."""
+
+    http: int = 8000
+    grpc: int = 8001
+    metrics: int = 8002
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def load_server_settings(path: Path | None = None) -> ServerSettings:
+    """Read server settings from ``path`` (default ``configs/server.toml``)."""
+    path = path or configs_dir() / "server.toml"
+    return dataclass_from_table(ServerSettings, load_toml(path), source=str(path))
+
+
+def tritonserver_argv(
+    settings: ServerSettings,
+    *,
+    binary: str,
+    model_repository: str,
+    ports: Ports,
+    models: Sequence[str],
+    secret: str,
+    bind_address: str | None = None,
+    backend_directory: str | None = None,
+    model_config_name: str | None = None,
+    gpu_metrics: bool = True,
+) -> list[str]:
+    """The full tritonserver command line for one deployment.
+
+    ``models`` are loaded at start-up (``--load-model``), so a model that fails to
+    load stops the server with Triton's own message instead of leaving it half-up.
+    ``secret`` is the value of ``settings.restricted_api.header`` that the
+    restricted API categories require.
+    """
+    if not secret:
+        raise ValueError("a deployment needs a secret for the restricted API")
+    host = bind_address or settings.bind_address
+    restricted = f"{','.join(settings.restricted_api.categories)}:" \
+                 f"{settings.restricted_api.header}={secret}"
+    argv = [
+        binary,
+        f"--model-repository={model_repository}",
+        f"--model-control-mode={settings.model_control_mode}",
+        *[f"--load-model={name}" for name in models],
+        f"--strict-readiness={str(settings.strict_readiness).lower()}",
+        f"--exit-timeout-secs={settings.exit_timeout_secs}",
+        f"--pinned-memory-pool-byte-size={settings.pinned_memory_pool_byte_size}",
+        f"--min-supported-compute-capability={settings.min_supported_compute_capability}",
+        f"--log-verbose={settings.log_verbose}",
+        f"--http-address={host}",
+        f"--grpc-address={host}",
+        f"--metrics-address={host}",
+        f"--http-port={ports.http}",
+        f"--grpc-port={ports.grpc}",
+        f"--metrics-port={ports.metrics}",
+        f"--http-restricted-api={restricted}",
+        f"--grpc-restricted-protocol={restricted}",
+        f"--allow-gpu-metrics={str(gpu_metrics).lower()}",
+    ]
+    if backend_directory:
+        argv.append(f"--backend-directory={backend_directory}")
+    if model_config_name:
+        argv.append(f"--model-config-name={model_config_name}")
+    return argv
