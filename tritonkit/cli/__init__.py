@@ -27,9 +27,11 @@ app = typer.Typer(
 
 # Registration order is the order `tritonkit --help` lists the commands in.
 from tritonkit.cli import export as _export  # noqa: E402,F401
+from tritonkit.cli import config as _config  # noqa: E402,F401
 from tritonkit.cli import deploy as _deploy  # noqa: E402,F401
 from tritonkit.cli import warmup as _warmup  # noqa: E402,F401
 from tritonkit.cli import loadtest as _loadtest  # noqa: E402,F401
+from tritonkit.cli import monitor as _monitor  # noqa: E402,F401
 
 
 def _debug() -> bool:

@@ -1,0 +1,156 @@
+"""GPU profiles: what a card is and what runs on it, read from ``configs/gpus/<name>.toml``.
+
+A profile carries the card's facts (compute capability, memory, precisions, bus,
+MIG), the software stack that runs on it (Triton image, TensorRT, CUDA, driver,
+onnxruntime-gpu) and the serving defaults tritonkit tunes configs with. Users add
+a card by adding a file; ``--gpu <name>`` picks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
+from tritonkit.errors import ProfileError
+from tritonkit.server.settings import ServerSettings
+
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+ACCELERATORS = ("cuda", "tensorrt")
+
+
+@dataclass(frozen=True)
+class Memory:
+    gib: float
+    kind: str
+    bandwidth_gb_s: float
+
+    @property
+    def bytes(self) -> int:
+        return int(self.gib * 1024**3)
+
+
+@dataclass(frozen=True)
+class Compute:
+    fp32_tflops: float
+    fp16_tflops: float
+    tensor_cores: bool
+    fp16: bool
+    bf16: bool
+    int8: bool
+    sparsity: bool
+
+
+@dataclass(frozen=True)
+class Bus:
+    pcie_gen: int
+    pcie_lanes: int
+    link_gb_s: float
+    power_w: float
+
+
+@dataclass(frozen=True)
+class Stack:
+    triton_image: str
+    triton_server: str
+    tensorrt_plans: bool
+    triton_image_tensorrt: str
+    tensorrt_version: str
+    cuda_major: int
+    min_driver: int
+    onnxruntime_gpu: str
+
+
+@dataclass(frozen=True)
+class Serving:
+    precision: str
+    accelerator: str
+    instance_count: int
+    max_queue_delay_us: int
+    memory_headroom: float
+    cuda_graphs: bool
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """One GPU model and the stack tritonkit deploys on it."""
+
+    name: str
+    display_name: str
+    architecture: str
+    compute_capability: float
+    mig: bool
+    memory: Memory
+    compute: Compute
+    bus: Bus
+    stack: Stack
+    serving: Serving
+    sources: dict = field(default_factory=dict)
+    path: str = ""
+
+    @property
+    def cc_key(self) -> str:
+        """The compute capability as Triton's cc_model_filenames keys spell it ("8.6")."""
+        return f"{self.compute_capability:.1f}"
+
+    def supports(self, precision: str) -> bool:
+        return {"fp32": True, "fp16": self.compute.fp16, "bf16": self.compute.bf16,
+                "int8": self.compute.int8}[precision]
+
+    def server_settings(self, base: ServerSettings) -> ServerSettings:
+        """Server settings for this card: Triton must not ignore it (>= 2.52 defaults to 7.5)."""
+        return base.replace(min_supported_compute_capability=self.compute_capability)
+
+
+def gpus_dir() -> Path:
+    return configs_dir() / "gpus"
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in gpus_dir().glob("*.toml"))
+
+
+def load_profile(name_or_path: str | Path) -> GpuProfile:
+    """Read a GPU profile by name (``configs/gpus/<name>.toml``) or from a file path."""
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml" or candidate.is_file():
+        path = candidate
+    else:
+        path = gpus_dir() / f"{name_or_path}.toml"
+        if not path.is_file():
+            known = ", ".join(available_profiles()) or "none"
+            raise ProfileError(f"no GPU profile named '{name_or_path}' (known: {known})",
+                               hint=f"use one of those, or add {path}")
+    table = load_toml(path)
+    table.setdefault("path", str(path))
+    profile = dataclass_from_table(GpuProfile, table, source=str(path))
+    _validate(profile)
+    return profile
+
+
+def _validate(profile: GpuProfile) -> None:
+    where = profile.path
+    if profile.serving.precision not in PRECISIONS:
+        raise ProfileError(f"{where}: field 'serving.precision' = '{profile.serving.precision}' "
+                           f"is not one of {', '.join(PRECISIONS)}", hint="fix the value")
+    if not profile.supports(profile.serving.precision):
+        raise ProfileError(f"{where}: field 'serving.precision' = '{profile.serving.precision}' "
+                           f"but the card has no {profile.serving.precision} support (compute.*)",
+                           hint="choose a precision the card has")
+    if profile.serving.accelerator not in ACCELERATORS:
+        raise ProfileError(f"{where}: field 'serving.accelerator' = "
+                           f"'{profile.serving.accelerator}' is not one of {', '.join(ACCELERATORS)}",
+                           hint="fix the value")
+    if profile.serving.accelerator == "tensorrt" and not profile.stack.tensorrt_plans:
+        raise ProfileError(f"{where}: field 'serving.accelerator' = 'tensorrt' but "
+                           "'stack.tensorrt_plans' is false for this card",
+                           hint="use accelerator = \"cuda\"")
+    if not 0 <= profile.serving.memory_headroom < 1:
+        raise ProfileError(f"{where}: field 'serving.memory_headroom' must be in [0, 1)",
+                           hint="e.g. 0.2 keeps a fifth of the memory free")
+    if profile.serving.instance_count < 1:
+        raise ProfileError(f"{where}: field 'serving.instance_count' must be >= 1",
+                           hint="e.g. 1")
+    if profile.compute_capability < 3.0:
+        raise ProfileError(f"{where}: field 'compute_capability' = {profile.compute_capability} "
+                           "is not a CUDA compute capability", hint="e.g. 8.6")
