@@ -1,12 +1,35 @@
-"""`tritonkit config` (not built yet)."""
+"""`tritonkit config`: (re)generate a model's Triton configs from its exported graph."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
 from tritonkit.cli import app
-from tritonkit.errors import NotBuiltError
+from tritonkit.cli.options import Repository, console
+from tritonkit.model_config import DEFAULT_GPU, configure, read_config
 
 
-@app.command(epilog="Example: tritonkit config mlp --repository model_repository --gpu a10")
-def config() -> None:
+@app.command(epilog="Example: tritonkit config mlp --repository model_repository --gpu a10 --force")
+def config(
+    name: Annotated[str, typer.Argument(help="Model folder name inside the repository.")],
+    repository: Repository = Path("model_repository"),
+    gpu: Annotated[str, typer.Option(help="GPU profile for config.pbtxt (configs/gpus/<name>.toml); "
+                                          "every profile also gets configs/<gpu>.pbtxt.")] = DEFAULT_GPU,
+    max_batch_size: Annotated[Optional[int], typer.Option(help="Batch limit (default: the export's).", min=0)] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing config.pbtxt.")] = False,
+    check: Annotated[bool, typer.Option(help="Only parse the existing configs with Triton's schema.")] = False,
+) -> None:
     """Generate a model's Triton config.pbtxt from its exported graph, tuned per GPU profile."""
-    raise NotBuiltError("tritonkit config is not built yet")
+    model_dir = repository / name
+    if check:
+        paths = [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]
+        for path in paths:
+            parsed = read_config(path)
+            console.print(f"ok  {path}  ({parsed.platform or parsed.backend}, "
+                          f"max_batch_size {parsed.max_batch_size})")
+        return
+    for path in configure(repository, name, gpu=gpu, max_batch_size=max_batch_size, force=force):
+        console.print(f"wrote {path}")

@@ -89,6 +89,13 @@ def running_deployment(repository: Path) -> Deployment | None:
     return None
 
 
+def refuse_if_running(repository: Path) -> None:
+    """A UsageError if a server recorded for ``repository`` is still alive."""
+    if running_deployment(repository):
+        raise UsageError(f"a tritonkit server is already running for {repository}",
+                         hint=f"stop it first: tritonkit down --repository {repository}")
+
+
 def start_local(
     repository: Path,
     settings: ServerSettings,
@@ -98,13 +105,16 @@ def start_local(
     timeout: float = 120.0,
     host: str = "127.0.0.1",
     model_config_name: str | None = None,
+    serve_from: Path | None = None,
 ) -> Deployment:
-    """Start the embedded tritonserver for ``repository`` and wait until ``models`` are READY."""
+    """Start the embedded tritonserver for ``repository`` and wait until ``models`` are READY.
+
+    ``serve_from`` is the folder the server actually reads (the CPU mirror of
+    ``repository``); the deployment's state always lives in ``repository``.
+    """
     repository = Path(repository).resolve()
     deadline = Deadline(timeout)
-    if running_deployment(repository):
-        raise UsageError(f"a tritonkit server is already running for {repository}",
-                         hint=f"stop it first: tritonkit down --repository {repository}")
+    refuse_if_running(repository)
     install = find_install()
     env = server_environment(install)
     ports = resolve_ports(host, ports)
@@ -112,7 +122,8 @@ def start_local(
     backends = prepare_backends(install, sdir / "backends")
     secret = new_secret(repository)
     argv = tritonserver_argv(
-        settings, binary=str(install.binary), model_repository=str(repository), ports=ports,
+        settings, binary=str(install.binary), model_repository=str(serve_from or repository),
+        ports=ports,
         models=models, secret=secret, bind_address=host, backend_directory=str(backends),
         model_config_name=model_config_name, gpu_metrics=False)
     log_path = sdir / LOG_FILENAME
@@ -126,7 +137,9 @@ def start_local(
         grpc_port=ports.grpc, metrics_port=ports.metrics,
         secret_header=settings.restricted_api.header, models=list(models),
         started_at=time.time(), pid=proc.pid, log_path=str(log_path),
-        argv=[a if "restricted" not in a else a.split("=", 1)[0] + "=<secret>" for a in argv])
+        argv=[a if "restricted" not in a else a.split("=", 1)[0] + "=<secret>" for a in argv],
+        extra={"served_repository": str(serve_from or repository),
+               "model_config_name": model_config_name})
     try:
         _wait_until_ready(proc, deployment, deadline)
     except BaseException:

@@ -1,0 +1,53 @@
+"""Small ONNX graphs built with onnx.helper: deterministic inputs for config tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _save(model: onnx.ModelProto, model_dir: Path) -> Path:
+    onnx.checker.check_model(model)
+    path = model_dir / "1" / "model.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def mlp(model_dir: Path, features: int = 16, hidden: int = 64, classes: int = 10) -> Path:
+    """INPUT__0 FP32 [batch, features] -> Gemm/Relu/Gemm -> OUTPUT__0 FP32 [batch, classes]."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((features, hidden)).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(np.zeros(hidden, np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((hidden, classes)).astype(np.float32), "w2")
+    b2 = numpy_helper.from_array(np.zeros(classes, np.float32), "b2")
+    nodes = [helper.make_node("Gemm", ["INPUT__0", "w1", "b1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["OUTPUT__0"])]
+    graph = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("INPUT__0", TensorProto.FLOAT, ["batch", features])],
+        [helper.make_tensor_value_info("OUTPUT__0", TensorProto.FLOAT, ["batch", classes])],
+        [w1, b1, w2, b2])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model_dir)
+
+
+def token_encoder(model_dir: Path, vocab: int = 100, width: int = 8) -> Path:
+    """input_ids INT64 [batch, seq] + attention_mask INT64 [batch, seq] -> hidden FP32 [batch, seq, width]."""
+    rng = np.random.default_rng(1)
+    table = numpy_helper.from_array(rng.standard_normal((vocab, width)).astype(np.float32), "emb")
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["e"]),
+             helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["m", "axes"], ["m3"]),
+             helper.make_node("Mul", ["e", "m3"], ["hidden"])]
+    graph = helper.make_graph(
+        nodes, "encoder",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "seq", width])],
+        [table, axes])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model_dir)

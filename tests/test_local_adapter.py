@@ -1,0 +1,109 @@
+"""Generated configs load READY in the real local Triton, served through the ONNX Runtime adapter."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.http as httpclient
+
+from tests import onnx_graphs
+from tests.conftest import run_cli
+from tritonkit.model_config import configure
+from tritonkit.server.state import load_deployment, state_dir
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture
+def exported_repo(tmp_path: Path) -> Path:
+    onnx_graphs.mlp(tmp_path / "mlp")
+    onnx_graphs.token_encoder(tmp_path / "encoder")
+    for name, mbs, examples in [("mlp", 16, {"INPUT__0": [4, 16]}),
+                                ("encoder", 4, {"input_ids": [2, 12]})]:
+        (tmp_path / name / "export-report.json").write_text(json.dumps(
+            {"max_batch_size": mbs,
+             "inputs": [{"name": n, "example_shape": s} for n, s in examples.items()]}))
+        configure(tmp_path, name, gpu="a10")
+    return tmp_path
+
+
+def _infer(client, model, arrays: dict[str, np.ndarray], output: str) -> np.ndarray:
+    inputs = []
+    for name, value in arrays.items():
+        inp = httpclient.InferInput(name, list(value.shape),
+                                    "FP32" if value.dtype == np.float32 else "INT64")
+        inp.set_data_from_numpy(value)
+        inputs.append(inp)
+    return client.infer(model, inputs).as_numpy(output)
+
+
+@pytest.mark.parametrize("gpu", ["a10", "p100"])
+def test_generated_configs_load_ready_and_answer_like_onnx_runtime(exported_repo, gpu):
+    before = {p: p.read_bytes() for p in exported_repo.rglob("*") if p.is_file()}
+    assert run_cli("deploy", "--repository", exported_repo, "--gpu", gpu, "--http-port", "0",
+                   "--grpc-port", "0", "--metrics-port", "0", "--timeout", "90") == 0
+    try:
+        deployment = load_deployment(exported_repo)
+        client = httpclient.InferenceServerClient(deployment.http_url, concurrency=16)
+        assert client.is_model_ready("mlp") and client.is_model_ready("encoder")
+        served = client.get_model_config("mlp")
+        assert served["backend"] == "python"
+        assert served["instance_group"][0]["kind"] == "KIND_CPU"
+        want_delay = 100 if gpu == "a10" else 200   # the profile's queue delay made it through
+        assert served["dynamic_batching"]["max_queue_delay_microseconds"] == want_delay
+
+        rng = np.random.default_rng(7)
+        x = rng.standard_normal((3, 16)).astype(np.float32)
+        ref = ort.InferenceSession(str(exported_repo / "mlp" / "1" / "model.onnx")).run(
+            None, {"INPUT__0": x})[0]
+        np.testing.assert_allclose(_infer(client, "mlp", {"INPUT__0": x}, "OUTPUT__0"), ref,
+                                   rtol=1e-5, atol=1e-6)
+
+        ids = rng.integers(0, 100, size=(2, 9)).astype(np.int64)   # a length nobody warmed
+        mask = np.ones_like(ids)
+        mask[:, 6:] = 0
+        got = _infer(client, "encoder", {"input_ids": ids, "attention_mask": mask}, "hidden")
+        ref = ort.InferenceSession(str(exported_repo / "encoder" / "1" / "model.onnx")).run(
+            None, {"input_ids": ids, "attention_mask": mask})[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+        assert np.all(got[:, 6:] == 0)
+    finally:
+        run_cli("down", "--repository", exported_repo)
+    # The production repository is untouched by the local mirror.
+    after = {p: p.read_bytes() for p in exported_repo.rglob("*")
+             if p.is_file() and state_dir(exported_repo) not in p.parents}
+    assert after == before
+
+
+def test_concurrent_requests_are_batched_by_the_server(exported_repo):
+    assert run_cli("deploy", "--repository", exported_repo, "--http-port", "0",
+                   "--grpc-port", "0", "--metrics-port", "0", "--timeout", "90") == 0
+    try:
+        deployment = load_deployment(exported_repo)
+        x = np.ones((1, 16), np.float32)
+
+        def one(_):
+            client = httpclient.InferenceServerClient(deployment.http_url)
+            return _infer(client, "mlp", {"INPUT__0": x}, "OUTPUT__0")
+
+        before = _stats(deployment.http_url)
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(one, range(96)))
+        after = _stats(deployment.http_url)
+        assert all(np.array_equal(r, results[0]) for r in results)
+        inferences = after["inference_count"] - before["inference_count"]
+        executions = after["execution_count"] - before["execution_count"]
+        assert inferences == 96
+        assert executions < inferences          # several requests ran as one batch
+    finally:
+        run_cli("down", "--repository", exported_repo)
+
+
+def _stats(url: str) -> dict:
+    stats = httpclient.InferenceServerClient(url).get_inference_statistics("mlp")
+    return stats["model_stats"][0]

@@ -1,0 +1,200 @@
+"""The config generator: Triton's own schema, tuned per GPU profile, round-tripping."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tests import onnx_graphs
+from tests.conftest import run_cli
+from tritonkit.errors import ProfileError, UsageError
+from tritonkit.model_config import config_to_text, configure, read_config
+from tritonkit.profiles import load_profile
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("TRITONKIT_UPDATE_GOLDEN") == "1"
+
+
+def _export_report(model_dir: Path, max_batch_size: int, examples: dict[str, list[int]]) -> None:
+    report = {"max_batch_size": max_batch_size,
+              "inputs": [{"name": n, "example_shape": s} for n, s in examples.items()]}
+    (model_dir / "export-report.json").write_text(json.dumps(report))
+
+
+@pytest.fixture
+def mlp_repo(tmp_path: Path) -> Path:
+    onnx_graphs.mlp(tmp_path / "mlp")
+    _export_report(tmp_path / "mlp", 32, {"INPUT__0": [4, 16]})
+    return tmp_path
+
+
+@pytest.fixture
+def encoder_repo(tmp_path: Path) -> Path:
+    onnx_graphs.token_encoder(tmp_path / "encoder")
+    _export_report(tmp_path / "encoder", 8, {"input_ids": [2, 12], "attention_mask": [2, 12]})
+    return tmp_path
+
+
+@pytest.mark.parametrize("model,gpu", [("mlp", "a10"), ("mlp", "p100"),
+                                       ("encoder", "a10"), ("encoder", "p100")])
+def test_generated_configs_match_the_golden_files(model, gpu, mlp_repo, encoder_repo, request):
+    repo = mlp_repo if model == "mlp" else encoder_repo
+    configure(repo, model, gpu=gpu)
+    text = (repo / model / "config.pbtxt").read_text()
+    golden = GOLDEN / f"{model}_{gpu}.pbtxt"
+    if UPDATE:
+        golden.write_text(text)
+    assert text == golden.read_text()
+    # The default config and the per-profile one are the same file for that profile.
+    assert (repo / model / "configs" / f"{gpu}.pbtxt").read_text() == text
+
+
+def test_configs_round_trip_through_tritons_schema(mlp_repo):
+    for path in configure(mlp_repo, "mlp", gpu="a10"):
+        parsed = read_config(path)
+        assert isinstance(parsed, mc.ModelConfig)
+        assert read_config(path) == parsed
+        again = mlp_repo / "again.pbtxt"
+        again.write_text(config_to_text(parsed))
+        assert read_config(again) == parsed
+
+
+def test_inputs_outputs_and_dims_come_from_the_graph(encoder_repo):
+    configure(encoder_repo, "encoder", gpu="a10")
+    config = read_config(encoder_repo / "encoder" / "config.pbtxt")
+    assert config.max_batch_size == 8
+    assert [(i.name, mc.DataType.Name(i.data_type), list(i.dims)) for i in config.input] == [
+        ("input_ids", "TYPE_INT64", [-1]), ("attention_mask", "TYPE_INT64", [-1])]
+    assert [(o.name, mc.DataType.Name(o.data_type), list(o.dims)) for o in config.output] == [
+        ("hidden", "TYPE_FP32", [-1, 8])]
+
+
+def test_a10_gets_the_tensorrt_accelerator_in_fp16_and_two_instances(mlp_repo):
+    configure(mlp_repo, "mlp", gpu="a10")
+    config = read_config(mlp_repo / "mlp" / "config.pbtxt")
+    assert config.platform == "onnxruntime_onnx"
+    accel = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert [a.name for a in accel] == ["tensorrt"]
+    assert accel[0].parameters["precision_mode"] == "FP16"
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    assert config.instance_group[0].count == 2
+
+
+def test_p100_config_has_no_tensorrt_and_runs_fp32_on_the_cuda_provider(mlp_repo):
+    configure(mlp_repo, "mlp", gpu="p100")
+    config = read_config(mlp_repo / "mlp" / "config.pbtxt")
+    assert not config.optimization.execution_accelerators.gpu_execution_accelerator
+    text = (mlp_repo / "mlp" / "config.pbtxt").read_text()
+    assert "tensorrt" not in text.split("name:", 1)[1]       # only the comment may say why
+    assert "FP16" not in text and "BF16" not in text and "INT8" not in text
+
+
+def test_warmup_covers_every_preferred_batch_size_and_every_shape_bucket(encoder_repo):
+    configure(encoder_repo, "encoder", gpu="p100")
+    config = read_config(encoder_repo / "encoder" / "config.pbtxt")
+    preferred = list(config.dynamic_batching.preferred_batch_size)
+    assert preferred == [2, 4, 8]
+    warm = {(w.batch_size, tuple(w.inputs["input_ids"].dims)) for w in config.model_warmup}
+    buckets = {12, 16, 64, 128}                              # the export's length + defaults
+    assert warm == {(b, (s,)) for b in [1, *preferred] for s in buckets}
+    # Token ids are indices: zeros are always in range, random values are not.
+    assert all(w.inputs["input_ids"].zero_data for w in config.model_warmup)
+
+
+def test_max_batch_size_is_bounded_by_what_fits_the_card(mlp_repo, tmp_path):
+    tiny = (Path(load_profile("p100").path).read_text()
+            .replace("gib = 16", "gib = 0.000015").replace('name = "p100"', 'name = "tiny"'))
+    (tmp_path / "tiny.toml").write_text(tiny)
+    profile = load_profile(tmp_path / "tiny.toml")
+    from tritonkit.model_config import build_config, memory_bound_batch, read_graph
+
+    graph = read_graph(mlp_repo / "mlp" / "1" / "model.onnx")
+    bound = memory_bound_batch(graph, profile, instances=1)
+    assert 1 <= bound < 32
+    config, tuning = build_config("mlp", graph, profile, max_batch_size=32)
+    assert config.max_batch_size == bound
+    assert any("lowered to" in note for note in tuning.notes)
+
+
+def test_a_model_that_does_not_fit_the_card_is_refused(mlp_repo, tmp_path):
+    tiny = (Path(load_profile("p100").path).read_text()
+            .replace("gib = 16", "gib = 0.000001").replace('name = "p100"', 'name = "tiny"'))
+    (tmp_path / "tiny.toml").write_text(tiny)
+    from tritonkit.model_config import build_config, read_graph
+
+    graph = read_graph(mlp_repo / "mlp" / "1" / "model.onnx")
+    with pytest.raises(UsageError, match="does not fit"):
+        build_config("mlp", graph, load_profile(tmp_path / "tiny.toml"), max_batch_size=32)
+
+
+def test_tensorrt_plans_are_used_on_the_a10_and_refused_on_the_p100(mlp_repo):
+    report = json.loads((mlp_repo / "mlp" / "export-report.json").read_text())
+    report["plans"] = {"8.6": "model_a10.plan"}
+    (mlp_repo / "mlp" / "export-report.json").write_text(json.dumps(report))
+    configure(mlp_repo, "mlp", gpu="a10")
+    a10 = read_config(mlp_repo / "mlp" / "configs" / "a10.pbtxt")
+    p100 = read_config(mlp_repo / "mlp" / "configs" / "p100.pbtxt")
+    assert a10.platform == "tensorrt_plan"
+    assert dict(a10.cc_model_filenames) == {"8.6": "model_a10.plan"}
+    assert a10.optimization.cuda.graphs
+    assert p100.platform == "onnxruntime_onnx"
+
+
+def test_a_model_without_a_batch_axis_says_max_batch_size_0_explicitly(tmp_path):
+    onnx_graphs.mlp(tmp_path / "fixed")
+    configure(tmp_path, "fixed", gpu="a10", max_batch_size=0)
+    text = (tmp_path / "fixed" / "config.pbtxt").read_text()
+    assert "max_batch_size: 0" in text
+    config = read_config(tmp_path / "fixed" / "config.pbtxt")
+    assert list(config.input[0].dims) == [-1, 16]            # batch axis kept as a dim
+    assert not config.HasField("dynamic_batching")
+
+
+def test_an_unknown_field_is_refused_with_tritons_field_name(tmp_path):
+    bad = tmp_path / "config.pbtxt"
+    bad.write_text('name: "m"\nmax_batch: 4\n')
+    with pytest.raises(UsageError, match='no field named "max_batch"'):
+        read_config(bad)
+
+
+def test_an_existing_config_is_not_overwritten_without_force(mlp_repo, capsys):
+    configure(mlp_repo, "mlp", gpu="a10")
+    config = mlp_repo / "mlp" / "config.pbtxt"
+    config.write_text("# my hand-tuned config\n" + config.read_text())
+    assert run_cli("config", "mlp", "--repository", mlp_repo, "--gpu", "p100") == 2
+    assert "already exists" in capsys.readouterr().err
+    assert config.read_text().startswith("# my hand-tuned config")
+    assert run_cli("config", "mlp", "--repository", mlp_repo, "--gpu", "p100", "--force") == 0
+    assert "profile 'p100'" in config.read_text()
+
+
+def test_a_bad_profile_file_names_the_field(tmp_path):
+    text = Path(load_profile("a10").path).read_text().replace("instance_count = 2",
+                                                             'instance_count = "two"')
+    (tmp_path / "bad.toml").write_text(text)
+    with pytest.raises(ProfileError, match="serving.instance_count"):
+        load_profile(tmp_path / "bad.toml")
+
+
+def test_a_profile_cannot_ask_for_a_precision_the_card_lacks(tmp_path):
+    text = Path(load_profile("p100").path).read_text().replace('precision = "fp32"',
+                                                              'precision = "bf16"')
+    (tmp_path / "p100bf16.toml").write_text(text)
+    with pytest.raises(ProfileError, match="no bf16 support"):
+        load_profile(tmp_path / "p100bf16.toml")
+
+
+def test_a_user_can_add_a_profile_and_use_it_by_name(mlp_repo, tmp_path, monkeypatch):
+    configs = tmp_path / "configs"
+    shutil.copytree(Path(load_profile("a10").path).parent.parent, configs)
+    text = (configs / "gpus" / "a10.toml").read_text().replace('name = "a10"', 'name = "l4"')
+    (configs / "gpus" / "l4.toml").write_text(text)
+    monkeypatch.setenv("TRITONKIT_CONFIGS", str(configs))
+    configure(mlp_repo, "mlp", gpu="l4")
+    assert (mlp_repo / "mlp" / "configs" / "l4.pbtxt").is_file()
+    assert "profile 'l4'" in (mlp_repo / "mlp" / "config.pbtxt").read_text()

@@ -1,0 +1,386 @@
+"""Triton model configs from an exported graph, tuned per GPU profile.
+
+The config is Triton's own protobuf (``model_config_pb2.ModelConfig``), written with
+``text_format`` — never a string template. Names, dtypes and dims come from the
+ONNX graph (-1 for every symbolic axis); the batch limit from the export, bounded
+by what fits the card; batching, instances, accelerators and warm-up from the
+profile. ``configure`` writes ``config.pbtxt`` (the default profile) and
+``configs/<gpu>.pbtxt`` for every known profile, so one model folder serves on
+either card with ``--model-config-name=<gpu>``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf import text_format
+from onnx import helper, shape_inference
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import np_to_triton_dtype
+
+from tritonkit.errors import UsageError
+from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.profiles import GpuProfile, available_profiles, load_profile
+
+DEFAULT_GPU = "a10"
+ONNX_FILENAME = "model.onnx"
+REPORT_FILENAME = "export-report.json"
+# Dynamic non-batch axes are warmed up at these sizes when the export names none.
+DEFAULT_BUCKETS = (16, 64, 128)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output: name, Triton dtype, dims (-1 = dynamic, batch included)."""
+
+    name: str
+    data_type: str            # "TYPE_FP32", ...
+    dims: tuple[int, ...]
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        from tritonclient.utils import triton_to_np_dtype
+
+        return np.dtype(triton_to_np_dtype(self.data_type.removeprefix("TYPE_")
+                                           .replace("STRING", "BYTES")))
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """What the config generator needs from an exported model."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    weight_bytes: int
+    activation_bytes_per_sample: int
+    buckets: dict = field(default_factory=dict)   # input name -> {axis: [sizes]}
+
+
+def triton_data_type(elem_type: int) -> str:
+    """ONNX tensor element type → Triton config data type ("TYPE_FP32")."""
+    np_dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+    triton = np_to_triton_dtype(np_dtype)
+    return "TYPE_STRING" if triton == "BYTES" else f"TYPE_{triton}"
+
+
+def _dims(value_info: onnx.ValueInfoProto) -> tuple[int, ...]:
+    shape = value_info.type.tensor_type.shape
+    return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim)
+
+
+def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
+    """Inputs, outputs, weight size and per-sample activation size of an ONNX model."""
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+    except FileNotFoundError:
+        raise UsageError(f"no ONNX model at {onnx_path}",
+                         hint="export one first: tritonkit export SPEC --name NAME") from None
+    except Exception as exc:  # onnx raises DecodeError and friends
+        raise UsageError(f"{onnx_path} is not a readable ONNX model ({exc})",
+                         hint="re-export it with tritonkit export --force") from None
+    graph = model.graph
+    initializers = {init.name for init in graph.initializer}
+    inputs = tuple(TensorSpec(i.name, triton_data_type(i.type.tensor_type.elem_type), _dims(i))
+                   for i in graph.input if i.name not in initializers)
+    outputs = tuple(TensorSpec(o.name, triton_data_type(o.type.tensor_type.elem_type), _dims(o))
+                    for o in graph.output)
+    weight_bytes = sum(_tensor_bytes(init) for init in graph.initializer)
+    buckets = _buckets_from_report(report or {}, inputs)
+    return GraphSpec(inputs, outputs, weight_bytes,
+                     _activation_bytes_per_sample(model, buckets), buckets)
+
+
+def _tensor_bytes(init: onnx.TensorProto) -> int:
+    count = int(np.prod(init.dims)) if init.dims else 1
+    return count * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+
+
+def _buckets_from_report(report: dict, inputs: tuple[TensorSpec, ...]) -> dict:
+    """Sizes to warm up for each dynamic non-batch axis, from the export's example shapes."""
+    examples = {i.get("name"): i.get("example_shape") for i in report.get("inputs", [])}
+    buckets: dict[str, dict[int, list[int]]] = {}
+    for spec in inputs:
+        axes = [a for a, d in enumerate(spec.dims) if d == -1 and a > 0]
+        if not axes:
+            continue
+        example = examples.get(spec.name)
+        per_axis = {}
+        for axis in axes:
+            sizes = set(DEFAULT_BUCKETS)
+            if example and axis < len(example):
+                sizes.add(int(example[axis]))
+            per_axis[axis] = sorted(sizes)
+        buckets[spec.name] = per_axis
+    return buckets
+
+
+def _activation_bytes_per_sample(model: onnx.ModelProto, buckets: dict) -> int:
+    """Sum of every intermediate tensor for one sample, at the largest bucket sizes.
+
+    An upper bound on activation memory (runtimes reuse buffers), from ONNX shape
+    inference with the batch axis at 1 and other dynamic axes at their largest bucket.
+    """
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    largest = {name: max(max(v) for v in axes.values()) for name, axes in buckets.items()}
+    for inp in fixed.graph.input:
+        for axis, dim in enumerate(inp.type.tensor_type.shape.dim):
+            if not dim.HasField("dim_value"):
+                dim.dim_value = 1 if axis == 0 else largest.get(inp.name, DEFAULT_BUCKETS[-1])
+    try:
+        inferred = shape_inference.infer_shapes(fixed)
+    except Exception:  # shape inference is best effort; fall back to the I/O alone
+        inferred = fixed
+    total = 0
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        dims = [d.dim_value if d.HasField("dim_value") else 1
+                for d in vi.type.tensor_type.shape.dim]
+        elem = vi.type.tensor_type.elem_type
+        if elem == 0:
+            continue
+        itemsize = 8 if elem == onnx.TensorProto.STRING else \
+            helper.tensor_dtype_to_np_dtype(elem).itemsize
+        total += int(np.prod(dims)) * itemsize if dims else itemsize
+    return max(total, 1)
+
+
+def memory_bound_batch(graph: GraphSpec, profile: GpuProfile, instances: int) -> int:
+    """The largest batch whose weights and activations fit the card with headroom."""
+    usable = profile.memory.bytes * (1.0 - profile.serving.memory_headroom)
+    bytes_per_weight = 0.5 if profile.serving.precision in ("fp16", "bf16") else 1.0
+    free_for_activations = usable - instances * graph.weight_bytes * bytes_per_weight
+    if free_for_activations <= 0:
+        return 0
+    return int(free_for_activations // (instances * graph.activation_bytes_per_sample))
+
+
+def preferred_batch_sizes(max_batch_size: int) -> list[int]:
+    """Powers of two up to the limit (the limit itself included), at most four of them."""
+    if max_batch_size < 2:
+        return []
+    sizes = [2**k for k in range(1, max_batch_size.bit_length()) if 2**k < max_batch_size]
+    sizes.append(max_batch_size)
+    return sizes[-4:]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The choices behind a generated config, and why (written as the file's comment block)."""
+
+    profile: str
+    notes: tuple[str, ...]
+
+
+def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
+                 max_batch_size: int, plans: dict | None = None) -> tuple[mc.ModelConfig, Tuning]:
+    """The production ModelConfig for ``profile`` and the reasons for its choices."""
+    notes: list[str] = [f"profile {profile.name}: {profile.display_name}, compute capability "
+                        f"{profile.cc_key}, {profile.memory.gib:g} GiB"]
+    config = mc.ModelConfig(name=name)
+    plans = plans or {}
+    use_plan = bool(plans) and profile.stack.tensorrt_plans and profile.cc_key in plans
+    if use_plan:
+        config.platform = "tensorrt_plan"
+        for cc, filename in sorted(plans.items()):
+            config.cc_model_filenames[cc] = filename
+        notes.append(f"TensorRT plan for cc {profile.cc_key} ({plans[profile.cc_key]})")
+    else:
+        config.platform = "onnxruntime_onnx"
+        config.default_model_filename = ONNX_FILENAME
+        if plans and not profile.stack.tensorrt_plans:
+            notes.append("TensorRT plans exist but this card cannot run TensorRT >= 10: "
+                         "served by ONNX Runtime")
+
+    instances = profile.serving.instance_count
+    if graph.weight_bytes > 0.25 * profile.memory.bytes:
+        instances = 1
+        notes.append("one instance: the weights take over a quarter of the card")
+    batching = graph.inputs and all(len(t.dims) > 0 and t.dims[0] == -1
+                                    for t in graph.inputs + graph.outputs)
+    if batching and max_batch_size > 0:
+        bound = memory_bound_batch(graph, profile, instances)
+        if bound < 1:
+            raise UsageError(
+                f"model '{name}' does not fit on the {profile.display_name}: weights "
+                f"{graph.weight_bytes / 2**20:.1f} MiB x {instances} instance(s) + one sample's "
+                f"activations exceed {(1 - profile.serving.memory_headroom) * 100:.0f}% of "
+                f"{profile.memory.gib:g} GiB", hint="use a card with more memory, or fewer instances")
+        if bound < max_batch_size:
+            notes.append(f"max_batch_size {max_batch_size} lowered to {bound}: "
+                         f"weights {graph.weight_bytes / 2**20:.1f} MiB + activations "
+                         f"{graph.activation_bytes_per_sample / 2**20:.2f} MiB/sample must fit "
+                         f"{(1 - profile.serving.memory_headroom) * 100:.0f}% of the card")
+            max_batch_size = bound
+        config.max_batch_size = max_batch_size
+    else:
+        config.max_batch_size = 0
+        notes.append("no batch axis shared by every input and output: max_batch_size 0")
+
+    strip = 1 if config.max_batch_size > 0 else 0
+    for spec, target in ((s, config.input.add()) for s in graph.inputs):
+        target.name, target.data_type = spec.name, mc.DataType.Value(spec.data_type)
+        target.dims.extend(spec.dims[strip:])
+    for spec, target in ((s, config.output.add()) for s in graph.outputs):
+        target.name, target.data_type = spec.name, mc.DataType.Value(spec.data_type)
+        target.dims.extend(spec.dims[strip:])
+
+    preferred = preferred_batch_sizes(config.max_batch_size)
+    if config.max_batch_size > 1:
+        config.dynamic_batching.preferred_batch_size.extend(preferred)
+        config.dynamic_batching.max_queue_delay_microseconds = profile.serving.max_queue_delay_us
+        notes.append(f"dynamic batching: preferred {preferred}, queue delay "
+                     f"{profile.serving.max_queue_delay_us} us")
+
+    group = config.instance_group.add()
+    group.kind = mc.ModelInstanceGroup.KIND_GPU
+    group.count = instances
+    notes.append(f"{instances} GPU instance(s)" + (" (no MIG on this card: share it with "
+                                                     "instances)" if not profile.mig else ""))
+
+    _add_acceleration(config, profile, use_plan, notes)
+    _add_warmup(config, graph, preferred, notes)
+    return config, Tuning(profile=profile.name, notes=tuple(notes))
+
+
+def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: bool,
+                      notes: list[str]) -> None:
+    precision = profile.serving.precision.upper()
+    if use_plan:
+        if profile.serving.cuda_graphs:
+            config.optimization.cuda.graphs = True
+            notes.append("CUDA graphs on (honoured by the TensorRT backend)")
+        return
+    if profile.serving.accelerator == "tensorrt":
+        accel = config.optimization.execution_accelerators.gpu_execution_accelerator.add()
+        accel.name = "tensorrt"
+        accel.parameters["precision_mode"] = precision
+        accel.parameters["max_workspace_size_bytes"] = str(1 << 30)
+        accel.parameters["trt_engine_cache_enable"] = "1"
+        accel.parameters["trt_engine_cache_path"] = f"/tmp/tritonkit-trt-cache/{config.name}"
+        notes.append(f"ONNX Runtime TensorRT accelerator, {precision}, engine cache on "
+                     "(the first load builds engines)")
+    else:
+        why = "" if profile.stack.tensorrt_plans else \
+            f"; TensorRT >= 10 cannot target compute capability {profile.cc_key}"
+        notes.append(f"ONNX Runtime CUDA provider, {precision}{why}"
+                     + ("" if profile.compute.tensor_cores else " (no Tensor Cores)"))
+
+
+def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, preferred: list[int],
+                notes: list[str]) -> None:
+    """One warm-up entry per batch size and dynamic-shape bucket: unwarmed shapes are slow."""
+    batch_sizes = sorted({1, *preferred}) if config.max_batch_size > 0 else [0]
+    bucket_sizes = sorted({s for axes in graph.buckets.values() for v in axes.values() for s in v})
+    strip = 1 if config.max_batch_size > 0 else 0
+    for batch in batch_sizes:
+        for bucket in bucket_sizes or [None]:
+            label = f"batch_{batch}" + (f"_len_{bucket}" if bucket is not None else "")
+            warm = config.model_warmup.add(name=label, batch_size=max(batch, 1), count=1)
+            for spec in graph.inputs:
+                dims = []
+                for axis, d in enumerate(spec.dims[strip:], start=strip):
+                    if d != -1:
+                        dims.append(d)
+                    elif strip == 0 and axis == 0:
+                        dims.append(1)
+                    else:
+                        dims.append(bucket if bucket is not None else DEFAULT_BUCKETS[0])
+                entry = warm.inputs[spec.name]
+                entry.data_type = mc.DataType.Value(spec.data_type)
+                entry.dims.extend(dims)
+                # Integer inputs are often indices (token ids): zeros are always in range.
+                if spec.data_type.startswith(("TYPE_FP", "TYPE_BF")):
+                    entry.random_data = True
+                else:
+                    entry.zero_data = True
+    notes.append(f"model_warmup: batch sizes {batch_sizes}"
+                 + (f" x dynamic-axis buckets {bucket_sizes}" if bucket_sizes else ""))
+
+
+def config_to_text(config: mc.ModelConfig, tuning: Tuning | None = None) -> str:
+    """Serialize with text_format; a comment block carries the reasons."""
+    body = text_format.MessageToString(config)
+    if config.max_batch_size == 0:
+        # proto3 drops zero scalars; Triton's auto-complete would then guess a batch
+        # dimension. Say it explicitly (Model Navigator does the same).
+        body = "max_batch_size: 0\n" + body
+    header = ""
+    if tuning:
+        header = "# Generated by tritonkit for profile '%s'. Choices:\n" % tuning.profile
+        header += "".join(f"#  - {note}\n" for note in tuning.notes)
+    return header + body
+
+
+def read_config(path: Path) -> mc.ModelConfig:
+    """Parse a config.pbtxt with Triton's schema; unknown fields name Triton's field."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise UsageError(f"no model config at {path}",
+                         hint="generate one: tritonkit config NAME --repository DIR") from None
+    try:
+        return text_format.Parse(text, mc.ModelConfig())
+    except text_format.ParseError as exc:
+        raise UsageError(f"{path} is not a valid Triton model config: {exc}",
+                         hint="fix the field Triton's schema names (see model_config.proto)") \
+            from None
+
+
+def read_report(model_dir: Path) -> dict:
+    path = model_dir / REPORT_FILENAME
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc})",
+                         hint="re-export the model with --force") from None
+
+
+def configure(repository: Path, name: str, *, gpu: str | None = None,
+              max_batch_size: int | None = None, force: bool = False) -> list[Path]:
+    """Write ``DIR/NAME/config.pbtxt`` (for ``gpu``) and ``configs/<profile>.pbtxt`` for each profile.
+
+    Reads ``DIR/NAME/1/model.onnx`` and ``DIR/NAME/export-report.json``. An existing
+    config.pbtxt is replaced only with ``force`` (export passes it for its own fresh folder).
+    """
+    model_dir = Path(repository) / name
+    if not model_dir.is_dir():
+        raise UsageError(f"no model '{name}' in {repository}",
+                         hint=f"export it first: tritonkit export SPEC --name {name} "
+                              f"--repository {repository}")
+    report = read_report(model_dir)
+    onnx_path = _find_onnx(model_dir)
+    graph = read_graph(onnx_path, report)
+    limit = max_batch_size if max_batch_size is not None else int(report.get("max_batch_size", 0))
+    plans = report.get("plans") or {}
+    default = load_profile(gpu or DEFAULT_GPU)
+    profiles = {default.name: default}
+    for other in available_profiles():
+        profiles.setdefault(other, load_profile(other))
+    targets = [model_dir / "config.pbtxt",
+               *(model_dir / "configs" / f"{p}.pbtxt" for p in profiles)]
+    for target in targets:                       # refuse before anything is written
+        refuse_overwrite(target, force=force, what="model config")
+    written = []
+    for profile in profiles.values():
+        config, tuning = build_config(name, graph, profile, max_batch_size=limit, plans=plans)
+        text = config_to_text(config, tuning)
+        written.append(atomic_write(model_dir / "configs" / f"{profile.name}.pbtxt", text))
+        if profile is default:
+            written.insert(0, atomic_write(model_dir / "config.pbtxt", text))
+    return written
+
+
+def _find_onnx(model_dir: Path) -> Path:
+    versions = sorted((p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
+                      key=lambda p: int(p.name))
+    for version in reversed(versions):
+        if (version / ONNX_FILENAME).is_file():
+            return version / ONNX_FILENAME
+    raise UsageError(f"no {ONNX_FILENAME} in any version folder of {model_dir}",
+                     hint="export the model first: tritonkit export SPEC --name NAME")

@@ -1,0 +1,104 @@
+"""The CPU-only mirror of a model repository that the embedded local Triton serves.
+
+The embedded server has only the python backend. ``build_local_repository`` mirrors
+the production repository into ``DIR/.tritonkit/local/``: ONNX models (and TensorRT
+models that still carry their ONNX source) are served by ``onnx_adapter.py`` running
+ONNX Runtime on the CPU, with the production config's inputs, outputs, batching and
+warm-up and KIND_CPU instances; python-backend and ensemble models are linked as
+they are. The production repository is never changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tritonkit.errors import UsageError
+from tritonkit.fileio import atomic_write
+from tritonkit.model_config import ONNX_FILENAME, config_to_text, read_config
+
+ADAPTER = Path(__file__).with_name("onnx_adapter.py")
+ONNX_PLATFORMS = {"onnxruntime_onnx"}
+ONNX_BACKENDS = {"onnxruntime"}
+
+
+def model_config_path(model_dir: Path, model_config_name: str | None) -> Path:
+    """Triton's rule: ``configs/<name>.pbtxt`` when named and present, else ``config.pbtxt``."""
+    if model_config_name:
+        custom = model_dir / "configs" / f"{model_config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_dir / "config.pbtxt"
+
+
+def build_local_repository(repository: Path, dest: Path, models: Sequence[str], *,
+                           model_config_name: str | None = None) -> Path:
+    """Mirror ``models`` of ``repository`` into ``dest`` for the CPU-only embedded server."""
+    repository = Path(repository).resolve()
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in models:
+        source = repository / name
+        config_path = model_config_path(source, model_config_name)
+        if not config_path.is_file():
+            # No config: Triton auto-completes python-backend models from model.py.
+            (dest / name).symlink_to(source, target_is_directory=True)
+            continue
+        config = read_config(config_path)
+        if _is_onnx(config) or config.platform == "tensorrt_plan":
+            _mirror_onnx_model(source, dest / name, config)
+        elif config.backend == "python" or config.platform == "ensemble":
+            (dest / name).symlink_to(source, target_is_directory=True)
+        else:
+            kind = config.platform or config.backend or "unknown"
+            raise UsageError(f"model '{name}' uses {kind}, which the embedded local Triton "
+                             "cannot serve (it has only the python backend)",
+                             hint="export it to ONNX (tritonkit export), or deploy with "
+                                  "--target compose on a GPU host")
+    return dest
+
+
+def _is_onnx(config: mc.ModelConfig) -> bool:
+    return config.platform in ONNX_PLATFORMS or config.backend in ONNX_BACKENDS
+
+
+def local_config(config: mc.ModelConfig, *, cpu_count: int | None = None) -> mc.ModelConfig:
+    """The production config, made servable by the python-backend adapter on the CPU."""
+    local = mc.ModelConfig()
+    local.CopyFrom(config)
+    local.platform = ""
+    local.backend = "python"
+    local.default_model_filename = ""
+    local.cc_model_filenames.clear()
+    local.ClearField("optimization")          # GPU accelerators mean nothing here
+    cpus = cpu_count or os.cpu_count() or 1
+    if not local.instance_group:
+        local.instance_group.add(count=1)
+    for group in local.instance_group:
+        group.kind = mc.ModelInstanceGroup.KIND_CPU
+        group.count = max(1, min(group.count or 1, cpus))
+        del group.gpus[:]
+    local.parameters["onnx_model"].string_value = ONNX_FILENAME
+    return local
+
+
+def _mirror_onnx_model(source: Path, target: Path, config: mc.ModelConfig) -> None:
+    versions = [p for p in source.iterdir() if p.is_dir() and p.name.isdigit()]
+    servable = [v for v in versions if (v / ONNX_FILENAME).is_file()]
+    if not servable:
+        raise UsageError(f"model '{source.name}' has no {ONNX_FILENAME} to serve locally "
+                         f"(looked in {', '.join(str(v) for v in versions) or source})",
+                         hint="a TensorRT-only model needs a GPU host: deploy --target compose")
+    target.mkdir(parents=True)
+    for version in servable:
+        out = target / version.name
+        out.mkdir()
+        for item in version.iterdir():        # the model and any external-data files
+            (out / item.name).symlink_to(item.resolve())
+        shutil.copyfile(ADAPTER, out / "model.py")
+    atomic_write(target / "config.pbtxt", config_to_text(local_config(config)))
