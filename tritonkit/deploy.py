@@ -2,26 +2,108 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
+from tritonkit.profiles import load_profile
 from tritonkit.repository import model_names
-from tritonkit.server.local import start_local, stop_local
+from tritonkit.server.local import refuse_if_running, start_local, stop_local
+from tritonkit.server.local_repository import build_local_repository
 from tritonkit.server.settings import Ports, load_server_settings
-from tritonkit.server.state import Deployment, load_deployment
+from tritonkit.server.state import Deployment, load_deployment, state_dir
+from tritonkit.server import compose, k8s
+from tritonkit.server.container import container_spec
+from tritonkit.errors import UsageError
+from tritonkit.profiles import available_profiles
+from tritonkit.client import Endpoint
+from tritonkit.server.local import Deadline
+from tritonkit.server.state import save_deployment
+from tritonkit.warmup import load_and_warm
 
 
 def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 8001,
                  metrics_port: int = 8002, server_config: Path | None = None,
-                 timeout: float = 120.0) -> Deployment:
-    """Start the embedded Triton on loopback with every model of ``repository`` READY."""
+                 timeout: float = 120.0, gpu: str | None = None,
+                 warmup: bool = True) -> Deployment:
+    """Start the embedded Triton on loopback with every model of ``repository`` READY.
+
+    With ``warmup`` every model is then warmed until steady (``tritonkit.warmup``), under
+    the same ``timeout``; the figures land in the state as ``extra["warmup"]``.
+
+    The server reads a CPU mirror of the repository (ONNX models through the python
+    backend adapter); ``gpu`` picks each model's ``configs/<gpu>.pbtxt`` to mirror.
+    """
     models = model_names(repository)
     settings = load_server_settings(server_config)
-    return start_local(Path(repository), settings,
-                       ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
-                       models=models, timeout=timeout)
+    if gpu:
+        settings = load_profile(gpu).server_settings(settings)
+    refuse_if_running(Path(repository))      # before the mirror of a live server is touched
+    mirror = build_local_repository(Path(repository), state_dir(Path(repository)) / "local",
+                                    models, model_config_name=gpu)
+    deadline = Deadline(timeout)
+    deployment = start_local(Path(repository), settings,
+                             ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
+                             models=models, timeout=timeout, serve_from=mirror)
+    if not warmup:
+        return deployment
+    results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
+                            deadline=deadline, config_dir=mirror)
+    deployment = dataclasses.replace(
+        deployment, extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
+    save_deployment(deployment)
+    return deployment
+
+
+def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docker"), up: bool = True,
+                   public: bool = False, image: str | None = None, force: bool = False,
+                   ports: Ports = Ports(), device_ids: tuple[str, ...] = ("0",),
+                   server_config: Path | None = None, timeout: float = 600.0,
+                   warmup: bool = True) -> tuple[compose.ComposeFiles, Deployment | None]:
+    """Write the compose file and env file for ``gpu``; with ``up``, start it, wait READY
+    and (``warmup``) warm every model up, all within ``timeout`` of the containers starting.
+
+    Without a Docker engine or the NVIDIA runtime, ``up`` raises a ServerError that says
+    what is missing and that the files were written.
+    """
+    spec = container_spec(Path(repository), _gpu_for("compose", gpu), image=image,
+                          server_config=server_config)
+    files = compose.write_compose(spec, Path(repository), Path(out), ports=ports, public=public,
+                                  device_ids=device_ids, force=force, starting=up)
+    if not up:
+        return files, None
+    deployment = compose.compose_up(files, spec, Path(repository), timeout=timeout)
+    if not warmup:
+        return files, deployment
+    # started_at is when Compose had the containers up: the rest of the same deadline.
+    deadline = Deadline(max(0.1, timeout - (time.time() - deployment.started_at)))
+    results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
+                            deadline=deadline, config_dir=Path(repository))
+    deployment = dataclasses.replace(
+        deployment, extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
+    save_deployment(deployment)
+    return files, deployment
+
+
+def deploy_k8s(repository: Path, *, gpu: str | None, out: Path = Path("docker"),
+               image: str | None = None, force: bool = False, replicas: int = 1,
+               server_config: Path | None = None) -> k8s.K8sFiles:
+    """Write ``out/k8s/`` manifests for a fleet of ``gpu`` replicas (nothing is applied)."""
+    spec = container_spec(Path(repository), _gpu_for("k8s", gpu), image=image,
+                          server_config=server_config)
+    return k8s.write_k8s(spec, Path(repository), Path(out), replicas=replicas, force=force)
+
+
+def _gpu_for(target: str, gpu: str | None) -> str:
+    if not gpu:
+        raise UsageError(f"--target {target} needs --gpu: the image and the server settings "
+                         "depend on the card", hint=f"e.g. --gpu {' or --gpu '.join(available_profiles())}")
+    return gpu
 
 
 def down(repository: Path, *, timeout: float = 40.0) -> bool:
     """Stop whatever deployment is recorded for ``repository``; True if one was running."""
     deployment = load_deployment(repository)
+    if deployment.target == "compose":
+        return compose.compose_down(deployment, timeout=timeout)
     return stop_local(deployment, timeout=timeout)

@@ -41,7 +41,8 @@ def _debug() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Every TritonkitError ends here as one line (and a hint) on stderr."""
     try:
-        app(args=argv, standalone_mode=False)
+        # In non-standalone mode click returns typer.Exit's code instead of raising it.
+        code = app(args=argv, standalone_mode=False)
     except TritonkitError as exc:
         if _debug():
             traceback.print_exc()
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hint: this is a tritonkit bug; rerun with {DEBUG_ENV}=1 for the traceback "
               "and report it", file=sys.stderr)
         return _exit(EXIT_ERROR)
-    return 0
+    return _exit(code if isinstance(code, int) else 0)
 
 
 def _exit(code: int | None) -> int:

@@ -9,14 +9,16 @@ import typer
 
 from tritonkit.cli import app
 from tritonkit.cli.options import Repository, Timeout, console
-from tritonkit.errors import NotBuiltError, UsageError
+from tritonkit.errors import UsageError
 from tritonkit import deploy as deploy_lib
+from tritonkit.server.settings import Ports
 from tritonkit.server.state import mask
 
 TARGETS = ("local", "compose", "k8s")
 
 
-@app.command(epilog="Example: tritonkit deploy --target local --repository model_repository")
+@app.command(epilog="Examples: tritonkit deploy --target local --repository model_repository; "
+                     "tritonkit deploy --target compose --gpu p100 --repository model_repository")
 def deploy(
     repository: Repository = Path("model_repository"),
     target: Annotated[str, typer.Option(help="local (embedded tritonserver), compose or k8s.")] = "local",
@@ -24,17 +26,36 @@ def deploy(
     grpc_port: Annotated[int, typer.Option(help="gRPC port (0 picks a free one).", min=0, max=65535)] = 8001,
     metrics_port: Annotated[int, typer.Option(help="Metrics port (0 picks a free one).", min=0, max=65535)] = 8002,
     server_config: Annotated[Optional[Path], typer.Option(help="Server settings TOML (default configs/server.toml).")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPU profile (configs/gpus/<name>.toml): picks each model's configs/<gpu>.pbtxt.")] = None,
+    out: Annotated[Path, typer.Option(help="compose/k8s: folder for the generated files (k8s: OUT/k8s/).")] = Path("docker"),
+    up: Annotated[bool, typer.Option("--up/--no-up", help="compose: start it after writing the files.")] = True,
+    public: Annotated[bool, typer.Option(help="compose: publish the ports on every interface, not only 127.0.0.1.")] = False,
+    image: Annotated[Optional[str], typer.Option(help="compose/k8s: Triton image instead of the GPU profile's.")] = None,
+    device_ids: Annotated[str, typer.Option(help="compose: GPU device ids to reserve, comma-separated.")] = "0",
+    replicas: Annotated[int, typer.Option(help="k8s: replicas, one GPU each.", min=1)] = 1,
+    force: Annotated[bool, typer.Option(help="compose/k8s: replace files written before.")] = False,
+    warmup: Annotated[bool, typer.Option(
+        "--warmup/--no-warmup", help="Warm every model up until its latency is steady (local, compose).")] = True,
     timeout: Timeout = 120.0,
 ) -> None:
-    """Start Triton for a model repository, load every model and wait until each is READY."""
+    """Start Triton for a model repository, load every model, wait until each is READY, warm it up."""
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}'", hint=f"use one of: {', '.join(TARGETS)}")
-    if target != "local":
-        raise NotBuiltError(f"tritonkit deploy --target {target} is not built yet",
-                            hint="use --target local (the embedded Triton) for now")
+    if target == "compose":
+        files, running = deploy_lib.deploy_compose(
+            repository, gpu=gpu, out=out, up=up, public=public, image=image, force=force,
+            ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
+            device_ids=tuple(d.strip() for d in device_ids.split(",") if d.strip()),
+            server_config=server_config, timeout=timeout, warmup=warmup)
+        _print_compose(files, running)
+        return
+    if target == "k8s":
+        _print_k8s(deploy_lib.deploy_k8s(repository, gpu=gpu, out=out, image=image, force=force,
+                                         replicas=replicas, server_config=server_config))
+        return
     deployment = deploy_lib.deploy_local(
         repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-        server_config=server_config, timeout=timeout)
+        server_config=server_config, timeout=timeout, gpu=gpu, warmup=warmup)
     console.print(f"[green]Triton is up[/green] ({deployment.target}, pid {deployment.pid}), "
                   f"models READY: {', '.join(deployment.models)}")
     console.print(f"  HTTP     http://{deployment.http_url}")
@@ -43,6 +64,35 @@ def deploy(
     console.print(f"  log      {deployment.log_path}")
     console.print(f"  model-repository API needs header {deployment.secret_header}: "
                   f"{mask(deployment.secret())} (full value in {Path(deployment.repository) / '.tritonkit' / 'secret'})")
+    if "warmup" in deployment.extra:
+        from tritonkit.cli.warmup import print_warmup  # here: keeps the --help order
+
+        print_warmup(deployment.extra["warmup"])
+
+
+def _print_compose(files, running) -> None:
+    console.print(f"wrote {files.compose_file} and {files.env_file}")
+    console.print(f"  model-repository API needs header {files.secret_header}: "
+                  f"{mask(files.secret)} (full value in {files.env_file}, 0600)")
+    if running is None:
+        console.print(f"  start it on a GPU host: docker compose -f {files.compose_file} up -d")
+        return
+    console.print(f"[green]Triton is up[/green] (compose project {files.project}, "
+                  f"image {running.extra['image']}), models READY: {', '.join(running.models)}")
+    console.print(f"  HTTP     http://{running.http_url}")
+    console.print(f"  gRPC     {running.grpc_url}")
+    console.print(f"  metrics  {running.metrics_url}")
+    if "warmup" in running.extra:
+        from tritonkit.cli.warmup import print_warmup  # here: keeps the --help order
+
+        print_warmup(running.extra["warmup"])
+
+
+def _print_k8s(written) -> None:
+    console.print(f"wrote {len(written.files)} manifests to {written.directory} "
+                  f"(deployment {written.name}; secret {mask(written.secret)} in secret.yaml, 0600)")
+    console.print(f"  fill the claim {written.claim} with the model repository, then: "
+                  f"kubectl apply -k {written.directory}")
 
 
 @app.command(epilog="Example: tritonkit down --repository model_repository")
@@ -50,7 +100,8 @@ def down(
     repository: Repository = Path("model_repository"),
     timeout: Timeout = 40.0,
 ) -> None:
-    """Stop the server deployed for a model repository (SIGINT, bounded wait, then kill)."""
+    """Stop the server deployed for a model repository (local: SIGINT, bounded wait, then
+    kill; compose: docker compose down)."""
     if deploy_lib.down(repository, timeout=timeout):
         console.print(f"stopped the Triton server for {repository}")
     else:

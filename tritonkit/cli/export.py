@@ -1,13 +1,95 @@
-"""`tritonkit export` (not built yet)."""
+"""`tritonkit export`: a PyTorch model factory → a verified ONNX (or TensorRT) model folder."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
 from tritonkit.cli import app
-from tritonkit.errors import NotBuiltError
+from tritonkit.cli.options import Repository, console, err_console
+from tritonkit.export import ExportOptions, ExportResult, export_spec
+from tritonkit.export.spec import parse_dynamic_axis
 
 
-@app.command(epilog="Example: tritonkit export examples/mlp.py:build --name mlp --repository model_repository")
-def export() -> None:
+def _names(text: Optional[str]) -> Optional[tuple[str, ...]]:
+    return tuple(part.strip() for part in text.split(",") if part.strip()) if text else None
+
+
+@app.command(epilog="Example: tritonkit export examples/mlp.py:build --name mlp "
+                    "--repository model_repository --gpu a10")
+def export(
+    spec: Annotated[str, typer.Argument(
+        help="The model factory: path/to/file.py:factory or package.module:factory; it "
+             "returns (module, example_inputs[, dynamic_axes]).")],
+    name: Annotated[str, typer.Option("--name", "-n", help="Model name (its folder in the repository).")],
+    repository: Repository,
+    gpu: Annotated[Optional[str], typer.Option(
+        "--gpu", help="Target GPU profile (p100, a10, or a profile .toml).")] = None,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="onnx, or tensorrt (a plan built on the target GPU).")] = "onnx",
+    max_batch_size: Annotated[int, typer.Option(
+        "--max-batch-size", help="Largest batch Triton may send.", min=1)] = 32,
+    opset: Annotated[int, typer.Option("--opset", help="ONNX opset.", min=7)] = 18,
+    atol: Annotated[Optional[float], typer.Option(
+        "--atol", help="Absolute tolerance vs PyTorch (default by output dtype).", min=0)] = None,
+    rtol: Annotated[Optional[float], typer.Option(
+        "--rtol", help="Relative tolerance vs PyTorch (default by output dtype).", min=0)] = None,
+    input_names: Annotated[Optional[str], typer.Option(
+        "--input-names", help="Comma-separated input names (default: dict keys or INPUT__<i>).")] = None,
+    output_names: Annotated[Optional[str], typer.Option(
+        "--output-names", help="Comma-separated output names (default: OUTPUT__<i>).")] = None,
+    dynamic_axis: Annotated[Optional[list[str]], typer.Option(
+        "--dynamic-axis", help="INPUT:AXIS[=LABEL], an axis besides the batch that varies "
+                               "(repeatable), e.g. input_ids:1=sequence.")] = None,
+    verify: Annotated[bool, typer.Option(
+        "--verify/--no-verify", help="Compare ONNX Runtime with PyTorch on several batches.")] = True,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing model folder.")] = False,
+) -> None:
     """Export a PyTorch model to ONNX, verified against PyTorch, into a model repository."""
-    raise NotBuiltError("tritonkit export is not built yet",
-                        hint="put a model folder in the repository by hand for now")
+    axes: dict[str, dict[int, str]] = {}
+    for text in dynamic_axis or []:
+        input_name, axis, label = parse_dynamic_axis(text)
+        axes.setdefault(input_name, {})[axis] = label
+    options = ExportOptions(
+        name=name, repository=Path(repository), gpu=gpu, format=fmt,
+        max_batch_size=max_batch_size, opset=opset, atol=atol, rtol=rtol, verify=verify,
+        force=force, input_names=_names(input_names), output_names=_names(output_names))
+    with err_console.status(f"exporting {spec}"):
+        result = export_spec(spec, options, dynamic_axes=axes)
+    _render(result)
+
+
+def _render(result: ExportResult) -> None:
+    report = result.report
+    console.print(f"exported [bold]{report['name']}[/] to {result.path} with the "
+                  f"{report['exporter']} exporter (opset {report['opset']}, "
+                  f"max batch {report['max_batch_size']})")
+    table = Table("tensor", "dtype", "shape", "max abs err", "max rel err")
+    errors = (report["verification"].get("max_errors") or {})
+    for spec in report["inputs"]:
+        table.add_row(f"in  {spec['name']}", spec["dtype"], _shape(spec), "", "")
+    for spec in report["outputs"]:
+        worst = errors.get(spec["name"], {})
+        table.add_row(f"out {spec['name']}", spec["dtype"], _shape(spec),
+                      f"{worst['max_abs_error']:.2e}" if worst else "-",
+                      f"{worst['max_rel_error']:.2e}" if worst else "-")
+    console.print(table)
+    verification = report["verification"]
+    if verification.get("passed"):
+        batches = sorted({case["batch"] for case in verification["cases"]})
+        console.print(f"verified against PyTorch on {verification['provider']} at batch "
+                      f"{', '.join(map(str, batches))}")
+    else:
+        console.print("[yellow]not verified[/] (--no-verify)")
+    for note in result.notes:
+        console.print(note)
+    for path in result.written:
+        console.print(f"  wrote {path}")
+
+
+def _shape(spec: dict) -> str:
+    named = {int(axis): label for axis, label in spec["dynamic_axes"].items()}
+    return "[" + ", ".join(named.get(i, str(d)) for i, d in enumerate(spec["shape"])) + "]"

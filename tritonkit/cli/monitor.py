@@ -1,24 +1,224 @@
-"""`tritonkit monitor`, `tritonkit diagnose` and `tritonkit doctor` (not built yet)."""
+"""`tritonkit monitor`, `tritonkit diagnose` and `tritonkit doctor`."""
 
 from __future__ import annotations
 
+import json
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich import box
+from rich.console import Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
 from tritonkit.cli import app
-from tritonkit.errors import NotBuiltError
+from tritonkit.cli.options import JsonOut, OptionalRepository, Repository, Url, console, err_console
+from tritonkit.errors import TritonkitError, UsageError
+from tritonkit.monitor import doctor as doctor_lib
+from tritonkit.monitor.alerts import load_thresholds
+from tritonkit.monitor.diagnose import Diagnosis, choose_profile, diagnose as diagnose_rows
+from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv
+from tritonkit.monitor.triton_metrics import DEFAULT_METRICS_PORT, resolve_metrics_url
+from tritonkit.monitor.watch import Snapshot, open_monitor, record, watch
+from tritonkit.profiles import load_profile
+
+MetricsPort = Annotated[int, typer.Option(
+    help="Triton's metrics port on the --url host.", min=1, max=65535)]
+ThresholdsFile = Annotated[Optional[Path], typer.Option(
+    "--thresholds", help="Alert and wall thresholds TOML (default configs/alerts.toml).")]
+Gpu = Annotated[Optional[str], typer.Option(
+    "--gpu", help="GPU profile (p100, a10, or a .toml path).")]
 
 
-@app.command(epilog="Example: tritonkit monitor --interval 10 --csv gpu.csv")
-def monitor() -> None:
-    """Sample the GPU's vital signs (NVML) and Triton's metrics."""
-    raise NotBuiltError("tritonkit monitor is not built yet")
+@app.command(epilog="Example: tritonkit monitor --interval 10 --csv gpu.csv "
+                    "--repository model_repository")
+def monitor(
+    interval: Annotated[float, typer.Option(help="Seconds between samples.", min=0.05)] = 10.0,
+    duration: Annotated[Optional[float], typer.Option(
+        help="Stop after this many seconds (default: until Ctrl-C).", min=0)] = None,
+    csv: Annotated[Optional[Path], typer.Option(
+        "--csv", help="Write one row per sample per GPU to this CSV (columns: "
+                      + ", ".join(COLUMNS) + ").")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Take one sample and stop.")] = False,
+    url: Url = None,
+    metrics_port: MetricsPort = DEFAULT_METRICS_PORT,
+    repository: OptionalRepository = None,
+    thresholds: ThresholdsFile = None,
+) -> None:
+    """Sample the GPU's vital signs (NVML) and Triton's metrics; alert on thresholds."""
+    limits = load_thresholds(thresholds)
+    metrics_url = resolve_metrics_url(repository, url, metrics_port)
+    sampler, note = open_monitor(metrics_url, limits.alerts)
+    if note:
+        err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
+    with ExitStack() as stack:
+        stack.callback(sampler.close)
+        recorder = stack.enter_context(CsvRecorder(csv)) if csv else None
+        live = None
+        if console.is_terminal and not once:
+            live = stack.enter_context(Live(console=console, auto_refresh=False))
+        for snapshot in watch(sampler, interval, duration, once=once):
+            if recorder:
+                recorder.write(snapshot.rows())
+            view = _snapshot_view(snapshot)
+            if live:
+                live.update(view, refresh=True)
+            else:
+                console.print(view)
+            for alert in snapshot.alerts:
+                console.print(f"[bold red]ALERT[/bold red] {escape(alert.message)}", highlight=False)
+    if csv:
+        console.print(f"samples written to {csv}")
 
 
-@app.command(epilog="Example: tritonkit diagnose gpu.csv")
-def diagnose() -> None:
+def _fmt(value: float | None, spec: str = ".0f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1),
+                  pad_edge=False)
+    for i, header in enumerate(headers):
+        # the name column never shrinks: the numbers' headers are short enough to fit
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True,
+                         min_width=max((len(r[0]) for r in rows), default=4) if i == 0 else None)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _snapshot_view(snapshot: Snapshot) -> Group:
+    parts = []
+    at = f"at {round(snapshot.elapsed_s, 1):g} s"
+    if snapshot.gpus:
+        table = _table(f"GPUs {at}", (
+            "GPU", "util%", "mem MiB", "mem%", "°C", "W", "SM MHz", "mem MHz", "rx MB/s",
+            "tx MB/s"), [[
+                str(g.index), _fmt(g.utilization_pct),
+                f"{_fmt(g.memory_used_mib)}/{_fmt(g.memory_total_mib)}", _fmt(g.memory_pct, ".1f"),
+                _fmt(g.temperature_c), _fmt(g.power_w), _fmt(g.sm_clock_mhz),
+                _fmt(g.memory_clock_mhz), _fmt(g.pcie_rx_mb_s), _fmt(g.pcie_tx_mb_s)]
+                for g in snapshot.gpus])
+        table.caption = ", ".join(f"{g.index} = {g.name}" for g in snapshot.gpus)
+        table.caption_justify = "left"
+        parts.append(table)
+    if snapshot.triton:
+        rows = []
+        for name, c in snapshot.triton.models.items():
+            r = snapshot.model_rates.get(name)
+            ms = lambda us: None if us is None else us / 1000  # noqa: E731
+            rows.append([name, f"{c.request_success:.0f}", f"{c.inference_count:.0f}",
+                         f"{c.exec_count:.0f}", f"{c.request_failure:.0f}",
+                         _fmt(r and r.requests_per_s, ".1f"), _fmt(r and r.inferences_per_s, ".1f"),
+                         _fmt(r and r.avg_batch, ".2f"), _fmt(r and ms(r.queue_us), ".2f"),
+                         _fmt(r and ms(r.compute_us), ".2f"), f"{c.pending_request_count:.0f}"])
+        parts.append(_table(f"Triton {at}", (
+            "model", "req", "infer", "exec", "fail", "req/s", "inf/s", "batch", "queue ms",
+            "comp ms", "pend"), rows))
+    if snapshot.triton_error:
+        parts.append(f"Triton: {escape(snapshot.triton_error)}")
+    return Group(*parts)
+
+
+@app.command(epilog="Example: tritonkit diagnose gpu.csv --gpu a10")
+def diagnose(
+    file: Annotated[Optional[Path], typer.Argument(
+        help="A CSV recorded by tritonkit monitor --csv.", show_default=False)] = None,
+    gpu: Gpu = None,
+    live: Annotated[bool, typer.Option(
+        "--live", help="Record now for --duration seconds instead of reading a file.")] = False,
+    duration: Annotated[float, typer.Option(help="Seconds to record with --live.", min=1)] = 60.0,
+    interval: Annotated[float, typer.Option(help="Seconds between samples with --live.",
+                                            min=0.05)] = 1.0,
+    url: Url = None,
+    metrics_port: MetricsPort = DEFAULT_METRICS_PORT,
+    repository: OptionalRepository = None,
+    thresholds: ThresholdsFile = None,
+    json_out: JsonOut = None,
+) -> None:
     """Name the bottleneck (memory, bandwidth, I/O or scheduling wall) from a monitor CSV."""
-    raise NotBuiltError("tritonkit diagnose is not built yet")
+    if (file is None) == (not live):
+        raise UsageError("give a recorded CSV or --live, not both" if file else
+                         "no recording given", hint="tritonkit diagnose gpu.csv, or --live")
+    limits = load_thresholds(thresholds)
+    if live:
+        sampler, _ = open_monitor(resolve_metrics_url(repository, url, metrics_port), limits.alerts)
+        if sampler.nvml is None:
+            sampler.close()
+            raise UsageError("diagnose --live needs the GPU's samples and NVML is unavailable",
+                             hint="run it on the GPU host")
+        try:
+            rows = record(sampler, interval, duration)
+        finally:
+            sampler.close()
+    else:
+        rows = read_monitor_csv(file)
+    results = diagnose_rows(rows, choose_profile(rows, gpu), limits)
+    for result in results:
+        _print_diagnosis(result)
+    if json_out:
+        _write_json(json_out, {"diagnoses": [r.to_dict() for r in results]})
+
+
+def _print_diagnosis(d: Diagnosis) -> None:
+    color = {"none": "green", "idle": "yellow"}.get(d.wall, "red")
+    console.print(f"GPU {d.gpu} ({escape(d.gpu_name or 'unnamed')}, profile {d.profile}): "
+                  f"[bold {color}]{d.title}[/bold {color}]", highlight=False)
+    console.print("  evidence:", highlight=False)
+    for line in d.evidence:
+        console.print(f"    - {escape(line)}", highlight=False)
+    for line in d.notes:
+        console.print(f"  note: {escape(line)}", highlight=False)
+    console.print("  what to try:", highlight=False)
+    for line in d.advice:
+        console.print(f"    - {escape(line)}", highlight=False)
 
 
 @app.command(epilog="Example: tritonkit doctor --gpu a10 --repository model_repository")
-def doctor() -> None:
+def doctor(
+    gpu: Gpu = None,
+    image: Annotated[Optional[str], typer.Option(
+        help="Triton image to check for (default: the profile's).")] = None,
+    repository: Repository = Path("model_repository"),
+    host: Annotated[str, typer.Option(help="Address the server will bind.")] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+    grpc_port: Annotated[int, typer.Option(min=1, max=65535)] = 8001,
+    metrics_port: Annotated[int, typer.Option(min=1, max=65535)] = 8002,
+    json_out: JsonOut = None,
+) -> None:
     """Check a deployment host: driver, compute capability, Docker, ports, repository."""
-    raise NotBuiltError("tritonkit doctor is not built yet")
+    profile = load_profile(gpu) if gpu else None
+    facts = doctor_lib.gather_host_facts(
+        host, {"http": http_port, "grpc": grpc_port, "metrics": metrics_port})
+    checks = doctor_lib.run_doctor(profile, facts, image=image, repository=repository)
+    to_stdout = json_out is not None and str(json_out) == "-"
+    width = max(len(c.name) for c in checks)
+    for check in [] if to_stdout else checks:
+        status = "[green]ok     [/green]" if check.ok else "[red]problem[/red]"
+        line = f"{status} {check.name:<{width}}  {escape(check.detail)}"
+        if check.fix:
+            line += f" [dim]— fix: {escape(check.fix)}[/dim]"
+        console.print(line, highlight=False, soft_wrap=True)
+    if json_out:
+        _write_json(json_out, doctor_lib.checks_to_json(checks))
+    problems = [c.name for c in checks if not c.ok]
+    if problems:
+        raise TritonkitError(f"{len(problems)} of {len(checks)} checks found a problem "
+                             f"({', '.join(problems)})",
+                             hint="apply each fix listed, then rerun tritonkit doctor")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    text = json.dumps(data, indent=2) + "\n"
+    if str(path) == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path} ({exc.strerror})",
+                         hint="pass --json with a writable path, or - for stdout") from None

@@ -1,13 +1,88 @@
-"""`tritonkit warmup` (not built yet)."""
+"""`tritonkit warmup`: explicit load and warm-up until steady, with the cold-start figures."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from tritonkit import warmup as warmup_lib
 from tritonkit.cli import app
-from tritonkit.errors import NotBuiltError
+from tritonkit.cli.options import JsonOut, OptionalRepository, Timeout, Url, console
+from tritonkit.errors import TritonkitError
+from tritonkit.fileio import atomic_write
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}x"
+
+
+def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
+    """One row per model: load, the cold first request, steady p50, and a user's first after."""
+    table = Table(title="warm-up (after: a fresh client's first request, once warm)",
+                  title_justify="left")
+    for column in ("model", "load s", "first ms", "p50 ms", "first/p50", "requests",
+                   "after ms", "after/p50", "steady"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for r in results:
+        table.add_row(
+            r.model, "READY" if r.load_s is None else f"{r.load_s:.2f}", _ms(r.first_ms),
+            _ms(r.steady_p50_ms), _ratio(r.ratio), str(r.requests),
+            _ms(r.after.first_ms if r.after else None),
+            _ratio(r.after.ratio if r.after else None),
+            "[green]yes[/green]" if r.steady else f"[red]no[/red] {r.note}")
+    return table
+
+
+def print_warmup(records: list[dict]) -> None:
+    """The table for warm-up figures kept as dicts (a deployment's state), and a warning
+    for each model that did not become steady: the server is up and serving anyway."""
+    results = [warmup_lib.ModelWarmup.from_dict(r) for r in records]
+    console.print(warmup_table(results))
+    for r in results:
+        if not r.steady:
+            console.print(f"[yellow]warning:[/yellow] {r.model} is not steady ({r.note}); "
+                          f"run: tritonkit warmup --model {r.model}")
+
+
+def write_json(path: Path, results: list[warmup_lib.ModelWarmup]) -> None:
+    atomic_write(path, json.dumps({"models": [r.as_dict() for r in results]}, indent=2) + "\n")
 
 
 @app.command(epilog="Example: tritonkit warmup --repository model_repository")
-def warmup() -> None:
+def warmup(
+    repository: OptionalRepository = None,
+    url: Url = None,
+    model: Annotated[Optional[list[str]], typer.Option(
+        "--model", "-m", help="A model to warm (repeat for several; default: all).")] = None,
+    requests: Annotated[int, typer.Option(
+        help="Most warm-up requests per model, all shapes together.", min=1)] = warmup_lib.DEFAULT_REQUESTS,
+    steady_window: Annotated[int, typer.Option(
+        help="Steady means: the last N requests of a shape ...", min=2)] = warmup_lib.SteadyRule.window,
+    steady_tolerance: Annotated[float, typer.Option(
+        help="... each within this fraction of their median.", min=0.001)] = warmup_lib.SteadyRule.tolerance,
+    reload: Annotated[bool, typer.Option(
+        "--reload", help="Reload models that are READY too (their cold start comes back).")] = False,
+    timeout: Timeout = 120.0,
+    json_out: JsonOut = None,
+) -> None:
     """Load every model explicitly and warm it up until its latency is steady."""
-    raise NotBuiltError("tritonkit warmup is not built yet",
-                        hint="tritonkit deploy already waits until every model is READY")
+    if repository is None and url is None:
+        repository = Path("model_repository")
+    results = warmup_lib.warm_up(
+        repository, url, model, timeout=timeout, requests=requests, reload=reload,
+        rule=warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance))
+    console.print(warmup_table(results))
+    if json_out:
+        write_json(json_out, results)
+    unsteady = [r.model for r in results if not r.steady]
+    if unsteady:
+        raise TritonkitError(f"not steady: {', '.join(unsteady)}",
+                             hint="raise --requests or --timeout, or loosen --steady-tolerance")

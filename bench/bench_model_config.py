@@ -1,0 +1,109 @@
+"""Tuned config vs Triton's default config for the same model, side by side in one run.
+
+Both configs serve the same ONNX MLP (256-1024-1024-10) on the embedded local Triton
+(through the ONNX Runtime adapter); perf_analyzer drives each at concurrency 1 and 16.
+"default" is what a hand-written minimal config gives: the graph's inputs and
+outputs, the same max_batch_size, one instance, no dynamic batching, no warm-up.
+"tuned" is `tritonkit config --gpu a10` (dynamic batching, preferred sizes,
+instances, warm-up) as the local target serves it.
+
+    .venv/bin/python bench/bench_model_config.py [--json out.json] [--interval-ms 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
+
+from bench.perf_analyzer import run_perf_analyzer  # noqa: E402
+from tritonkit.deploy import deploy_local, down  # noqa: E402
+from tritonkit.fileio import atomic_write  # noqa: E402
+from tritonkit.model_config import config_to_text, configure, read_config  # noqa: E402
+
+MAX_BATCH = 32
+
+
+def build_repository(root: Path) -> Path:
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(),
+                              torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                              torch.nn.Linear(1024, 10)).eval()
+    tuned = root / "mlp_tuned"
+    (tuned / "1").mkdir(parents=True)
+    torch.onnx.export(mlp, (torch.randn(4, 256),), str(tuned / "1" / "model.onnx"),
+                      input_names=["INPUT__0"], output_names=["OUTPUT__0"],
+                      dynamic_axes={"INPUT__0": {0: "batch"}, "OUTPUT__0": {0: "batch"}},
+                      dynamo=False)
+    (tuned / "export-report.json").write_text(json.dumps({"max_batch_size": MAX_BATCH}))
+    configure(root, "mlp_tuned", gpu="a10")
+
+    default = root / "mlp_default"
+    shutil.copytree(tuned, default)
+    shutil.rmtree(default / "configs")
+    config = read_config(tuned / "config.pbtxt")
+    plain = mc.ModelConfig(name="mlp_default", platform=config.platform,
+                           max_batch_size=config.max_batch_size)
+    plain.input.extend(config.input)
+    plain.output.extend(config.output)
+    atomic_write(default / "config.pbtxt", config_to_text(plain))
+    return root
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--interval-ms", type=int, default=3000)
+    parser.add_argument("--stability-pct", type=int, default=10,
+                        help="perf_analyzer's stability threshold (raise it on a busy machine)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = build_repository(Path(tmp))
+        deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=180)
+        try:
+            rows = {}
+            for model in ("mlp_default", "mlp_tuned"):
+                for concurrency in (1, 16):
+                    rows[(model, concurrency)] = run_perf_analyzer(
+                        deployment.http_url, model, concurrency, interval_ms=args.interval_ms,
+                        stability_pct=args.stability_pct)
+        finally:
+            down(repo)
+
+    table = Table(title="tuned config vs default config (perf_analyzer, local Triton, CPU)")
+    for col in ("concurrency", "default infer/s", "tuned infer/s", "throughput ×",
+                "default p99 ms", "tuned p99 ms", "p99 ×"):
+        table.add_column(col, justify="right")
+    summary = []
+    for concurrency in (1, 16):
+        d, t = rows[("mlp_default", concurrency)], rows[("mlp_tuned", concurrency)]
+        ratio_qps, ratio_p99 = t.throughput / d.throughput, t.p99_us / d.p99_us
+        summary.append({"concurrency": concurrency, "default": asdict(d), "tuned": asdict(t),
+                        "throughput_ratio": ratio_qps, "p99_ratio": ratio_p99})
+        table.add_row(str(concurrency), f"{d.throughput:,.0f}", f"{t.throughput:,.0f}",
+                      f"{ratio_qps:.2f}", f"{d.p99_us / 1000:.2f}", f"{t.p99_us / 1000:.2f}",
+                      f"{ratio_p99:.2f}")
+    Console().print(table)
+    at16 = summary[1]
+    verdict = at16["throughput_ratio"] >= 2.0 and at16["p99_ratio"] <= 1.0
+    Console().print(f"goal (>= 2x throughput at 16, p99 no worse): "
+                    f"{'met' if verdict else 'NOT met'}")
+    if args.json:
+        args.json.write_text(json.dumps({"results": summary, "goal_met": verdict}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

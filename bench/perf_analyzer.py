@@ -1,0 +1,80 @@
+"""Running NVIDIA's perf_analyzer 2.51.0 (from tritonclient[all]==2.51.0) on this machine.
+
+It links against libb64.so.0d and libcudart.so.12, which the nvidia-pytriton wheel
+bundles under hashed names: we symlink them into a private folder on its
+LD_LIBRARY_PATH. Used by the benchmarks as the reference load generator.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonkit.server.binary import find_install
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    concurrency: int
+    throughput: float        # inferences per second
+    p50_us: float
+    p90_us: float
+    p95_us: float
+    p99_us: float
+    avg_us: float
+
+
+def perf_analyzer_binary() -> Path:
+    found = shutil.which("perf_analyzer") or str(Path(sys.executable).parent / "perf_analyzer")
+    if not Path(found).exists():
+        raise SystemExit("perf_analyzer not found: pip install 'tritonclient[all]==2.51.0'")
+    return Path(found)
+
+
+def _library_dir() -> Path:
+    libs = find_install().libs
+    target = Path(tempfile.gettempdir()) / "tritonkit-perf-analyzer-libs"
+    target.mkdir(exist_ok=True)
+    for pattern, name in (("libb64-*.so.0d", "libb64.so.0d"), ("libcudart-*.so.12*", "libcudart.so.12")):
+        source = next(libs.glob(pattern))
+        link = target / name
+        if not link.exists():
+            link.symlink_to(source)
+    return target
+
+
+def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str = "http",
+                      interval_ms: int = 3000, batch_size: int = 1, shape: str | None = None,
+                      stability_pct: int = 10, max_trials: int = 10,
+                      extra: list[str] | None = None) -> PerfResult:
+    """One perf_analyzer measurement at a fixed concurrency (sync, stable windows)."""
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(_library_dir()),
+                                                           env.get("LD_LIBRARY_PATH")]))
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "pa.csv"
+        argv = [str(perf_analyzer_binary()), "-m", model, "-u", url, "-i", protocol,
+                "-b", str(batch_size), "--concurrency-range", f"{concurrency}:{concurrency}",
+                "-p", str(interval_ms), "-s", str(stability_pct), "-r", str(max_trials), "-f", str(report),
+                "--percentile", "99", *(extra or [])]
+        if shape:
+            argv += ["--shape", shape]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        if done.returncode != 0 and not report.exists():
+            raise RuntimeError(f"perf_analyzer failed ({done.returncode}): "
+                               f"{(done.stderr or done.stdout).strip()[-500:]}")
+        row = next(csv.DictReader(report.open()))
+    return PerfResult(
+        concurrency=concurrency, throughput=float(row["Inferences/Second"]),
+        p50_us=float(row["p50 latency"]), p90_us=float(row["p90 latency"]),
+        p95_us=float(row["p95 latency"]), p99_us=float(row["p99 latency"]),
+        avg_us=sum(float(row[k]) for k in ("Client Send", "Network+Server Send/Recv",
+                                           "Server Queue", "Server Compute Input",
+                                           "Server Compute Infer", "Server Compute Output",
+                                           "Client Recv") if k in row))

@@ -1,0 +1,252 @@
+"""`tritonkit deploy --target compose`: the compose file a real Compose accepts, and `up`/`down`.
+
+Validation is Debian's docker-compose (``docker-compose config`` needs no engine);
+.ci/run installs it. There is no Docker engine on CI, so `up` is tested for what it
+must do there: write the files, say what is missing, exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+from tritonkit.server.compose import compose_dict, engine_problem
+from tritonkit.server.container import container_spec
+from tritonkit.server.state import Deployment, load_deployment, read_secret, save_deployment
+
+needs_compose = pytest.mark.skipif(shutil.which("docker-compose") is None,
+                                   reason="Debian's docker-compose is not installed (.ci/run installs it)")
+
+
+def write(repo: Path, out: Path, *args: str) -> int:
+    return run_cli("deploy", "--target", "compose", "--repository", repo, "--out", out,
+                   "--no-up", *args)
+
+
+def compose_config(out: Path) -> dict:
+    """The file as docker-compose resolves it (the .env beside it interpolated)."""
+    result = subprocess.run(["docker-compose", "-f", str(out / "docker-compose.yml"), "config"],
+                            capture_output=True, text=True, cwd=out, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def plan_config(repo: Path, path: Path) -> None:
+    """Make a model's config (at ``path``) serve a TensorRT plan."""
+    text = (repo / "example" / "config.pbtxt").read_text().replace('backend: "python"',
+                                                                   'platform: "tensorrt_plan"')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@needs_compose
+@pytest.mark.parametrize("gpu,image,cc", [("p100", "nvcr.io/nvidia/tritonserver:24.10-py3", "6.0"),
+                                          ("a10", "nvcr.io/nvidia/tritonserver:25.12-py3", "8.6")])
+def test_the_compose_file_passes_docker_compose_config_with_nvidias_container_settings(
+        example_repository, tmp_path, gpu, image, cc):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", gpu) == 0
+    server = compose_config(out)["services"]["tritonserver"]
+    assert server["image"] == image
+    devices = server["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "device_ids": ["0"], "capabilities": ["gpu"]}]
+    assert server["ulimits"] == {"memlock": -1, "stack": 67108864}
+    assert server["shm_size"]
+    [mount] = server["volumes"]
+    assert mount["source"] == str(example_repository.resolve()) and mount["target"] == "/models"
+    assert mount["read_only"] is True
+    assert server["restart"] == "unless-stopped"
+    assert server["healthcheck"]["test"][-1].endswith("/v2/health/live")
+    assert sorted(p.removesuffix("/tcp") for p in server["ports"]) == [
+        "127.0.0.1:8000:8000", "127.0.0.1:8001:8001", "127.0.0.1:8002:8002"]
+    command = server["command"]
+    assert command[0] == "tritonserver" and "--model-repository=/models" in command
+    assert "--model-control-mode=explicit" in command and "--load-model=example" in command
+    assert "--strict-readiness=true" in command and "--http-address=0.0.0.0" in command
+    assert f"--min-supported-compute-capability={cc}" in command
+
+
+def test_the_secret_lives_only_in_the_0600_env_file_and_is_never_printed(
+        example_repository, tmp_path, capsys):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    secret = read_secret(example_repository)
+    env = out / ".env"
+    assert stat.S_IMODE(env.stat().st_mode) == 0o600
+    assert f"TRITONKIT_REPOSITORY_KEY={secret}\n" in env.read_text()
+    compose_text = (out / "docker-compose.yml").read_text()
+    assert secret not in compose_text
+    # The restricted model-repository API is in the file (its value comes from .env).
+    restricted = "model-repository:tritonkit-repository-key=${TRITONKIT_REPOSITORY_KEY"
+    assert f"--http-restricted-api={restricted}" in compose_text
+    assert f"--grpc-restricted-protocol={restricted}" in compose_text
+    printed = capsys.readouterr()
+    assert secret not in printed.out + printed.err and secret[:4] in printed.out
+
+
+@needs_compose
+def test_the_compose_file_interpolates_the_secret_from_the_env_file(example_repository, tmp_path):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    command = compose_config(out)["services"]["tritonserver"]["command"]
+    secret = read_secret(example_repository)
+    assert f"--http-restricted-api=model-repository:tritonkit-repository-key={secret}" in command
+
+
+def test_public_publishes_the_ports_on_every_interface(example_repository, tmp_path):
+    spec = container_spec(example_repository, "a10")
+    ports = compose_dict(spec, example_repository, public=True)["services"]["tritonserver"]["ports"]
+    assert ports == ["0.0.0.0:8000:8000", "0.0.0.0:8001:8001", "0.0.0.0:8002:8002"]
+
+
+def test_a_p100_refuses_an_image_that_needs_compute_capability_7_5(example_repository, tmp_path, capsys):
+    out = tmp_path / "docker"
+    code = write(example_repository, out, "--gpu", "p100",
+                 "--image", "nvcr.io/nvidia/tritonserver:25.01-py3")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "needs compute capability 7.5" in err and "24.10" in err
+    assert not (out / "docker-compose.yml").exists()
+
+
+def test_an_a10_accepts_another_image(example_repository, tmp_path):
+    out = tmp_path / "docker"
+    image = "nvcr.io/nvidia/tritonserver:25.08-py3"
+    assert write(example_repository, out, "--gpu", "a10", "--image", image) == 0
+    assert yaml.safe_load((out / "docker-compose.yml").read_text())[
+        "services"]["tritonserver"]["image"] == image
+
+
+def test_files_written_before_are_not_overwritten_without_force(example_repository, tmp_path, capsys):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    before = (out / "docker-compose.yml").read_text()
+    assert write(example_repository, out, "--gpu", "a10") == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (out / "docker-compose.yml").read_text() == before
+    assert write(example_repository, out, "--gpu", "a10", "--force") == 0
+    assert "25.12" in (out / "docker-compose.yml").read_text()
+
+
+def test_compose_needs_a_gpu_profile(example_repository, tmp_path, capsys):
+    assert write(example_repository, tmp_path / "docker") == 2
+    assert "needs --gpu" in capsys.readouterr().err
+
+
+@needs_compose
+def test_a_recorded_tensorrt_recipe_builds_the_plan_in_a_one_shot_service_before_triton(
+        example_repository, tmp_path):
+    plan_config(example_repository, example_repository / "example" / "configs" / "a10.pbtxt")
+    recipe = "trtexec --onnx=1/model.onnx --saveEngine=1/model_a10.plan --fp16"
+    (example_repository / "example" / "export-report.json").write_text(
+        json.dumps({"tensorrt_recipe": recipe}))
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    services = compose_config(out)["services"]
+    build = services["build-plans-example"]
+    assert build["command"] == recipe.split()
+    assert build["image"] == "nvcr.io/nvidia/tensorrt:25.12-py3"
+    assert build["working_dir"] == "/models/example"
+    assert not build["volumes"][0].get("read_only")   # it writes the plan
+    assert build["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    server = services["tritonserver"]
+    assert server["depends_on"] == {"build-plans-example": {"condition": "service_completed_successfully"}}
+    assert "--model-config-name=a10" in server["command"]
+
+
+def test_a_p100_serving_plans_gets_the_tensorrt_8_6_image_and_refuses_tensorrt_10(
+        example_repository, tmp_path, capsys):
+    plan_config(example_repository, example_repository / "example" / "config.pbtxt")
+    assert container_spec(example_repository, "p100").image == "nvcr.io/nvidia/tritonserver:24.04-py3"
+    code = write(example_repository, tmp_path / "docker", "--gpu", "p100",
+                 "--image", "nvcr.io/nvidia/tritonserver:24.10-py3")
+    assert code == 2 and "TensorRT 10" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(engine_problem() is None, reason="this machine has a GPU Docker engine")
+def test_up_without_a_docker_engine_writes_the_files_says_what_is_missing_and_fails(
+        example_repository, tmp_path, capsys):
+    out = tmp_path / "docker"
+    code = run_cli("deploy", "--target", "compose", "--gpu", "p100",
+                   "--repository", example_repository, "--out", out)
+    assert code != 0
+    [line] = [l for l in capsys.readouterr().err.splitlines() if l.startswith("error:")]
+    assert "no Docker" in line or "NVIDIA" in line
+    assert "wrote" in line and str(out / "docker-compose.yml") in line
+    assert (out / "docker-compose.yml").is_file() and (out / ".env").is_file()
+    with pytest.raises(Exception):
+        load_deployment(example_repository)   # nothing runs, so nothing is recorded
+
+
+def fake_docker(tmp_path: Path, info: str) -> Path:
+    """A docker CLI whose engine answers `info` with ``info`` (for the runtime check only)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "docker"
+    script.write_text(f"#!/bin/sh\n[ \"$1\" = info ] && echo '{info}' && exit 0\nexit 1\n")
+    script.chmod(0o755)
+    return bindir
+
+
+def test_an_engine_without_the_nvidia_runtime_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(fake_docker(tmp_path, '{"runc":{"path":"runc"}}')))
+    assert "NVIDIA container runtime" in engine_problem()
+
+
+def test_a_machine_without_docker_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert engine_problem() == "no Docker CLI on this machine"
+
+
+def test_down_stops_a_recorded_compose_deployment_with_docker_compose_down(
+        example_repository, tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    stub = bindir / "docker-compose"
+    stub.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))  # only the stub: never a real Compose
+    compose_file = tmp_path / "docker" / "docker-compose.yml"
+    save_deployment(Deployment(
+        target="compose", repository=str(example_repository.resolve()), host="127.0.0.1",
+        http_port=8000, grpc_port=8001, metrics_port=8002,
+        secret_header="tritonkit-repository-key", models=["example"], started_at=0.0,
+        extra={"compose": ["docker-compose"], "project": "tritonkit-repo",
+               "compose_file": str(compose_file), "env_file": str(tmp_path / "none")}))
+    assert run_cli("down", "--repository", example_repository) == 0
+    assert calls.read_text().split() == ["-p", "tritonkit-repo", "-f", str(compose_file),
+                                         "down", "--timeout", "40"]
+    with pytest.raises(Exception):
+        load_deployment(example_repository)
+
+
+@pytest.mark.server
+def test_after_up_a_model_that_is_not_ready_is_loaded_with_the_secret_header(deployed):
+    """compose_up's steps after `docker compose up -d`, against the real (local) Triton."""
+    import tritonclient.http as httpclient
+
+    from tritonkit.server.compose import _wait_for, load_models
+    from tritonkit.server.local import Deadline
+
+    client = httpclient.InferenceServerClient(deployed.http_url)
+    try:
+        client.unload_model("example", headers=deployed.repository_headers())
+        deadline = Deadline(30)
+        while client.is_model_ready("example") and not deadline.expired():
+            time.sleep(0.05)
+        assert not client.is_model_ready("example")
+        load_models(deployed, timeout=30)
+        _wait_for("ready", deployed, Deadline(30), logs="(local)")
+        assert client.is_model_ready("example")
+    finally:
+        client.close()

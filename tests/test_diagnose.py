@@ -1,0 +1,172 @@
+"""tritonkit diagnose: recorded monitor CSVs, one per wall, and the verdict each gets."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tritonkit.errors import UsageError
+from tritonkit.monitor.alerts import load_thresholds
+from tritonkit.monitor.diagnose import choose_profile, diagnose, guess_profile
+from tritonkit.monitor.nvml import GpuSample
+from tritonkit.monitor.recording import CsvRecorder, read_monitor_csv, rows_for
+from tritonkit.monitor.triton_metrics import ModelCounters
+from tritonkit.profiles import load_profile
+
+SAMPLES = 30          # 5 minutes at the field notes' 10 s
+INTERVAL = 10.0
+
+
+def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: float,
+           rx_gb_s: float = 0.5, tx_gb_s: float = 0.2, triton: dict | None = None) -> Path:
+    """Write a monitor CSV as `tritonkit monitor --csv` does, for a steady pattern.
+
+    ``triton`` gives per-interval increments of Triton's counters (requests, batch, and
+    µs per request of queue / input / infer time); None records no Triton columns.
+    """
+    total_mib = total_gib * 1024
+    counters = ModelCounters() if triton else None
+    with CsvRecorder(path) as recorder:
+        for i in range(SAMPLES):
+            wobble = (-2.0, 0.0, 2.0)[i % 3]        # real samples are never flat
+            gpu = GpuSample(0, name, "GPU-1", max(0.0, util + wobble), total_mib * mem_pct / 100,
+                            total_mib, 70.0, 120.0, 1400.0, 700.0, rx_gb_s * 1000, tx_gb_s * 1000)
+            recorder.write(rows_for(1_767_225_600 + i * INTERVAL, i * INTERVAL, [gpu], counters))
+            if triton:
+                requests = triton["requests"]
+                counters = counters + ModelCounters(
+                    request_success=requests, inference_count=requests * triton["batch"],
+                    exec_count=requests,
+                    queue_duration_us=requests * triton["queue_us"],
+                    compute_input_duration_us=requests * triton.get("input_us", 50),
+                    compute_infer_duration_us=requests * triton["infer_us"],
+                    compute_output_duration_us=requests * 20)
+                # a gauge, not a counter: the queue's length at the sample
+                counters = replace(counters, pending_request_count=triton.get("pending", 0))
+    return path
+
+
+P100 = dict(name="Tesla P100-PCIE-16GB", total_gib=16)
+A10 = dict(name="NVIDIA A10", total_gib=24)
+
+
+def verdict(path: Path, gpu: str):
+    (result,) = diagnose(read_monitor_csv(path), load_profile(gpu), load_thresholds())
+    return result
+
+
+def test_memory_near_full_with_low_utilization_is_the_memory_wall(tmp_path):
+    csv = record(tmp_path / "memory.csv", **P100, util=35, mem_pct=97,
+                 triton=dict(requests=400, batch=8, queue_us=800, infer_us=20_000))
+    result = verdict(csv, "p100")
+    assert result.wall == "memory"
+    assert "memory 97.0 % at peak of 16.0 GiB" in result.evidence
+    assert "utilization 35 % (mean under load)" in result.evidence
+    advice = " ".join(result.advice)
+    assert "FP16" in advice and "NVIDIA A10 24 GB has 24 GiB" in advice and "--gpu a10" in advice
+
+
+def test_utilization_high_and_pcie_near_the_gen3_link_is_the_bandwidth_wall(tmp_path):
+    csv = record(tmp_path / "bandwidth.csv", **P100, util=96, mem_pct=55, rx_gb_s=13.8,
+                 triton=dict(requests=300, batch=8, queue_us=500, infer_us=25_000))
+    result = verdict(csv, "p100")
+    assert result.wall == "bandwidth"
+    assert any("88 % of the p100 link (PCIe Gen3 x16, 15.75 GB/s)" in e for e in result.evidence)
+    assert any("PCIe Gen4" in a and "--gpu a10" in a for a in result.advice)
+
+
+def test_the_same_traffic_on_the_a10s_gen4_link_is_no_wall(tmp_path):
+    csv = record(tmp_path / "a10.csv", **A10, util=96, mem_pct=55, rx_gb_s=13.8,
+                 triton=dict(requests=300, batch=8, queue_us=500, infer_us=25_000))
+    result = verdict(csv, "a10")
+    assert result.wall == "none"
+    assert any("44 % of the a10 link" in e for e in result.evidence)
+
+
+def test_low_utilization_and_memory_while_requests_queue_is_the_io_wall(tmp_path):
+    csv = record(tmp_path / "io.csv", **A10, util=25, mem_pct=20,
+                 triton=dict(requests=200, batch=4, queue_us=30_000, infer_us=6_000, pending=12))
+    result = verdict(csv, "a10")
+    assert result.wall == "io" and result.title == "I/O or client wall"
+    assert any("queue 30.00 ms per request" in e for e in result.evidence)
+    assert any("up to 12 requests pending" in e for e in result.evidence)
+    advice = " ".join(result.advice)
+    assert "instance_group count (now 2)" in advice and "loader workers" in advice
+
+
+def test_low_utilization_without_triton_columns_is_still_named_with_a_note(tmp_path):
+    csv = record(tmp_path / "gpu-only.csv", **P100, util=30, mem_pct=25)
+    result = verdict(csv, "p100")
+    assert result.wall == "io"
+    assert any("no Triton columns" in n for n in result.notes)
+
+
+def test_one_inference_per_execution_with_short_compute_is_the_scheduling_wall(tmp_path):
+    csv = record(tmp_path / "scheduling.csv", **A10, util=45, mem_pct=30,
+                 triton=dict(requests=5000, batch=1, queue_us=150, input_us=30, infer_us=350))
+    result = verdict(csv, "a10")
+    assert result.wall == "scheduling"
+    assert any("= 1.00 per execution" in e for e in result.evidence)
+    advice = " ".join(result.advice)
+    assert "max_queue_delay_microseconds: 100" in advice
+    assert "CUDA graphs" in advice and "TensorRT plans, which honour them" in advice
+
+
+def test_on_a_p100_the_scheduling_advice_is_batching_not_cuda_graphs(tmp_path):
+    csv = record(tmp_path / "scheduling-p100.csv", **P100, util=45, mem_pct=30,
+                 triton=dict(requests=5000, batch=1, queue_us=150, input_us=30, infer_us=350))
+    result = verdict(csv, "p100")
+    assert result.wall == "scheduling"
+    assert any("does not use: batching is the lever" in a for a in result.advice)
+
+
+def test_a_busy_gpu_with_room_and_large_batches_is_healthy(tmp_path):
+    csv = record(tmp_path / "healthy.csv", **A10, util=90, mem_pct=60, rx_gb_s=3.0,
+                 triton=dict(requests=600, batch=6, queue_us=900, infer_us=8_000))
+    result = verdict(csv, "a10")
+    assert result.wall == "none" and result.notes == []
+    assert result.figures.avg_batch == pytest.approx(6.0)
+
+
+def test_a_recording_without_traffic_is_idle_not_a_wall(tmp_path):
+    csv = record(tmp_path / "idle.csv", **A10, util=40, mem_pct=30,
+                 triton=dict(requests=0, batch=1, queue_us=0, infer_us=0))
+    assert verdict(csv, "a10").wall == "idle"
+
+
+def test_the_profile_is_guessed_from_the_recorded_gpu_name(tmp_path):
+    p100 = read_monitor_csv(record(tmp_path / "p.csv", **P100, util=50, mem_pct=50))
+    assert guess_profile(p100) == "p100"
+    a100 = read_monitor_csv(record(tmp_path / "a.csv", name="NVIDIA A100-SXM4-40GB",
+                                   total_gib=40, util=50, mem_pct=50))
+    assert guess_profile(a100) is None          # "a10" is not a word of "A100"
+    with pytest.raises(UsageError, match="cannot tell which GPU profile"):
+        choose_profile(a100, None)
+
+
+def test_a_csv_without_the_utilization_column_is_refused_by_name(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("elapsed_s,mem_used_mib,mem_total_mib\n0,1,2\n")
+    with pytest.raises(UsageError, match="no column 'util_pct'"):
+        read_monitor_csv(bad)
+
+
+def test_diagnose_cli_prints_the_wall_evidence_and_advice_and_writes_json(tmp_path, capsys):
+    csv = record(tmp_path / "memory.csv", **P100, util=35, mem_pct=97,
+                 triton=dict(requests=400, batch=8, queue_us=800, infer_us=20_000))
+    out = tmp_path / "diagnosis.json"
+    assert run_cli("diagnose", csv, "--json", out) == 0       # profile from the GPU name
+    printed = capsys.readouterr().out
+    assert "memory wall" in printed and "profile p100" in printed
+    assert "memory 97.0 % at peak" in printed and "what to try:" in printed
+    (data,) = json.loads(out.read_text())["diagnoses"]
+    assert data["wall"] == "memory" and data["figures"]["mem_peak_pct"] == pytest.approx(97.0, abs=0.01)
+
+
+def test_diagnose_needs_a_file_or_live(capsys):
+    assert run_cli("diagnose") == 2
+    assert "no recording given" in capsys.readouterr().err

@@ -1,0 +1,124 @@
+"""tritonkit doctor: host facts injected, judged one line per check."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+
+from tests.conftest import run_cli
+from tritonkit.monitor.doctor import (DockerFacts, HostFacts, PortFact, check_host,
+                                      check_repository, gather_host_facts, image_needs,
+                                      run_doctor)
+from tritonkit.monitor.nvml import GpuIdentity
+from tritonkit.profiles import load_profile
+
+DOCKER_OK = DockerFacts(cli="/usr/bin/docker", server_version="27.1.1",
+                        runtimes=("nvidia", "runc"))
+FREE = (PortFact("http", 8000, True), PortFact("grpc", 8001, True), PortFact("metrics", 8002, True))
+
+
+def host(driver="535.104.05", gpus=((0, "Tesla P100-PCIE-16GB", 6.0),), docker=DOCKER_OK,
+         ports=FREE) -> HostFacts:
+    return HostFacts(driver_version=driver, gpus=tuple(GpuIdentity(*g) for g in gpus),
+                     docker=docker, ports=ports)
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def test_a_p100_host_with_its_profiles_image_passes_every_check():
+    checks = check_host(host(), load_profile("p100"))
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+
+
+def test_p100_with_a_25_01_image_is_refused_for_compute_capability_7_5():
+    checks = by_name(check_host(host(), load_profile("p100"),
+                                image="nvcr.io/nvidia/tritonserver:25.01-py3"))
+    assert not checks["image"].ok and "needs compute capability 7.5" in checks["image"].detail
+    assert "24.10-py3" in checks["image"].fix
+    assert not checks["gpu 0"].ok and "minimum 7.5" in checks["gpu 0"].detail
+
+
+def test_a_driver_older_than_525_fails_a_cuda_12_image():
+    driver = by_name(check_host(host(driver="470.223.02"), load_profile("p100")))["driver"]
+    assert not driver.ok and "≥ 525 (CUDA 12" in driver.detail
+
+
+def test_a_cuda_13_image_needs_driver_580_and_a_525_driver_is_pointed_at_cuda_12():
+    a10 = host(driver="550.54.15", gpus=((0, "NVIDIA A10", 8.6),))
+    driver = by_name(check_host(a10, load_profile("a10")))["driver"]
+    assert not driver.ok and "≥ 580 (CUDA 13" in driver.detail and "25.07 or earlier" in driver.fix
+    ok = by_name(check_host(host(driver="580.65.06", gpus=((0, "NVIDIA A10", 8.6),)),
+                            load_profile("a10")))["driver"]
+    assert ok.ok
+
+
+def test_the_cuda_major_comes_from_the_image_tag():
+    p100 = load_profile("p100")
+    assert image_needs("nvcr.io/nvidia/tritonserver:25.08-py3", p100).min_driver == 580
+    assert image_needs("nvcr.io/nvidia/tritonserver:24.04-py3", p100).cuda_major == 12
+
+
+def test_a_gpu_that_is_not_the_profiles_card_names_the_right_profile():
+    gpu = by_name(check_host(host(gpus=((0, "NVIDIA A10", 8.6),)), load_profile("p100")))["gpu 0"]
+    assert not gpu.ok and gpu.fix == "--gpu a10"
+
+
+def test_without_gpu_flag_the_gpu_found_picks_the_profile():
+    checks = run_doctor(None, host(gpus=((0, "NVIDIA A10", 8.6),), driver="580.1"))
+    assert by_name(checks)["gpu 0"].ok
+
+
+def test_docker_absent_engine_down_and_no_nvidia_runtime_are_problems_with_fixes():
+    p100 = load_profile("p100")
+    absent = by_name(check_host(host(docker=DockerFacts()), p100))
+    assert not absent["docker"].ok and "install Docker" in absent["docker"].fix
+    assert not absent["nvidia runtime"].ok and "nvidia-ctk" in absent["nvidia runtime"].fix
+    down = by_name(check_host(host(docker=DockerFacts(cli="/usr/bin/docker", error="refused")), p100))
+    assert not down["docker"].ok and "systemctl start docker" in down["docker"].fix
+    toolkit = DockerFacts(cli="/usr/bin/docker", server_version="27", runtimes=("runc",),
+                          nvidia_tools=("nvidia-ctk",))
+    assert by_name(check_host(host(docker=toolkit), p100))["nvidia runtime"].ok
+
+
+def test_docker_info_is_read_for_version_and_runtimes():
+    info = json.dumps({"ServerVersion": "27.1.1", "Runtimes": {"runc": {}, "nvidia": {}}})
+    run = lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=info, stderr="")  # noqa: E731
+    facts = gather_host_facts(ports={}, run=run, which=lambda n: f"/usr/bin/{n}"
+                              if n == "docker" else None)
+    assert facts.docker.server_version == "27.1.1" and facts.docker.runtimes == ("nvidia", "runc")
+
+
+def test_a_busy_port_is_a_problem_naming_the_flag():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        facts = gather_host_facts(ports={"grpc": port}, run=lambda *a, **k: None,
+                                  which=lambda n: None)
+    ports = by_name(check_host(facts, load_profile("p100")))["ports"]
+    assert not ports.ok and f"{port} (grpc)" in ports.detail and "--grpc-port" in ports.fix
+
+
+def test_the_repository_check_parses_configs_and_names_mismatches(example_repository, tmp_path):
+    assert check_repository(example_repository).ok
+    config = example_repository / "example" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "example"', 'name: "other"'))
+    bad = check_repository(example_repository)
+    assert not bad.ok and "names the model 'other'" in bad.detail
+    assert not check_repository(tmp_path / "missing").ok
+
+
+def test_doctor_runs_on_this_host_and_exits_non_zero_on_a_problem(example_repository, tmp_path,
+                                                                  capsys):
+    out = tmp_path / "doctor.json"
+    code = run_cli("doctor", "--gpu", "p100", "--repository", example_repository,
+                   "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3", "--json", out)
+    data = json.loads(out.read_text())
+    names = [c["name"] for c in data["checks"]]
+    assert names[:2] == ["driver", "image"] and "repository" in names
+    assert code == (0 if data["ok"] else 1)
+    printed = capsys.readouterr().out
+    assert all(line.startswith(("ok", "problem")) for line in printed.splitlines() if line)

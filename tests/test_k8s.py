@@ -1,0 +1,149 @@
+"""`tritonkit deploy --target k8s`: manifests the official Kubernetes client's models accept.
+
+Each manifest is deserialized into its ``kubernetes.client`` model and serialized back;
+a field the model does not know would be dropped, so the two must have the same keys.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from inspect import signature
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.client import ApiClient
+
+from tests.conftest import run_cli
+
+MODELS = {"Secret": "V1Secret", "PersistentVolumeClaim": "V1PersistentVolumeClaim",
+          "Deployment": "V1Deployment", "Service": "V1Service"}
+
+
+class _Response:
+    def __init__(self, data: dict) -> None:
+        self.data = json.dumps(data)
+
+
+def key_paths(value, prefix=()):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield prefix + (key,)
+            yield from key_paths(item, prefix + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from key_paths(item, prefix + (index,))
+
+
+def parse(path: Path):
+    """A manifest as the client's model, checked to lose no field on the way."""
+    manifest = yaml.safe_load(path.read_text())
+    api = ApiClient()
+    if "content_type" in signature(api.deserialize).parameters:   # kubernetes >= 35
+        model = api.deserialize(json.dumps(manifest), MODELS[manifest["kind"]], "application/json")
+    else:
+        model = api.deserialize(_Response(manifest), MODELS[manifest["kind"]])
+    assert set(key_paths(api.sanitize_for_serialization(model))) == set(key_paths(manifest)), path
+    return model
+
+
+@pytest.fixture
+def manifests(example_repository, tmp_path):
+    def write(gpu: str, *args: str) -> Path:
+        out = tmp_path / "docker"
+        assert run_cli("deploy", "--target", "k8s", "--gpu", gpu, "--repository",
+                       example_repository, "--out", out, *args) == 0
+        return out / "k8s"
+    return write
+
+
+@pytest.mark.parametrize("gpu,image", [("p100", "nvcr.io/nvidia/tritonserver:24.10-py3"),
+                                       ("a10", "nvcr.io/nvidia/tritonserver:25.12-py3")])
+def test_the_deployment_asks_for_a_gpu_probes_live_and_ready_and_reads_the_secret_from_a_secret(
+        manifests, gpu, image):
+    directory = manifests(gpu, "--replicas", "3")
+    deployment = parse(directory / "deployment.yaml")
+    assert deployment.spec.replicas == 3
+    pod = deployment.spec.template.spec
+    [server] = pod.containers
+    assert server.image == image
+    assert server.resources.limits == {"nvidia.com/gpu": "1"}
+    assert server.liveness_probe.http_get.path == "/v2/health/live"
+    assert server.readiness_probe.http_get.path == "/v2/health/ready"
+    assert server.startup_probe.http_get.path == "/v2/health/ready"
+    assert server.startup_probe.failure_threshold * server.startup_probe.period_seconds >= 300
+    [env] = server.env
+    secret = parse(directory / "secret.yaml")
+    assert env.value_from.secret_key_ref.name == secret.metadata.name
+    assert env.value_from.secret_key_ref.key in secret.string_data
+    restricted = f"model-repository:tritonkit-repository-key=$({env.name})"
+    assert f"--http-restricted-api={restricted}" in server.args
+    assert f"--grpc-restricted-protocol={restricted}" in server.args
+    assert server.command == ["tritonserver"] and "--model-control-mode=explicit" in server.args
+    assert "--load-model=example" in server.args
+    [mount] = [m for m in server.volume_mounts if m.mount_path == "/models"]
+    assert mount.read_only
+    # The postStart step loads every model that is not READY, with the secret header.
+    hook = " ".join(server.lifecycle.post_start._exec.command)
+    assert "/v2/health/live" in hook and "/v2/repository/models/$m/load" in hook
+    assert f"tritonkit-repository-key: ${env.name}" in hook
+    assert pod.termination_grace_period_seconds > 30
+
+
+def test_the_service_exposes_http_grpc_and_metrics_of_the_deployments_pods(manifests):
+    directory = manifests("a10")
+    service = parse(directory / "service.yaml")
+    deployment = parse(directory / "deployment.yaml")
+    assert service.spec.selector == deployment.spec.selector.match_labels
+    assert {p.name: p.port for p in service.spec.ports} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    claim = parse(directory / "model-repository-pvc.yaml")
+    [volume] = [v for v in deployment.spec.template.spec.volumes if v.name == "model-repository"]
+    assert volume.persistent_volume_claim.claim_name == claim.metadata.name
+
+
+def test_the_secret_is_only_in_the_0600_secret_manifest(manifests, capsys):
+    directory = manifests("p100")
+    secret_file = directory / "secret.yaml"
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    [value] = parse(secret_file).string_data.values()
+    others = [p for p in directory.iterdir() if p != secret_file]
+    assert all(value not in p.read_text() for p in others)
+    printed = capsys.readouterr()
+    assert value not in printed.out + printed.err
+
+
+def test_the_kustomization_applies_every_manifest(manifests):
+    directory = manifests("a10")
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert sorted(kustomization["resources"]) == sorted(
+        p.name for p in directory.iterdir() if p.name != "kustomization.yaml")
+
+
+def test_a_recorded_tensorrt_recipe_builds_the_plan_on_the_pods_gpu_before_triton(
+        example_repository, manifests):
+    model = example_repository / "example"
+    (model / "configs").mkdir()
+    (model / "configs" / "a10.pbtxt").write_text(
+        (model / "config.pbtxt").read_text().replace('backend: "python"', 'platform: "tensorrt_plan"'))
+    (model / "export-report.json").write_text(json.dumps(
+        {"tensorrt_recipe": ["trtexec", "--onnx=1/model.onnx", "--saveEngine=1/model_a10.plan"]}))
+    deployment = parse(manifests("a10") / "deployment.yaml")
+    pod = deployment.spec.template.spec
+    copy, build = pod.init_containers
+    assert copy.command[0] == "cp"
+    assert build.command[0] == "trtexec" and build.working_dir == "/models/example"
+    assert build.image == "nvcr.io/nvidia/tensorrt:25.12-py3"
+    assert build.resources.limits == {"nvidia.com/gpu": "1"}
+    [server] = pod.containers
+    assert "--model-config-name=a10" in server.args
+    [volume] = [v for v in pod.volumes if v.name == "model-repository"]
+    assert volume.empty_dir is not None     # the pod's own copy, with the plan for its GPU
+
+
+def test_manifests_are_not_overwritten_without_force(example_repository, manifests, tmp_path, capsys):
+    manifests("a10")
+    assert run_cli("deploy", "--target", "k8s", "--gpu", "a10", "--repository",
+                   example_repository, "--out", tmp_path / "docker") == 2
+    assert "already exists" in capsys.readouterr().err
+    manifests("a10", "--force")

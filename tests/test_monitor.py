@@ -1,0 +1,314 @@
+"""tritonkit monitor: NVML samples, Triton's real metrics, alerts, the CSV it writes."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+from tritonkit.errors import ProfileError
+from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, load_thresholds
+from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
+from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv, rows_for
+from tritonkit.monitor.triton_metrics import ModelCounters, parse_metrics, rates
+from tritonkit.monitor.watch import Monitor, watch
+
+# As tritonserver 2.51.0 (CPU build) serves it, after 5 requests of batch 2.
+TRITON_2_51_METRICS = """\
+# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="example",version="1"} 5
+# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes
+# TYPE nv_inference_request_failure counter
+nv_inference_request_failure{model="example",reason="OTHER",version="1"} 0
+nv_inference_request_failure{model="example",reason="BACKEND",version="1"} 1
+# HELP nv_inference_count Number of inferences performed (does not include cached requests)
+# TYPE nv_inference_count counter
+nv_inference_count{model="example",version="1"} 10
+# HELP nv_inference_exec_count Number of model executions performed (does not include cached requests)
+# TYPE nv_inference_exec_count counter
+nv_inference_exec_count{model="example",version="1"} 5
+# TYPE nv_inference_request_duration_us counter
+nv_inference_request_duration_us{model="example",version="1"} 94584
+# TYPE nv_inference_queue_duration_us counter
+nv_inference_queue_duration_us{model="example",version="1"} 308
+# TYPE nv_inference_compute_input_duration_us counter
+nv_inference_compute_input_duration_us{model="example",version="1"} 230
+# TYPE nv_inference_compute_infer_duration_us counter
+nv_inference_compute_infer_duration_us{model="example",version="1"} 93616
+# TYPE nv_inference_compute_output_duration_us counter
+nv_inference_compute_output_duration_us{model="example",version="1"} 407
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{model="example",version="1"} 2
+# TYPE nv_gpu_utilization gauge
+nv_gpu_utilization{gpu_uuid="GPU-1"} 0.5
+# TYPE nv_cpu_utilization gauge
+nv_cpu_utilization 1
+"""
+
+
+def _nvml_works() -> bool:
+    try:
+        with Nvml():
+            return True
+    except GpuUnavailableError:
+        return False
+
+
+# --- Triton's metrics -------------------------------------------------------------------------
+
+def test_triton_counters_are_read_per_model_with_failures_summed_over_reasons():
+    metrics = parse_metrics(TRITON_2_51_METRICS)
+    example = metrics.models["example"]
+    assert (example.request_success, example.inference_count, example.exec_count) == (5, 10, 5)
+    assert example.request_failure == 1
+    assert example.compute_infer_duration_us == 93616
+    assert example.pending_request_count == 2
+    assert metrics.gpus == {"GPU-1": {"nv_gpu_utilization": 0.5}}
+
+
+def test_rates_give_batch_size_and_queue_and_compute_time_per_request():
+    before = ModelCounters(request_success=10, inference_count=10, exec_count=10,
+                           queue_duration_us=1000, compute_infer_duration_us=5000)
+    after = ModelCounters(request_success=30, inference_count=90, exec_count=20,
+                          queue_duration_us=5000, compute_input_duration_us=2000,
+                          compute_infer_duration_us=45000, pending_request_count=3)
+    r = rates(before, after, seconds=2.0)
+    assert r.requests_per_s == 10 and r.inferences_per_s == 40 and r.executions_per_s == 5
+    assert r.avg_batch == 8.0
+    assert r.queue_us == 200 and r.compute_us == 2100 and r.compute_input_us == 100
+    assert r.pending == 3
+
+
+def test_a_server_restart_reads_as_no_traffic_not_negative_rates():
+    r = rates(ModelCounters(inference_count=100, exec_count=50), ModelCounters(), seconds=1.0)
+    assert r.inferences_per_s == 0 and r.avg_batch is None
+
+
+def _send_requests(deployment, count: int, batch: int) -> None:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(deployment.http_url)
+    for _ in range(count):
+        tensor = httpclient.InferInput("INPUT__0", [batch, 4], "FP32")
+        tensor.set_data_from_numpy(np.ones((batch, 4), dtype=np.float32))
+        client.infer("example", [tensor])
+
+
+@pytest.mark.server
+def test_monitor_shows_real_triton_counters_without_a_gpu(deployed, tmp_path, capsys):
+    from tritonkit.monitor.triton_metrics import scrape
+
+    before = scrape(deployed.metrics_url, at=0).models["example"]   # deploy's warm-up counts too
+    _send_requests(deployed, count=3, batch=2)
+    by_state = tmp_path / "state.csv"
+    assert run_cli("monitor", "--repository", deployed.repository, "--once",
+                   "--csv", by_state) == 0
+    out = capsys.readouterr()
+    assert "example" in out.out
+    if not _nvml_works():
+        assert out.err.count("\n") == 1 and "showing Triton's metrics only" in out.err
+
+    (row,) = list(csv.DictReader(by_state.open()))
+    assert float(row["request_success"]) - before.request_success == 3
+    assert float(row["inference_count"]) - before.inference_count == 6
+    assert float(row["exec_count"]) - before.exec_count == 3
+    assert float(row["compute_infer_duration_us"]) > before.compute_infer_duration_us
+
+    # --url (HTTP address) + --metrics-port finds the same server; two samples give rates
+    _send_requests(deployed, count=2, batch=4)
+    by_url = tmp_path / "url.csv"
+    assert run_cli("monitor", "--url", deployed.http_url, "--metrics-port", deployed.metrics_port,
+                   "--interval", "0.2", "--duration", "0.2", "--csv", by_url) == 0
+    samples = read_monitor_csv(by_url)
+    assert len(samples) == 2
+    assert samples[-1].triton.request_success - before.request_success == 5
+    assert samples[-1].triton.inference_count - before.inference_count == 14
+
+
+def test_without_a_driver_monitor_says_so_in_one_line_and_fails(capsys):
+    if _nvml_works():
+        pytest.skip("this host has an NVIDIA driver")
+    assert run_cli("monitor", "--once") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("error: no NVIDIA driver") and err[1].startswith("hint: ")
+    assert len(err) == 2
+
+
+def test_a_wrong_metrics_address_is_named(capsys, tmp_path):
+    from tritonkit.server.local import free_port
+
+    port = free_port("127.0.0.1")
+    assert run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", port, "--once") == 1
+    assert f"http://127.0.0.1:{port}/metrics did not answer" in capsys.readouterr().err
+
+
+# --- NVML -------------------------------------------------------------------------------------
+
+class _FakeNvmlError(Exception):
+    pass
+
+
+def _fake_pynvml(power_supported: bool = True) -> SimpleNamespace:
+    """pynvml's surface as a Tesla P100 under load would answer it (no GPU on CI)."""
+
+    def power(_handle):
+        if not power_supported:
+            raise _FakeNvmlError("Not Supported")
+        return 187_500  # mW
+
+    return SimpleNamespace(
+        NVMLError=_FakeNvmlError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
+        NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlSystemGetDriverVersion=lambda: "535.104.05",
+        nvmlDeviceGetCudaComputeCapability=lambda h: (6, 0),
+        nvmlDeviceGetName=lambda h: b"Tesla P100-PCIE-16GB",
+        nvmlDeviceGetUUID=lambda h: "GPU-abc",
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=93, memory=40),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=12 * 2**30, total=16 * 2**30),
+        nvmlDeviceGetTemperature=lambda h, sensor: 71,
+        nvmlDeviceGetPowerUsage=power,
+        nvmlDeviceGetClockInfo=lambda h, clock: {1: 1328, 2: 715}[clock],
+        nvmlDeviceGetPcieThroughput=lambda h, counter: {1: 12_000_000, 0: 500_000}[counter],
+    )
+
+
+def test_nvml_samples_are_converted_to_mib_watts_and_decimal_mb_per_s():
+    with Nvml(_fake_pynvml()) as nvml:
+        (gpu,) = nvml.sample()
+        (identity,) = nvml.identities()
+        assert nvml.driver_version() == "535.104.05"
+    assert identity.name == "Tesla P100-PCIE-16GB" and identity.compute_capability == 6.0
+    assert gpu.utilization_pct == 93 and gpu.memory_pct == 75.0
+    assert gpu.memory_used_mib == 12 * 1024 and gpu.power_w == 187.5
+    assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.temperature_c) == (1328, 715, 71)
+    assert gpu.pcie_rx_mb_s == pytest.approx(12_288.0)   # 12e6 KB/s * 1024 B
+    assert gpu.pcie_tx_mb_s == pytest.approx(512.0)
+
+
+def test_a_reading_the_card_does_not_support_is_empty_not_an_error():
+    with Nvml(_fake_pynvml(power_supported=False)) as nvml:
+        (gpu,) = nvml.sample()
+    assert gpu.power_w is None and gpu.utilization_pct == 93
+
+
+def test_monitor_with_a_gpu_prints_the_table_and_writes_one_row_per_gpu(monkeypatch, tmp_path,
+                                                                        capsys):
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    out = tmp_path / "gpu.csv"
+    assert run_cli("monitor", "--interval", "0.05", "--duration", "0.1", "--csv", out) == 0
+    printed = capsys.readouterr().out
+    assert "Tesla P100-PCIE-16GB" in printed and "12288/16384" in printed
+    with out.open() as handle:
+        header = next(csv.reader(handle))
+    assert tuple(header) == COLUMNS
+    rows = read_monitor_csv(out)
+    assert len(rows) == 3 and {r.gpu for r in rows} == {0}
+    assert rows[0].util_pct == 93 and rows[0].triton is None
+
+
+# --- alerts -----------------------------------------------------------------------------------
+
+LIMITS = AlertThresholds(temperature_c=85, memory_pct=95, low_utilization_pct=60,
+                         low_utilization_minutes=5, idle_utilization_pct=5)
+
+
+def _gpu(util=90.0, mem_pct=50.0, temp=60.0) -> GpuSample:
+    return GpuSample(0, "NVIDIA A10", "GPU-1", util, mem_pct * 240, 24000, temp, 100.0,
+                     1695, 6251, 100.0, 50.0)
+
+
+def test_the_default_thresholds_are_the_field_notes_three_numbers():
+    alerts = load_thresholds().alerts
+    assert (alerts.temperature_c, alerts.memory_pct, alerts.low_utilization_pct) == (85, 95, 60)
+
+
+def test_a_hot_card_alerts_once_until_it_cools_down():
+    tracker = AlertTracker(LIMITS)
+    fired = [tracker.observe(t, _gpu(temp=temp)) for t, temp in
+             enumerate([80, 88, 90, 91, 70, 87])]
+    kinds = [[a.kind for a in f] for f in fired]
+    assert kinds == [[], ["temperature"], [], [], [], ["temperature"]]
+    assert "88 °C" in fired[1][0].message
+
+
+def test_memory_above_95_percent_alerts():
+    (alert,) = AlertTracker(LIMITS).observe(0, _gpu(mem_pct=97))
+    assert alert.kind == "memory" and "97.0 %" in alert.message
+
+
+def test_low_utilization_alerts_only_after_minutes_under_load():
+    tracker = AlertTracker(LIMITS)
+    # 40 % busy while Triton serves, every 10 s: nothing for 4m50s, then one alert at 5 min
+    fired = [tracker.observe(t, _gpu(util=40), triton_inferences=100) for t in range(0, 310, 10)]
+    assert [i for i, f in enumerate(fired) if f] == [30]
+    assert fired[30][0].kind == "low_utilization" and "5.0 min" in fired[30][0].message
+
+
+def test_an_idle_card_is_not_starved():
+    tracker = AlertTracker(LIMITS)
+    assert not any(tracker.observe(t, _gpu(util=0)) for t in range(0, 900, 10))
+    # with Triton watched, low utilization and no inferences is idle too
+    assert not any(tracker.observe(t, _gpu(util=30), triton_inferences=0)
+                   for t in range(0, 900, 10))
+
+
+def test_a_busy_minute_resets_the_low_utilization_clock():
+    tracker = AlertTracker(LIMITS)
+    utils = [40] * 20 + [90] + [40] * 20      # 200 s low, busy, 200 s low: never 5 min
+    assert not any(tracker.observe(10 * i, _gpu(util=u), 50) for i, u in enumerate(utils))
+
+
+def test_a_bad_thresholds_file_names_the_field(tmp_path):
+    bad = tmp_path / "alerts.toml"
+    text = (Path(__file__).parent.parent / "configs" / "alerts.toml").read_text()
+    bad.write_text(text.replace("temperature_c = 85", 'temperature_c = "hot"'))
+    with pytest.raises(ProfileError, match="alerts.temperature_c"):
+        load_thresholds(bad)
+
+
+# --- the loop and the CSV ---------------------------------------------------------------------
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds + 0.01   # every sleep overshoots a little
+
+
+class _FakeSampler:
+    def __init__(self, samples): self.samples = samples
+    def sample(self): return self.samples
+    def close(self): pass
+
+
+def test_watch_keeps_a_fixed_schedule_and_stops_after_the_duration():
+    clock = _Clock()
+    monitor = Monitor(_FakeSampler([_gpu()]), None, LIMITS, clock=clock, wall_clock=lambda: 0.0)
+    elapsed = [s.elapsed_s for s in watch(monitor, interval=10, duration=30, sleep=clock.sleep)]
+    assert len(elapsed) == 4
+    assert elapsed[-1] == pytest.approx(30.01)   # overshoot does not accumulate
+
+
+def test_the_csv_round_trips_gpu_and_triton_columns(tmp_path):
+    path = tmp_path / "m.csv"
+    counters = ModelCounters(request_success=3, inference_count=6, exec_count=3,
+                             queue_duration_us=120.5)
+    with CsvRecorder(path) as recorder:
+        recorder.write(rows_for(1_700_000_000, 0.0, [_gpu(util=42)], counters))
+        recorder.write(rows_for(1_700_000_010, 10.0, [], counters))
+    first, second = read_monitor_csv(path)
+    assert first.util_pct == 42 and first.gpu == 0 and first.name == "NVIDIA A10"
+    assert first.mem_pct == pytest.approx(50.0) and first.timestamp.startswith("2023-11-14T22:13:20")
+    assert first.triton == counters
+    assert second.gpu is None and second.util_pct is None and second.elapsed_s == 10.0

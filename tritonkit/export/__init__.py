@@ -1,0 +1,42 @@
+"""PyTorch → ONNX (and TensorRT on the target GPU), verified, into a Triton model repository.
+
+``export`` is the Python API; ``tritonkit export`` is the same call from the command line.
+
+    spec.py          a SPEC's factory → module, example inputs, dynamic axes
+    onnx_export.py   the dynamo exporter, the TorchScript one as fallback; graph tidied
+    verify.py        ONNX checker, then ONNX Runtime vs PyTorch on several batches
+    tensorrt.py      a plan built on the target GPU, or its trtexec recipe
+    report.py        export-report.json (the config generator reads it)
+    reproduce.py     reproduce_export.py beside the model
+    pipeline.py      all of it, staged beside the repository and moved in at the end
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from tritonkit.export.pipeline import ExportOptions, ExportResult, export_model, export_spec
+
+__all__ = ["ExportOptions", "ExportResult", "export", "export_model", "export_spec"]
+
+
+def export(module, example_inputs: Any, *, name: str, repository: str | Path,
+           dynamic_axes: Mapping[str, Mapping[int, str]] | None = None,
+           input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
+           gpu: str | None = None, format: str = "onnx", max_batch_size: int = 32,
+           opset: int = 18, atol: float | None = None, rtol: float | None = None,
+           verify: bool = True, force: bool = False) -> ExportResult:
+    """Export a torch.nn.Module to ``repository/name``, verified against PyTorch.
+
+    ``example_inputs`` is a tensor, a tuple of tensors or a dict of named tensors, the
+    batch first; ``dynamic_axes`` names the other axes that vary
+    (``{"input_ids": {1: "sequence"}}``). Raises a TritonkitError on failure, and then
+    the repository is unchanged.
+    """
+    options = ExportOptions(
+        name=name, repository=Path(repository), gpu=gpu, format=format,
+        max_batch_size=max_batch_size, opset=opset, atol=atol, rtol=rtol, verify=verify,
+        force=force, input_names=tuple(input_names) if input_names else None,
+        output_names=tuple(output_names) if output_names else None)
+    return export_model(module, example_inputs, options, dynamic_axes=dynamic_axes)

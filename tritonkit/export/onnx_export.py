@@ -1,0 +1,184 @@
+"""PyTorch → ONNX with either of torch.onnx's exporters, and the graph tidied for Triton.
+
+``dynamo`` (``torch.export`` based, the modern one) is tried first; ``torchscript``
+(``torch.jit.trace`` based) is the fallback. Whichever is used, the graph comes out
+with the names Triton will see and every dynamic axis a symbolic dim (``dim_param``):
+``batch`` first on every input and output, the declared labels elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import warnings
+from pathlib import Path
+
+import onnx
+import torch
+
+from tritonkit.errors import ExportError
+from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
+
+EXPORTERS = ("dynamo", "torchscript")
+# Protobuf cannot hold more than 2 GiB; past this the weights go to an external file.
+_EXTERNAL_DATA_BYTES = 1_800_000_000
+
+
+def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
+                output_names: tuple[str, ...], opset: int, max_batch_size: int) -> onnx.ModelProto:
+    """Export ``module`` with one exporter and return the tidied graph (not yet checked)."""
+    args = traceable_inputs(inputs)
+    with _quiet() as captured:
+        try:
+            if exporter == "dynamo":
+                model = _export_dynamo(module, args, inputs, output_names, opset, max_batch_size)
+            else:
+                model = _export_torchscript(module, args, inputs, output_names, opset)
+        except Exception as exc:
+            raise ExportError(f"{exporter} exporter: {summarize_exception(exc)}",
+                              hint=_hint_for(exc, captured.getvalue())) from exc
+    name_symbolic_dims(model, inputs, output_names)
+    return model
+
+
+def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_batch_size):
+    dims: dict[str, torch.export.Dim] = {
+        BATCH_AXIS_NAME: torch.export.Dim(BATCH_AXIS_NAME, min=1, max=max_batch_size)}
+    shapes = []
+    for name in inputs.names:
+        shapes.append({axis: dims.setdefault(label, torch.export.Dim(label, min=1))
+                       for axis, label in inputs.axes_of(name).items()})
+    program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=tuple(shapes),
+                                input_names=list(inputs.names), output_names=list(output_names),
+                                opset_version=opset, verbose=False, report=False)
+    return program.model_proto
+
+
+def _export_torchscript(module, args, inputs: ModelInputs, output_names, opset):
+    dynamic_axes = {name: inputs.axes_of(name) for name in inputs.names}
+    dynamic_axes.update({name: {0: BATCH_AXIS_NAME} for name in output_names})
+    buffer = io.BytesIO()
+    torch.onnx.export(module, args, buffer, dynamo=False, input_names=list(inputs.names),
+                      output_names=list(output_names), dynamic_axes=dynamic_axes,
+                      opset_version=opset, do_constant_folding=True)
+    return onnx.load_model_from_string(buffer.getvalue())
+
+
+def traceable_inputs(inputs: ModelInputs) -> tuple[torch.Tensor, ...]:
+    """The example inputs with every dynamic axis at least 2 long.
+
+    Both exporters treat a size of 1 as a constant (it broadcasts), so a batch of one
+    would be baked into the graph; repeating the example keeps those axes symbolic.
+    """
+    grown = []
+    for name, tensor in zip(inputs.names, inputs.tensors):
+        for axis in inputs.axes_of(name):
+            if tensor.shape[axis] == 1:
+                tensor = torch.cat([tensor, tensor], dim=axis)
+        grown.append(tensor)
+    return tuple(grown)
+
+
+def name_symbolic_dims(model: onnx.ModelProto, inputs: ModelInputs,
+                       output_names: tuple[str, ...]) -> None:
+    """Give every dynamic dim of the graph's inputs and outputs a stable ``dim_param``.
+
+    Inputs get the declared labels. Outputs must be batched (axis 0 dynamic, named
+    ``batch``); their other dynamic dims keep a declared label the exporter propagated
+    (``sequence``) and are otherwise named ``<output>_dim<axis>``.
+    """
+    graph_inputs = {value.name: value for value in model.graph.input}
+    for name in inputs.names:
+        if name not in graph_inputs:
+            raise ExportError(f"the exported graph has no input named {name} (it has "
+                              f"{', '.join(graph_inputs) or 'none'}); the model ignores it",
+                              hint="drop the unused input from the example inputs")
+        dims = graph_inputs[name].type.tensor_type.shape.dim
+        for axis, label in inputs.axes_of(name).items():
+            dims[axis].Clear()
+            dims[axis].dim_param = label
+
+    labels = {BATCH_AXIS_NAME, *(label for axes in inputs.dynamic_axes.values()
+                                 for label in axes.values())}
+    graph_outputs = {value.name: value for value in model.graph.output}
+    if tuple(graph_outputs) != tuple(output_names):
+        raise ExportError(f"the exported graph's outputs are {', '.join(graph_outputs)}, "
+                          f"expected {', '.join(output_names)}",
+                          hint="an output that is also an input, or a repeated output, "
+                               "cannot be named; return distinct tensors")
+    for name, value in graph_outputs.items():
+        dims = value.type.tensor_type.shape.dim
+        if not dims:
+            raise ExportError(f"output {name} is a scalar: Triton needs the batch as its "
+                              "first axis", hint="return one value per sample, shape [batch, ...]")
+        if dims[0].HasField("dim_value"):
+            raise ExportError(f"output {name}'s first axis is fixed at {dims[0].dim_value}, "
+                              "not the batch", hint="return tensors whose first axis is the batch")
+        for axis, dim in enumerate(dims):
+            if axis == 0:
+                dim.dim_param = BATCH_AXIS_NAME
+            elif not dim.HasField("dim_value") and dim.dim_param not in labels:
+                dim.dim_param = f"{name}_dim{axis}"
+
+
+def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
+    """Write the graph (and, past protobuf's 2 GiB, its weights beside it); return the files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if model.ByteSize() > _EXTERNAL_DATA_BYTES:
+        data = path.with_name(path.name + ".data")
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data.name)
+        return [path, data]
+    onnx.save_model(model, path)
+    return [path]
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    return next(op.version for op in model.opset_import if op.domain in ("", "ai.onnx"))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def summarize_exception(exc: BaseException) -> str:
+    """One line for an exporter's (often page-long) exception: its root cause."""
+    text = _ANSI.sub("", str(exc))
+    # The dynamo exporter puts the root cause first under "## Exception summary".
+    summary = text.split("## Exception summary", 1)
+    if len(summary) == 2:
+        text = summary[1]
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        line = re.sub(r"^<class '[\w.]+'>: ", "", line)
+        line = re.sub(r"<OpOverload\(op='([\w.]+)', overload='(\w+)'\)>", r"\1.\2", line)
+        line = line.split(". Failure message:", 1)[0]
+        return line if len(line) <= 300 else line[:297] + "..."
+    return type(exc).__name__
+
+
+def _hint_for(exc: BaseException, output: str) -> str:
+    text = str(exc)
+    if "No ONNX function found" in text or "is not supported" in text:
+        return ("the model uses an operator ONNX cannot express: replace it with supported "
+                "ops, or register a custom translation (torch.onnx.export custom_translation_table)")
+    return "rerun with TRITONKIT_DEBUG=1 for the exporter's traceback"
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the exporters' progress lines, warnings and log records; keep them for hints."""
+    captured = io.StringIO()
+    onnx_logger = logging.getLogger("torch.onnx")
+    level = onnx_logger.level
+    onnx_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(captured), \
+                contextlib.redirect_stderr(captured):
+            warnings.simplefilter("ignore")
+            yield captured
+    finally:
+        onnx_logger.setLevel(level)

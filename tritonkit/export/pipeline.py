@@ -1,0 +1,287 @@
+"""One export, start to finish: build the model folder beside the repository, then move it in.
+
+Everything is written into a hidden staging folder in the repository
+(``DIR/.<name>.export-*/<name>``) and renamed to ``DIR/<name>`` only once the graph
+is exported, checked, verified, reported and configured; on any failure the
+staging folder is removed and the repository is as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from tritonkit.errors import ExportError, TritonkitError, UsageError, VerificationError
+from tritonkit.export import onnx_export, reproduce, tensorrt
+from tritonkit.export.report import REPORT_NAME, build_report, file_record
+from tritonkit.export.spec import (ModelInputs, default_output_name, load_factory,
+                                   normalize_inputs)
+from tritonkit.export.verify import check_graph, torch_outputs, verify_against_torch
+from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.model_config import configure
+from tritonkit.profiles import GpuProfile, load_profile
+
+FORMATS = ("onnx", "tensorrt")
+MODEL_FILE = "model.onnx"
+VERSION = "1"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How to export: where to, which format and checks. ``exporters`` are tried in order."""
+
+    name: str
+    repository: Path
+    gpu: str | None = None
+    format: str = "onnx"
+    max_batch_size: int = 32
+    opset: int = 18
+    atol: float | None = None
+    rtol: float | None = None
+    verify: bool = True
+    force: bool = False
+    input_names: tuple[str, ...] | None = None
+    output_names: tuple[str, ...] | None = None
+    exporters: tuple[str, ...] = onnx_export.EXPORTERS
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """The model folder now in the repository, its report, the files written and any notes."""
+
+    path: Path
+    report: dict
+    written: list[Path]
+    notes: list[str] = field(default_factory=list)
+
+
+def export_spec(spec: str, options: ExportOptions,
+                dynamic_axes: Mapping[str, Mapping[int, str]] | None = None) -> ExportResult:
+    """Export the model a SPEC's factory builds (``file.py:factory`` or ``pkg.module:factory``).
+
+    ``dynamic_axes`` adds to (and overrides) what the factory declares.
+    """
+    _check_options(options)
+    module, example_inputs, declared = load_factory(spec)
+    axes = {name: dict(a) for name, a in (declared or {}).items()}
+    for name, extra in (dynamic_axes or {}).items():
+        axes.setdefault(name, {}).update(extra)
+    target, sep, attr = spec.rpartition(":")
+    if target.endswith(".py") or "/" in target:
+        spec = f"{Path(target).resolve()}{sep}{attr}"
+    return export_model(module, example_inputs, options, dynamic_axes=axes, spec=spec)
+
+
+def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOptions, *,
+                 dynamic_axes: Mapping[str, Mapping[int, str]] | None = None,
+                 spec: str | None = None) -> ExportResult:
+    """Export ``module`` to ``options.repository/options.name``, verified against PyTorch."""
+    _check_options(options)
+    if not isinstance(module, torch.nn.Module):
+        raise UsageError(f"the model is a {type(module).__name__}, not a torch.nn.Module",
+                         hint="pass the torch.nn.Module to export")
+    profile = load_profile(options.gpu) if options.gpu else None
+    if options.format == "tensorrt":
+        if profile is None:
+            raise UsageError("--format tensorrt needs --gpu: a plan is built for one GPU",
+                             hint="add --gpu a10 (or another profile in configs/gpus/)")
+        tensorrt.refuse_unsupported(profile)
+
+    repository = Path(options.repository)
+    target = repository / options.name
+    refuse_overwrite(target, force=options.force, what="model")
+    if repository.exists() and not repository.is_dir():
+        raise UsageError(f"model repository {repository} is not a folder",
+                         hint="pass --repository with a folder (it is created if missing)")
+
+    module.eval()  # dropout and batch-norm statistics must not move while tracing
+    inputs = normalize_inputs(example_inputs, input_names=options.input_names,
+                              dynamic_axes=dynamic_axes)
+    if inputs.batch_size > options.max_batch_size:
+        raise UsageError(f"the example batch ({inputs.batch_size}) is larger than "
+                         f"--max-batch-size {options.max_batch_size}",
+                         hint="use a smaller example batch or a larger --max-batch-size")
+    outputs = _reference_outputs(module, inputs)
+    output_names = _output_names(outputs, options.output_names)
+
+    repository.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=repository, prefix=f".{options.name}.export-"))
+    try:
+        stage = staging / options.name
+        result = _build(stage, module, inputs, output_names, outputs, options, profile, spec)
+        _move_into_place(stage, target, staging)
+        written = [target / path.relative_to(stage) for path in result.written]
+        return ExportResult(path=target, report=result.report, written=written, notes=result.notes)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_options(options: ExportOptions) -> None:
+    name = options.name
+    if not name or name.startswith(".") or "/" in name or "\\" in name or name != name.strip():
+        raise UsageError(f"model name '{name}' is not a plain folder name",
+                         hint="use letters, digits, '_' or '-', e.g. --name mlp")
+    if options.format not in FORMATS:
+        raise UsageError(f"--format {options.format} is not one of {', '.join(FORMATS)}",
+                         hint="use --format onnx (or tensorrt on a GPU that runs plans)")
+    if options.max_batch_size < 1:
+        raise UsageError(f"--max-batch-size {options.max_batch_size} must be at least 1",
+                         hint="e.g. --max-batch-size 32")
+    unknown = set(options.exporters) - set(onnx_export.EXPORTERS)
+    if unknown or not options.exporters:
+        raise UsageError(f"unknown exporter(s) {', '.join(sorted(unknown)) or '(none given)'}",
+                         hint=f"choose from {', '.join(onnx_export.EXPORTERS)}")
+
+
+def _reference_outputs(module: torch.nn.Module, inputs: ModelInputs):
+    try:
+        with torch.no_grad():
+            result = module(*inputs.tensors)
+    except Exception as exc:
+        raise UsageError(f"the model's forward() raised {type(exc).__name__} on the example "
+                         f"inputs: {onnx_export.summarize_exception(exc)}",
+                         hint="check the example inputs' shapes and dtypes") from exc
+    leaves, _ = torch.utils._pytree.tree_flatten(result)
+    bad = [type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)]
+    if bad or not leaves:
+        raise UsageError(f"the model's forward() returns {', '.join(bad) or 'nothing'} "
+                         "besides tensors", hint="return a tensor, a tuple of tensors or a dict of them")
+    return result
+
+
+def _output_names(result, given: tuple[str, ...] | None) -> tuple[str, ...]:
+    leaves, _ = torch.utils._pytree.tree_flatten(result)
+    if given:
+        if len(given) != len(leaves):
+            raise UsageError(f"{len(given)} output names for {len(leaves)} outputs",
+                             hint="give one name per output, in the order forward() returns them")
+        names = tuple(given)
+    elif isinstance(result, Mapping) and all(isinstance(v, torch.Tensor) for v in result.values()):
+        names = tuple(str(key) for key in result)
+    else:
+        names = tuple(default_output_name(i) for i in range(len(leaves)))
+    if len(set(names)) != len(names):
+        raise UsageError(f"output names repeat: {', '.join(names)}", hint="give each its own name")
+    return names
+
+
+def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
+           options: ExportOptions, profile: GpuProfile | None, spec: str | None) -> ExportResult:
+    model_path = stage / VERSION / MODEL_FILE
+    model, exporter, attempts, verification = _export_verified(
+        module, inputs, output_names, options, model_path)
+    written = [model_path]
+    leaves, _ = torch.utils._pytree.tree_flatten(outputs)
+    report = build_report(
+        name=options.name, model=model, fmt=options.format, max_batch_size=options.max_batch_size,
+        opset=onnx_export.opset_of(model), exporter=exporter, attempts=attempts,
+        example_shapes={n: list(t.shape) for n, t in zip(inputs.names, inputs.tensors)},
+        output_shapes={n: list(t.shape) for n, t in zip(output_names, leaves)},
+        verification=verification, source={"spec": spec} if spec else {"python": True},
+        gpu=profile.name if profile else None)
+    if inputs.dynamic_axes:
+        report["declared_dynamic_axes"] = {name: {str(a): label for a, label in axes.items()}
+                                           for name, axes in inputs.dynamic_axes.items()}
+
+    notes = []
+    if options.format == "tensorrt":
+        notes.append(_tensorrt(stage, model_path, report, profile, inputs, options, written))
+
+    report["files"] = {str(path.relative_to(stage)): file_record(path) for path in written}
+    written.append(atomic_write(stage / REPORT_NAME, json.dumps(report, indent=2) + "\n"))
+    options_as_flags = reproduce.cli_options(
+        name=options.name, repository=options.repository, gpu=options.gpu, fmt=options.format,
+        max_batch_size=options.max_batch_size, opset=options.opset, atol=options.atol,
+        rtol=options.rtol, verify=options.verify, input_names=options.input_names,
+        output_names=options.output_names, dynamic_axes=inputs.dynamic_axes)
+    written.append(reproduce.write_reproduce_script(stage, spec=spec, options=options_as_flags))
+    written += _configure(stage, options)
+    return ExportResult(path=stage, report=report, written=written, notes=notes)
+
+
+def _export_verified(module, inputs: ModelInputs, output_names, options: ExportOptions,
+                     model_path: Path):
+    """Try each exporter until one's graph passes the checker and the verification.
+
+    Returns (graph, exporter used, every attempt's record, verification section). If none
+    passes, raises the error of the attempt that got furthest (verification beats export).
+    """
+    attempts: list[dict] = []
+    failures: list[tuple[str, TritonkitError]] = []
+    for exporter in options.exporters:
+        started = time.perf_counter()
+        try:
+            model = onnx_export.export_onnx(module, inputs, exporter=exporter,
+                                            output_names=output_names, opset=options.opset,
+                                            max_batch_size=options.max_batch_size)
+            onnx_export.save_model(model, model_path)
+            check_graph(model_path)
+            verification = None
+            if options.verify:
+                verification = verify_against_torch(
+                    model_path, module, inputs, output_names=output_names,
+                    max_batch_size=options.max_batch_size, atol=options.atol, rtol=options.rtol)
+        except ExportError as exc:
+            attempts.append({"exporter": exporter, "ok": False, "error": exc.message,
+                             "seconds": round(time.perf_counter() - started, 2)})
+            failures.append((exporter, exc))
+            for leftover in model_path.parent.glob(f"{MODEL_FILE}*"):
+                leftover.unlink()
+            continue
+        attempts.append({"exporter": exporter, "ok": True,
+                         "seconds": round(time.perf_counter() - started, 2)})
+        return model, exporter, attempts, verification
+    raise _furthest(failures)
+
+
+def _furthest(failures: list[tuple[str, TritonkitError]]) -> TritonkitError:
+    verified = [(e, exc) for e, exc in failures if isinstance(exc, VerificationError)]
+    exporter, error = (verified or failures)[0]
+    others = "; ".join(f"{e}: {exc.message}" for e, exc in failures if exc is not error)
+    message = error.message if error.message.startswith(exporter) else f"{exporter} exporter: {error.message}"
+    hint = error.hint or ""
+    if others:
+        hint = f"{hint} (also tried {others})" if hint else f"also tried {others}"
+    return type(error)(message, hint=hint)
+
+
+def _tensorrt(stage: Path, model_path: Path, report: dict, profile: GpuProfile,
+              inputs: ModelInputs, options: ExportOptions, written: list[Path]) -> str:
+    """Build the plan here if this is the target GPU; otherwise record how to build it there."""
+    buildable, why_not = tensorrt.can_build_here(profile)
+    if buildable:
+        plan_path = stage / VERSION / tensorrt.plan_filename(profile)
+        report["tensorrt_build"] = tensorrt.build_plan(model_path, plan_path, profile, inputs,
+                                                       options.max_batch_size)
+        report["plans"] = {profile.cc_key: plan_path.name}
+        written.append(plan_path)
+        return f"built {plan_path.name} for compute capability {profile.cc_key}"
+    report["tensorrt_recipe"] = tensorrt.build_recipe(profile, inputs, options.max_batch_size)
+    return (f"{why_not}: the plan must be built on the target ({profile.display_name}); "
+            f"the trtexec recipe is in {REPORT_NAME} under tensorrt_recipe")
+
+
+def _configure(stage: Path, options: ExportOptions) -> list[Path]:
+    """config.pbtxt (and configs/<gpu>.pbtxt) from the graph and the report just written."""
+    return list(configure(stage.parent, options.name, gpu=options.gpu, force=True))
+
+
+def _move_into_place(stage: Path, target: Path, staging: Path) -> None:
+    """Rename the finished folder in; a replaced one is kept until the new one is there."""
+    previous = staging / ".previous"
+    if target.exists():
+        os.replace(target, previous)
+    try:
+        os.replace(stage, target)
+    except BaseException:
+        if previous.exists():
+            os.replace(previous, target)
+        raise

@@ -1,0 +1,66 @@
+"""``reproduce_export.py``: a script beside the exported model that reruns the export alone.
+
+It holds the export's options as data and calls the same CLI, so a failed or
+suspicious export can be rerun (with ``TRITONKIT_DEBUG=1``) without the rest of a
+pipeline. The script is generated from a dict with ``repr``; no text template.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonkit.fileio import atomic_write
+
+SCRIPT_NAME = "reproduce_export.py"
+
+_BODY = '''
+import sys
+
+from tritonkit.cli import main
+
+if SPEC is None:
+    sys.exit("this model was exported from Python (tritonkit.export); set SPEC to a "
+             "FILE.py:FACTORY that builds it to rerun the export from here")
+
+argv = ["export", SPEC]
+for flag, value in OPTIONS.items():
+    if value is True:
+        argv.append(flag)
+    elif isinstance(value, list):
+        for item in value:
+            argv += [flag, str(item)]
+    elif value is not None and value is not False:
+        argv += [flag, str(value)]
+sys.exit(main(argv))
+'''
+
+
+def cli_options(*, name: str, repository: Path, gpu: str | None, fmt: str, max_batch_size: int,
+                opset: int, atol: float | None, rtol: float | None, verify: bool,
+                input_names: tuple[str, ...] | None, output_names: tuple[str, ...] | None,
+                dynamic_axes: dict[str, dict[int, str]]) -> dict:
+    """The export's options as ``tritonkit export`` flags (``--force``: rerunning replaces it)."""
+    return {
+        "--name": name,
+        "--repository": str(Path(repository).resolve()),
+        "--gpu": gpu,
+        "--format": fmt,
+        "--max-batch-size": max_batch_size,
+        "--opset": opset,
+        "--atol": atol,
+        "--rtol": rtol,
+        "--no-verify": not verify,
+        "--input-names": ",".join(input_names) if input_names else None,
+        "--output-names": ",".join(output_names) if output_names else None,
+        "--dynamic-axis": [f"{inp}:{axis}={label}" for inp, axes in dynamic_axes.items()
+                           for axis, label in axes.items()],
+        "--force": True,
+    }
+
+
+def write_reproduce_script(folder: Path, *, spec: str | None, options: dict) -> Path:
+    """Write ``folder/reproduce_export.py`` and return its path."""
+    header = (f'"""Reproduce the tritonkit export of model {options["--name"]!r}: '
+              f'python {SCRIPT_NAME}"""\n\n')
+    data = f"SPEC = {spec!r}\nOPTIONS = {options!r}\n"
+    return atomic_write(folder / SCRIPT_NAME, header + data + _BODY, mode=0o755)

@@ -1,0 +1,213 @@
+"""What to export: a model factory named by a SPEC, and its example inputs, normalised.
+
+A SPEC is ``path/to/file.py:factory`` or ``package.module:factory``. The factory takes no
+arguments and returns ``(module, example_inputs)`` or ``(module, example_inputs,
+dynamic_axes)``:
+
+- ``example_inputs`` is a tensor, a tuple/list of tensors, or a dict of named tensors;
+  the first dimension of each is the batch.
+- ``dynamic_axes`` (optional) names the axes besides the batch that vary, per input:
+  ``{"input_ids": {1: "sequence"}}``. Axes that share a label share a size.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from tritonkit.errors import UsageError
+
+BATCH_AXIS_NAME = "batch"
+
+
+def default_input_name(index: int) -> str:
+    return f"INPUT__{index}"
+
+
+def default_output_name(index: int) -> str:
+    return f"OUTPUT__{index}"
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """The example inputs, in forward() order, with their names and dynamic axes.
+
+    ``dynamic_axes[name]`` maps an axis (never 0: the batch is always dynamic) to its label.
+    """
+
+    names: tuple[str, ...]
+    tensors: tuple[torch.Tensor, ...]
+    dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
+
+    def axes_of(self, name: str) -> dict[int, str]:
+        """Every dynamic axis of one input, the batch included."""
+        return {0: BATCH_AXIS_NAME, **self.dynamic_axes.get(name, {})}
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.tensors[0].shape[0])
+
+
+def load_factory(spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
+    """Import the factory a SPEC names, call it, and return what it built."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise UsageError(f"model spec '{spec}' is not FILE.py:FACTORY or package.module:FACTORY",
+                         hint="e.g. examples/mlp.py:build")
+    module = _import_target(target)
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise UsageError(f"{target} has no factory named '{attr}'",
+                         hint=f"define def {attr}(): return model, example_inputs in {target}")
+    if not callable(factory):
+        raise UsageError(f"{target}:{attr} is a {type(factory).__name__}, not a function",
+                         hint="the factory must be a callable returning (model, example_inputs)")
+    try:
+        built = factory()
+    except Exception as exc:  # the user's code: its failure is their input, not our bug
+        raise UsageError(f"factory {spec} raised {type(exc).__name__}: {_one_line(exc)}",
+                         hint="fix the factory; TRITONKIT_DEBUG=1 shows the traceback") from exc
+    return _unpack(built, spec)
+
+
+def _import_target(target: str):
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = Path(target)
+        if not path.is_file():
+            raise UsageError(f"model file {path} does not exist",
+                             hint="pass FILE.py:FACTORY with a path to an existing file")
+        name = f"_tritonkit_model_{abs(hash(str(path.resolve())))}"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(loader_spec)
+        # Let the file import its neighbours, as `python path/to/file.py` would.
+        sys.path.insert(0, str(path.resolve().parent))
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise UsageError(f"importing {path} raised {type(exc).__name__}: {_one_line(exc)}",
+                             hint="fix the file; TRITONKIT_DEBUG=1 shows the traceback") from exc
+        finally:
+            sys.path.remove(str(path.resolve().parent))
+        return module
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        if exc.name and target.startswith(exc.name):
+            raise UsageError(f"no Python module named '{target}'",
+                             hint="pass FILE.py:FACTORY, or a module importable from here") from exc
+        raise UsageError(f"importing {target} failed: {_one_line(exc)}",
+                         hint="install what the module needs") from exc
+    except Exception as exc:
+        raise UsageError(f"importing {target} raised {type(exc).__name__}: {_one_line(exc)}",
+                         hint="fix the module; TRITONKIT_DEBUG=1 shows the traceback") from exc
+
+
+def _unpack(built: Any, spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
+    if not isinstance(built, (tuple, list)) or len(built) not in (2, 3):
+        raise UsageError(f"factory {spec} returned {_describe(built)}, not "
+                         "(module, example_inputs[, dynamic_axes])",
+                         hint="return the torch.nn.Module and its example inputs as a tuple")
+    module, example_inputs, *rest = built
+    if not isinstance(module, torch.nn.Module):
+        raise UsageError(f"factory {spec} returned {_describe(module)} as the model, "
+                         "not a torch.nn.Module", hint="return (module, example_inputs)")
+    return module, example_inputs, (rest[0] if rest else None)
+
+
+def normalize_inputs(example_inputs: Any, *, input_names: Sequence[str] | None = None,
+                     dynamic_axes: Mapping[str, Mapping[int, str]] | None = None) -> ModelInputs:
+    """Names, tensors and dynamic axes of the example inputs, checked.
+
+    Names come from ``input_names``, else from the dict's keys, else ``INPUT__<i>``.
+    """
+    if isinstance(example_inputs, torch.Tensor):
+        keys, tensors = None, (example_inputs,)
+    elif isinstance(example_inputs, Mapping):
+        keys, tensors = tuple(str(k) for k in example_inputs), tuple(example_inputs.values())
+    elif isinstance(example_inputs, (tuple, list)):
+        keys, tensors = None, tuple(example_inputs)
+    else:
+        raise UsageError(f"example inputs are {_describe(example_inputs)}, not a tensor, "
+                         "a tuple of tensors or a dict of named tensors",
+                         hint="return e.g. torch.randn(4, 16) as the example inputs")
+    if not tensors:
+        raise UsageError("the model has no example inputs", hint="return at least one tensor")
+    for position, tensor in enumerate(tensors):
+        if not isinstance(tensor, torch.Tensor):
+            raise UsageError(f"example input {keys[position] if keys else position} is "
+                             f"{_describe(tensor)}, not a torch.Tensor",
+                             hint="every example input must be a tensor")
+        if tensor.dim() == 0:
+            raise UsageError(f"example input {keys[position] if keys else position} is a scalar",
+                             hint="every input needs a first (batch) dimension")
+    batch_sizes = {int(t.shape[0]) for t in tensors}
+    if len(batch_sizes) > 1:
+        raise UsageError(f"example inputs disagree on the batch size (first dimensions "
+                         f"{sorted(batch_sizes)})", hint="give every input the same first dimension")
+
+    if input_names:
+        names = tuple(input_names)
+        if len(names) != len(tensors):
+            raise UsageError(f"{len(names)} input names for {len(tensors)} inputs",
+                             hint="give one name per example input")
+    else:
+        names = keys or tuple(default_input_name(i) for i in range(len(tensors)))
+    if len(set(names)) != len(names):
+        raise UsageError(f"input names repeat: {', '.join(names)}", hint="give each input its own name")
+
+    axes = _check_dynamic_axes(dynamic_axes or {}, names, tensors)
+    return ModelInputs(names=names, tensors=tensors, dynamic_axes=axes)
+
+
+def _check_dynamic_axes(dynamic_axes: Mapping, names: Sequence[str],
+                        tensors: Sequence[torch.Tensor]) -> dict[str, dict[int, str]]:
+    checked: dict[str, dict[int, str]] = {}
+    sizes: dict[str, int] = {}
+    for name, axes in dynamic_axes.items():
+        if name not in names:
+            raise UsageError(f"dynamic axes given for '{name}', which is not an input "
+                             f"(inputs: {', '.join(names)})", hint="use the input's name")
+        tensor = tensors[names.index(name)]
+        for axis, label in dict(axes).items():
+            axis = int(axis)
+            if not 0 < axis < tensor.dim():
+                raise UsageError(f"input {name} has no axis {axis} to make dynamic "
+                                 f"(shape {tuple(tensor.shape)}; axis 0, the batch, always is)",
+                                 hint=f"use an axis from 1 to {tensor.dim() - 1}")
+            label = str(label)
+            if label == BATCH_AXIS_NAME:
+                raise UsageError(f"'{BATCH_AXIS_NAME}' names axis 0; call axis {axis} of {name} "
+                                 "something else", hint="e.g. sequence")
+            size = int(tensor.shape[axis])
+            if sizes.setdefault(label, size) != size:
+                raise UsageError(f"dynamic axis '{label}' has sizes {sizes[label]} and {size} "
+                                 "in the example inputs", hint="axes that share a label share a size")
+            checked.setdefault(name, {})[axis] = label
+    return checked
+
+
+def parse_dynamic_axis(text: str) -> tuple[str, int, str]:
+    """``input_ids:1=sequence`` → ("input_ids", 1, "sequence"); the label defaults to ``<name>_<axis>``."""
+    name, sep, rest = text.rpartition(":")
+    axis_text, _, label = rest.partition("=")
+    if not sep or not name or not axis_text.strip().isdigit():
+        raise UsageError(f"--dynamic-axis '{text}' is not INPUT:AXIS[=LABEL]",
+                         hint="e.g. --dynamic-axis input_ids:1=sequence")
+    return name, int(axis_text), label or f"{name}_{axis_text.strip()}"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__module__}.{type(value).__qualname__}".replace("builtins.", "")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

@@ -1,0 +1,217 @@
+"""Does the exported graph compute what the PyTorch module computes?
+
+First the ONNX checker (with shape inference); then ONNX Runtime against PyTorch eager
+on random inputs at several batch sizes (1, a middle one, the maximum) and, for dynamic
+axes besides the batch, other lengths than the example's. Each output is compared with
+``|onnx - torch| <= atol + rtol * |torch|``; the report keeps the largest absolute and
+relative error per output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from tritonkit.errors import ExportError, VerificationError
+from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
+
+# Defaults by precision: fp32 kernels differ in summation order between frameworks.
+DEFAULT_TOLERANCES = {
+    "float64": (1e-7, 1e-6),
+    "float32": (1e-4, 1e-3),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 2e-2),
+}
+EXACT = (0.0, 0.0)  # integer and boolean outputs must match exactly
+_REL_FLOOR = 1e-6   # relative error is measured against max(|expected|, this)
+PROVIDER = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One verification run: a batch size, a length per dynamic label, and the inputs."""
+
+    label: str
+    batch: int
+    lengths: dict[str, int]
+    tensors: tuple[torch.Tensor, ...]
+
+
+def check_graph(path: Path) -> None:
+    """The ONNX checker with full shape inference; an ExportError if the graph is invalid."""
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExportError(f"the exported graph fails the ONNX checker: {first}",
+                          hint="rerun with TRITONKIT_DEBUG=1; try another --opset") from exc
+
+
+def verification_cases(inputs: ModelInputs, max_batch_size: int, *, seed: int = 0) -> list[Case]:
+    """The example itself, then random inputs at batch 1, a middle batch and the maximum.
+
+    Dynamic lengths: the example's at batch 1, longer at the middle batch, shorter at the
+    maximum, so a graph that baked in any size fails somewhere.
+    """
+    example_lengths = {label: int(inputs.tensors[inputs.names.index(name)].shape[axis])
+                       for name, axes in inputs.dynamic_axes.items() for axis, label in axes.items()}
+    longer = {label: size + max(1, size // 2) for label, size in example_lengths.items()}
+    shorter = {label: size // 2 if size > 1 else 2 for label, size in example_lengths.items()}
+    plan = [("batch 1", 1, example_lengths)]
+    middle = (max_batch_size + 1) // 2
+    if 1 < middle < max_batch_size:
+        plan.append((f"batch {middle}", middle, longer))
+    if max_batch_size > 1:
+        plan.append((f"batch {max_batch_size}", max_batch_size, shorter))
+
+    generator = torch.Generator().manual_seed(seed)
+    cases = [Case("example inputs", inputs.batch_size, example_lengths, inputs.tensors)]
+    for label, batch, lengths in plan:
+        tensors = tuple(_random_like(tensor, _shape(inputs, name, tensor, batch, lengths), generator)
+                        for name, tensor in zip(inputs.names, inputs.tensors))
+        cases.append(Case(label, batch, dict(lengths), tensors))
+    return cases
+
+
+def _shape(inputs: ModelInputs, name: str, tensor: torch.Tensor, batch: int,
+           lengths: dict[str, int]) -> tuple[int, ...]:
+    shape = list(tensor.shape)
+    for axis, label in inputs.axes_of(name).items():
+        shape[axis] = batch if label == BATCH_AXIS_NAME else lengths[label]
+    return tuple(shape)
+
+
+def _random_like(example: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator):
+    """Random values in the example's range: same mean and spread, or the same integer span."""
+    if example.dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=generator).bool()
+    if example.is_floating_point():
+        sample = example.double()
+        mean, std = float(sample.mean()), float(sample.std()) if sample.numel() > 1 else 1.0
+        std = std if np.isfinite(std) and std > 0 else 1.0
+        values = torch.randn(shape, generator=generator, dtype=torch.float64) * std + mean
+        return values.to(example.dtype)
+    low, high = int(example.min()), int(example.max())
+    return torch.randint(low, high + 1, shape, generator=generator, dtype=example.dtype)
+
+
+def tolerance_for(dtype: str, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """(atol, rtol) for an output of numpy dtype name ``dtype``; given values win."""
+    default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, EXACT)
+    return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
+
+
+def torch_outputs(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    """PyTorch eager's outputs, flattened in the order the exporters flatten them."""
+    with torch.no_grad():
+        result = module(*tensors)
+    leaves, _ = torch.utils._pytree.tree_flatten(result)
+    return [leaf.detach().cpu().numpy() for leaf in leaves]
+
+
+def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInputs, *,
+                         output_names: tuple[str, ...], max_batch_size: int,
+                         atol: float | None = None, rtol: float | None = None) -> dict:
+    """Run the graph in ONNX Runtime and PyTorch on every case; a VerificationError if they differ.
+
+    Returns the verification section of the export report.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
+    except Exception as exc:
+        raise VerificationError(f"ONNX Runtime cannot load the exported graph: {_first_line(exc)}",
+                                hint="try another --opset, or the other exporter") from exc
+
+    declared = {value.name: value.shape for value in session.get_outputs()}
+    tolerances: dict[str, tuple[float, float]] = {}
+    worst = {name: {"max_abs_error": 0.0, "max_rel_error": 0.0} for name in output_names}
+    cases = []
+    for case in verification_cases(inputs, max_batch_size):
+        expected = torch_outputs(module, case.tensors)
+        feed = {name: tensor.numpy() for name, tensor in zip(inputs.names, case.tensors)}
+        try:
+            actual = session.run(list(output_names), feed)
+        except Exception as exc:
+            raise VerificationError(f"ONNX Runtime failed at {_where(case)}: {_first_line(exc)}",
+                                    hint="the graph baked in a size; check the dynamic axes") from exc
+        errors = {}
+        for name, want, got in zip(output_names, expected, actual):
+            if want.shape != got.shape:
+                raise VerificationError(
+                    f"output {name} has shape {list(got.shape)} in ONNX Runtime but "
+                    f"{list(want.shape)} in PyTorch at {_where(case)}",
+                    hint="the graph baked in a size; declare the axis dynamic")
+            if not _fits(declared[name], got.shape):
+                raise VerificationError(
+                    f"output {name} is declared {_spell(declared[name])} in the graph but is "
+                    f"{list(got.shape)} at {_where(case)}",
+                    hint="the exporter fixed a dynamic size in the graph's output shape")
+            tolerances.setdefault(name, tolerance_for(want.dtype.name, atol, rtol))
+            abs_error, rel_error, within = _compare(want, got, *tolerances[name])
+            errors[name] = {"max_abs_error": abs_error, "max_rel_error": rel_error,
+                            "shape": list(got.shape)}
+            worst[name]["max_abs_error"] = max(worst[name]["max_abs_error"], abs_error)
+            worst[name]["max_rel_error"] = max(worst[name]["max_rel_error"], rel_error)
+            if not within:
+                case_atol, case_rtol = tolerances[name]
+                raise VerificationError(
+                    f"output {name} differs from PyTorch at {_where(case)}: max abs error "
+                    f"{abs_error:.3g}, max rel error {rel_error:.3g} "
+                    f"(atol {case_atol:g}, rtol {case_rtol:g})",
+                    hint="if the difference is expected (reduced precision) widen --atol/--rtol; "
+                         "otherwise forward() depends on something tracing cannot capture "
+                         "(Python state, data-dependent branches)")
+        cases.append({"case": case.label, "batch": case.batch, "lengths": case.lengths,
+                      "outputs": errors})
+    return {
+        "passed": True,
+        "runtime": f"onnxruntime {ort.__version__}",
+        "provider": PROVIDER,
+        "tolerances": {name: {"atol": a, "rtol": r} for name, (a, r) in tolerances.items()},
+        "max_errors": worst,
+        "cases": cases,
+    }
+
+
+def _compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float):
+    """(max abs error, max rel error, every element within atol + rtol·|want|)."""
+    if want.size == 0:
+        return 0.0, 0.0, True
+    want64, got64 = want.astype(np.float64), got.astype(np.float64)
+    both_nan = np.isnan(want64) & np.isnan(got64)
+    diff = np.where(both_nan, 0.0, np.abs(want64 - got64))
+    diff = np.where(np.isnan(diff), np.inf, diff)  # NaN on one side only
+    scale = np.abs(np.where(both_nan, 0.0, want64))
+    within = bool(np.all(diff <= atol + rtol * scale))
+    rel = diff / np.maximum(scale, _REL_FLOOR)
+    return float(diff.max()), float(rel.max()), within
+
+
+def _fits(declared, shape) -> bool:
+    """Whether an actual shape matches the graph's declared one (ints fixed, names free)."""
+    return len(declared) == len(shape) and all(
+        not isinstance(want, int) or want == got for want, got in zip(declared, shape))
+
+
+def _spell(declared) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) else (d or "?") for d in declared) + "]"
+
+
+def _where(case: Case) -> str:
+    lengths = "".join(f", {label} {size}" for label, size in case.lengths.items())
+    return f"{case.label}{lengths}" if case.label.startswith("batch") else \
+        f"the {case.label} (batch {case.batch}{lengths})"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."

@@ -1,0 +1,46 @@
+"""Load generation against a Triton server: closed and open loop, histograms, timeline, spikes.
+
+    spec = LoadSpec(model="example", concurrency=(1, 8), duration_s=10)
+    result = run_loadtest(resolve_endpoint(repository=Path("model_repository")), spec)
+
+Workers are separate processes (a Python client needs several to load a server); each
+keeps raw records, builds an HdrHistogram per window once the clock stops, and the
+parent merges them. In open loop a request's latency runs from its *scheduled* send
+time, so a stalled server shows in the percentiles instead of quietly lowering the
+offered load. ``tritonkit.report`` turns a result into a verdict, a table and files.
+"""
+
+from tritonkit.loadtest._inputs import RequestTemplate, request_template
+from tritonkit.loadtest._run import (
+    PERCENTILES,
+    LevelResult,
+    LoadSpec,
+    LoadTestResult,
+    default_workers,
+    run_loadtest,
+)
+from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
+from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
+from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, spike_windows
+
+__all__ = [
+    "ARRIVALS",
+    "PERCENTILES",
+    "LevelResult",
+    "LoadSpec",
+    "LoadTestResult",
+    "RequestTemplate",
+    "ServerEvent",
+    "ServerWatcher",
+    "Spike",
+    "StatsSnapshot",
+    "Window",
+    "closed_loop",
+    "cold_start_windows",
+    "default_workers",
+    "open_loop_schedule",
+    "request_template",
+    "run_loadtest",
+    "spike_windows",
+    "split_schedule",
+]

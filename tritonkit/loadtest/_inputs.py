@@ -1,0 +1,104 @@
+"""The request a load test sends, built from the model's metadata and config (or a data file)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tritonkit.client import Endpoint, example_input, triton_message
+from tritonkit.errors import ServerError, UsageError
+
+
+@dataclass(frozen=True)
+class RequestTemplate:
+    """One inference request, fixed for the whole run (picklable: it travels to the workers)."""
+
+    model: str
+    inputs: tuple[tuple[str, str, np.ndarray], ...]   # (name, Triton datatype, data)
+    outputs: tuple[str, ...]
+    batch_size: int
+
+    def describe(self) -> str:
+        return ", ".join(f"{name} {dtype}{list(data.shape)}" for name, dtype, data in self.inputs)
+
+
+def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
+                     input_data: Path | None = None, seed: int = 0) -> RequestTemplate:
+    """The request for ``model``: shapes and datatypes from the server, data random or from a file."""
+    client = endpoint.http()
+    try:
+        metadata = client.get_model_metadata(model)
+        config = client.get_model_config(model)
+    except Exception as exc:  # tritonclient raises transport and server errors alike
+        message = triton_message(exc)
+        if "unknown model" in message.lower() or "not found" in message.lower():
+            raise UsageError(f"model '{model}' is not loaded on the server ({message})",
+                             hint="check the name, or load it: tritonkit warmup --model NAME") from None
+        raise ServerError(f"could not read model '{model}' from {endpoint.http_url} ({message})",
+                          hint="is the server up? tritonkit deploy --repository DIR") from None
+    max_batch = int(config.get("max_batch_size", 0))
+    if batch_size < 1:
+        raise UsageError("--batch-size must be >= 1")
+    if max_batch == 0 and batch_size > 1:
+        raise UsageError(f"model '{model}' does not batch (max_batch_size 0)", hint="use --batch-size 1")
+    if max_batch and batch_size > max_batch:
+        raise UsageError(f"--batch-size {batch_size} exceeds model '{model}' max_batch_size {max_batch}",
+                         hint=f"use --batch-size {max_batch} or less")
+    given = _read_input_data(input_data) if input_data else {}
+    rng = np.random.default_rng(seed)
+    inputs = []
+    for spec in metadata["inputs"]:
+        name, datatype = spec["name"], spec["datatype"]
+        dims = [int(d) for d in spec["shape"]]
+        if max_batch:
+            dims = dims[1:]
+        shape = ([batch_size] if max_batch else []) + [d if d > 0 else 1 for d in dims]
+        if name in given:
+            data = _fit(given.pop(name), name, datatype, shape, bool(max_batch), batch_size)
+        else:
+            data = example_input(datatype, shape, rng)
+        inputs.append((name, datatype, data))
+    if given:
+        raise UsageError(f"--input-data names inputs the model does not have: {', '.join(sorted(given))}",
+                         hint="its inputs are " + ", ".join(s["name"] for s in metadata["inputs"]))
+    outputs = tuple(o["name"] for o in metadata.get("outputs", []))
+    return RequestTemplate(model=model, inputs=tuple(inputs), outputs=outputs, batch_size=batch_size)
+
+
+def _read_input_data(path: Path) -> dict[str, np.ndarray]:
+    """Real input data: ``.npz`` (one array per input) or ``.json`` ``{"NAME": [[...]], ...}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"input data file {path} does not exist")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"input data file {path} is not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"input data file {path} must hold an object: input name -> array")
+        return {name: np.asarray(value) for name, value in data.items()}
+    raise UsageError(f"input data file {path} must be .npz or .json")
+
+
+def _fit(array: np.ndarray, name: str, datatype: str, shape: list[int], batches: bool,
+         batch_size: int) -> np.ndarray:
+    from tritonclient.utils import triton_to_np_dtype
+
+    if datatype == "BYTES":
+        array = np.asarray(array, dtype=object)
+    else:
+        array = np.asarray(array).astype(triton_to_np_dtype(datatype))
+    if batches and array.ndim == len(shape) - 1:  # one sample: repeat it to the batch
+        array = np.repeat(array[None, ...], batch_size, axis=0)
+    if batches and array.ndim == len(shape) and array.shape[0] != batch_size:
+        raise UsageError(f"input data for {name} has batch {array.shape[0]}, not --batch-size {batch_size}")
+    if array.ndim != len(shape):
+        raise UsageError(f"input data for {name} has shape {list(array.shape)}; the model wants {shape}")
+    return array

@@ -1,0 +1,329 @@
+"""Running a load test: spawn the workers, start them on one clock, watch the server, merge."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tritonkit.client import Endpoint
+from tritonkit.errors import LoadTestError, UsageError
+from tritonkit.loadtest._inputs import RequestTemplate, request_template
+from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
+from tritonkit.loadtest._server import ServerEvent, ServerWatcher
+from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows
+from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
+from tritonkit.loadtest._worker import DIGITS, HIGHEST_US, LOWEST_US, WorkerPlan, worker_main
+
+PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+PROTOCOLS = ("http", "grpc")
+_START_MARGIN_NS = 100_000_000      # workers get t0 this far ahead, so all start together
+_READY_TIMEOUT_S = 60.0
+
+# progress(label, elapsed_s, total_s, requests_done)
+Progress = Callable[[str, float, float, int], None]
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """What to run: closed-loop concurrencies or open-loop rates, and how."""
+
+    model: str
+    concurrency: tuple[int, ...] = ()
+    rates: tuple[float, ...] = ()
+    arrivals: str = "poisson"
+    duration_s: float = 10.0
+    warmup_s: float = 1.0
+    batch_size: int = 1
+    protocol: str = "http"
+    workers: int | None = None          # processes; default from the load and the CPUs
+    max_in_flight: int | None = None    # open loop, per worker
+    window_s: float = 1.0
+    timeout_s: float = 30.0
+    input_data: Path | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if bool(self.concurrency) == bool(self.rates):
+            raise UsageError("give exactly one of --concurrency or --rate",
+                             hint="closed loop: --concurrency 1,8; open loop: --rate 200")
+        if any(c < 1 for c in self.concurrency) or any(r <= 0 for r in self.rates):
+            raise UsageError("concurrency must be >= 1 and rates > 0")
+        if self.arrivals not in ARRIVALS:
+            raise UsageError(f"unknown arrivals '{self.arrivals}'", hint=f"use one of: {', '.join(ARRIVALS)}")
+        if self.protocol not in PROTOCOLS:
+            raise UsageError(f"unknown protocol '{self.protocol}'", hint="use http or grpc")
+        if self.duration_s <= 0 or self.warmup_s < 0 or self.window_s <= 0:
+            raise UsageError("--duration and the window must be > 0, --warmup-s >= 0")
+
+    @property
+    def mode(self) -> str:
+        return "closed" if self.concurrency else "open"
+
+    def levels(self) -> list[float]:
+        return list(self.concurrency or self.rates)
+
+
+@dataclass
+class LevelResult:
+    """The outcome of one concurrency or rate."""
+
+    mode: str                           # "closed" | "open"
+    level: float                        # concurrency, or offered requests/s
+    workers: int
+    duration_s: float                   # measured span (shorter if the server went away)
+    sent: int
+    ok: int
+    errors: dict[str, int]
+    qps: float                          # successful requests per second
+    infer_per_s: float                  # qps x batch size
+    latency_ms: dict[str, float]        # p50, p90, p95, p99, p99.9, max, mean, min
+    timeline: list[Window]
+    spikes: list[Spike]
+    events: list[dict]
+    server_split_ms: dict[str, float] | None
+    offered_rate: float | None = None
+    achieved_rate: float | None = None  # requests actually sent per second
+    send_lag_ms: dict[str, float] | None = None
+    ended_early: str | None = None
+    histogram: Any = field(default=None, repr=False)   # the merged HdrHistogram
+
+    @property
+    def label(self) -> str:
+        return f"concurrency {self.level:g}" if self.mode == "closed" else f"rate {self.level:g}/s"
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def error_rate(self) -> float:
+        return self.error_count / self.sent if self.sent else 0.0
+
+
+@dataclass
+class LoadTestResult:
+    """Every level of one `tritonkit loadtest`, with what was run."""
+
+    spec: LoadSpec
+    server: str
+    request: str
+    levels: list[LevelResult]
+
+    @property
+    def ended_early(self) -> str | None:
+        return next((lv.ended_early for lv in self.levels if lv.ended_early), None)
+
+
+def default_workers(spec: LoadSpec, level: float) -> int:
+    """Enough processes that the client is never the bottleneck, no more than the CPUs."""
+    cpus = os.cpu_count() or 1
+    if spec.workers:
+        return spec.workers
+    if spec.mode == "closed":
+        return max(1, min(int(level), cpus))
+    return max(1, min(cpus, math.ceil(level / 1500)))
+
+
+def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None) -> LoadTestResult:
+    """Run every level of ``spec`` against the server at ``endpoint``, one after the other."""
+    template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed)
+    url = _protocol_url(endpoint, spec.protocol)
+    _probe(url, spec.protocol, template, spec.timeout_s)
+    levels = []
+    for level in spec.levels():
+        result = _run_level(endpoint, url, spec, template, level, progress)
+        levels.append(result)
+        if result.ended_early:
+            break
+    return LoadTestResult(spec=spec, server=url, request=template.describe(), levels=levels)
+
+
+def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
+    if protocol == "grpc":
+        if not endpoint.grpc_url:
+            raise UsageError("no gRPC address known for this server", hint="use --protocol http")
+        return endpoint.grpc_url
+    return endpoint.http_url
+
+
+def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -> None:
+    """One request before any worker starts: a wrong input fails here, with Triton's words."""
+    try:
+        send = http_sender(url, template, 1, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
+        send()
+    except RequestFailed as exc:
+        raise LoadTestError(f"the first request to '{template.model}' failed: {exc.kind}",
+                            hint="check the model's inputs (--input-data, --batch-size)") from None
+    except Exception as exc:
+        raise LoadTestError(f"could not reach {url} over {protocol}: {exc}",
+                            hint="is the server up? tritonkit deploy --repository DIR") from None
+
+
+def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float) -> list[WorkerPlan]:
+    workers = default_workers(spec, level)
+    common = dict(protocol=spec.protocol, url=url, template=template,
+                  warmup_ns=int(spec.warmup_s * 1e9), duration_ns=int(spec.duration_s * 1e9),
+                  window_ns=int(spec.window_s * 1e9), timeout_s=spec.timeout_s,
+                  grace_s=min(5.0, spec.timeout_s))
+    if spec.mode == "closed":
+        users = closed_loop(int(level), workers)
+        return [WorkerPlan(index=i, slots=n, offsets_ns=None, **common) for i, n in enumerate(users)]
+    schedule = open_loop_schedule(level, spec.warmup_s + spec.duration_s, spec.arrivals, spec.seed)
+    slots = spec.max_in_flight or (64 if spec.protocol == "http" else 32)
+    return [WorkerPlan(index=i, slots=slots, offsets_ns=(part * 1e9).astype("int64"), **common)
+            for i, part in enumerate(split_schedule(schedule, workers))]
+
+
+def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTemplate,
+               level: float, progress: Progress | None) -> LevelResult:
+    plans = _plans(spec, template, url, level)
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.RawValue("b", 0)
+    done = ctx.RawArray("q", len(plans))
+    pipes, procs = [], []
+    try:
+        for plan in plans:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=worker_main, args=(plan, child, done, stop),
+                               name=f"tritonkit-loadtest-{plan.index}", daemon=True)
+            proc.start()
+            child.close()
+            pipes.append(parent)
+            procs.append(proc)
+        _wait_ready(pipes, procs)
+        watcher = ServerWatcher(endpoint, spec.model, on_down=lambda: setattr(stop, "value", 1)).start()
+        label = f"concurrency {level:g}" if spec.mode == "closed" else f"rate {level:g}/s"
+        total_s = spec.warmup_s + spec.duration_s
+        t0 = time.perf_counter_ns() + _START_MARGIN_NS
+        start_ns = t0 + int(spec.warmup_s * 1e9)
+        before = watcher.stats() if spec.warmup_s == 0 else None
+        for pipe in pipes:
+            pipe.send(t0)
+        summaries: dict[int, dict] = {}
+        deadline = time.monotonic() + total_s + spec.timeout_s + 60.0
+        while len(summaries) < len(pipes):
+            now_ns = time.perf_counter_ns()
+            if before is None and now_ns >= start_ns:
+                before = watcher.stats()
+            if progress:
+                progress(label, min(total_s, max(0.0, (now_ns - t0) / 1e9)), total_s, sum(done))
+            for i, pipe in enumerate(pipes):
+                if i not in summaries and pipe.poll(0.05 / len(pipes)):
+                    summaries[i] = _receive(pipe, procs[i])
+            for i, proc in enumerate(procs):
+                if i not in summaries and not proc.is_alive() and not pipes[i].poll():
+                    raise LoadTestError(f"load-test worker {i} died (exit code {proc.exitcode})",
+                                        hint="rerun with TRITONKIT_DEBUG=1; check memory")
+            if time.monotonic() > deadline:
+                raise LoadTestError("load-test workers did not finish in time",
+                                    hint="the server may be hung; try a shorter --timeout")
+        if before is None:
+            before = watcher.stats()
+        after = watcher.stats()
+        watcher.stop()
+    finally:
+        stop.value = 1
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+    return _merge(spec, level, list(summaries.values()), watcher, before, after, start_ns)
+
+
+def _wait_ready(pipes: list, procs: list) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    for i, pipe in enumerate(pipes):
+        if not pipe.poll(max(0.0, deadline - time.monotonic())):
+            raise LoadTestError(f"load-test worker {i} did not start within {_READY_TIMEOUT_S:g} s")
+        status, detail = _receive(pipe, procs[i], what="start")
+        if status != "ready":
+            raise LoadTestError(f"load-test worker {i} could not start: {detail}")
+
+
+def _receive(pipe, proc, what: str = "finish") -> Any:
+    try:
+        message = pipe.recv()
+    except EOFError:
+        raise LoadTestError(f"a load-test worker died before it could {what} "
+                            f"(exit code {proc.exitcode})") from None
+    if what == "finish":
+        return message[1]
+    return message
+
+
+def _new_histogram():
+    from hdrh.histogram import HdrHistogram
+
+    return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
+
+
+def _latency_ms(hist) -> dict[str, float]:
+    if not hist.get_total_count():
+        return {}
+    values = {f"p{p:g}": hist.get_value_at_percentile(p) / 1000 for p in PERCENTILES}
+    values.update(max=hist.get_max_value() / 1000, mean=hist.get_mean_value() / 1000,
+                  min=hist.get_min_value() / 1000)
+    return values
+
+
+def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerWatcher,
+           before, after, start_ns: int) -> LevelResult:
+    total, lag = _new_histogram(), _new_histogram()
+    errors: dict[str, int] = {}
+    per_window: dict[int, dict] = {}
+    for s in summaries:
+        if s["hist"]:
+            total.decode_and_add(s["hist"])
+        if s["lag_hist"]:
+            lag.decode_and_add(s["lag_hist"])
+        for kind, n in s["errors"].items():
+            errors[kind] = errors.get(kind, 0) + n
+        for index, w in s["windows"].items():
+            merged = per_window.setdefault(index, {"ok": 0, "errors": 0, "hist": _new_histogram()})
+            merged["ok"] += w["ok"]
+            merged["errors"] += w["errors"]
+            if w["hist"]:
+                merged["hist"].decode_and_add(w["hist"])
+    span_s = spec.duration_s
+    ended_early = None
+    if watcher.down_at_ns is not None:
+        span_s = max(0.0, min(spec.duration_s, (watcher.down_at_ns - start_ns) / 1e9))
+        ended_early = (f"the server stopped answering {span_s:.1f} s into the measurement; "
+                       f"these figures cover those {span_s:.1f} s only")
+    n_windows = max(1, math.ceil(span_s / spec.window_s - 1e-9)) if span_s > 0 else 0
+    timeline = []
+    for index in range(n_windows):
+        w = per_window.get(index, {"ok": 0, "errors": 0, "hist": _new_histogram()})
+        hist, width = w["hist"], min(spec.window_s, span_s - index * spec.window_s)
+        has = hist.get_total_count() > 0
+        timeline.append(Window(
+            index=index, start_s=round(index * spec.window_s, 6), ok=w["ok"], errors=w["errors"],
+            qps=(w["ok"] + w["errors"]) / width if width > 0 else 0.0,
+            p50_ms=hist.get_value_at_percentile(50) / 1000 if has else None,
+            p99_ms=hist.get_value_at_percentile(99) / 1000 if has else None,
+            max_ms=hist.get_max_value() / 1000 if has else None))
+    events: list[ServerEvent] = watcher.events
+    spikes = cold_start_windows(timeline, events, start_ns, spec.window_s)
+    sent = sum(s["sent"] for s in summaries)
+    ok = sum(s["ok"] for s in summaries)
+    latency = _latency_ms(total)
+    split = after.minus(before).split_ms()
+    if split and latency:
+        split["client_and_network"] = max(0.0, latency["mean"] - split["request"])
+    span = span_s or float("nan")
+    return LevelResult(
+        mode=spec.mode, level=level, workers=len(summaries), duration_s=span_s, sent=sent, ok=ok,
+        errors=dict(sorted(errors.items(), key=lambda kv: -kv[1])),
+        qps=ok / span if span_s else 0.0, infer_per_s=ok * spec.batch_size / span if span_s else 0.0,
+        latency_ms=latency, timeline=timeline, spikes=spikes,
+        events=[e.as_dict(start_ns) for e in events], server_split_ms=split,
+        offered_rate=level if spec.mode == "open" else None,
+        achieved_rate=sent / span if spec.mode == "open" and span_s else None,
+        send_lag_ms=_latency_ms(lag) or None if spec.mode == "open" else None,
+        ended_early=ended_early, histogram=total)

@@ -1,0 +1,203 @@
+"""Watching the server during a run: model load/unload events, liveness, latency statistics.
+
+A background thread polls the model-repository index (with the deployment's secret
+header; without it, falls back to each model's public readiness) and the model's
+inference statistics. Triton resets a model's statistics when it is reloaded, so the
+watcher keeps a running base and its totals stay monotonic across reloads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from tritonkit.client import Endpoint, triton_message  # noqa: F401
+
+_STAT_FIELDS = ("success", "queue", "compute_input", "compute_infer", "compute_output")
+_DOWN_AFTER = 3      # consecutive failed polls before the server counts as gone
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    """Something the server did during the run, at ``t_ns`` (perf_counter_ns)."""
+
+    t_ns: int
+    kind: str        # "state" (a model changed state) | "down" (server stopped answering) | "up"
+    model: str = ""
+    version: str = ""
+    state: str = ""  # READY, LOADING, UNLOADING, UNAVAILABLE, ...
+    previous: str = ""
+    reason: str = ""
+
+    def as_dict(self, t0_ns: int) -> dict:
+        data = asdict(self)
+        data["t_s"] = round((data.pop("t_ns") - t0_ns) / 1e9, 3)
+        return data
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """Cumulative server-side counts and nanoseconds for one model (monotonic across reloads)."""
+
+    count: int = 0
+    ns: tuple[int, ...] = (0,) * len(_STAT_FIELDS)
+
+    def minus(self, other: "StatsSnapshot") -> "StatsSnapshot":
+        return StatsSnapshot(self.count - other.count, tuple(a - b for a, b in zip(self.ns, other.ns)))
+
+    def plus(self, other: "StatsSnapshot") -> "StatsSnapshot":
+        return StatsSnapshot(self.count + other.count, tuple(a + b for a, b in zip(self.ns, other.ns)))
+
+    def split_ms(self) -> dict[str, float] | None:
+        """Mean milliseconds per successful request: total, queue, compute input/infer/output."""
+        if self.count <= 0:
+            return None
+        names = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+        return {name: ns / self.count / 1e6 for name, ns in zip(names, self.ns)}
+
+
+class ServerWatcher:
+    """Polls the server in a thread; ``events``, ``down_at_ns`` and ``stats()`` are its findings."""
+
+    def __init__(self, endpoint: Endpoint, model: str, *, interval_s: float = 0.05,
+                 stats_every: int = 2, on_down: Callable[[], None] | None = None) -> None:
+        self._endpoint = endpoint
+        self._model = model
+        self._interval = interval_s
+        self._stats_every = stats_every
+        self._on_down = on_down
+        # A tritonclient client is not thread-safe, and its gevent pool belongs to the thread
+        # that made it: the polling thread makes its own, callers use this one.
+        self._client = None
+        self._caller_client = endpoint.http(connection_timeout=2.0, network_timeout=2.0)
+        self._started = threading.Event()
+        self._current_keys: list[tuple[str, str]] = []
+        self._headers = dict(endpoint.repository_headers)
+        self._use_index = bool(self._headers)
+        self._states: dict[tuple[str, str], str] = {}
+        self._base = StatsSnapshot()
+        self._last = StatsSnapshot()
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tritonkit-watcher", daemon=True)
+        self.events: list[ServerEvent] = []
+        self.down_at_ns: int | None = None
+        self.index_used = self._use_index
+
+    def start(self) -> "ServerWatcher":
+        self._thread.start()
+        self._started.wait(timeout=10)
+        return self
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._thread.join(timeout=5)
+        if self.down_at_ns is None:
+            try:
+                self._client = self._caller_client
+                self._poll_states()
+                self._poll_stats(self._caller_client)
+            except Exception:  # the server went away at the very end: keep what was seen
+                pass
+
+    def stats(self) -> StatsSnapshot:
+        """Cumulative statistics now (polls once more; falls back to the last seen)."""
+        if self.down_at_ns is None:
+            try:
+                self._poll_stats(self._caller_client)
+            except Exception:
+                pass
+        with self._lock:
+            return self._base.plus(self._last)
+
+    def _loop(self) -> None:
+        self._client = self._endpoint.http(connection_timeout=2.0, network_timeout=2.0)
+        try:
+            self._poll_states(initial=True)
+            self._poll_stats(self._client)
+        except Exception:  # the loop below notices a server that is not there
+            pass
+        self._started.set()
+        failures, tick = 0, 0
+        while not self._halt.wait(self._interval):
+            tick += 1
+            try:
+                self._poll_states()
+                if tick % self._stats_every == 0:
+                    self._poll_stats(self._client)
+                if failures >= _DOWN_AFTER:
+                    self.events.append(ServerEvent(time.perf_counter_ns(), "up"))
+                    self.down_at_ns = None
+                failures = 0
+            except Exception:  # connection refused, reset, timeout: tritonclient wraps them variously
+                failures += 1
+                if failures == _DOWN_AFTER and not self._alive():
+                    self.down_at_ns = time.perf_counter_ns()
+                    self.events.append(ServerEvent(self.down_at_ns, "down"))
+                    if self._on_down:
+                        self._on_down()
+
+    def _alive(self) -> bool:
+        try:
+            return bool(self._client.is_server_live())  # type: ignore[union-attr]
+        except Exception:
+            return False
+
+    def _poll_states(self, initial: bool = False) -> None:
+        now = time.perf_counter_ns()
+        for (model, version), (state, reason) in self._current_states().items():
+            previous = self._states.get((model, version), "")
+            if state != previous:
+                self._states[(model, version)] = state
+                if not initial:
+                    self.events.append(ServerEvent(now, "state", model, version, state, previous, reason))
+        # A model that vanished from the index (or stopped being ready) changed state too.
+        seen = set(self._current_keys)
+        for key, previous in list(self._states.items()):
+            if key not in seen and previous != "UNAVAILABLE":
+                self._states[key] = "UNAVAILABLE"
+                if not initial:
+                    self.events.append(ServerEvent(now, "state", key[0], key[1], "UNAVAILABLE", previous))
+
+    def _current_states(self) -> dict[tuple[str, str], tuple[str, str]]:
+        if self._use_index:
+            try:
+                index = self._client.get_model_repository_index(headers=self._headers)
+            except Exception as exc:
+                if "restricted" not in triton_message(exc).lower():
+                    raise
+                self._use_index = self.index_used = False  # wrong or no secret: public readiness only
+            else:
+                states = {(e["name"], e.get("version", "")): (e.get("state", ""), e.get("reason", ""))
+                          for e in index if e.get("state")}
+                self._current_keys = list(states)
+                return states
+        ready = self._client.is_model_ready(self._model)
+        states = {(self._model, ""): ("READY" if ready else "UNAVAILABLE", "")}
+        self._current_keys = list(states)
+        return states
+
+    def _poll_stats(self, client) -> None:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            stats = client.get_inference_statistics(self._model)
+        except InferenceServerException:
+            # The server answered but has no statistics: the model is (being) unloaded.
+            self._rebase(StatsSnapshot())
+            return
+        total = StatsSnapshot()
+        for entry in stats.get("model_stats", []):
+            inference = entry.get("inference_stats", {})
+            total = total.plus(StatsSnapshot(
+                int(inference.get("success", {}).get("count", 0)),
+                tuple(int(inference.get(name, {}).get("ns", 0)) for name in _STAT_FIELDS)))
+        self._rebase(total)
+
+    def _rebase(self, current: StatsSnapshot) -> None:
+        with self._lock:
+            if current.count < self._last.count:  # reloaded: statistics restarted from zero
+                self._base = self._base.plus(self._last)
+            self._last = current

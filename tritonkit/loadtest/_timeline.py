@@ -1,0 +1,127 @@
+"""The per-window timeline of a run, its latency spikes, and the ones a model load explains.
+
+A window is a spike when its tail stands far above the run's typical window: its p99
+above ``factor`` times the median window p99, or a single request slower than
+``max_factor`` times that median (one cold request among a thousand does not move a
+p99, yet it is exactly what a user behind it waits for). A spike that overlaps a
+model's outage (from leaving READY until ``reach_s`` after it is READY again) is named
+a cold start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tritonkit.loadtest._server import ServerEvent
+
+SPIKE_FACTOR = 3.0
+SPIKE_MAX_FACTOR = 8.0
+SPIKE_FLOOR_MS = 2.0       # never flag a window less than this much above typical
+COLD_START_REACH_S = 1.5
+
+
+@dataclass
+class Window:
+    """One window of the timeline; times in seconds from the start of the measurement."""
+
+    index: int
+    start_s: float
+    ok: int
+    errors: int
+    qps: float
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    spike: bool = False
+    cause: str = ""           # "cold start: ..." when tied to a model load, else ""
+
+
+@dataclass(frozen=True)
+class Spike:
+    """A flagged window and why it stands out."""
+
+    window: int
+    start_s: float
+    p99_ms: float
+    max_ms: float
+    typical_p99_ms: float
+    cold_start: bool
+    cause: str
+    events: tuple[dict, ...] = field(default_factory=tuple)
+
+
+def typical_p99_ms(timeline: list[Window]) -> float | None:
+    """The median of the windows' p99 (windows with answers only)."""
+    values = [w.p99_ms for w in timeline if w.p99_ms is not None]
+    return float(np.median(values)) if values else None
+
+
+def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
+                  max_factor: float = SPIKE_MAX_FACTOR, floor_ms: float = SPIKE_FLOOR_MS) -> list[Window]:
+    """Mark and return the windows whose tail stands far above the run's typical window."""
+    typical = typical_p99_ms(timeline)
+    if typical is None:
+        return []
+    flagged = []
+    for window in timeline:
+        if window.p99_ms is None:
+            continue
+        high_p99 = window.p99_ms > max(factor * typical, typical + floor_ms)
+        high_max = window.max_ms > max(max_factor * typical, typical + floor_ms)
+        window.spike = high_p99 or high_max
+        if window.spike:
+            flagged.append(window)
+    return flagged
+
+
+def model_outages(events: list[ServerEvent], start_ns: int, end_s: float) -> list[tuple[str, str, float, float | None]]:
+    """(model, version, left READY at, READY again at or None) in seconds from ``start_ns``.
+
+    A model that became READY without having been seen leaving it (a fresh load) has
+    an outage that starts at its first non-READY state, or at its READY event.
+    """
+    outages = []
+    open_since: dict[tuple[str, str], float] = {}
+    for event in events:
+        if event.kind != "state":
+            continue
+        key, at = (event.model, event.version), (event.t_ns - start_ns) / 1e9
+        if event.state != "READY":
+            open_since.setdefault(key, at)
+        elif event.previous != "READY":
+            outages.append((*key, open_since.pop(key, at), at))
+    outages.extend((*key, since, None) for key, since in open_since.items())
+    return sorted(outages, key=lambda o: o[2])
+
+
+def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_ns: int,
+                       window_s: float, reach_s: float = COLD_START_REACH_S) -> list[Spike]:
+    """Every spike, each tied to the model (re)load that explains it if one does.
+
+    ``events`` come from the server watcher; ``start_ns`` is the measurement's start on
+    the same clock. A spike whose window overlaps a model's outage — from leaving READY
+    to ``reach_s`` after it is READY again — is a cold start: its slow requests either
+    waited for the load or were the first ones the fresh instance served.
+    """
+    typical = typical_p99_ms(timeline) or 0.0
+    end_s = timeline[-1].start_s + window_s if timeline else 0.0
+    outages = model_outages(events, start_ns, end_s)
+    spikes = []
+    for window in spike_windows(timeline):
+        lo, hi = window.start_s, window.start_s + window_s
+        near = [o for o in outages if o[2] < hi and lo <= (o[3] if o[3] is not None else end_s) + reach_s]
+        if near:
+            model, version, left, ready = near[-1]
+            what = f"model '{model}'{' version ' + version if version else ''}"
+            window.cause = (f"cold start: {what} reloaded, not READY {left:.2f}–{ready:.2f} s"
+                            if ready is not None else f"{what} unavailable from {left:.2f} s")
+        spikes.append(Spike(
+            window=window.index, start_s=window.start_s, p99_ms=window.p99_ms or 0.0,
+            max_ms=window.max_ms or 0.0, typical_p99_ms=typical,
+            cold_start=bool(near) and near[-1][3] is not None,
+            cause=window.cause or "no server event explains it",
+            events=tuple(e.as_dict(start_ns) for e in events
+                         if e.kind == "state" and any(e.model == o[0] for o in near))))
+    return spikes

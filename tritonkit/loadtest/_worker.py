@@ -1,0 +1,220 @@
+"""One load-generating process: virtual users (closed loop) or arrival slots (open loop).
+
+HTTP workers run their users as gevent greenlets over one kept-alive connection pool;
+gRPC workers run threads over one channel (grpcio is not gevent-cooperative without
+monkey-patching). The hot loop only appends three integers per request; histograms are
+built once the run is over, so recording costs nothing while the clock runs.
+
+Protocol with the parent, over a Pipe: worker sends ("ready", None) or ("failed", why);
+parent sends the start time t0 (``time.perf_counter_ns``, the same monotonic clock in
+every process); worker sends ("done", summary).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tritonkit.loadtest._inputs import RequestTemplate
+from tritonkit.loadtest._transport import error_kind, grpc_sender, http_sender
+
+LOWEST_US, HIGHEST_US, DIGITS = 1, 60_000_000, 3
+# gevent's timer rounds sleeps up to the next millisecond: sleep to within this much of a
+# scheduled send, then yield-spin, so open-loop sends leave on time (within ~50 µs).
+_SPIN_GUARD_NS = 1_100_000
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What one worker process does (picklable: it is sent to the spawned process)."""
+
+    index: int
+    protocol: str                       # "http" | "grpc"
+    url: str                            # host:port for that protocol
+    template: RequestTemplate
+    slots: int                          # closed: virtual users; open: most requests in flight
+    offsets_ns: np.ndarray | None       # open loop: this worker's send times from t0
+    warmup_ns: int
+    duration_ns: int
+    window_ns: int
+    timeout_s: float
+    grace_s: float = 5.0                # wait this long for answers after the end
+
+
+def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
+    """Entry point of a spawned worker process."""
+    try:
+        if plan.protocol == "http":
+            send = http_sender(plan.url, plan.template, plan.slots, plan.timeout_s)
+        else:
+            send = grpc_sender(plan.url, plan.template, plan.timeout_s)
+    except Exception as exc:  # a bad URL, a missing library: the parent reports it
+        conn.send(("failed", error_kind(exc)))
+        return
+    conn.send(("ready", None))
+    t0 = conn.recv()
+    records = _Records()
+    _drive(plan, send, t0, records, done, stop)
+    conn.send(("done", records.summary(plan, t0)))
+    conn.close()
+
+
+class _Records:
+    """Raw per-request records: origin (ns), latency (ns), outcome code (0 = ok)."""
+
+    def __init__(self) -> None:
+        self.origins: list[int] = []
+        self.latencies: list[int] = []
+        self.codes: list[int] = []
+        self.lags: list[int] = []          # open loop: actual send minus scheduled send
+        self.kinds: dict[str, int] = {}
+
+    def code(self, exc: BaseException) -> int:
+        kind = error_kind(exc)
+        return self.kinds.setdefault(kind, len(self.kinds) + 1)
+
+    def summary(self, plan: WorkerPlan, t0: int) -> dict[str, Any]:
+        """Histograms (HdrHistogram, encoded) of the measured period, total and per window."""
+        start = t0 + plan.warmup_ns
+        origins = np.asarray(self.origins, dtype=np.int64) - start
+        latencies = np.maximum(np.asarray(self.latencies, dtype=np.int64) // 1000, LOWEST_US)
+        codes = np.asarray(self.codes, dtype=np.int64)
+        keep = (origins >= 0) & (origins < plan.duration_ns)
+        origins, latencies, codes = origins[keep], latencies[keep], codes[keep]
+        names = {code: kind for kind, code in self.kinds.items()}
+        ok = codes == 0
+        windows = {}
+        window_of = origins // plan.window_ns
+        for window in np.unique(window_of):
+            here = window_of == window
+            windows[int(window)] = {
+                "ok": int(np.count_nonzero(here & ok)),
+                "errors": int(np.count_nonzero(here & ~ok)),
+                "hist": _encode(latencies[here & ok]),
+            }
+        summary = {
+            "sent": int(len(codes)),
+            "ok": int(np.count_nonzero(ok)),
+            "errors": {names[int(c)]: int(n) for c, n in zip(*np.unique(codes[~ok], return_counts=True))},
+            "hist": _encode(latencies[ok]),
+            "windows": windows,
+            "lag_hist": None,
+        }
+        if self.lags:
+            lags = np.asarray(self.lags, dtype=np.int64)[keep]
+            summary["lag_hist"] = _encode(np.maximum(lags // 1000, LOWEST_US))
+        return summary
+
+
+def _encode(values_us: np.ndarray) -> str | None:
+    from hdrh.histogram import HdrHistogram
+
+    if not len(values_us):
+        return None
+    hist = HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
+    values, counts = np.unique(np.minimum(values_us, HIGHEST_US), return_counts=True)
+    for value, count in zip(values.tolist(), counts.tolist()):
+        hist.record_value(value, count)
+    return hist.encode().decode("ascii")
+
+
+def _drive(plan: WorkerPlan, send, t0: int, rec: _Records, done: Any, stop: Any) -> None:
+    clock = time.perf_counter_ns
+    index = plan.index
+    end = t0 + plan.warmup_ns + plan.duration_ns
+    inflight: dict[int, int] = {}           # slot -> origin of its unanswered request
+    origins, latencies, codes, lags = rec.origins.append, rec.latencies.append, rec.codes.append, rec.lags.append
+
+    if plan.protocol == "http":
+        import gevent
+
+        def wait_until(when: int) -> None:
+            delta = when - clock()
+            if delta > _SPIN_GUARD_NS:
+                gevent.sleep((delta - _SPIN_GUARD_NS) / 1e9)
+            while clock() < when:
+                gevent.sleep(0)
+    else:
+        def wait_until(when: int) -> None:
+            delta = when - clock()
+            if delta > 0:
+                time.sleep(delta / 1e9)
+
+    def closed_user(slot: int) -> None:
+        while True:
+            start = clock()
+            if start >= end or stop.value:
+                return
+            inflight[slot] = start
+            try:
+                send()
+                code = 0
+            except Exception as exc:
+                code = rec.code(exc)
+            finish = clock()
+            del inflight[slot]
+            origins(start)
+            latencies(finish - start)
+            codes(code)
+            done[index] += 1
+
+    schedule = (t0 + plan.offsets_ns).tolist() if plan.offsets_ns is not None else []
+    arrivals = iter(range(len(schedule)))   # shared by the slots; each arrival taken once
+
+    def open_slot(slot: int) -> None:
+        for k in arrivals:
+            scheduled = schedule[k]
+            wait_until(scheduled)
+            if stop.value:
+                return
+            start = clock()
+            inflight[slot] = scheduled
+            try:
+                send()
+                code = 0
+            except Exception as exc:
+                code = rec.code(exc)
+            finish = clock()
+            del inflight[slot]
+            # Coordinated-omission-free: latency runs from when the request was due.
+            origins(scheduled)
+            latencies(finish - scheduled)
+            codes(code)
+            lags(start - scheduled)
+            done[index] += 1
+
+    body = open_slot if plan.offsets_ns is not None else closed_user
+    wait_until(t0)
+    deadline_s = max(0.0, (end - clock()) / 1e9) + plan.grace_s
+    if plan.protocol == "http":
+        import gevent
+
+        greenlets = [gevent.spawn(body, slot) for slot in range(plan.slots)]
+        gevent.joinall(greenlets, timeout=deadline_s)
+        _give_up_on(inflight, rec, plan, clock())
+        gevent.killall(greenlets, block=False)
+    else:
+        threads = [threading.Thread(target=body, args=(slot,), daemon=True) for slot in range(plan.slots)]
+        for thread in threads:
+            thread.start()
+        finish_by = time.monotonic() + deadline_s
+        for thread in threads:
+            thread.join(timeout=max(0.0, finish_by - time.monotonic()))
+        _give_up_on(inflight, rec, plan, clock())
+
+
+def _give_up_on(inflight: dict[int, int], rec: _Records, plan: WorkerPlan, now: int) -> None:
+    """Requests still unanswered after the grace period count as errors, never vanish."""
+    kind = f"no answer within {plan.grace_s:g} s after the run ended"
+    code = rec.kinds.setdefault(kind, len(rec.kinds) + 1)
+    for origin in list(inflight.values()):
+        rec.origins.append(origin)
+        rec.latencies.append(now - origin)
+        rec.codes.append(code)
+        if plan.offsets_ns is not None:
+            rec.lags.append(0)
+    inflight.clear()

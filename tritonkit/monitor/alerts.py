@@ -1,0 +1,120 @@
+"""Thresholds (``configs/alerts.toml``) and the alerts ``tritonkit monitor`` raises.
+
+An alert fires when a threshold is crossed and again only after the value has come
+back: a card at 90 °C for an hour is one alert, not 360. Low utilization fires only
+when it has lasted ``low_utilization_minutes`` while the GPU was under load; an idle
+card is not starved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
+from tritonkit.errors import ProfileError
+from tritonkit.monitor.nvml import GpuSample
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    temperature_c: float
+    memory_pct: float
+    low_utilization_pct: float
+    low_utilization_minutes: float
+    idle_utilization_pct: float
+
+
+@dataclass(frozen=True)
+class WallThresholds:
+    memory_full_pct: float
+    low_utilization_pct: float
+    high_utilization_pct: float
+    low_memory_pct: float
+    pcie_link_fraction: float
+    small_batch: float
+    short_compute_us: float
+    queue_share: float
+    input_share: float
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    alerts: AlertThresholds
+    walls: WallThresholds
+
+
+def default_thresholds_path() -> Path:
+    return configs_dir() / "alerts.toml"
+
+
+def load_thresholds(path: Path | None = None) -> Thresholds:
+    """Read the thresholds file (default ``configs/alerts.toml``); errors name the field."""
+    path = Path(path) if path else default_thresholds_path()
+    thresholds = dataclass_from_table(Thresholds, load_toml(path), source=str(path))
+    if not 0 < thresholds.walls.pcie_link_fraction <= 1:
+        raise ProfileError(f"{path}: field 'walls.pcie_link_fraction' must be in (0, 1]",
+                           hint="e.g. 0.8 (80 % of the link)")
+    return thresholds
+
+
+@dataclass(frozen=True)
+class Alert:
+    gpu: int
+    kind: str            # "temperature" | "memory" | "low_utilization"
+    message: str
+
+
+class AlertTracker:
+    """Feeds on samples, returns the alerts that fire now (edge-triggered, per GPU)."""
+
+    def __init__(self, thresholds: AlertThresholds) -> None:
+        self.thresholds = thresholds
+        self._active: set[tuple[int, str]] = set()
+        self._starved_since: dict[int, float] = {}
+
+    def under_load(self, sample: GpuSample, triton_inferences: float | None) -> bool:
+        """Triton ran inferences since the last sample, or (no Triton) the GPU is not idle."""
+        if triton_inferences is not None:
+            return triton_inferences > 0
+        return (sample.utilization_pct or 0.0) > self.thresholds.idle_utilization_pct
+
+    def observe(self, elapsed_s: float, sample: GpuSample,
+                triton_inferences: float | None = None) -> list[Alert]:
+        t = self.thresholds
+        fired = []
+        temperature = sample.temperature_c
+        if self._crossed(sample.index, "temperature",
+                         temperature is not None and temperature > t.temperature_c):
+            fired.append(Alert(sample.index, "temperature",
+                               f"GPU {sample.index} at {temperature:.0f} °C (> {t.temperature_c:g} °C):"
+                               " check cooling and fan/airflow, or the load"))
+        memory = sample.memory_pct
+        if self._crossed(sample.index, "memory", memory is not None and memory > t.memory_pct):
+            fired.append(Alert(sample.index, "memory",
+                               f"GPU {sample.index} memory {memory:.1f} % full (> {t.memory_pct:g} %):"
+                               " the next larger batch or model will run out of memory"))
+        util = sample.utilization_pct
+        starved = (util is not None and util < t.low_utilization_pct
+                   and self.under_load(sample, triton_inferences))
+        if starved:
+            since = self._starved_since.setdefault(sample.index, elapsed_s)
+        else:
+            self._starved_since.pop(sample.index, None)
+        minutes = (elapsed_s - since) / 60 if starved else 0.0
+        if self._crossed(sample.index, "low_utilization",
+                         starved and minutes >= t.low_utilization_minutes):
+            fired.append(Alert(sample.index, "low_utilization",
+                               f"GPU {sample.index} utilization {util:.0f} % (< "
+                               f"{t.low_utilization_pct:g} %) under load for {minutes:.1f} min: "
+                               "it is starved; run tritonkit diagnose on the CSV"))
+        return fired
+
+    def _crossed(self, gpu: int, kind: str, condition: bool) -> bool:
+        key = (gpu, kind)
+        if condition and key not in self._active:
+            self._active.add(key)
+            return True
+        if not condition:
+            self._active.discard(key)
+        return False

@@ -1,0 +1,348 @@
+"""Which wall is this deployment against? A monitor recording, read for its pattern.
+
+The four walls of the field notes, checked in this order (the first that fits wins,
+because the earlier ones make the later ones' symptoms):
+
+    memory       memory near full while utilization stays low (OOM is next)
+    bandwidth    utilization high and PCIe rx or tx near the profile's link limit
+    scheduling   Triton runs about one inference per execution with short compute
+                 times: launch and scheduling overhead dominate
+    io           utilization low with memory to spare: the GPU is not fed (requests
+                 queue in Triton, the input copy dominates, or the client sends too little)
+
+Only samples taken under load count (Triton ran inferences in the interval, or without
+Triton's columns the GPU was above the idle threshold). Nothing fits: ``none``. No load
+at all: ``idle``. Every verdict carries its evidence numbers and what to try.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from statistics import fmean
+
+from tritonkit.errors import UsageError
+from tritonkit.monitor.alerts import Thresholds
+from tritonkit.monitor.recording import MonitorRow
+from tritonkit.monitor.triton_metrics import ModelCounters
+from tritonkit.profiles import GpuProfile, available_profiles, load_profile
+
+WALLS = ("memory", "bandwidth", "scheduling", "io", "none", "idle")
+
+TITLES = {
+    "memory": "memory wall",
+    "bandwidth": "bandwidth wall (PCIe)",
+    "scheduling": "scheduling wall",
+    "io": "I/O or client wall",
+    "none": "no wall: the GPU is doing the work",
+    "idle": "no load recorded",
+}
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The numbers a verdict rests on (None where the recording lacks them)."""
+
+    samples: int
+    loaded_samples: int
+    seconds_under_load: float
+    util_mean_pct: float | None
+    mem_peak_pct: float | None
+    mem_total_mib: float | None
+    pcie_rx_mean_gb_s: float | None
+    pcie_tx_mean_gb_s: float | None
+    link_gb_s: float
+    inferences: float | None = None
+    executions: float | None = None
+    avg_batch: float | None = None
+    compute_us: float | None = None
+    queue_us: float | None = None
+    queue_share: float | None = None
+    input_share: float | None = None
+    pending_max: float | None = None
+
+    @property
+    def pcie_peak_direction_gb_s(self) -> float | None:
+        values = [v for v in (self.pcie_rx_mean_gb_s, self.pcie_tx_mean_gb_s) if v is not None]
+        return max(values) if values else None
+
+    @property
+    def has_triton(self) -> bool:
+        return self.inferences is not None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    gpu: int
+    gpu_name: str
+    profile: str
+    wall: str
+    title: str
+    evidence: list[str]
+    advice: list[str]
+    figures: Figures
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def diagnose(rows: list[MonitorRow], profile: GpuProfile, thresholds: Thresholds) -> list[Diagnosis]:
+    """One diagnosis per GPU in the recording."""
+    by_gpu: dict[int, list[MonitorRow]] = {}
+    for row in rows:
+        if row.gpu is not None and row.util_pct is not None:
+            by_gpu.setdefault(row.gpu, []).append(row)
+    if not by_gpu:
+        raise UsageError("the recording has no GPU samples (no util_pct values)",
+                         hint="record on the GPU host: tritonkit monitor --csv FILE "
+                              "(with --url to add Triton's metrics)")
+    triton = _triton_intervals(rows)
+    return [_diagnose_gpu(gpu, sorted(gpu_rows, key=lambda r: r.elapsed_s), triton, profile,
+                          thresholds) for gpu, gpu_rows in sorted(by_gpu.items())]
+
+
+def guess_profile(rows: list[MonitorRow]) -> str | None:
+    """The profile whose name is a word of the recorded GPU name ("NVIDIA A10" -> a10)."""
+    names = {r.name.lower() for r in rows if r.name}
+    for profile in available_profiles():
+        pattern = re.compile(rf"\b{re.escape(profile.lower())}\b")
+        if any(pattern.search(n) for n in names):
+            return profile
+    return None
+
+
+# --- figures ---------------------------------------------------------------------------------
+
+def _triton_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
+    """Triton's counter increase over the interval ending at each sample time."""
+    series: dict[float, ModelCounters] = {}
+    for row in rows:
+        if row.triton is not None:
+            series.setdefault(row.elapsed_s, row.triton)
+    times = sorted(series)
+    deltas = {}
+    for before, after in zip(times, times[1:]):
+        a, b = series[before], series[after]
+        deltas[after] = ModelCounters(**{
+            name: max(0.0, getattr(b, name) - getattr(a, name))
+            for name in ModelCounters.__dataclass_fields__})
+        # a gauge, not a counter: keep the value at the end of the interval
+        deltas[after] = _replace_pending(deltas[after], b.pending_request_count)
+    return deltas
+
+
+def _replace_pending(counters: ModelCounters, pending: float) -> ModelCounters:
+    values = asdict(counters)
+    values["pending_request_count"] = pending
+    return ModelCounters(**values)
+
+
+def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile: GpuProfile,
+             thresholds: Thresholds) -> Figures:
+    idle = thresholds.alerts.idle_utilization_pct
+    if triton:
+        loaded = [r for r in rows if r.elapsed_s in triton and triton[r.elapsed_s].inference_count > 0]
+        windows = [triton[r.elapsed_s] for r in loaded]
+    else:
+        loaded = [r for r in rows if (r.util_pct or 0.0) > idle]
+        windows = []
+    seconds = _seconds_covered(rows, loaded)
+    mean = lambda values: fmean(values) if values else None  # noqa: E731
+    mem = [r.mem_pct for r in loaded if r.mem_pct is not None]
+    rx = [r.pcie_rx_mb_s / 1000 for r in loaded if r.pcie_rx_mb_s is not None]
+    tx = [r.pcie_tx_mb_s / 1000 for r in loaded if r.pcie_tx_mb_s is not None]
+    figures = dict(
+        samples=len(rows), loaded_samples=len(loaded), seconds_under_load=seconds,
+        util_mean_pct=mean([r.util_pct for r in loaded]),
+        mem_peak_pct=max(mem) if mem else None,
+        mem_total_mib=max((r.mem_total_mib or 0.0 for r in rows), default=None) or None,
+        pcie_rx_mean_gb_s=mean(rx), pcie_tx_mean_gb_s=mean(tx),
+        link_gb_s=profile.bus.link_gb_s)
+    if windows:
+        total = ModelCounters()
+        for w in windows:
+            total = total + w
+        compute = (total.compute_input_duration_us + total.compute_infer_duration_us
+                   + total.compute_output_duration_us)
+        requests = total.request_success or None
+        figures.update(
+            inferences=total.inference_count, executions=total.exec_count,
+            avg_batch=total.inference_count / total.exec_count if total.exec_count else None,
+            compute_us=compute / requests if requests else None,
+            queue_us=total.queue_duration_us / requests if requests else None,
+            queue_share=(total.queue_duration_us / (total.queue_duration_us + compute)
+                         if total.queue_duration_us + compute else None),
+            input_share=total.compute_input_duration_us / compute if compute else None,
+            pending_max=max(w.pending_request_count for w in windows))
+    return Figures(**figures)
+
+
+def _seconds_covered(rows: list[MonitorRow], loaded: list[MonitorRow]) -> float:
+    if len(rows) < 2 or not loaded:
+        return 0.0
+    step = (rows[-1].elapsed_s - rows[0].elapsed_s) / (len(rows) - 1)
+    return step * len(loaded)
+
+
+# --- verdict ---------------------------------------------------------------------------------
+
+def _classify(f: Figures, t: Thresholds) -> str:
+    w = t.walls
+    if f.loaded_samples == 0 or f.util_mean_pct is None:
+        return "idle"
+    low_util = f.util_mean_pct < w.low_utilization_pct
+    if f.mem_peak_pct is not None and f.mem_peak_pct >= w.memory_full_pct and low_util:
+        return "memory"
+    pcie = f.pcie_peak_direction_gb_s
+    if (f.util_mean_pct >= w.high_utilization_pct and pcie is not None
+            and pcie >= w.pcie_link_fraction * f.link_gb_s):
+        return "bandwidth"
+    if (f.avg_batch is not None and f.avg_batch <= w.small_batch
+            and f.compute_us is not None and f.compute_us <= w.short_compute_us):
+        return "scheduling"
+    if low_util:
+        return "io"
+    return "none"
+
+
+def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCounters],
+                  profile: GpuProfile, thresholds: Thresholds) -> Diagnosis:
+    figures = _figures(rows, triton, profile, thresholds)
+    wall = _classify(figures, thresholds)
+    notes = []
+    if not figures.has_triton and wall not in ("idle",):
+        notes.append("no Triton columns in the recording: batches and queueing could not be "
+                     "checked (record with --url or --repository)")
+    if (wall != "memory" and figures.mem_peak_pct is not None
+            and figures.mem_peak_pct > thresholds.alerts.memory_pct):
+        notes.append(f"memory peaked at {figures.mem_peak_pct:.1f} %: OOM risk at a larger "
+                     "batch or a second model")
+    return Diagnosis(gpu=gpu, gpu_name=rows[0].name, profile=profile.name, wall=wall,
+                     title=TITLES[wall], evidence=_evidence(figures, profile),
+                     advice=_advice(wall, figures, profile, thresholds), figures=figures,
+                     notes=notes)
+
+
+def _evidence(f: Figures, profile: GpuProfile) -> list[str]:
+    lines = [f"{f.loaded_samples} of {f.samples} samples under load "
+             f"(~{f.seconds_under_load:.0f} s)"]
+    if f.util_mean_pct is not None:
+        lines.append(f"utilization {f.util_mean_pct:.0f} % (mean under load)")
+    if f.mem_peak_pct is not None:
+        lines.append(f"memory {f.mem_peak_pct:.1f} % at peak"
+                     + (f" of {f.mem_total_mib / 1024:.1f} GiB" if f.mem_total_mib else ""))
+    pcie = f.pcie_peak_direction_gb_s
+    if pcie is not None:
+        lines.append(f"PCIe rx {f.pcie_rx_mean_gb_s or 0:.1f} / tx {f.pcie_tx_mean_gb_s or 0:.1f} "
+                     f"GB/s (mean) = {100 * pcie / f.link_gb_s:.0f} % of the {profile.name} link "
+                     f"(PCIe Gen{profile.bus.pcie_gen} x{profile.bus.pcie_lanes}, "
+                     f"{f.link_gb_s:g} GB/s)")
+    if f.avg_batch is not None:
+        lines.append(f"Triton: {f.inferences:.0f} inferences in {f.executions:.0f} executions "
+                     f"= {f.avg_batch:.2f} per execution")
+    if f.compute_us is not None:
+        lines.append(f"Triton: compute {f.compute_us / 1000:.2f} ms, queue "
+                     f"{(f.queue_us or 0) / 1000:.2f} ms per request "
+                     f"(queue {100 * (f.queue_share or 0):.0f} % of server time, input copy "
+                     f"{100 * (f.input_share or 0):.0f} % of compute)")
+    if f.pending_max:
+        lines.append(f"Triton: up to {f.pending_max:.0f} requests pending")
+    return lines
+
+
+def _other_profiles(profile: GpuProfile) -> list[GpuProfile]:
+    others = []
+    for name in available_profiles():
+        if name != profile.name:
+            try:
+                others.append(load_profile(name))
+            except UsageError:
+                continue
+    return others
+
+
+def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[str]:
+    serving = profile.serving
+    if wall == "memory":
+        advice = []
+        if profile.supports("fp16") and serving.precision == "fp32":
+            advice.append("serve in FP16: it halves weights and activations")
+        advice += [
+            "lower max_batch_size, or the instance_group count "
+            f"(the {profile.name} profile runs {serving.instance_count}); each instance holds "
+            "its own copy of the weights",
+            f"keep the profile's memory headroom ({serving.memory_headroom:.0%} free) and "
+            "unload models that take no traffic"]
+        bigger = [p for p in _other_profiles(profile) if p.memory.gib > profile.memory.gib]
+        if bigger:
+            best = max(bigger, key=lambda p: p.memory.gib)
+            advice.append(f"a card with more memory: {best.display_name} has {best.memory.gib:g} GiB "
+                          f"(the {profile.name} has {profile.memory.gib:g}) — --gpu {best.name}")
+        else:
+            advice.append("a card with more memory than "
+                          f"{profile.memory.gib:g} GiB")
+        return advice
+    if wall == "bandwidth":
+        advice = [
+            "move less over PCIe: send FP16 or uint8 inputs and decode/preprocess on the GPU",
+            "raise the pinned memory pool (server.toml pinned_memory_pool_byte_size): copies "
+            "from pageable memory are slower and serialize",
+            "batch on the server (dynamic_batching) so each copy is large, and keep outputs small"]
+        faster = [p for p in _other_profiles(profile) if p.bus.link_gb_s > profile.bus.link_gb_s]
+        if faster:
+            best = max(faster, key=lambda p: p.bus.link_gb_s)
+            advice.append(f"a card on a faster link: {best.display_name} is PCIe Gen{best.bus.pcie_gen} "
+                          f"({best.bus.link_gb_s:g} GB/s vs {profile.bus.link_gb_s:g}) — --gpu {best.name}")
+        return advice
+    if wall == "scheduling":
+        advice = [
+            "turn on dynamic batching (dynamic_batching { max_queue_delay_microseconds: "
+            f"{serving.max_queue_delay_us} }}, the {profile.name} profile's value) so Triton forms "
+            "larger batches from small requests",
+            "send batches from the client where it can (several inputs per request)"]
+        if serving.cuda_graphs:
+            advice.append(f"CUDA graphs (optimization {{ cuda {{ graphs: true }} }}) cut launch "
+                          f"overhead; the {profile.name} profile serves TensorRT plans, which honour them")
+        else:
+            advice.append(f"CUDA graphs would cut launch overhead but need the TensorRT backend, "
+                          f"which the {profile.name} profile does not use: batching is the lever here")
+        advice.append(f"a second model instance (instance_group count {serving.instance_count + 1}) "
+                      "overlaps one execution's launches with another's")
+        return advice
+    if wall == "io":
+        queueing = ((f.queue_share or 0) >= t.walls.queue_share or (f.pending_max or 0) > 0)
+        input_bound = (f.input_share or 0) >= t.walls.input_share
+        advice = []
+        if queueing:
+            advice.append("requests wait in Triton's queue while the GPU idles: raise the "
+                          f"instance_group count (now {serving.instance_count}) and turn on dynamic "
+                          "batching so queued requests run together")
+        if input_bound:
+            advice.append("the input copy dominates compute: pinned memory, smaller input "
+                          "dtypes, or the shared-memory protocol on the same host")
+        advice += [
+            "feed the GPU faster: more data-loader workers, pinned memory, preprocessing off "
+            "the request path",
+            "check the client: more concurrency (tritonkit loadtest --concurrency N), several "
+            "clients, gRPC instead of HTTP for large tensors",
+            "a bigger card will not help until the GPU is fed"]
+        return advice
+    if wall == "none":
+        return [f"the GPU is busy ({f.util_mean_pct:.0f} %) and no wall shows: throughput now "
+                "scales with the card — lower precision or a faster card is the next lever"]
+    return ["record under load: start tritonkit monitor --csv FILE, then run tritonkit loadtest"]
+
+
+def choose_profile(rows: list[MonitorRow], gpu: str | None) -> GpuProfile:
+    """``--gpu`` if given, else the profile the recorded GPU name matches."""
+    if gpu:
+        return load_profile(gpu)
+    guessed = guess_profile(rows)
+    if guessed is None:
+        names = sorted({r.name for r in rows if r.name}) or ["no GPU name recorded"]
+        raise UsageError(f"cannot tell which GPU profile the recording is from "
+                         f"({', '.join(names)})",
+                         hint=f"pass --gpu ({', '.join(available_profiles())}); its PCIe link "
+                              "limit decides the bandwidth wall")
+    return load_profile(guessed)

@@ -1,0 +1,316 @@
+"""``tritonkit doctor``: is this host ready to serve the chosen profile's Triton image?
+
+Facts are gathered once (``gather_host_facts``: NVML, docker, sockets) into a
+``HostFacts`` value, and judged separately (``check_host``), so every judgment can be
+tested with the facts of a host we do not have: a P100 with a 25.01 image, a 470
+driver under a CUDA 13 image. Each check is one line: ok, or a problem and its fix.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tritonkit.errors import ServerError, UsageError
+from tritonkit.monitor.nvml import GpuIdentity, GpuUnavailableError, Nvml
+from tritonkit.profiles import GpuProfile, available_profiles, load_profile
+
+# Triton containers are CUDA 13 from 25.08 (2.60.0) and CUDA 12 from 23.01 before it
+# (release notes); the CUDA toolkit release notes give each major's minimum driver.
+CUDA13_FROM = (25, 8)
+MIN_DRIVER = {12: 525, 13: 580}
+NVIDIA_CONTAINER_TOOLS = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli")
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+
+
+@dataclass(frozen=True)
+class DockerFacts:
+    cli: str | None = None                   # path of the docker binary
+    server_version: str | None = None        # the engine's version, when it answered
+    runtimes: tuple[str, ...] = ()           # the engine's registered runtimes
+    error: str | None = None                 # why the engine could not be asked
+    nvidia_tools: tuple[str, ...] = ()       # NVIDIA container toolkit binaries on PATH
+
+
+@dataclass(frozen=True)
+class PortFact:
+    role: str
+    port: int
+    free: bool
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What this host is, gathered before anything is judged."""
+
+    driver_version: str | None = None
+    driver_error: str | None = None
+    gpus: tuple[GpuIdentity, ...] = ()
+    docker: DockerFacts = field(default_factory=DockerFacts)
+    ports: tuple[PortFact, ...] = ()
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    @property
+    def status(self) -> str:
+        return "ok" if self.ok else "problem"
+
+
+@dataclass(frozen=True)
+class ImageNeeds:
+    """What a Triton image asks of the host."""
+
+    image: str
+    cuda_major: int
+    min_driver: int
+    min_compute_capability: float
+
+
+# --- facts -----------------------------------------------------------------------------------
+
+Runner = Callable[..., subprocess.CompletedProcess]
+
+
+def gather_host_facts(host: str = "127.0.0.1", ports: dict[str, int] | None = None, *,
+                      nvml: Nvml | None = None, run: Runner = subprocess.run,
+                      which: Callable[[str], str | None] = shutil.which) -> HostFacts:
+    """Ask NVML, docker and the sockets what this host has (nothing here raises)."""
+    driver, driver_error, gpus = None, None, ()
+    nvml = nvml or Nvml()
+    try:
+        nvml.open()
+        try:
+            driver, gpus = nvml.driver_version(), tuple(nvml.identities())
+        finally:
+            nvml.close()
+    except GpuUnavailableError as exc:
+        driver_error = exc.message
+    return HostFacts(driver_version=driver, driver_error=driver_error, gpus=gpus,
+                     docker=_docker_facts(run, which),
+                     ports=tuple(_port_fact(host, role, port)
+                                 for role, port in (ports or DEFAULT_PORTS).items()))
+
+
+def _docker_facts(run: Runner, which: Callable[[str], str | None]) -> DockerFacts:
+    tools = tuple(t for t in NVIDIA_CONTAINER_TOOLS if which(t))
+    cli = which("docker")
+    if not cli:
+        return DockerFacts(nvidia_tools=tools)
+    try:
+        done = run([cli, "info", "--format", "{{json .}}"], capture_output=True, text=True,
+                   timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return DockerFacts(cli=cli, error=str(exc), nvidia_tools=tools)
+    try:
+        info = json.loads(done.stdout or "{}")
+    except json.JSONDecodeError:
+        info = {}
+    errors = info.get("ServerErrors") or ([] if done.returncode == 0 else
+                                          [(done.stderr or "docker info failed").strip()])
+    if errors or not info.get("ServerVersion"):
+        return DockerFacts(cli=cli, error=(errors or ["no engine answered"])[0].splitlines()[0],
+                           nvidia_tools=tools)
+    return DockerFacts(cli=cli, server_version=info["ServerVersion"],
+                       runtimes=tuple(sorted(info.get("Runtimes") or {})), nvidia_tools=tools)
+
+
+def _port_fact(host: str, role: str, port: int) -> PortFact:
+    from tritonkit.server.local import check_port_free
+
+    try:
+        check_port_free(host, port, role)
+    except ServerError:
+        return PortFact(role, port, free=False)
+    return PortFact(role, port, free=True)
+
+
+# --- judgment --------------------------------------------------------------------------------
+
+def image_needs(image: str, profile: GpuProfile) -> ImageNeeds:
+    """CUDA major, driver and compute capability an image needs, from its YY.MM tag.
+
+    The profile's own image uses the profile's stack numbers; a tag that says no
+    release is assumed to be built like the profile's image.
+    """
+    from tritonkit.server.container import image_release
+
+    release = image_release(image)
+    if image == profile.stack.triton_image or release is None:
+        cuda, driver = profile.stack.cuda_major, profile.stack.min_driver
+    else:
+        cuda = 13 if release >= CUDA13_FROM else 12
+        driver = MIN_DRIVER[cuda]
+    min_cc = 7.5 if release is not None and release >= (25, 1) else 6.0
+    return ImageNeeds(image, cuda, driver, min_cc)
+
+
+def check_host(facts: HostFacts, profile: GpuProfile, image: str | None = None) -> list[Check]:
+    """Judge the facts against the profile and image: one Check per line of the report."""
+    image = image or profile.stack.triton_image
+    needs = image_needs(image, profile)
+    return [_check_driver(facts, needs), _check_image(profile, image),
+            *_check_gpus(facts, profile, needs), _check_docker(facts.docker),
+            _check_nvidia_runtime(facts.docker), _check_ports(facts.ports)]
+
+
+def _driver_major(version: str) -> int | None:
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _check_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
+    want = f"≥ {needs.min_driver} (CUDA {needs.cuda_major}, needed by {needs.image})"
+    if facts.driver_version is None:
+        return Check("driver", False, facts.driver_error or "no NVIDIA driver",
+                     f"install NVIDIA driver {want}")
+    major = _driver_major(facts.driver_version)
+    if major is None or major < needs.min_driver:
+        older = ("or use an image of 25.07 or earlier (CUDA 12, driver ≥ 525)"
+                 if needs.cuda_major == 13 and (major or 0) >= MIN_DRIVER[12] else "")
+        return Check("driver", False, f"driver {facts.driver_version} is older than {want}",
+                     f"upgrade the NVIDIA driver to ≥ {needs.min_driver} {older}".strip())
+    return Check("driver", True, f"driver {facts.driver_version} {want}")
+
+
+def _check_image(profile: GpuProfile, image: str) -> Check:
+    from tritonkit.server.container import check_image
+
+    try:
+        check_image(profile, image, tensorrt=False)
+    except UsageError as exc:
+        return Check("image", False, exc.message, exc.hint or "")
+    return Check("image", True, f"{image} runs on the {profile.display_name} "
+                                f"(compute capability {profile.cc_key})")
+
+
+def _matching_profile(cc: float) -> str | None:
+    for name in available_profiles():
+        try:
+            if abs(load_profile(name).compute_capability - cc) < 1e-6:
+                return name
+        except UsageError:
+            continue
+    return None
+
+
+def _check_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> list[Check]:
+    if not facts.gpus:
+        return [Check("gpu", False, "no NVIDIA GPU visible on this host",
+                      f"run doctor on the host with the {profile.display_name}")]
+    checks = []
+    for gpu in facts.gpus:
+        name = f"gpu {gpu.index}"
+        cc = f"{gpu.compute_capability:.1f}"
+        if gpu.compute_capability < needs.min_compute_capability:
+            checks.append(Check(name, False,
+                                f"{gpu.name} (compute capability {cc}) is below {needs.image}'s "
+                                f"minimum {needs.min_compute_capability:.1f}: Triton would ignore it",
+                                f"use {profile.stack.triton_image}, an image of 24.12 or earlier"))
+        elif abs(gpu.compute_capability - profile.compute_capability) > 1e-6:
+            other = _matching_profile(gpu.compute_capability)
+            checks.append(Check(name, False,
+                                f"{gpu.name} is compute capability {cc}, the {profile.name} "
+                                f"profile is for {profile.cc_key}",
+                                f"--gpu {other}" if other else
+                                f"add a profile for it: copy configs/gpus/{profile.name}.toml"))
+        else:
+            checks.append(Check(name, True, f"{gpu.name}, compute capability {cc} "
+                                            f"matches the {profile.name} profile"))
+    return checks
+
+
+def _check_docker(docker: DockerFacts) -> Check:
+    if not docker.cli:
+        return Check("docker", False, "docker is not installed",
+                     "install Docker Engine (docs.docker.com/engine/install)")
+    if docker.error:
+        return Check("docker", False, f"the docker engine does not answer ({docker.error})",
+                     "start it (sudo systemctl start docker) or add your user to the docker group")
+    return Check("docker", True, f"Docker engine {docker.server_version}")
+
+
+def _check_nvidia_runtime(docker: DockerFacts) -> Check:
+    fix = ("install nvidia-container-toolkit, then: sudo nvidia-ctk runtime configure "
+           "--runtime=docker && sudo systemctl restart docker")
+    if "nvidia" in docker.runtimes:
+        return Check("nvidia runtime", True, "the docker engine has the nvidia runtime")
+    if docker.nvidia_tools:
+        if docker.server_version:
+            return Check("nvidia runtime", True, "NVIDIA container toolkit installed "
+                                                 f"({', '.join(docker.nvidia_tools)}; --gpus works)")
+        return Check("nvidia runtime", True,
+                     f"NVIDIA container toolkit installed ({', '.join(docker.nvidia_tools)})")
+    return Check("nvidia runtime", False, "no NVIDIA container runtime or toolkit found", fix)
+
+
+def _check_ports(ports: tuple[PortFact, ...]) -> Check:
+    busy = [p for p in ports if not p.free]
+    if busy:
+        listed = ", ".join(f"{p.port} ({p.role})" for p in busy)
+        flags = " ".join(f"--{p.role}-port N" for p in busy)
+        return Check("ports", False, f"in use: {listed}",
+                     f"stop what listens there, or deploy with {flags}")
+    return Check("ports", True, "free: " + ", ".join(f"{p.port} ({p.role})" for p in ports))
+
+
+def check_repository(repository: Path) -> Check:
+    """The repository lays out models Triton can load: configs parse, names match, versions."""
+    from tritonkit.model_config import read_config
+    from tritonkit.repository import model_names
+
+    try:
+        names = model_names(repository)
+    except UsageError as exc:
+        return Check("repository", False, exc.message, exc.hint or "")
+    for name in names:
+        model_dir = Path(repository) / name
+        config_path = model_dir / "config.pbtxt"
+        if config_path.is_file():
+            try:
+                config = read_config(config_path)
+            except UsageError as exc:
+                return Check("repository", False, exc.message, exc.hint or "")
+            if config.name and config.name != name:
+                return Check("repository", False,
+                             f"{config_path} names the model '{config.name}' in folder '{name}'",
+                             "make the config's name match its folder (Triton refuses it)")
+        if not any(p.is_dir() and p.name.isdigit() for p in model_dir.iterdir()):
+            return Check("repository", False, f"model '{name}' has no version folder",
+                         f"put the model file in {model_dir}/1/")
+    return Check("repository", True, f"{repository}: {len(names)} model(s) "
+                                     f"({', '.join(names)}), configs parse")
+
+
+def run_doctor(profile: GpuProfile | None, facts: HostFacts, *, image: str | None = None,
+               repository: Path | None = None) -> list[Check]:
+    """Every check for this host. Without a profile, the GPU found picks one."""
+    if profile is None:
+        found = next((_matching_profile(g.compute_capability) for g in facts.gpus), None)
+        if found is None:
+            checks = [Check("profile", False, "no --gpu given and no known GPU found to pick one",
+                            f"pass --gpu ({', '.join(available_profiles())})")]
+            if facts.driver_version is None:
+                checks.append(Check("driver", False, facts.driver_error or "no NVIDIA driver",
+                                    "install the NVIDIA driver (≥ 525 for CUDA 12 images, "
+                                    "≥ 580 for CUDA 13)"))
+            checks += [_check_docker(facts.docker), _check_nvidia_runtime(facts.docker),
+                       _check_ports(facts.ports)]
+            return checks + ([check_repository(repository)] if repository else [])
+        profile = load_profile(found)
+    checks = check_host(facts, profile, image)
+    return checks + ([check_repository(repository)] if repository else [])
+
+
+def checks_to_json(checks: list[Check]) -> dict:
+    return {"ok": all(c.ok for c in checks),
+            "checks": [{**asdict(c), "status": c.status} for c in checks]}

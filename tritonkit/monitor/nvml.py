@@ -1,0 +1,168 @@
+"""The GPU's vital signs through NVML (``nvidia-ml-py``, imported as ``pynvml``).
+
+One ``GpuSample`` per GPU per call: utilization, memory, temperature, power, SM and
+memory clocks, PCIe rx/tx. A field the card or driver does not report (power on some
+boards, PCIe counters under some hypervisors) is ``None`` rather than an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+from tritonkit.errors import TritonkitError
+
+NO_DRIVER_HINT = ("install the NVIDIA driver on this host (nvidia-smi must work); "
+                  "without one, --url/--repository still shows Triton's metrics")
+
+
+class GpuUnavailableError(TritonkitError):
+    """NVML cannot be used here: no NVIDIA driver, no library, or no GPU."""
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one instant. Throughputs in decimal MB/s, memory in MiB."""
+
+    index: int
+    name: str
+    uuid: str
+    utilization_pct: float | None
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+    temperature_c: float | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    memory_clock_mhz: float | None
+    pcie_rx_mb_s: float | None
+    pcie_tx_mb_s: float | None
+
+    @property
+    def memory_pct(self) -> float | None:
+        if self.memory_used_mib is None or not self.memory_total_mib:
+            return None
+        return 100.0 * self.memory_used_mib / self.memory_total_mib
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """What doctor needs to know about a GPU."""
+
+    index: int
+    name: str
+    compute_capability: float
+
+
+def _load_pynvml() -> ModuleType:
+    try:
+        import pynvml
+    except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
+        raise GpuUnavailableError("nvidia-ml-py is not installed",
+                                  hint="pip install nvidia-ml-py") from None
+    return pynvml
+
+
+class Nvml:
+    """An open NVML session (a context manager): ``with Nvml() as nvml: nvml.sample()``.
+
+    ``module`` is the pynvml module; tests pass a stand-in to check unit conversions.
+    """
+
+    def __init__(self, module: ModuleType | Any | None = None) -> None:
+        self._nv = module or _load_pynvml()
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> "Nvml":
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Initialize NVML; GpuUnavailableError (one clear line) when there is no driver."""
+        nv = self._nv
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
+            raise GpuUnavailableError(f"no NVIDIA driver: NVML could not start ({exc})",
+                                      hint=NO_DRIVER_HINT) from None
+        try:
+            count = nv.nvmlDeviceGetCount()
+            self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except nv.NVMLError as exc:
+            self.close()
+            raise GpuUnavailableError(f"NVML could not list the GPUs ({exc})",
+                                      hint=NO_DRIVER_HINT) from None
+        if not self._handles:
+            self.close()
+            raise GpuUnavailableError("the NVIDIA driver is loaded but reports no GPU",
+                                      hint="check nvidia-smi; a GPU passed through to a VM "
+                                           "or container must be visible to it")
+
+    def close(self) -> None:
+        try:
+            self._nv.nvmlShutdown()
+        except self._nv.NVMLError:
+            pass
+        self._handles = []
+
+    def driver_version(self) -> str:
+        return _text(self._nv.nvmlSystemGetDriverVersion())
+
+    def identities(self) -> list[GpuIdentity]:
+        nv = self._nv
+        found = []
+        for index, handle in enumerate(self._handles):
+            major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
+            found.append(GpuIdentity(index, _text(nv.nvmlDeviceGetName(handle)),
+                                     float(f"{major}.{minor}")))
+        return found
+
+    def sample(self) -> list[GpuSample]:
+        """One sample of every GPU."""
+        return [self._sample_one(i, h) for i, h in enumerate(self._handles)]
+
+    def _sample_one(self, index: int, handle: Any) -> GpuSample:
+        nv = self._nv
+        read = lambda fn: _optional(nv, fn)  # noqa: E731
+        util = read(lambda: nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+        memory = read(lambda: nv.nvmlDeviceGetMemoryInfo(handle))
+        # PCIe counters are KB/s (1024 bytes) over a 20 ms window; links are rated in
+        # decimal GB/s (Gen3 x16 = 15.75), so report decimal MB/s.
+        rx = read(lambda: nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_RX_BYTES))
+        tx = read(lambda: nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_TX_BYTES))
+        power_mw = read(lambda: nv.nvmlDeviceGetPowerUsage(handle))
+        return GpuSample(
+            index=index,
+            name=_text(read(lambda: nv.nvmlDeviceGetName(handle)) or f"GPU {index}"),
+            uuid=_text(read(lambda: nv.nvmlDeviceGetUUID(handle)) or ""),
+            utilization_pct=_float(util),
+            memory_used_mib=None if memory is None else memory.used / 2**20,
+            memory_total_mib=None if memory is None else memory.total / 2**20,
+            temperature_c=_float(read(lambda: nv.nvmlDeviceGetTemperature(
+                handle, nv.NVML_TEMPERATURE_GPU))),
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            sm_clock_mhz=_float(read(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM))),
+            memory_clock_mhz=_float(read(lambda: nv.nvmlDeviceGetClockInfo(handle,
+                                                                           nv.NVML_CLOCK_MEM))),
+            pcie_rx_mb_s=None if rx is None else rx * 1024 / 1e6,
+            pcie_tx_mb_s=None if tx is None else tx * 1024 / 1e6,
+        )
+
+
+def _optional(nv: Any, read: Callable[[], Any]) -> Any:
+    """A reading, or None when this card or driver does not report it."""
+    try:
+        return read()
+    except nv.NVMLError:
+        return None
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,173 @@
+"""The monitor CSV: one row per sample per GPU, written by monitor, read by diagnose.
+
+Columns (units in the names; an empty cell is a value the card or server did not give):
+
+    timestamp                  UTC time of the sample, ISO 8601
+    elapsed_s                  seconds since the first sample
+    gpu, name                  NVML index and name (empty on a row without a GPU)
+    util_pct                   GPU utilization, % of the sample period a kernel ran
+    mem_used_mib, mem_total_mib
+    temp_c, power_w
+    sm_clock_mhz, mem_clock_mhz
+    pcie_rx_mb_s, pcie_tx_mb_s host->GPU (rx) and GPU->host (tx), decimal MB/s
+    request_success ...        Triton's cumulative nv_inference_* counters, summed over
+                               models (the same on every GPU row of one sample); empty
+                               without --url/--repository:
+                               request_success, request_failure, inference_count,
+                               exec_count, request_duration_us, queue_duration_us,
+                               compute_input_duration_us, compute_infer_duration_us,
+                               compute_output_duration_us, pending_request_count (a gauge)
+
+Counters rather than rates: diagnose takes differences over any window it likes and a
+missed sample loses nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+from tritonkit.errors import UsageError
+from tritonkit.monitor.nvml import GpuSample
+from tritonkit.monitor.triton_metrics import ModelCounters
+
+GPU_COLUMNS = ("util_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
+               "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s")
+TRITON_COLUMNS = tuple(f.name for f in fields(ModelCounters))
+COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", *GPU_COLUMNS, *TRITON_COLUMNS)
+REQUIRED_COLUMNS = ("elapsed_s", "util_pct", "mem_used_mib", "mem_total_mib")
+
+
+@dataclass(frozen=True)
+class MonitorRow:
+    """One CSV row: a GPU's sample, with Triton's counters at the same instant."""
+
+    elapsed_s: float
+    gpu: int | None = None
+    name: str = ""
+    timestamp: str = ""
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    pcie_rx_mb_s: float | None = None
+    pcie_tx_mb_s: float | None = None
+    triton: ModelCounters | None = None
+
+    @property
+    def mem_pct(self) -> float | None:
+        if self.mem_used_mib is None or not self.mem_total_mib:
+            return None
+        return 100.0 * self.mem_used_mib / self.mem_total_mib
+
+
+def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
+             triton: ModelCounters | None) -> list[MonitorRow]:
+    """The rows of one sample: one per GPU, or one without a GPU when there is none."""
+    stamp = datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="seconds")
+    if not gpus:
+        return [MonitorRow(elapsed_s=elapsed_s, timestamp=stamp, triton=triton)]
+    return [MonitorRow(
+        elapsed_s=elapsed_s, gpu=g.index, name=g.name, timestamp=stamp,
+        util_pct=g.utilization_pct, mem_used_mib=g.memory_used_mib,
+        mem_total_mib=g.memory_total_mib, temp_c=g.temperature_c, power_w=g.power_w,
+        sm_clock_mhz=g.sm_clock_mhz, mem_clock_mhz=g.memory_clock_mhz,
+        pcie_rx_mb_s=g.pcie_rx_mb_s, pcie_tx_mb_s=g.pcie_tx_mb_s, triton=triton) for g in gpus]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.0f}"
+    return str(value)
+
+
+class CsvRecorder:
+    """Writes monitor rows to a CSV file, flushed per sample (a Ctrl-C loses nothing)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._file: IO[str] | None = None
+        self._writer: csv.writer | None = None
+
+    def __enter__(self) -> "CsvRecorder":
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "w", newline="")
+        except OSError as exc:
+            raise UsageError(f"cannot write the CSV file {self.path} ({exc.strerror})",
+                             hint="pass --csv with a writable path") from None
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(COLUMNS)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file:
+            self._file.close()
+
+    def write(self, rows: list[MonitorRow]) -> None:
+        for row in rows:
+            counters = row.triton
+            values = {"timestamp": row.timestamp, "elapsed_s": round(row.elapsed_s, 3),
+                      "gpu": row.gpu, "name": row.name,
+                      **{c: getattr(row, c) for c in GPU_COLUMNS},
+                      **{c: getattr(counters, c) if counters else None for c in TRITON_COLUMNS}}
+            self._writer.writerow([_cell(values[c]) for c in COLUMNS])
+        self._file.flush()
+
+
+def read_monitor_csv(path: Path) -> list[MonitorRow]:
+    """Read a monitor CSV; UsageError naming the file, line and column on bad input."""
+    path = Path(path)
+    try:
+        handle = open(path, newline="")
+    except OSError as exc:
+        raise UsageError(f"cannot read the monitor CSV {path} ({exc.strerror})",
+                         hint="record one: tritonkit monitor --csv FILE") from None
+    with handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise UsageError(f"{path} has no column '{missing[0]}' (it has: "
+                             f"{', '.join(header) or 'no header'})",
+                             hint="record it with tritonkit monitor --csv FILE")
+        has_triton = all(c in header for c in ("inference_count", "exec_count"))
+        rows = []
+        for line, record in enumerate(reader, start=2):
+            number = lambda column: _number(record.get(column), path, line, column)  # noqa: E731
+            counters = None
+            if has_triton and (record.get("inference_count") or "").strip():
+                counters = ModelCounters(**{c: number(c) or 0.0 for c in TRITON_COLUMNS
+                                            if c in header})
+            gpu = number("gpu")
+            rows.append(MonitorRow(
+                elapsed_s=number("elapsed_s") or 0.0,
+                gpu=None if gpu is None else int(gpu), name=record.get("name") or "",
+                timestamp=record.get("timestamp") or "",
+                **{c: number(c) for c in GPU_COLUMNS}, triton=counters))
+    if not rows:
+        raise UsageError(f"{path} has a header but no samples",
+                         hint="record for longer: tritonkit monitor --duration 300 --csv FILE")
+    return rows
+
+
+def _number(text: str | None, path: Path, line: int, column: str) -> float | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{path}:{line}: column '{column}' = {text!r} is not a number",
+                         hint="fix or drop that row") from None
+    if not math.isfinite(value):
+        return None
+    return value

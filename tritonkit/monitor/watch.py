@@ -1,0 +1,138 @@
+"""The sampling loop behind ``tritonkit monitor``: NVML and Triton's metrics, every interval.
+
+Every sample shares one clock. NVML is optional when Triton's metrics are watched (a
+host without a driver still shows what the server counts); a Triton scrape that fails
+after the first one is reported on the sample, not raised, so a server restart does
+not end a day's recording.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from tritonkit.errors import ServerError, TritonkitError
+from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
+from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
+from tritonkit.monitor.recording import MonitorRow, rows_for
+from tritonkit.monitor.triton_metrics import ModelRates, TritonMetrics, rates, scrape
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One sample of everything watched, with what changed since the previous one."""
+
+    timestamp: float
+    elapsed_s: float
+    gpus: list[GpuSample]
+    triton: TritonMetrics | None = None
+    model_rates: dict[str, ModelRates] = field(default_factory=dict)
+    total_rates: ModelRates | None = None
+    triton_error: str | None = None
+    alerts: list[Alert] = field(default_factory=list)
+
+    def rows(self) -> list[MonitorRow]:
+        return rows_for(self.timestamp, self.elapsed_s, self.gpus,
+                        self.triton.total() if self.triton else None)
+
+
+class Monitor:
+    """Takes snapshots of the GPUs (``nvml``) and of Triton (``metrics_url``)."""
+
+    def __init__(self, nvml: Nvml | None, metrics_url: str | None,
+                 thresholds: AlertThresholds, *, clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        if nvml is None and metrics_url is None:
+            raise TritonkitError("nothing to monitor: no GPU and no Triton server given",
+                                 hint="pass --url host:port or --repository DIR")
+        self.nvml = nvml
+        self.metrics_url = metrics_url
+        self.tracker = AlertTracker(thresholds)
+        self.clock = clock
+        self._wall_clock = wall_clock
+        self._start: float | None = None
+        self._previous: TritonMetrics | None = None
+
+    def snapshot(self) -> Snapshot:
+        now = self.clock()
+        if self._start is None:
+            self._start = now
+        elapsed = now - self._start
+        gpus = self.nvml.sample() if self.nvml else []
+        triton, error = self._scrape(elapsed)
+        model_rates: dict[str, ModelRates] = {}
+        total_rates = None
+        previous = self._previous
+        if triton and previous:
+            seconds = triton.at - previous.at
+            model_rates = {name: rates(previous.models.get(name, counters.__class__()),
+                                       counters, seconds)
+                           for name, counters in triton.models.items()}
+            total_rates = rates(previous.total(), triton.total(), seconds)
+        if triton:
+            self._previous = triton
+        inferences = None
+        if total_rates is not None:
+            inferences = total_rates.inferences_per_s * (triton.at - previous.at)
+        alerts = [a for g in gpus for a in self.tracker.observe(elapsed, g, inferences)]
+        return Snapshot(timestamp=self._wall_clock(), elapsed_s=elapsed, gpus=gpus,
+                        triton=triton, model_rates=model_rates, total_rates=total_rates,
+                        triton_error=error, alerts=alerts)
+
+    def _scrape(self, elapsed: float) -> tuple[TritonMetrics | None, str | None]:
+        if not self.metrics_url:
+            return None, None
+        try:
+            return scrape(self.metrics_url, at=elapsed), None
+        except ServerError as exc:
+            if self._previous is None:
+                raise  # the first scrape: a wrong address, say so now
+            return None, exc.message
+
+    def close(self) -> None:
+        if self.nvml:
+            self.nvml.close()
+
+
+def open_monitor(metrics_url: str | None, thresholds: AlertThresholds,
+                 nvml: Nvml | None = None) -> tuple[Monitor, str | None]:
+    """A monitor on this host's GPUs and/or Triton's metrics, and a note on what is missing.
+
+    Without a driver the GpuUnavailableError is raised unless Triton's metrics are
+    watched; then the note says the GPU part is absent.
+    """
+    nvml = nvml or Nvml()
+    try:
+        nvml.open()
+    except GpuUnavailableError as exc:
+        if metrics_url is None:
+            raise
+        return Monitor(None, metrics_url, thresholds), f"{exc.message}; showing Triton's metrics only"
+    return Monitor(nvml, metrics_url, thresholds), None
+
+
+def watch(monitor: Monitor, interval: float, duration: float | None = None,
+          once: bool = False, sleep: Callable[[float], None] = time.sleep) -> Iterator[Snapshot]:
+    """Snapshots every ``interval`` seconds until ``duration`` (None: until interrupted).
+
+    The schedule is fixed (start + k * interval), so slow scrapes do not drift it.
+    """
+    start = monitor.clock()
+    k = 0
+    while True:
+        yield monitor.snapshot()
+        k += 1
+        if once:
+            return
+        due = start + k * interval
+        if duration is not None and due - start > duration + 1e-9:
+            return
+        sleep(max(0.0, due - monitor.clock()))
+
+
+def record(monitor: Monitor, interval: float, duration: float,
+           sleep: Callable[[float], None] = time.sleep) -> list[MonitorRow]:
+    """Sample for ``duration`` seconds and return the rows (``diagnose --live``)."""
+    return [row for snapshot in watch(monitor, interval, duration, sleep=sleep)
+            for row in snapshot.rows()]

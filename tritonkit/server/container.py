@@ -1,0 +1,175 @@
+"""What runs inside a Triton container, for every container target (compose, Kubernetes).
+
+``container_spec`` reads a model repository and a GPU profile once and decides the
+image (the profile's, or ``--image`` checked against the card), whether TensorRT
+plans are served, which per-GPU model configs to use and which plans must be built
+on the target GPU first. ``ContainerSpec.argv`` is the command line, built by the
+one argv builder (``tritonserver_argv``) with the container's own paths and ports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from tritonkit.errors import UsageError
+from tritonkit.profiles import GpuProfile, load_profile
+from tritonkit.repository import model_names
+from tritonkit.server.settings import Ports, ServerSettings, load_server_settings, tritonserver_argv
+
+TRITON_BINARY = "tritonserver"
+CONTAINER_REPOSITORY = "/models"
+CONTAINER_PORTS = Ports()
+CONTAINER_BIND = "0.0.0.0"
+#: The environment variable that carries the secret header's value into the container.
+SECRET_VARIABLE = "TRITONKIT_REPOSITORY_KEY"
+REPORT_FILENAME = "export-report.json"
+RECIPE_KEY = "tensorrt_recipe"
+
+# Triton 25.01 (2.54.0) and later need compute capability 7.5 (release notes); 24.05 and
+# later ship TensorRT 10, which has no kernels below sm_70 (support matrix).
+_NEEDS_CC75_FROM = (25, 1)
+_TENSORRT10_FROM = (24, 5)
+_TAG = re.compile(r":(\d{2})\.(\d{2})(?:-|$)")
+
+
+@dataclass(frozen=True)
+class PlanRecipe:
+    """A TensorRT plan that must be built on the target GPU before the server starts."""
+
+    model: str
+    argv: tuple[str, ...]          # the recorded trtexec command, run in the model's folder
+    image: str                     # an image that has trtexec, same TensorRT as the server
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """One Triton container for one GPU profile: image, models, settings, plans to build."""
+
+    gpu: str
+    compute_capability: float
+    image: str
+    models: tuple[str, ...]
+    settings: ServerSettings
+    tensorrt: bool
+    model_config_name: str | None
+    recipes: tuple[PlanRecipe, ...]
+
+    def argv(self, secret: str) -> list[str]:
+        """tritonserver's command line inside the container (``secret`` may be a variable)."""
+        return tritonserver_argv(
+            self.settings, binary=TRITON_BINARY, model_repository=CONTAINER_REPOSITORY,
+            ports=CONTAINER_PORTS, models=self.models, secret=secret,
+            bind_address=CONTAINER_BIND, model_config_name=self.model_config_name,
+            gpu_metrics=True)
+
+
+def container_spec(repository: Path, gpu: str, *, image: str | None = None,
+                   server_config: Path | None = None) -> ContainerSpec:
+    """Decide what the Triton container for ``repository`` on a ``gpu`` card runs."""
+    repository = Path(repository)
+    models = model_names(repository)
+    profile = load_profile(gpu)
+    settings = profile.server_settings(load_server_settings(server_config))
+    tensorrt = any(_serves_plans(repository / m, profile.name) for m in models)
+    chosen = image or (profile.stack.triton_image_tensorrt if tensorrt else profile.stack.triton_image)
+    check_image(profile, chosen, tensorrt=tensorrt)
+    per_gpu = any((repository / m / "configs" / f"{profile.name}.pbtxt").is_file() for m in models)
+    recipes = tuple(r for m in models if _serves_plans(repository / m, profile.name)
+                    for r in [_recipe(repository / m, chosen)] if r)
+    return ContainerSpec(
+        gpu=profile.name, compute_capability=profile.compute_capability, image=chosen,
+        models=tuple(models), settings=settings, tensorrt=tensorrt,
+        # Triton falls back to config.pbtxt for a model without configs/<name>.pbtxt.
+        model_config_name=profile.name if per_gpu else None, recipes=recipes)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """A safe dumper that writes a dict used twice out twice (no &anchors / *aliases)."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def to_yaml(data: dict) -> str:
+    """A compose file or manifest as YAML, in the dict's own key order."""
+    return yaml.dump(data, Dumper=_PlainDumper, sort_keys=False, width=10_000)
+
+
+def image_release(image: str) -> tuple[int, int] | None:
+    """(year, month) of an NGC ``...:YY.MM-py3`` tag; None for a tag that does not say."""
+    match = _TAG.search(image)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def check_image(profile: GpuProfile, image: str, *, tensorrt: bool) -> None:
+    """Refuse an image whose Triton cannot use the card (or its plans) at all."""
+    release = image_release(image)
+    if release is None:
+        return  # a custom tag: the user knows what is inside
+    fallback = profile.stack.triton_image_tensorrt if tensorrt else profile.stack.triton_image
+    if profile.compute_capability < 7.5 and release >= _NEEDS_CC75_FROM:
+        raise UsageError(
+            f"image {image} (Triton 25.01 or later) needs compute capability 7.5; the "
+            f"{profile.display_name} has {profile.compute_capability:.1f}",
+            hint=f"use {fallback} (the profile's image), or leave --image out")
+    if tensorrt and profile.compute_capability < 7.0 and release >= _TENSORRT10_FROM:
+        raise UsageError(
+            f"image {image} ships TensorRT 10, which cannot run plans on the "
+            f"{profile.display_name} (compute capability {profile.compute_capability:.1f})",
+            hint=f"use {profile.stack.triton_image_tensorrt} (TensorRT 8.6), or serve ONNX "
+                 "with the ONNX Runtime backend")
+
+
+def tensorrt_image(triton_image: str) -> str:
+    """The NGC TensorRT image of the same release (same TensorRT, and it has trtexec)."""
+    if "/tritonserver:" in triton_image:
+        return triton_image.replace("/tritonserver:", "/tensorrt:", 1)
+    return triton_image
+
+
+def _serves_plans(model_dir: Path, gpu: str) -> bool:
+    """Whether the config Triton will use for this card serves a TensorRT plan."""
+    for config in (model_dir / "configs" / f"{gpu}.pbtxt", model_dir / "config.pbtxt"):
+        if config.is_file():
+            try:
+                parsed = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
+            except text_format.ParseError as exc:
+                raise UsageError(f"{config} is not a valid Triton model config: {exc}",
+                                 hint="fix it, or regenerate it with tritonkit config") from None
+            return parsed.platform == "tensorrt_plan" or parsed.backend == "tensorrt"
+    return any(model_dir.glob("*/*.plan"))
+
+
+def _recipe(model_dir: Path, triton_image: str) -> PlanRecipe | None:
+    """The plan-build recipe the exporter recorded for a model, if any.
+
+    ``tensorrt_recipe`` is a trtexec command line (a string or a list), or a table with
+    ``command`` and optionally ``image``.
+    """
+    report_path = model_dir / REPORT_FILENAME
+    if not report_path.is_file():
+        return None
+    try:
+        recipe = json.loads(report_path.read_text()).get(RECIPE_KEY)
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise UsageError(f"{report_path} is not a JSON object ({exc})",
+                         hint="re-export the model with --force") from None
+    if not recipe:
+        return None
+    image = tensorrt_image(triton_image)
+    if isinstance(recipe, dict):
+        image = recipe.get("image") or image
+        recipe = recipe.get("command")
+    argv = shlex.split(recipe) if isinstance(recipe, str) else recipe
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise UsageError(f"{report_path}: '{RECIPE_KEY}' is not a command line",
+                         hint="expected a trtexec command (a string or a list of strings)")
+    return PlanRecipe(model=model_dir.name, argv=tuple(argv), image=image)

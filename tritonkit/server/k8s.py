@@ -1,0 +1,222 @@
+"""Kubernetes manifests for a fleet of Triton replicas, one GPU each.
+
+``k8s_manifests`` builds, as dicts, a Deployment (``nvidia.com/gpu`` limits, liveness
+on ``/v2/health/live``, readiness and startup probes on ``/v2/health/ready``), a
+Service, the secret header's value as a Secret and a claim for the model repository;
+``write_k8s`` serializes them as YAML beside a kustomization, so
+``kubectl apply -k DIR`` applies them all.
+
+A fresh replica in explicit model-control mode gets its models from a postStart
+step: it waits until the server is live and loads every model that is not READY
+with the secret header. Each model's ``model_warmup`` (written by ``tritonkit
+config``) runs on that load, and readiness stays false until it has — so traffic
+reaches a replica only once it is loaded and warm. Plans that must be built on the
+target GPU are built by init containers into a pod-local copy of the repository.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonkit.errors import UsageError
+from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.server.container import (
+    CONTAINER_PORTS,
+    CONTAINER_REPOSITORY,
+    SECRET_VARIABLE,
+    ContainerSpec,
+    to_yaml,
+)
+
+K8S_DIRNAME = "k8s"
+GPU_RESOURCE = "nvidia.com/gpu"
+SECRET_KEY = "repository-key"
+SHM_SIZE = "1Gi"
+# How long a replica may take to load (and warm) its models before Kubernetes gives up:
+# startup probe period x failure threshold.
+STARTUP_PERIOD_S = 10
+STARTUP_FAILURES = 60
+FILES = ("secret.yaml", "model-repository-pvc.yaml", "deployment.yaml", "service.yaml")
+
+
+@dataclass(frozen=True)
+class K8sFiles:
+    """What ``write_k8s`` wrote."""
+
+    directory: Path
+    files: tuple[Path, ...]
+    name: str
+    claim: str                     # the PersistentVolumeClaim to fill with the repository
+    secret: str = field(repr=False)
+
+
+def app_name(repository: Path) -> str:
+    """A DNS-1123 name for the deployment of a repository."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", Path(repository).resolve().name.lower()).strip("-")
+    return f"tritonkit-{slug or 'models'}"[:53].rstrip("-")
+
+
+def claim_name(name: str) -> str:
+    return f"{name}-models"
+
+
+def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int = 1,
+                  storage: str = "10Gi") -> dict[str, dict]:
+    """The manifests, keyed by file name: Secret, claim, Deployment, Service."""
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tritonkit",
+              "tritonkit/gpu": spec.gpu}
+    selector = {"app.kubernetes.io/name": name}
+    secret_name = f"{name}-repository-key"
+    claim = claim_name(name)
+    return {
+        "secret.yaml": {
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret_name, "labels": labels},
+            "type": "Opaque", "stringData": {SECRET_KEY: secret},
+        },
+        "model-repository-pvc.yaml": {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "labels": labels},
+            "spec": {"accessModes": ["ReadOnlyMany"],
+                     "resources": {"requests": {"storage": storage}}},
+        },
+        "deployment.yaml": _deployment(spec, name, labels, selector, secret_name, claim, replicas),
+        "service.yaml": {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"selector": selector, "type": "ClusterIP",
+                     "ports": [{"name": role, "port": port, "targetPort": role, "protocol": "TCP"}
+                               for role, port in CONTAINER_PORTS.as_dict().items()]},
+        },
+    }
+
+
+def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int = 1,
+              force: bool = False) -> K8sFiles:
+    """Write ``out/k8s/``: the manifests (the Secret 0600) and a kustomization."""
+    if replicas < 1:
+        raise UsageError(f"--replicas must be at least 1 (got {replicas})", hint="e.g. --replicas 2")
+    directory = Path(out) / K8S_DIRNAME
+    paths = [directory / f for f in (*FILES, "kustomization.yaml")]
+    for path in paths:
+        refuse_overwrite(path, force=force, what="Kubernetes manifest")
+    name = app_name(repository)
+    secret = secrets.token_urlsafe(24)
+    manifests = k8s_manifests(spec, name, secret=secret, replicas=replicas,
+                              storage=_storage_request(Path(repository)))
+    for filename, manifest in manifests.items():
+        atomic_write(directory / filename, to_yaml(manifest),
+                     mode=0o600 if manifest["kind"] == "Secret" else 0o644)
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                     "resources": list(FILES)}
+    atomic_write(directory / "kustomization.yaml", to_yaml(kustomization))
+    return K8sFiles(directory=directory, files=tuple(paths), name=name,
+                    claim=claim_name(name), secret=secret)
+
+
+def post_start_script(spec: ContainerSpec, *, timeout_s: int) -> str:
+    """The postStart step: wait until live, then load every model that is not READY."""
+    base = f"http://127.0.0.1:{CONTAINER_PORTS.http}"
+    header = spec.settings.restricted_api.header
+    models = " ".join(shlex.quote(m) for m in spec.models)
+    return (
+        f"end=$(( $(date +%s) + {timeout_s} )); "
+        f"until curl -fsS -o /dev/null {base}/v2/health/live; do "
+        f"[ $(date +%s) -lt $end ] || exit 1; sleep 2; done; "
+        f"for m in {models}; do "
+        f"curl -fsS -o /dev/null {base}/v2/models/$m/ready || "
+        f"curl -fsS -o /dev/null -X POST -H \"{header}: ${SECRET_VARIABLE}\" "
+        f"{base}/v2/repository/models/$m/load || exit 1; done"
+    )
+
+
+def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
+                secret_name: str, claim: str, replicas: int) -> dict:
+    gpu_limits = {"limits": {GPU_RESOURCE: "1"}}     # a quantity: the API types it as a string
+    secret_env = {"name": SECRET_VARIABLE,
+                  "valueFrom": {"secretKeyRef": {"name": secret_name, "key": SECRET_KEY}}}
+    startup_s = STARTUP_PERIOD_S * STARTUP_FAILURES
+    container = {
+        "name": "tritonserver",
+        "image": spec.image,
+        # Kubernetes expands $(VAR) in args from the container's env: the secret comes
+        # from the Secret and never appears in the manifest.
+        "command": spec.argv(f"$({SECRET_VARIABLE})")[:1],
+        "args": spec.argv(f"$({SECRET_VARIABLE})")[1:],
+        "env": [secret_env],
+        "ports": [{"name": role, "containerPort": port, "protocol": "TCP"}
+                  for role, port in CONTAINER_PORTS.as_dict().items()],
+        "resources": gpu_limits,
+        "volumeMounts": [{"name": "model-repository", "mountPath": CONTAINER_REPOSITORY,
+                          "readOnly": True},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+        # Liveness on live only: a model that is loading must not get the pod killed.
+        "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
+        "readinessProbe": _probe("/v2/health/ready", period=5, failures=3),
+        "startupProbe": _probe("/v2/health/ready", period=STARTUP_PERIOD_S,
+                               failures=STARTUP_FAILURES),
+        "lifecycle": {"postStart": {"exec": {"command": [
+            "/bin/sh", "-c", post_start_script(spec, timeout_s=startup_s)]}}},
+    }
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+    pod_spec: dict = {
+        "containers": [container],
+        "volumes": volumes,
+        # Triton waits exit_timeout_secs for in-flight requests; Kubernetes must wait longer.
+        "terminationGracePeriodSeconds": spec.settings.exit_timeout_secs + 5,
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    claim_volume = {"name": "model-repository",
+                    "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+    if spec.recipes:
+        # Plans are built on the pod's own GPU into a pod-local copy of the repository;
+        # the server still mounts that copy read-only.
+        volumes += [{"name": "model-repository-source", "persistentVolumeClaim":
+                     {"claimName": claim, "readOnly": True}},
+                    {"name": "model-repository", "emptyDir": {}}]
+        copy = {"name": "copy-repository", "image": spec.image,
+                "command": ["cp", "-a", "/source/.", f"{CONTAINER_REPOSITORY}/"],
+                "volumeMounts": [{"name": "model-repository-source", "mountPath": "/source",
+                                  "readOnly": True},
+                                 {"name": "model-repository", "mountPath": CONTAINER_REPOSITORY}]}
+        builds = [{"name": f"build-plans-{_dns(recipe.model)}"[:63].rstrip("-"),
+                   "image": recipe.image, "command": list(recipe.argv),
+                   "workingDir": f"{CONTAINER_REPOSITORY}/{recipe.model}",
+                   "resources": gpu_limits,
+                   "volumeMounts": [{"name": "model-repository",
+                                     "mountPath": CONTAINER_REPOSITORY}]}
+                  for recipe in spec.recipes]
+        pod_spec["initContainers"] = [copy, *builds]
+    else:
+        volumes.append(claim_volume)
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def _probe(path: str, *, period: int, failures: int) -> dict:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period,
+            "timeoutSeconds": 5, "failureThreshold": failures}
+
+
+def _dns(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "model"
+
+
+def _storage_request(repository: Path) -> str:
+    """Twice the repository's size, in whole GiB (at least 1)."""
+    size = sum(p.stat().st_size for p in repository.rglob("*") if p.is_file()
+               and ".tritonkit" not in p.parts)
+    return f"{max(1, -(-2 * size // 1024**3))}Gi"
+
+

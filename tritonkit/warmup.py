@@ -1,0 +1,532 @@
+"""Explicit load and warm-up until steady, and the cold-start figures that prove it.
+
+After a (re)start or a reload, the first request to a model pays for set-up that later
+requests do not (on the local Triton: ~30 ms against a steady p50 under 1 ms). A user
+sees that as P99 jitter. ``load_and_warm`` removes it before traffic arrives:
+
+1. wait until the server is live — retrying with backoff while it restarts, under the
+   caller's one deadline;
+2. check every name against the server's model repository (this needs the deployment's
+   secret header, so a wrong secret is caught before anything is touched);
+3. load each model that is not READY (steps before the ensembles that use them). A READY
+   model is left alone unless ``reload`` is asked for: Triton reloads a model on every
+   load request, which would bring its cold start back;
+4. send requests for every batch size and dynamic-shape bucket of the model's config
+   until the latency of each shape is steady (``SteadyRule``) or the budget runs out;
+5. measure what a user would now see: a fresh client's first request against the p50
+   of the requests after it (``cold_start_figures``).
+
+Nothing is ever unloaded. If the server restarts in the middle, every model is warmed
+again from the start on the new server (its models are cold again).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tritonkit.client import Endpoint, example_input, resolve_endpoint, triton_message
+from tritonkit.errors import ModelLoadError, ServerError, UsageError
+from tritonkit.server.local import Deadline
+from tritonkit.server.state import load_deployment
+
+__all__ = [
+    "ColdStart",
+    "ModelWarmup",
+    "SteadyRule",
+    "cold_start_figures",
+    "load_and_warm",
+    "load_order",
+    "wait_live",
+    "warm_up",
+    "warmup_shapes",
+]
+
+DEFAULT_REQUESTS = 500              # per model, all shapes together
+DEFAULT_DYNAMIC_SIZES = (1, 16)     # a -1 dimension with no model_warmup entry to copy
+CHECK_REQUESTS = 20                 # requests after a fresh client's first, for its p50
+MAX_RESTARTS = 3
+_BACKOFF_START, _BACKOFF_MAX = 0.05, 1.0
+
+
+@dataclass(frozen=True)
+class SteadyRule:
+    """Latency is steady when each of the last ``window`` requests is within
+    ``tolerance`` (a fraction) of their median."""
+
+    window: int = 5
+    tolerance: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.window < 2:
+            raise UsageError(f"the steady window must be at least 2 requests (got {self.window})",
+                             hint="e.g. --steady-window 5")
+        if not 0 < self.tolerance < 10:
+            raise UsageError(f"the steady tolerance must be a fraction above 0 (got {self.tolerance})",
+                             hint="e.g. --steady-tolerance 0.25 for 25 %")
+
+    def is_steady(self, latencies: Sequence[float]) -> bool:
+        if len(latencies) < self.window:
+            return False
+        last = latencies[-self.window:]
+        median = statistics.median(last)
+        return all(abs(x - median) <= self.tolerance * median for x in last)
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """A fresh client's first request to a model, against the p50 of the requests after it."""
+
+    first_ms: float
+    p50_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.first_ms / self.p50_ms if self.p50_ms else float("inf")
+
+
+@dataclass(frozen=True)
+class ModelWarmup:
+    """What warming one model took and what it left behind (times in ms, load in s)."""
+
+    model: str
+    steady: bool
+    requests: int                       # warm-up requests sent, all shapes together
+    load_s: float | None = None         # the explicit load request; None: it was READY
+    first_ms: float | None = None       # the first warm-up request (the cold one)
+    steady_p50_ms: float | None = None  # p50 of the steady window of the first shape
+    after: ColdStart | None = None      # a fresh client's first request, after warm-up
+    shapes: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """The cold first request over the steady p50."""
+        if self.first_ms is None or not self.steady_p50_ms:
+            return None
+        return self.first_ms / self.steady_p50_ms
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelWarmup":
+        """The inverse of ``as_dict`` (a deployment's state keeps its warm-up this way)."""
+        fields = {k: v for k, v in data.items() if k != "ratio"}
+        after = fields.pop("after", None)
+        return cls(**fields, after=None if after is None else ColdStart(after["first_ms"], after["p50_ms"]))
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ratio"] = self.ratio
+        data["after"] = None if self.after is None else {
+            **asdict(self.after), "ratio": self.after.ratio}
+        return data
+
+
+class _ServerGone(Exception):
+    """The server stopped answering (or lost a model) in the middle: start over."""
+
+
+# -- which requests -----------------------------------------------------------------------
+
+def _datatype(config_type: str) -> str:
+    name = config_type.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def _buckets(config: dict) -> list[dict[str, list[int]]]:
+    """Concrete non-batch dims per input, one dict per dynamic-shape bucket.
+
+    A -1 dimension takes its sizes from the config's ``model_warmup`` entries (one
+    bucket per distinct entry), or else from DEFAULT_DYNAMIC_SIZES."""
+    inputs = config.get("input", [])
+    dynamic = [i for i in inputs if -1 in [int(d) for d in i.get("dims", [])]]
+    if not dynamic:
+        return [{i["name"]: [int(d) for d in i.get("dims", [])] for i in inputs}]
+    buckets: list[dict[str, list[int]]] = []
+    for entry in config.get("model_warmup", []):
+        listed = entry.get("inputs", {})
+        bucket = {}
+        for spec in inputs:
+            dims = [int(d) for d in spec.get("dims", [])]
+            given = [int(d) for d in listed.get(spec["name"], {}).get("dims", [])]
+            if -1 in dims and len(given) == len(dims):
+                dims = [g if d == -1 else d for d, g in zip(dims, given)]
+            bucket[spec["name"]] = dims
+        if all(-1 not in d for d in bucket.values()) and bucket not in buckets:
+            buckets.append(bucket)
+    if buckets:
+        return buckets
+    return [{i["name"]: [size if int(d) == -1 else int(d) for d in i.get("dims", [])]
+             for i in inputs} for size in DEFAULT_DYNAMIC_SIZES]
+
+
+def warmup_shapes(config: dict) -> list[dict[str, tuple[str, list[int]]]]:
+    """Every request shape to warm: batch sizes x dynamic-shape buckets, smallest first.
+
+    ``config`` is the model's config as the server reports it (``get_model_config``).
+    For ``max_batch_size > 0`` the batch sizes are 1, every preferred batch size of the
+    dynamic batcher, and max_batch_size. Each shape maps input name → (datatype, shape).
+    """
+    max_batch = int(config.get("max_batch_size", 0))
+    if max_batch > 0:
+        preferred = config.get("dynamic_batching", {}).get("preferred_batch_size", [])
+        batches: list[int | None] = sorted({1, max_batch, *(int(b) for b in preferred)})
+    else:
+        batches = [None]
+    types = {i["name"]: _datatype(i["data_type"]) for i in config.get("input", [])}
+    buckets = sorted(_buckets(config), key=lambda b: sum(int(np.prod(d)) for d in b.values()))
+    return [{name: (types[name], ([batch] if batch else []) + dims) for name, dims in bucket.items()}
+            for batch in batches for bucket in buckets]
+
+
+def _describe(shape: dict[str, tuple[str, list[int]]]) -> str:
+    return " ".join(f"{name}:{'x'.join(map(str, dims)) or 'scalar'}"
+                    for name, (_, dims) in shape.items())
+
+
+def _infer_inputs(shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
+    import tritonclient.http as httpclient
+
+    inputs = []
+    for name, (datatype, dims) in shape.items():
+        tensor = httpclient.InferInput(name, dims, datatype)
+        tensor.set_data_from_numpy(example_input(datatype, dims, rng))
+        inputs.append(tensor)
+    return inputs
+
+
+# -- load order ---------------------------------------------------------------------------
+
+def _ensemble_steps(config: dict) -> list[str]:
+    return [s["model_name"] for s in config.get("ensemble_scheduling", {}).get("step", [])]
+
+
+def load_order(models: Sequence[str], configs: dict[str, dict]) -> list[str]:
+    """``models`` with every ensemble's steps (added if missing) before the ensemble."""
+    order: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        if name in visiting:
+            raise UsageError(f"ensemble '{name}' is one of its own steps",
+                             hint=f"fix ensemble_scheduling in {name}/config.pbtxt")
+        visiting.add(name)
+        for step in _ensemble_steps(configs.get(name, {})):
+            visit(step)
+        visiting.discard(name)
+        order.append(name)
+
+    for model in models:
+        visit(model)
+    return order
+
+
+def _file_config(config_dir: Path | None, name: str) -> dict:
+    """A model's config.pbtxt from the folder the server serves, as get_model_config's JSON."""
+    if config_dir is None:
+        return {}
+    path = Path(config_dir) / name / "config.pbtxt"
+    if not path.is_file():
+        return {}
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    try:
+        message = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    except text_format.ParseError:
+        return {}  # Triton's load will say what is wrong with it
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+# -- talking to the server ----------------------------------------------------------------
+
+def _client(endpoint: Endpoint, deadline: Deadline):
+    # Bounded by what is left of the deadline, so no single call outlives it.
+    left = max(0.5, deadline.left())
+    return endpoint.http(connection_timeout=min(5.0, left), network_timeout=left)
+
+
+def _live(endpoint: Endpoint, deadline: Deadline) -> Exception | None:
+    """None if the server answers live now, else the error it gave."""
+    client = None
+    try:
+        client = endpoint.http(connection_timeout=min(1.0, max(0.1, deadline.left())),
+                               network_timeout=min(2.0, max(0.1, deadline.left())))
+        return None if client.is_server_live() else ServerError("not live")
+    except Exception as exc:  # tritonclient raises several transport errors
+        return exc
+    finally:
+        if client is not None:
+            client.close()
+
+
+def wait_live(endpoint: Endpoint, deadline: Deadline,
+              rediscover: Callable[[], Endpoint] | None = None) -> Endpoint:
+    """Wait until the server is live, backing off between tries, within ``deadline``.
+
+    ``rediscover`` finds the server again on every try (a restarted deployment may have
+    new ports or a new secret); the endpoint that answered is returned."""
+    delay = _BACKOFF_START
+    while True:
+        if rediscover is not None:
+            try:
+                endpoint = rediscover()
+            except UsageError:
+                pass  # between a stop and a start there is no state: keep the last one
+        error = _live(endpoint, deadline)
+        if error is None:
+            return endpoint
+        if deadline.expired():
+            raise ServerError(
+                f"no Triton server answers at {endpoint.http_url} "
+                f"(waited {deadline.seconds:g} s; last: {triton_message(error)})",
+                hint="start one: tritonkit deploy --repository DIR, or raise --timeout")
+        time.sleep(min(delay, deadline.left()))
+        delay = min(delay * 2, _BACKOFF_MAX)
+
+
+def _repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
+    """Model name → the states of its versions (empty: known, never loaded)."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        index = client.get_model_repository_index(headers=endpoint.repository_headers)
+    except InferenceServerException as exc:
+        if exc.status() == "403":
+            if endpoint.repository_headers:
+                what, hint = "a wrong secret", (
+                    "the secret recorded for this deployment is not the server's: redeploy "
+                    "(tritonkit down, then tritonkit deploy) or warm the server's own deployment")
+            else:
+                what, hint = "no secret", (
+                    "pass --repository DIR of the running deployment: its state holds the "
+                    "secret header (DIR/.tritonkit/secret)")
+            raise UsageError(f"the server at {endpoint.http_url} refused the model-repository "
+                             f"API with {what} ({triton_message(exc)})", hint=hint) from None
+        raise _ServerGone(triton_message(exc)) from None
+    except Exception as exc:
+        raise _ServerGone(triton_message(exc)) from None
+    states: dict[str, set[str]] = {}
+    for entry in index:
+        states.setdefault(entry["name"], set())
+        if entry.get("state"):
+            states[entry["name"]].add(entry["state"])
+    return states
+
+
+def _ready(client, name: str) -> bool:
+    try:
+        return bool(client.is_model_ready(name))
+    except Exception as exc:
+        raise _ServerGone(triton_message(exc)) from None
+
+
+def _load(client, endpoint: Endpoint, name: str, deadline: Deadline) -> float:
+    from tritonclient.utils import InferenceServerException
+
+    started = time.perf_counter()
+    try:
+        client.load_model(name, headers=endpoint.repository_headers)
+    except InferenceServerException as exc:
+        if exc.status() == "403":
+            raise UsageError(f"the server refused to load '{name}': {triton_message(exc)}",
+                             hint="pass --repository DIR of the running deployment (its secret)") from None
+        if _live(endpoint, deadline) is not None:
+            raise _ServerGone(triton_message(exc)) from None
+        raise ModelLoadError(f"Triton could not load '{name}': {triton_message(exc)}",
+                             hint="read the server's log (tritonkit deploy prints where it is)") from None
+    except Exception as exc:
+        raise _ServerGone(triton_message(exc)) from None
+    return time.perf_counter() - started
+
+
+def _timed_infer(client, endpoint: Endpoint, name: str, inputs: list, deadline: Deadline) -> float:
+    started = time.perf_counter()
+    try:
+        client.infer(name, inputs)
+    except Exception as exc:
+        if _live(endpoint, deadline) is not None or not _ready_quietly(endpoint, name, deadline):
+            raise _ServerGone(triton_message(exc)) from None
+        raise ServerError(f"a warm-up request to '{name}' failed: {triton_message(exc)}",
+                          hint="the model is READY but refused an input built from its config") from None
+    return (time.perf_counter() - started) * 1e3
+
+
+def _ready_quietly(endpoint: Endpoint, name: str, deadline: Deadline) -> bool:
+    client = _client(endpoint, deadline)
+    try:
+        return _ready(client, name)
+    except _ServerGone:
+        return False
+    finally:
+        client.close()
+
+
+def cold_start_figures(endpoint: Endpoint, model: str, inputs: list, *,
+                       requests: int = CHECK_REQUESTS,
+                       deadline: Deadline | None = None) -> ColdStart:
+    """What a user sees now: a fresh client's first request, and the p50 of ``requests`` after it.
+
+    The connection is opened first (a readiness check, as clients do), so the first
+    figure is the server's cold start, not TCP's."""
+    deadline = deadline or Deadline(60.0)
+    client = _client(endpoint, deadline)
+    try:
+        _ready(client, model)
+        first = _timed_infer(client, endpoint, model, inputs, deadline)
+        rest = [_timed_infer(client, endpoint, model, inputs, deadline) for _ in range(requests)]
+    finally:
+        client.close()
+    return ColdStart(first_ms=first, p50_ms=statistics.median(rest))
+
+
+# -- the warm-up --------------------------------------------------------------------------
+
+def load_and_warm(
+    endpoint: Endpoint,
+    models: Sequence[str] | None = None,
+    *,
+    requests: int = DEFAULT_REQUESTS,
+    deadline: Deadline | None = None,
+    rule: SteadyRule = SteadyRule(),
+    reload: bool = False,
+    config_dir: Path | None = None,
+    rediscover: Callable[[], Endpoint] | None = None,
+    check: bool = True,
+) -> list[ModelWarmup]:
+    """Load ``models`` (default: every model in the server's repository) and warm each up.
+
+    ``requests`` bounds the warm-up requests per model, ``deadline`` the whole call
+    (waits for the server included). ``config_dir`` is the folder the server reads; it
+    gives the ensemble steps of models not loaded yet. ``check`` measures a fresh
+    client's first request after the warm-up. A model that never became steady comes
+    back with ``steady=False``; a refused load raises ModelLoadError.
+    """
+    if requests < 1:
+        raise UsageError(f"--requests must be at least 1 (got {requests})")
+    deadline = deadline or Deadline(120.0)
+    restarts = 0
+    while True:
+        endpoint = wait_live(endpoint, deadline, rediscover)
+        try:
+            results = _load_and_warm_once(endpoint, models, requests=requests, deadline=deadline,
+                                          rule=rule, reload=reload and restarts == 0,
+                                          config_dir=config_dir, check=check)
+        except _ServerGone as gone:
+            restarts += 1
+            if restarts > MAX_RESTARTS or deadline.expired():
+                raise ServerError(
+                    f"the server at {endpoint.http_url} went away during warm-up "
+                    f"{restarts} time(s) (last: {gone})",
+                    hint="read the server's log; rerun tritonkit warmup once it is stable") from None
+            continue
+        if restarts:
+            note = f"server restarted {restarts}x during warm-up; warmed again"
+            results = [replace(r, note="; ".join(filter(None, [r.note, note]))) for r in results]
+        return results
+
+
+def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, requests: int,
+                        deadline: Deadline, rule: SteadyRule, reload: bool,
+                        config_dir: Path | None, check: bool) -> list[ModelWarmup]:
+    client = _client(endpoint, deadline)
+    try:
+        index = _repository_index(client, endpoint)
+        names = (list(dict.fromkeys(models)) if models
+                 else sorted(n for n in index if not n.startswith(".")))
+        unknown = [n for n in names if n not in index]
+        if unknown:
+            raise UsageError(
+                f"no model named {', '.join(repr(n) for n in unknown)} in the server's repository",
+                hint=f"models there: {', '.join(sorted(index)) or 'none'}")
+        ready = {n for n in index if _ready(client, n)}
+        configs = {n: (_server_config(client, n) if n in ready else _file_config(config_dir, n))
+                   for n in names}
+        order = load_order(names, configs)
+        load_s: dict[str, float] = {}
+        for name in order:
+            if name not in ready or reload:
+                load_s[name] = _load(client, endpoint, name, deadline)
+    finally:
+        client.close()
+    results = []
+    for name in order:
+        if deadline.expired():
+            results.append(ModelWarmup(model=name, steady=False, requests=0,
+                                       load_s=load_s.get(name), note="not reached: out of time"))
+            continue
+        results.append(_warm_one(endpoint, name, load_s.get(name), requests=requests,
+                                 deadline=deadline, rule=rule, check=check))
+    return results
+
+
+def _server_config(client, name: str) -> dict:
+    try:
+        return client.get_model_config(name)
+    except Exception as exc:
+        raise _ServerGone(triton_message(exc)) from None
+
+
+def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: int,
+              deadline: Deadline, rule: SteadyRule, check: bool) -> ModelWarmup:
+    client = _client(endpoint, deadline)
+    try:
+        config = _server_config(client, name)
+        if config.get("model_transaction_policy", {}).get("decoupled"):
+            return ModelWarmup(model=name, steady=True, requests=0, load_s=load_s,
+                               note="decoupled model: not warmed (needs a streaming client)")
+        shapes = warmup_shapes(config)
+        rng = np.random.default_rng(0)
+        prepared = [_infer_inputs(shape, rng) for shape in shapes]
+        sent, first, p50, note = 0, None, None, ""
+        for i, inputs in enumerate(prepared):
+            latencies: list[float] = []
+            while not rule.is_steady(latencies):
+                if sent >= requests or deadline.expired():
+                    why = f"{requests} requests" if sent >= requests else "the deadline"
+                    note = f"not steady within {why} (at {_describe(shapes[i])})"
+                    break
+                latencies.append(_timed_infer(client, endpoint, name, inputs, deadline))
+                sent += 1
+                first = latencies[0] if first is None else first
+            if note:
+                break
+            if i == 0:
+                p50 = statistics.median(latencies[-rule.window:])
+    finally:
+        client.close()
+    after = None
+    if check and not note and prepared:
+        after = cold_start_figures(endpoint, name, prepared[0], deadline=deadline)
+    return ModelWarmup(model=name, steady=not note, requests=sent, load_s=load_s, first_ms=first,
+                       steady_p50_ms=p50, after=after, shapes=[_describe(s) for s in shapes],
+                       note=note)
+
+
+def warm_up(repository: Path | None = None, url: str | None = None,
+            models: Sequence[str] | None = None, *, timeout: float = 120.0,
+            **options: Any) -> list[ModelWarmup]:
+    """Find the server (``url``, else the deployment recorded in ``repository``) and
+    ``load_and_warm`` it under one deadline of ``timeout`` seconds.
+
+    With a deployment, a restart in the middle is followed to its new state (ports,
+    secret) and the ensembles' steps are read from the folder the server serves."""
+    deadline = Deadline(timeout)
+    endpoint = resolve_endpoint(repository=repository, url=url)
+    rediscover, config_dir = None, None
+    if repository is not None:
+        if url is None:
+            rediscover = lambda: resolve_endpoint(repository=repository)  # noqa: E731
+        try:
+            deployment = load_deployment(repository)
+            config_dir = Path(deployment.extra.get("served_repository") or deployment.repository)
+        except UsageError:
+            config_dir = Path(repository)
+    return load_and_warm(endpoint, models, deadline=deadline, rediscover=rediscover,
+                         config_dir=config_dir, **options)
