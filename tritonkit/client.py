@@ -95,6 +95,7 @@ def example_input(datatype: str, shape: list[int], rng: np.random.Generator) -> 
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):
-        high = min(np.iinfo(dtype).max, 1000)
-        return rng.integers(0, high, size=shape).astype(dtype)
+        # Integer inputs are often indices (token ids) or masks: 0 and 1 are valid for any
+        # vocabulary, larger random values are not.
+        return rng.integers(0, 2, size=shape).astype(dtype)
     return rng.standard_normal(size=shape).astype(dtype)

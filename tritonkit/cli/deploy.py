@@ -17,7 +17,7 @@ from tritonkit.server.state import mask
 TARGETS = ("local", "compose", "k8s")
 
 
-@app.command(epilog="Examples: tritonkit deploy --target local --repository model_repository; "
+@app.command(epilog="Example: tritonkit deploy --target local --repository model_repository; "
                      "tritonkit deploy --target compose --gpu p100 --repository model_repository")
 def deploy(
     repository: Repository = Path("model_repository"),
