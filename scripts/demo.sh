@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The main job, end to end, on the embedded local Triton (set-up included on first run).
+# The main job, end to end, on the embedded local Triton (set-up included on first run):
+# export an example PyTorch model -> deploy locally (warms up) -> warm up again -> request.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
-REPO="${TRITONKIT_DEMO_REPOSITORY:-model_repository}"
+REPO="${TRITONKIT_DEMO_REPOSITORY:-out/demo_repository}"
+mkdir -p "$(dirname "$REPO")"
 trap 'tritonkit down --repository "$REPO" >/dev/null 2>&1 || true' EXIT
+tritonkit export examples/mlp.py:build --name mlp --repository "$REPO" --force
 tritonkit deploy --target local --repository "$REPO" --http-port 0 --grpc-port 0 --metrics-port 0
+tritonkit warmup --repository "$REPO" --json out/warmup.json
 python - "$REPO" <<'PY'
 import sys
 import numpy as np
@@ -15,9 +19,11 @@ from tritonkit.server.state import load_deployment
 
 deployment = load_deployment(sys.argv[1])
 client = httpclient.InferenceServerClient(deployment.http_url)
-x = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
-inp = httpclient.InferInput("INPUT__0", list(x.shape), "FP32")
+meta = client.get_model_metadata("mlp")
+shape = [1] + [int(d) for d in meta["inputs"][0]["shape"][1:]]
+x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+inp = httpclient.InferInput(meta["inputs"][0]["name"], shape, "FP32")
 inp.set_data_from_numpy(x)
-y = client.infer("example", [inp]).as_numpy("OUTPUT__0")
-print("example(", x.tolist(), ") =", y.round(4).tolist())
+y = client.infer("mlp", [inp]).as_numpy(meta["outputs"][0]["name"])
+print("mlp answered with shape", list(y.shape), "first values", y.ravel()[:3].round(4).tolist())
 PY
