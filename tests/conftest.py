@@ -39,6 +39,18 @@ def deployed(example_repository: Path):
     run_cli("down", "--repository", example_repository)
 
 
+def add_broken_model(repository: Path, name: str = "broken") -> Path:
+    """A python-backend model whose model.py raises on import ('weights file is corrupt')."""
+    broken = repository / name
+    (broken / "1").mkdir(parents=True)
+    (broken / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input { name: "X" data_type: TYPE_FP32 dims: 1 }\n'
+        'output { name: "Y" data_type: TYPE_FP32 dims: 1 }\n')
+    (broken / "1" / "model.py").write_text("raise RuntimeError('weights file is corrupt')\n")
+    return broken
+
+
 def load_example_forward():
     """The example model's own forward function, imported from its model.py."""
     path = EXAMPLE_REPOSITORY / "example" / "1" / "model.py"

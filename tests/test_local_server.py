@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import load_example_forward, run_cli
+from tests.conftest import add_broken_model, load_example_forward, run_cli
 from tritonkit.server.local import _alive
 from tritonkit.server.state import load_deployment, state_dir
 
@@ -94,13 +94,7 @@ def test_an_empty_repository_is_a_usage_error(tmp_path, capsys):
 
 def test_a_model_that_fails_to_load_reports_tritons_message_and_leaves_no_server(
         example_repository, capsys):
-    broken = example_repository / "broken"
-    (broken / "1").mkdir(parents=True)
-    (broken / "config.pbtxt").write_text(
-        'name: "broken"\nbackend: "python"\nmax_batch_size: 0\n'
-        'input { name: "X" data_type: TYPE_FP32 dims: 1 }\n'
-        'output { name: "Y" data_type: TYPE_FP32 dims: 1 }\n')
-    (broken / "1" / "model.py").write_text("raise RuntimeError('weights file is corrupt')\n")
+    add_broken_model(example_repository)
     started = time.monotonic()
     code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
                    "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")

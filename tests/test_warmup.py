@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.conftest import EXAMPLE_REPOSITORY, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, add_broken_model, run_cli
 from tritonkit.client import Endpoint, example_input
 from tritonkit.errors import UsageError
 from tritonkit.server.local import _alive, free_port
@@ -233,13 +233,7 @@ def test_no_server_running_is_one_clear_line_at_the_deadline(tmp_path, capsys):
 
 @pytest.mark.server
 def test_a_model_that_fails_to_load_reports_tritons_message_and_unloads_nothing(deployed, capsys):
-    broken = _served(deployed) / "broken"
-    (broken / "1").mkdir(parents=True)
-    (broken / "config.pbtxt").write_text(
-        'name: "broken"\nbackend: "python"\nmax_batch_size: 0\n'
-        'input { name: "X" data_type: TYPE_FP32 dims: 1 }\n'
-        'output { name: "Y" data_type: TYPE_FP32 dims: 1 }\n')
-    (broken / "1" / "model.py").write_text("raise RuntimeError('weights file is corrupt')\n")
+    add_broken_model(_served(deployed))
     code = run_cli("warmup", "--repository", deployed.repository, "--timeout", "60")
     err = capsys.readouterr().err
     assert code == 1
