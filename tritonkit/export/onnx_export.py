@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
+import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -170,15 +173,40 @@ def _hint_for(exc: BaseException, output: str) -> str:
 
 @contextlib.contextmanager
 def _quiet():
-    """Silence the exporters' progress lines, warnings and log records; keep them for hints."""
+    """Silence the exporters' progress lines, warnings and log records; keep them for hints.
+
+    The TorchScript exporter also prints from C++ (the graph at an exception), past
+    ``sys.stdout``: file descriptors 1 and 2 are pointed at a scratch file meanwhile.
+    """
     captured = io.StringIO()
     onnx_logger = logging.getLogger("torch.onnx")
     level = onnx_logger.level
     onnx_logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(captured), \
-                contextlib.redirect_stderr(captured):
+        with _native_output_to(captured), warnings.catch_warnings(), \
+                contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
             warnings.simplefilter("ignore")
             yield captured
     finally:
         onnx_logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _native_output_to(captured: io.StringIO):
+    """Send what native code writes to fds 1 and 2 into ``captured`` for the duration."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as sink:
+        try:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            sink.seek(0)
+            captured.write(sink.read().decode(errors="replace"))

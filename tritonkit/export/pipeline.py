@@ -8,8 +8,10 @@ staging folder is removed and the repository is as it was.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import time
@@ -23,8 +25,8 @@ from tritonkit.errors import ExportError, TritonkitError, UsageError, Verificati
 from tritonkit.export import onnx_export, reproduce, tensorrt
 from tritonkit.export.report import REPORT_NAME, build_report, file_record
 from tritonkit.export.spec import (ModelInputs, default_output_name, load_factory,
-                                   normalize_inputs)
-from tritonkit.export.verify import check_graph, torch_outputs, verify_against_torch
+                                   normalize_inputs, order_like_forward)
+from tritonkit.export.verify import check_graph, verify_against_torch
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import configure
 from tritonkit.profiles import GpuProfile, load_profile
@@ -103,7 +105,8 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
                          hint="pass --repository with a folder (it is created if missing)")
 
     module.eval()  # dropout and batch-norm statistics must not move while tracing
-    inputs = normalize_inputs(example_inputs, input_names=options.input_names,
+    inputs = normalize_inputs(order_like_forward(module, example_inputs),
+                              input_names=options.input_names,
                               dynamic_axes=dynamic_axes)
     if inputs.batch_size > options.max_batch_size:
         raise UsageError(f"the example batch ({inputs.batch_size}) is larger than "
@@ -112,16 +115,32 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
     outputs = _reference_outputs(module, inputs)
     output_names = _output_names(outputs, options.output_names)
 
+    created = _missing_folders(repository)
     repository.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=repository, prefix=f".{options.name}.export-"))
     try:
         stage = staging / options.name
         result = _build(stage, module, inputs, output_names, outputs, options, profile, spec)
         _move_into_place(stage, target, staging)
-        written = [target / path.relative_to(stage) for path in result.written]
-        return ExportResult(path=target, report=result.report, written=written, notes=result.notes)
-    finally:
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        for folder in created:  # a repository this export created goes with it
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    written = [target / path.relative_to(stage) for path in result.written]
+    return ExportResult(path=target, report=result.report, written=written, notes=result.notes)
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
 
 
 def _check_options(options: ExportOptions) -> None:
@@ -201,7 +220,8 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
         name=options.name, repository=options.repository, gpu=options.gpu, fmt=options.format,
         max_batch_size=options.max_batch_size, opset=options.opset, atol=options.atol,
         rtol=options.rtol, verify=options.verify, input_names=options.input_names,
-        output_names=options.output_names, dynamic_axes=inputs.dynamic_axes)
+        output_names=options.output_names, dynamic_axes=inputs.dynamic_axes,
+        exporters=options.exporters if options.exporters != onnx_export.EXPORTERS else None)
     written.append(reproduce.write_reproduce_script(stage, spec=spec, options=options_as_flags))
     written += _configure(stage, options)
     return ExportResult(path=stage, report=report, written=written, notes=notes)
@@ -245,12 +265,17 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
 def _furthest(failures: list[tuple[str, TritonkitError]]) -> TritonkitError:
     verified = [(e, exc) for e, exc in failures if isinstance(exc, VerificationError)]
     exporter, error = (verified or failures)[0]
-    others = "; ".join(f"{e}: {exc.message}" for e, exc in failures if exc is not error)
-    message = error.message if error.message.startswith(exporter) else f"{exporter} exporter: {error.message}"
+    others = "; ".join(f"{e}: {_without_prefix(exc.message, e)}" for e, exc in failures
+                       if exc is not error)
+    message = f"{exporter} exporter: {_without_prefix(error.message, exporter)}"
     hint = error.hint or ""
     if others:
         hint = f"{hint} (also tried {others})" if hint else f"also tried {others}"
     return type(error)(message, hint=hint)
+
+
+def _without_prefix(message: str, exporter: str) -> str:
+    return message.removeprefix(f"{exporter} exporter: ")
 
 
 def _tensorrt(stage: Path, model_path: Path, report: dict, profile: GpuProfile,
@@ -264,9 +289,13 @@ def _tensorrt(stage: Path, model_path: Path, report: dict, profile: GpuProfile,
         report["plans"] = {profile.cc_key: plan_path.name}
         written.append(plan_path)
         return f"built {plan_path.name} for compute capability {profile.cc_key}"
-    report["tensorrt_recipe"] = tensorrt.build_recipe(profile, inputs, options.max_batch_size)
+    report["tensorrt_recipe"] = tensorrt.build_recipe(profile, inputs, options.max_batch_size,
+                                                      version=VERSION, onnx_name=MODEL_FILE)
+    # The config serves the plan deploy will build; the ONNX file stays for other cards.
+    report["plans"] = {profile.cc_key: tensorrt.plan_filename(profile)}
     return (f"{why_not}: the plan must be built on the target ({profile.display_name}); "
-            f"the trtexec recipe is in {REPORT_NAME} under tensorrt_recipe")
+            f"tritonkit deploy runs the recipe in {REPORT_NAME} (tensorrt_recipe) there, "
+            f"in the model's folder: {shlex.join(report['tensorrt_recipe']['command'])}")
 
 
 def _configure(stage: Path, options: ExportOptions) -> list[Path]:
