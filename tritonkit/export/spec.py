@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +119,34 @@ def _unpack(built: Any, spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
         raise UsageError(f"factory {spec} returned {_describe(module)} as the model, "
                          "not a torch.nn.Module", hint="return (module, example_inputs)")
     return module, example_inputs, (rest[0] if rest else None)
+
+
+def order_like_forward(module: torch.nn.Module, example_inputs: Any) -> Any:
+    """A dict of example inputs keyed by forward()'s own parameter names, in forward()'s order.
+
+    The inputs are passed to forward() by position, and Triton clients send them by name:
+    ``{"attention_mask": m, "input_ids": i}`` for ``forward(input_ids, attention_mask)``
+    would otherwise feed the mask to ``input_ids`` under the name ``attention_mask``. Other
+    dicts (keys that are not forward()'s parameter names) keep their own order.
+    """
+    if not isinstance(example_inputs, Mapping):
+        return example_inputs
+    try:
+        signature = inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return example_inputs
+    positional = [p.name for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    by_name = {str(key): value for key, value in example_inputs.items()}
+    if not set(by_name) <= set(positional):
+        return example_inputs
+    leading = positional[:len(by_name)]
+    skipped = [name for name in leading if name not in by_name]
+    if skipped:
+        raise UsageError(f"the example inputs skip forward()'s parameter(s) {', '.join(skipped)}"
+                         f" (forward takes {', '.join(positional)})",
+                         hint="give example inputs for forward()'s leading parameters, in any order")
+    return {name: by_name[name] for name in leading}
 
 
 def normalize_inputs(example_inputs: Any, *, input_names: Sequence[str] | None = None,
