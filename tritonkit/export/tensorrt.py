@@ -58,36 +58,48 @@ def shape_ranges(inputs: ModelInputs, max_batch_size: int) -> dict[str, tuple[tu
     return ranges
 
 
-def build_recipe(profile: GpuProfile, inputs: ModelInputs, max_batch_size: int) -> dict:
-    """The trtexec command that builds this model's plan on the target, for the report."""
+def build_recipe(profile: GpuProfile, inputs: ModelInputs, max_batch_size: int, *,
+                 version: str = "1", onnx_name: str = "model.onnx") -> dict:
+    """The trtexec command that builds this model's plan on the target, for the report.
+
+    The command runs in the model's folder (``DIR/NAME``), as ``tritonkit deploy`` runs it
+    in a one-shot container before Triton starts; the plan lands beside the ONNX file.
+    """
     ranges = shape_ranges(inputs, max_batch_size)
     plan = plan_filename(profile)
 
     def shapes(which: int) -> str:
         return ",".join(f"{name}:{'x'.join(str(d) for d in r[which])}" for name, r in ranges.items())
 
-    argv = ["trtexec", "--onnx=model.onnx", f"--saveEngine={plan}"]
+    argv = ["trtexec", f"--onnx={version}/{onnx_name}", f"--saveEngine={version}/{plan}"]
     if uses_fp16(profile):
         argv.append("--fp16")
     argv += [f"--minShapes={shapes(0)}", f"--optShapes={shapes(1)}", f"--maxShapes={shapes(2)}"]
-    image = profile.stack.triton_image_tensorrt
+    image = trtexec_image(profile)
     return {
         "gpu": profile.name,
         "compute_capability": profile.cc_key,
-        "plan": plan,
+        "plan": f"{version}/{plan}",
         "container": image,
         "tensorrt_version": profile.stack.tensorrt_version,
         "fp16": uses_fp16(profile),
-        "workdir": "1",
         "command": argv,
-        # Run from the model's folder on a machine with the target GPU.
-        "docker": ["docker", "run", "--rm", "--gpus", "all", "-v", "$PWD/1:/work", "-w", "/work",
+        # By hand: from the model's folder, on a machine with the target GPU.
+        "docker": ["docker", "run", "--rm", "--gpus", "all", "-v", "$PWD:/work", "-w", "/work",
                    image, *argv],
         "shapes": {name: {"min": list(r[0]), "opt": list(r[1]), "max": list(r[2])}
                    for name, r in ranges.items()},
         "note": "a plan must be built on the target GPU with the TensorRT of the container "
-                "that serves it; tritonkit deploy runs this command there",
+                "that serves it; tritonkit deploy runs this command there, in the model's folder",
     }
+
+
+def trtexec_image(profile: GpuProfile) -> str:
+    """NGC's TensorRT image of the release whose Triton serves plans on this card.
+
+    It has ``trtexec`` on its PATH and the same TensorRT as that Triton image.
+    """
+    return profile.stack.triton_image_tensorrt.replace("/tritonserver:", "/tensorrt:", 1)
 
 
 def can_build_here(profile: GpuProfile) -> tuple[bool, str]:
