@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tritonkit.cli import app
@@ -46,6 +47,9 @@ def export(
                                "(repeatable), e.g. input_ids:1=sequence.")] = None,
     verify: Annotated[bool, typer.Option(
         "--verify/--no-verify", help="Compare ONNX Runtime with PyTorch on several batches.")] = True,
+    exporter: Annotated[Optional[list[str]], typer.Option(
+        "--exporter", help="dynamo or torchscript, tried in the order given (repeatable; "
+                           "default: dynamo, then torchscript if it fails).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing model folder.")] = False,
 ) -> None:
     """Export a PyTorch model to ONNX, verified against PyTorch, into a model repository."""
@@ -56,7 +60,8 @@ def export(
     options = ExportOptions(
         name=name, repository=Path(repository), gpu=gpu, format=fmt,
         max_batch_size=max_batch_size, opset=opset, atol=atol, rtol=rtol, verify=verify,
-        force=force, input_names=_names(input_names), output_names=_names(output_names))
+        force=force, input_names=_names(input_names), output_names=_names(output_names),
+        **({"exporters": tuple(exporter)} if exporter else {}))
     with err_console.status(f"exporting {spec}"):
         result = export_spec(spec, options, dynamic_axes=axes)
     _render(result)
@@ -64,7 +69,7 @@ def export(
 
 def _render(result: ExportResult) -> None:
     report = result.report
-    console.print(f"exported [bold]{report['name']}[/] to {result.path} with the "
+    console.print(f"exported [bold]{report['name']}[/] to {escape(str(result.path))} with the "
                   f"{report['exporter']} exporter (opset {report['opset']}, "
                   f"max batch {report['max_batch_size']})")
     table = Table("tensor", "dtype", "shape", "max abs err", "max rel err")
@@ -85,11 +90,11 @@ def _render(result: ExportResult) -> None:
     else:
         console.print("[yellow]not verified[/] (--no-verify)")
     for note in result.notes:
-        console.print(note)
+        console.print(escape(note))
     for path in result.written:
-        console.print(f"  wrote {path}")
+        console.print(f"  wrote {escape(str(path))}")
 
 
 def _shape(spec: dict) -> str:
     named = {int(axis): label for axis, label in spec["dynamic_axes"].items()}
-    return "[" + ", ".join(named.get(i, str(d)) for i, d in enumerate(spec["shape"])) + "]"
+    return escape("[" + ", ".join(named.get(i, str(d)) for i, d in enumerate(spec["shape"])) + "]")

@@ -1,6 +1,8 @@
 """PyTorch → ONNX (and TensorRT on the target GPU), verified, into a Triton model repository.
 
-``export`` is the Python API; ``tritonkit export`` is the same call from the command line.
+``tritonkit.export(module, example_inputs, name=..., repository=...)`` is the Python API
+(the package itself is callable: it calls ``export``); ``tritonkit export`` is the same
+call from the command line.
 
     spec.py          a SPEC's factory → module, example inputs, dynamic axes
     onnx_export.py   the dynamo exporter, the TorchScript one as fallback; graph tidied
@@ -13,9 +15,12 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from tritonkit.export.onnx_export import EXPORTERS
 from tritonkit.export.pipeline import ExportOptions, ExportResult, export_model, export_spec
 
 __all__ = ["ExportOptions", "ExportResult", "export", "export_model", "export_spec"]
@@ -26,17 +31,30 @@ def export(module, example_inputs: Any, *, name: str, repository: str | Path,
            input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
            gpu: str | None = None, format: str = "onnx", max_batch_size: int = 32,
            opset: int = 18, atol: float | None = None, rtol: float | None = None,
-           verify: bool = True, force: bool = False) -> ExportResult:
+           verify: bool = True, force: bool = False,
+           exporters: Sequence[str] = EXPORTERS) -> ExportResult:
     """Export a torch.nn.Module to ``repository/name``, verified against PyTorch.
 
     ``example_inputs`` is a tensor, a tuple of tensors or a dict of named tensors, the
     batch first; ``dynamic_axes`` names the other axes that vary
-    (``{"input_ids": {1: "sequence"}}``). Raises a TritonkitError on failure, and then
+    (``{"input_ids": {1: "sequence"}}``). ``exporters`` are tried in order (the dynamo
+    exporter, then the TorchScript one). Raises a TritonkitError on failure, and then
     the repository is unchanged.
     """
     options = ExportOptions(
         name=name, repository=Path(repository), gpu=gpu, format=format,
         max_batch_size=max_batch_size, opset=opset, atol=atol, rtol=rtol, verify=verify,
         force=force, input_names=tuple(input_names) if input_names else None,
-        output_names=tuple(output_names) if output_names else None)
+        output_names=tuple(output_names) if output_names else None,
+        exporters=tuple(exporters))
     return export_model(module, example_inputs, options, dynamic_axes=dynamic_axes)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``tritonkit.export(...)`` be the function while ``tritonkit.export`` is a package."""
+
+    def __call__(self, *args, **kwargs) -> ExportResult:
+        return export(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

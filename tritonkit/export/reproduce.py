@@ -38,7 +38,8 @@ sys.exit(main(argv))
 def cli_options(*, name: str, repository: Path, gpu: str | None, fmt: str, max_batch_size: int,
                 opset: int, atol: float | None, rtol: float | None, verify: bool,
                 input_names: tuple[str, ...] | None, output_names: tuple[str, ...] | None,
-                dynamic_axes: dict[str, dict[int, str]]) -> dict:
+                dynamic_axes: dict[str, dict[int, str]],
+                exporters: tuple[str, ...] | None = None) -> dict:
     """The export's options as ``tritonkit export`` flags (``--force``: rerunning replaces it)."""
     return {
         "--name": name,
@@ -54,6 +55,7 @@ def cli_options(*, name: str, repository: Path, gpu: str | None, fmt: str, max_b
         "--output-names": ",".join(output_names) if output_names else None,
         "--dynamic-axis": [f"{inp}:{axis}={label}" for inp, axes in dynamic_axes.items()
                            for axis, label in axes.items()],
+        "--exporter": list(exporters or []),
         "--force": True,
     }
 
