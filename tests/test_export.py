@@ -1,0 +1,238 @@
+"""tritonkit export: the models users export come out as verified, dynamically batched ONNX.
+
+Each example family is exported once (through the CLI, as a user would) into one
+repository for the module; the tests read what that wrote. Exports are slow, so the
+tests that need an export of their own use the TorchScript exporter on a tiny model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import tritonkit
+from tests.conftest import ROOT, run_cli
+from tritonkit.export import onnx_export
+from tritonkit.export.spec import load_factory
+
+EXAMPLES = ROOT / "examples"
+# name → (SPEC, dynamic labels besides the batch)
+FAMILIES = {
+    "mlp": ("mlp.py:build", {}),
+    "cnn": ("cnn.py:build", {}),
+    "encoder": ("encoder.py:build", {"sequence"}),
+    "multi_output": ("multi_output.py:build", {}),
+    "lstm": ("recurrent.py:build", {"time"}),
+    "gru": ("recurrent.py:build_gru", {"time"}),
+    "sequence": ("sequence.py:build", {"sequence"}),
+}
+MAX_BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    """Every example family exported once into one repository."""
+    repository = tmp_path_factory.mktemp("export") / "models"
+    for name, (spec, _) in FAMILIES.items():
+        code = run_cli("export", EXAMPLES / spec, "--name", name, "--repository", repository,
+                       "--max-batch-size", MAX_BATCH)
+        assert code == 0, f"tritonkit export {spec} failed"
+    return repository
+
+
+def report_of(model_dir: Path) -> dict:
+    return json.loads((model_dir / "export-report.json").read_text())
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def session(model_dir: Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(model_dir / "1" / "model.onnx"),
+                                providers=["CPUExecutionProvider"])
+
+
+def resized(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Random values of the example's kind at a new shape (token ids stay valid ids)."""
+    generator = torch.Generator().manual_seed(7)
+    if tensor.is_floating_point():
+        return torch.randn(shape, generator=generator, dtype=tensor.dtype)
+    low, high = int(tensor.min()), int(tensor.max())
+    return torch.randint(low, high + 1, shape, generator=generator, dtype=tensor.dtype)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_each_family_is_written_as_a_triton_model_folder(exported, name):
+    model_dir = exported / name
+    for relative in ("1/model.onnx", "config.pbtxt", "export-report.json", "reproduce_export.py"):
+        assert (model_dir / relative).is_file(), relative
+    onnx.checker.check_model(str(model_dir / "1" / "model.onnx"), full_check=True)
+    assert f'name: "{name}"' in (model_dir / "config.pbtxt").read_text()
+    assert not [p for p in exported.iterdir() if p.name.startswith(".")], "staging left behind"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_exported_model_runs_at_batch_sizes_and_lengths_it_was_not_traced_with(exported, name):
+    spec, labels = FAMILIES[name]
+    module, example, *_ = load_factory(str(EXAMPLES / spec))
+    inputs = example if isinstance(example, dict) else {"INPUT__0": example}
+    report = report_of(exported / name)
+    runner = session(exported / name)
+    traced = {spec_["name"]: spec_["example_shape"] for spec_ in report["inputs"]}
+    for batch, length in ((5, 5), (7, 17)):
+        feed = {}
+        for input_name, tensor in inputs.items():
+            shape = [batch, *tensor.shape[1:]]
+            if labels:
+                shape[1] = length                    # every dynamic axis here is axis 1
+            assert shape != traced[input_name]
+            feed[input_name] = resized(tensor, tuple(shape))
+        with torch.no_grad():
+            expected = module(*feed.values())
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        actual = runner.run(None, {k: v.numpy() for k, v in feed.items()})
+        assert len(actual) == len(expected)
+        for want, got in zip(expected, actual):
+            assert got.shape[0] == batch
+            np.testing.assert_allclose(got, want.numpy(), atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_graph_axes_are_symbolic_batch_and_declared_labels(exported, name):
+    _, labels = FAMILIES[name]
+    report = report_of(exported / name)
+    for tensor in report["inputs"]:
+        assert tensor["dynamic_axes"]["0"] == "batch"
+        assert tensor["shape"][0] == -1
+        assert set(tensor["dynamic_axes"].values()) == {"batch", *labels}
+    for tensor in report["outputs"]:
+        assert tensor["dynamic_axes"]["0"] == "batch"
+
+
+def test_transformer_encoder_takes_int64_ids_and_mask_named_from_the_dict_keys(exported):
+    report = report_of(exported / "encoder")
+    assert [(t["name"], t["dtype"]) for t in report["inputs"]] == \
+        [("input_ids", "int64"), ("attention_mask", "int64")]
+    assert [t["name"] for t in report["outputs"]] == ["OUTPUT__0"]
+    assert report["declared_dynamic_axes"] == {"input_ids": {"1": "sequence"},
+                                               "attention_mask": {"1": "sequence"}}
+
+
+def test_model_with_several_outputs_gets_triton_style_names_and_an_error_per_output(exported):
+    report = report_of(exported / "multi_output")
+    names = ["OUTPUT__0", "OUTPUT__1", "OUTPUT__2"]
+    assert [t["name"] for t in report["outputs"]] == names
+    assert [t["shape"] for t in report["outputs"]] == [[-1, 5], [-1, 16], [-1, 1]]
+    assert set(report["verification"]["max_errors"]) == set(names)
+
+
+def test_report_records_versions_exporter_hashes_and_verification(exported):
+    model_dir = exported / "encoder"
+    report = report_of(model_dir)
+    assert report["name"] == "encoder" and report["format"] == "onnx"
+    assert report["opset"] == 18 and report["max_batch_size"] == MAX_BATCH
+    assert report["versions"]["torch"] == torch.__version__
+    assert report["versions"]["onnx"] == onnx.__version__
+    assert report["versions"]["onnxruntime"] == ort.__version__
+    assert report["exporter"] in onnx_export.EXPORTERS
+    assert report["exporter_attempts"][-1] == {**report["exporter_attempts"][-1],
+                                               "exporter": report["exporter"], "ok": True}
+    model = model_dir / "1" / "model.onnx"
+    assert report["files"]["1/model.onnx"] == {"sha256": sha256(model),
+                                              "bytes": model.stat().st_size}
+    verification = report["verification"]
+    assert verification["passed"] is True
+    assert verification["provider"] == "CPUExecutionProvider"
+    batches = {case["batch"] for case in verification["cases"]}
+    assert {1, MAX_BATCH // 2, MAX_BATCH} <= batches
+    lengths = {case["lengths"]["sequence"] for case in verification["cases"]}
+    assert len(lengths) >= 3, "the sequence axis is verified at several lengths"
+    assert verification["tolerances"]["OUTPUT__0"] == {"atol": 1e-4, "rtol": 1e-3}  # fp32
+    worst = verification["max_errors"]["OUTPUT__0"]
+    assert set(worst) == {"max_abs_error", "max_rel_error"}
+    assert 0 <= worst["max_abs_error"] < 1e-3
+
+
+def test_every_failed_exporter_attempt_says_why(exported):
+    for name in FAMILIES:
+        report = report_of(exported / name)
+        for attempt in report["exporter_attempts"][:-1]:
+            assert attempt["ok"] is False and attempt["error"], name
+
+
+def test_exporter_falls_back_to_torchscript_when_dynamo_fails(tmp_path, monkeypatch):
+    def dynamo_fails(*args, **kwargs):
+        raise RuntimeError("Could not guard on data-dependent expression u0 > 3")
+
+    monkeypatch.setattr(onnx_export, "_export_dynamo", dynamo_fails)
+    result = tritonkit.export(torch.nn.Linear(4, 3), torch.randn(2, 4), name="linear",
+                              repository=tmp_path)
+    assert result.report["exporter"] == "torchscript"
+    failed, used = result.report["exporter_attempts"]
+    assert failed["exporter"] == "dynamo" and failed["ok"] is False
+    assert "data-dependent expression" in failed["error"]
+    assert used == {**used, "exporter": "torchscript", "ok": True}
+    assert result.report["verification"]["passed"] is True
+
+
+def test_python_api_orders_dict_inputs_like_forward_and_names_them_from_the_keys(tmp_path):
+    class Blend(torch.nn.Module):
+        def forward(self, image, weight):
+            return image * 2 + weight
+
+    # Keys in the other order than forward() takes them.
+    example = {"weight": torch.randn(2, 3), "image": torch.randn(2, 3)}
+    result = tritonkit.export(Blend(), example, name="blend", repository=tmp_path,
+                              exporters=("torchscript",))
+    assert [t["name"] for t in result.report["inputs"]] == ["image", "weight"]
+    image, weight = np.ones((5, 3), np.float32), np.full((5, 3), 10, np.float32)
+    (out,) = session(result.path).run(None, {"weight": weight, "image": image})
+    np.testing.assert_allclose(out, image * 2 + weight)
+
+
+def test_input_and_output_names_come_from_the_flags(tmp_path):
+    code = run_cli("export", EXAMPLES / "multi_output.py:build", "--name", "heads",
+                   "--repository", tmp_path, "--exporter", "torchscript",
+                   "--input-names", "features", "--output-names", "logits,embedding,confidence")
+    assert code == 0
+    graph = onnx.load(str(tmp_path / "heads" / "1" / "model.onnx")).graph
+    assert [v.name for v in graph.input] == ["features"]
+    assert [v.name for v in graph.output] == ["logits", "embedding", "confidence"]
+    assert 'name: "logits"' in (tmp_path / "heads" / "config.pbtxt").read_text()
+
+
+def test_force_replaces_an_existing_model_folder(tmp_path):
+    args = ("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository", tmp_path,
+            "--exporter", "torchscript")
+    assert run_cli(*args) == 0
+    (tmp_path / "mlp" / "stale.txt").write_text("from the old export")
+    assert run_cli(*args, "--max-batch-size", "16", "--force") == 0
+    assert not (tmp_path / "mlp" / "stale.txt").exists()
+    assert report_of(tmp_path / "mlp")["max_batch_size"] == 16
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp"]
+
+
+def test_reproduce_script_reruns_the_same_export(tmp_path):
+    assert run_cli("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository",
+                   tmp_path, "--exporter", "torchscript", "--max-batch-size", "4") == 0
+    before = report_of(tmp_path / "mlp")
+    (tmp_path / "mlp" / "1" / "model.onnx").unlink()
+
+    script = tmp_path / "mlp" / "reproduce_export.py"
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = report_of(tmp_path / "mlp")
+    for key in ("inputs", "outputs", "max_batch_size", "opset", "exporter", "source"):
+        assert after[key] == before[key], key
+    assert after["files"] == before["files"], "the same graph, byte for byte"
