@@ -1,0 +1,190 @@
+"""tritonkit export on bad input: one line naming the cause, a non-zero exit, no traceback,
+and the repository exactly as it was."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from tritonkit.errors import EXIT_ERROR, EXIT_USAGE
+
+MLP = ROOT / "examples" / "mlp.py"
+
+BAD_MODELS = '''
+import torch
+from torch import nn
+
+NOT_A_FACTORY = 3
+
+
+class CallCounter(nn.Module):
+    """Scales by how often it was called: Python state no tracer can capture."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
+def raises():
+    raise ValueError("weights file is corrupt")
+
+
+def returns_a_module():
+    return nn.Linear(4, 2)
+
+
+def returns_a_string_as_inputs():
+    return nn.Linear(4, 2), "four floats"
+
+
+def call_counter():
+    return CallCounter(), torch.randn(2, 4)
+'''
+
+# An operator of its own, with no ONNX translation; a file of its own, as registering it
+# twice in one process fails.
+UNSUPPORTED_OP = '''
+import torch
+
+
+@torch.library.custom_op("tritonkit_test::mystery", mutates_args=())
+def mystery(x: torch.Tensor) -> torch.Tensor:
+    return x.sin() * 2
+
+
+@mystery.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class Mystery(torch.nn.Module):
+    def forward(self, x):
+        return mystery(x)
+
+
+def build():
+    return Mystery(), torch.randn(2, 4)
+'''
+
+
+@pytest.fixture(scope="module")
+def bad_models(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("specs")
+    (folder / "unsupported_op.py").write_text(UNSUPPORTED_OP)
+    path = folder / "bad_models.py"
+    path.write_text(BAD_MODELS)
+    return path
+
+
+@pytest.fixture
+def repository(tmp_path) -> Path:
+    """A repository that already holds one model (a file standing in for its graph)."""
+    repo = tmp_path / "models"
+    (repo / "existing" / "1").mkdir(parents=True)
+    (repo / "existing" / "1" / "model.onnx").write_bytes(b"the user's model")
+    return repo
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every path under ``folder`` (hidden ones included) with its content's hash."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file()
+            else "dir" for p in sorted(folder.rglob("*"))}
+
+
+def export_fails(capsys, repository: Path, *args) -> tuple[int, str, str]:
+    """Run a failing export; check it says one error line (and a hint) and changes nothing.
+
+    Returns the exit code, the error line and the hint line.
+    """
+    before = snapshot(repository)
+    existed = repository.exists()
+    code = run_cli("export", *args, "--repository", repository)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code != 0
+    assert "Traceback" not in err
+    assert len(lines) <= 2 and lines[0].startswith("error: "), err
+    assert all(line.startswith(("error: ", "hint: ")) for line in lines), err
+    assert repository.exists() == existed
+    assert snapshot(repository) == before
+    return code, lines[0], lines[1] if len(lines) > 1 else ""
+
+
+@pytest.mark.parametrize("spec,code,says", [
+    ("{dir}/missing.py:build", EXIT_USAGE, "model file {dir}/missing.py does not exist"),
+    ("no_such_package.models:build", EXIT_USAGE, "no Python module named 'no_such_package.models'"),
+    ("{bad}:nowhere", EXIT_USAGE, "has no factory named 'nowhere'"),
+    ("{bad}:NOT_A_FACTORY", EXIT_USAGE, "is a int, not a function"),
+    ("{bad}:raises", EXIT_USAGE, "raised ValueError: weights file is corrupt"),
+    ("{bad}:returns_a_module", EXIT_USAGE, "returned a torch.nn.modules.linear.Linear, not "
+                                          "(module, example_inputs[, dynamic_axes])"),
+    ("{bad}:returns_a_string_as_inputs", EXIT_USAGE, "example inputs are a str, not a tensor"),
+    ("{dir}/mlp.py", EXIT_USAGE, "is not FILE.py:FACTORY or package.module:FACTORY"),
+], ids=["missing file", "missing module", "no such factory", "factory not callable",
+        "factory raises", "wrong return type", "inputs not tensors", "no factory named"])
+def test_a_bad_spec_is_one_line_naming_the_cause(capsys, repository, bad_models, spec, code, says):
+    fill = {"dir": bad_models.parent, "bad": bad_models}
+    got, line, _ = export_fails(capsys, repository, spec.format(**fill), "--name", "m")
+    assert got == code
+    assert says.format(**fill) in line
+
+
+def test_an_existing_model_is_not_replaced_without_force(capsys, repository):
+    code, line, _ = export_fails(capsys, repository, f"{MLP}:build", "--name", "existing")
+    assert code == EXIT_USAGE
+    assert line == f"error: model {repository / 'existing'} already exists"
+
+
+def test_an_op_onnx_cannot_express_is_named_after_both_exporters_tried(capsys, repository,
+                                                                       bad_models):
+    code, line, hint = export_fails(capsys, repository,
+                                    f"{bad_models.parent}/unsupported_op.py:build", "--name", "m")
+    assert code == EXIT_ERROR
+    assert line == "error: dynamo exporter: No ONNX function found for tritonkit_test.mystery.default"
+    assert "operator ONNX cannot express" in hint
+    assert "also tried torchscript:" in hint and "tritonkit_test::mystery" in hint
+
+
+def test_out_of_tolerance_names_the_output_and_the_error_and_creates_nothing(
+        capsys, tmp_path, bad_models):
+    repository = tmp_path / "models"
+    code, line, _ = export_fails(capsys, repository, f"{bad_models}:call_counter", "--name", "m",
+                              "--exporter", "torchscript")
+    assert code == EXIT_ERROR
+    assert line.startswith("error: torchscript exporter: output OUTPUT__0 differs from PyTorch")
+    assert "max abs error" in line and "max rel error" in line and "atol 0.0001" in line
+    assert not repository.exists()
+
+
+def test_a_tolerance_wide_enough_lets_the_difference_through(tmp_path, bad_models):
+    # The counter model differs by a factor of a few: the tolerances the user gives rule.
+    code = run_cli("export", f"{bad_models}:call_counter", "--name", "m", "--repository",
+                   tmp_path, "--exporter", "torchscript", "--atol", "100", "--rtol", "0")
+    assert code == 0
+
+
+def test_bad_flags_are_refused_before_anything_is_loaded(capsys, repository):
+    code, line, _ = export_fails(capsys, repository, f"{MLP}:build", "--name", "m",
+                              "--format", "savedmodel")
+    assert code == EXIT_USAGE and "--format savedmodel" in line
+    code, line, _ = export_fails(capsys, repository, f"{MLP}:build", "--name", "../escape")
+    assert code == EXIT_USAGE and "not a plain folder name" in line
+    code, line, _ = export_fails(capsys, repository, f"{MLP}:build", "--name", "m",
+                              "--input-names", "a,b")
+    assert code == EXIT_USAGE and "2 input names for 1 inputs" in line
+
+
+def test_debug_variable_shows_the_traceback(capsys, monkeypatch, repository, bad_models):
+    monkeypatch.setenv("TRITONKIT_DEBUG", "1")
+    code = run_cli("export", f"{bad_models}:raises", "--name", "m", "--repository", repository)
+    assert code == EXIT_USAGE
+    assert "Traceback" in capsys.readouterr().err
