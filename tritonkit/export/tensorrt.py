@@ -32,7 +32,7 @@ def refuse_unsupported(profile: GpuProfile) -> None:
         raise UsageError(
             f"--format tensorrt is not supported on {profile.display_name} (compute capability "
             f"{profile.cc_key}): TensorRT 10 cannot target it and "
-            f"{profile.stack.tensorrt_version} only deprecates it",
+            f"TensorRT {profile.stack.tensorrt_version} only deprecates it",
             hint=f"export with --format onnx: Triton serves it with ONNX Runtime on CUDA, the "
                  f"supported path for --gpu {profile.name}")
 
