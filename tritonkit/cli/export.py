@@ -82,6 +82,10 @@ def _render(result: ExportResult) -> None:
                       f"{worst['max_abs_error']:.2e}" if worst else "-",
                       f"{worst['max_rel_error']:.2e}" if worst else "-")
     console.print(table)
+    for attempt in report["exporter_attempts"]:
+        if not attempt["ok"]:
+            console.print(escape(f"the {attempt['exporter']} exporter failed ({attempt['error']}); "
+                                 f"used the {report['exporter']} exporter"))
     verification = report["verification"]
     if verification.get("passed"):
         batches = sorted({case["batch"] for case in verification["cases"]})

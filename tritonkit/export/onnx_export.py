@@ -197,7 +197,11 @@ def _native_output_to(captured: io.StringIO):
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    saved = [os.dup(1), os.dup(2)]
+    try:
+        saved = [os.dup(1), os.dup(2)]
+    except OSError:  # no such descriptors (a daemon): nothing to silence
+        yield
+        return
     with tempfile.TemporaryFile() as sink:
         try:
             os.dup2(sink.fileno(), 1)

@@ -72,6 +72,8 @@ def export_spec(spec: str, options: ExportOptions,
     ``dynamic_axes`` adds to (and overrides) what the factory declares.
     """
     _check_options(options)
+    # Refuse before the factory runs: building a large model only to refuse it wastes minutes.
+    refuse_overwrite(Path(options.repository) / options.name, force=options.force, what="model")
     module, example_inputs, declared = load_factory(spec)
     axes = {name: dict(a) for name, a in (declared or {}).items()}
     for name, extra in (dynamic_axes or {}).items():
