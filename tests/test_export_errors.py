@@ -32,6 +32,13 @@ class CallCounter(nn.Module):
         return x * self.calls
 
 
+class NoSingles(nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 1:
+            raise ValueError("a batch of one is not supported")
+        return x * 2
+
+
 def raises():
     raise ValueError("weights file is corrupt")
 
@@ -46,6 +53,10 @@ def returns_a_string_as_inputs():
 
 def call_counter():
     return CallCounter(), torch.randn(2, 4)
+
+
+def no_singles():
+    return NoSingles(), torch.randn(2, 4)
 '''
 
 # An operator of its own, with no ONNX translation; a file of its own, as registering it
@@ -163,6 +174,16 @@ def test_out_of_tolerance_names_the_output_and_the_error_and_creates_nothing(
     assert line.startswith("error: torchscript exporter: output OUTPUT__0 differs from PyTorch")
     assert "max abs error" in line and "max rel error" in line and "atol 0.0001" in line
     assert not repository.exists()
+
+
+def test_a_model_that_fails_at_a_batch_triton_may_send_is_the_users_to_fix(
+        capsys, repository, bad_models):
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:no_singles", "--name", "m",
+                                    "--exporter", "torchscript")
+    assert code == EXIT_USAGE
+    assert line == ("error: the model's forward() raised ValueError at batch 1: "
+                    "a batch of one is not supported")
+    assert "any batch from 1 to --max-batch-size" in hint
 
 
 def test_a_tolerance_wide_enough_lets_the_difference_through(tmp_path, bad_models):

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import torch
 
-from tritonkit.errors import ExportError, VerificationError
+from tritonkit.errors import ExportError, UsageError, VerificationError
 from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
 
 # Defaults by precision: fp32 kernels differ in summation order between frameworks.
@@ -135,7 +135,13 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     worst = {name: {"max_abs_error": 0.0, "max_rel_error": 0.0} for name in output_names}
     cases = []
     for case in verification_cases(inputs, max_batch_size):
-        expected = torch_outputs(module, case.tensors)
+        try:
+            expected = torch_outputs(module, case.tensors)
+        except Exception as exc:  # the model itself, whichever exporter: the user's to fix
+            raise UsageError(f"the model's forward() raised {type(exc).__name__} at "
+                             f"{_where(case)}: {_first_line(exc)}",
+                             hint="Triton sends any batch from 1 to --max-batch-size: "
+                                  "forward() must work for each") from exc
         feed = {name: tensor.numpy() for name, tensor in zip(inputs.names, case.tensors)}
         try:
             actual = session.run(list(output_names), feed)
