@@ -176,6 +176,14 @@ def test_out_of_tolerance_names_the_output_and_the_error_and_creates_nothing(
     assert not repository.exists()
 
 
+def test_a_failed_export_with_force_keeps_the_model_it_would_have_replaced(
+        capsys, repository, bad_models):
+    code, _, _ = export_fails(capsys, repository, f"{bad_models}:call_counter", "--name",
+                              "existing", "--force", "--exporter", "torchscript")
+    assert code == EXIT_ERROR
+    assert (repository / "existing" / "1" / "model.onnx").read_bytes() == b"the user's model"
+
+
 def test_a_model_that_fails_at_a_batch_triton_may_send_is_the_users_to_fix(
         capsys, repository, bad_models):
     code, line, hint = export_fails(capsys, repository, f"{bad_models}:no_singles", "--name", "m",
