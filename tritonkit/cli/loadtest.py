@@ -1,14 +1,122 @@
-"""`tritonkit loadtest` (not built yet)."""
+"""`tritonkit loadtest`: QPS and latency percentiles against an SLA; the verdict is the exit code."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from tritonkit import loadtest as loadtest_lib
+from tritonkit import report
 from tritonkit.cli import app
-from tritonkit.errors import NotBuiltError
+from tritonkit.cli.options import JsonOut, OptionalRepository, Url, console, err_console
+from tritonkit.client import resolve_endpoint
+from tritonkit.errors import UsageError
+from tritonkit.fileio import refuse_overwrite
 
 
-@app.command(epilog="Example: tritonkit loadtest --repository model_repository --model example "
-                    "--concurrency 1,8 --sla-p99-ms 20")
-def loadtest() -> None:
-    """Measure QPS and latency percentiles against an SLA (exit code = verdict)."""
-    raise NotBuiltError("tritonkit loadtest is not built yet",
-                        hint="use perf_analyzer for now")
+def _numbers(text: Optional[str], kind: type, flag: str) -> tuple:
+    if not text:
+        return ()
+    try:
+        return tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(f"{flag} takes a comma-separated list of numbers (got '{text}')",
+                         hint=f"e.g. {flag} 1,4,16") from None
+
+
+class _ProgressBar:
+    """One bar per level on stderr: seconds elapsed of warm-up + measurement, requests sent."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._tasks: dict[str, int] = {}
+
+    def __call__(self, label: str, elapsed_s: float, total_s: float, done: int) -> None:
+        if label not in self._tasks:
+            self._tasks[label] = self._progress.add_task(label, total=total_s, done=0)
+        self._progress.update(self._tasks[label], completed=elapsed_s, done=done)
+
+
+@app.command(epilog="Examples:\n\n"
+                    "  tritonkit loadtest --repository model_repository --model example "
+                    "--concurrency 1,8 --sla-p99-ms 20\n\n"
+                    "  tritonkit loadtest --url 127.0.0.1:8000 --model mlp --rate 200 "
+                    "--arrivals poisson --duration 30 --plot out/mlp.png")
+def loadtest(
+    model: Annotated[str, typer.Option("--model", "-m", help="The model to load.")],
+    repository: OptionalRepository = None,
+    url: Url = None,
+    grpc_url: Annotated[Optional[str], typer.Option(
+        "--grpc-url", help="Triton gRPC address host:port, with --url and --protocol grpc.")] = None,
+    concurrency: Annotated[Optional[str], typer.Option(
+        "--concurrency", "-c", help="Closed loop: requests kept in flight, e.g. 1,8,32.")] = None,
+    rate: Annotated[Optional[str], typer.Option(
+        "--rate", help="Open loop: offered requests per second, e.g. 100,400.")] = None,
+    arrivals: Annotated[str, typer.Option(
+        help="Open loop: poisson or constant inter-arrival times.")] = "poisson",
+    duration: Annotated[float, typer.Option(
+        "--duration", help="Seconds measured at each level.", min=0.1)] = 10.0,
+    warmup_s: Annotated[float, typer.Option(
+        "--warmup-s", help="Seconds of load before the measurement at each level (not counted).",
+        min=0)] = 1.0,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Batch size of each request.",
+                                            min=1)] = 1,
+    protocol: Annotated[str, typer.Option(help="http or grpc.")] = "http",
+    workers: Annotated[Optional[int], typer.Option(
+        help="Load-generating processes (default: enough for the load, at most the CPUs).", min=1)] = None,
+    window_s: Annotated[float, typer.Option(
+        "--window-s", help="Width of a timeline window in seconds.", min=0.05)] = 1.0,
+    input_data: Annotated[Optional[Path], typer.Option(
+        "--input-data", help="Real inputs: .npz (an array per input) or .json {NAME: array}.")] = None,
+    request_timeout: Annotated[float, typer.Option(
+        "--request-timeout", help="Seconds before one request counts as failed.", min=0.1)] = 30.0,
+    sla_p99_ms: Annotated[Optional[float], typer.Option(
+        "--sla-p99-ms", help="SLA: p99 latency at most this many ms at every level.")] = None,
+    sla_min_qps: Annotated[Optional[float], typer.Option(
+        "--sla-min-qps", help="SLA: at least this many successful requests/s at every level.")] = None,
+    sla_max_error_rate: Annotated[Optional[float], typer.Option(
+        "--sla-max-error-rate", help="SLA: at most this fraction of requests may fail "
+                                     "(default: any failure is an error, exit 4).")] = None,
+    json_out: JsonOut = None,
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write the timeline as CSV.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Write a PNG: latency timeline with spikes, and the histogram.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace existing --json/--csv/--plot files.")] = False,
+) -> None:
+    """Load a model closed-loop (--concurrency) or open-loop (--rate) and judge it against an SLA.
+
+    Exit code: 0 the SLA held, 3 it was missed, 4 requests failed or the server went away.
+    """
+    for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
+        if path is not None:
+            refuse_overwrite(path, force=force, what=f"{flag} file")
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise UsageError(f"--plot writes a PNG; {plot} does not end in .png", hint="e.g. --plot out/run.png")
+    if repository is None and url is None:
+        repository = Path("model_repository")
+    sla = report.Sla(p99_ms=sla_p99_ms, min_qps=sla_min_qps, max_error_rate=sla_max_error_rate)
+    spec = loadtest_lib.LoadSpec(
+        model=model, concurrency=_numbers(concurrency, int, "--concurrency"),
+        rates=_numbers(rate, float, "--rate"), arrivals=arrivals, duration_s=duration,
+        warmup_s=warmup_s, batch_size=batch_size, protocol=protocol, workers=workers,
+        window_s=window_s, timeout_s=request_timeout, input_data=input_data)
+    endpoint = resolve_endpoint(repository, url, grpc_url=grpc_url)
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]} requests"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=err_console, transient=True,
+                  disable=not err_console.is_terminal) as progress:
+        result = loadtest_lib.run_loadtest(endpoint, spec, progress=_ProgressBar(progress))
+    verdict = report.judge(result, sla)
+    report.print_report(console, result, verdict)
+    if json_out:
+        report.write_json(json_out, result, verdict)
+    if csv_out:
+        report.write_csv(csv_out, result)
+    if plot:
+        report.write_plot(plot, result)
+    if result.ended_early:
+        err_console.print(f"error: {result.ended_early}")
+    raise typer.Exit(verdict.exit_code)

@@ -4,6 +4,12 @@ A background thread polls the model-repository index (with the deployment's secr
 header; without it, falls back to each model's public readiness) and the model's
 inference statistics. Triton resets a model's statistics when it is reloaded, so the
 watcher keeps a running base and its totals stay monotonic across reloads.
+
+A poll does not always see a reload happen: while Triton loads a model (measured on
+2.51.0: an unload followed at once by a load), every HTTP endpoint — index, readiness,
+statistics — blocks until the load is done and then answers READY. The statistics
+restarting from zero still tell: the model was out between the last answer before and
+the first answer after, and the watcher records that span as an outage.
 """
 
 from __future__ import annotations
@@ -79,6 +85,10 @@ class ServerWatcher:
         self._states: dict[tuple[str, str], str] = {}
         self._base = StatsSnapshot()
         self._last = StatsSnapshot()
+        self._last_answer_ns: int | None = None     # when the last statistics poll answered
+        self._poll_lock = threading.Lock()
+        self._outage_open = False                   # statistics say the model is out
+        self._stats_outage = False                  # ... and only they saw it
         self._lock = threading.Lock()
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tritonkit-watcher", daemon=True)
@@ -180,24 +190,54 @@ class ServerWatcher:
         return states
 
     def _poll_stats(self, client) -> None:
+        """One statistics poll. Polls from the watcher and from ``stats()`` are serialized, so
+        answers are taken in the order they were asked for."""
         from tritonclient.utils import InferenceServerException
 
-        try:
-            stats = client.get_inference_statistics(self._model)
-        except InferenceServerException:
-            # The server answered but has no statistics: the model is (being) unloaded.
-            self._rebase(StatsSnapshot())
-            return
-        total = StatsSnapshot()
-        for entry in stats.get("model_stats", []):
-            inference = entry.get("inference_stats", {})
-            total = total.plus(StatsSnapshot(
-                int(inference.get("success", {}).get("count", 0)),
-                tuple(int(inference.get(name, {}).get("ns", 0)) for name in _STAT_FIELDS)))
-        self._rebase(total)
+        with self._poll_lock:
+            try:
+                stats = client.get_inference_statistics(self._model)
+            except InferenceServerException:
+                # The server answered but has no statistics: the model is (being) unloaded.
+                self._rebase(StatsSnapshot(), time.perf_counter_ns(), available=False)
+                return
+            total = StatsSnapshot()
+            for entry in stats.get("model_stats", []):
+                inference = entry.get("inference_stats", {})
+                total = total.plus(StatsSnapshot(
+                    int(inference.get("success", {}).get("count", 0)),
+                    tuple(int(inference.get(name, {}).get("ns", 0)) for name in _STAT_FIELDS)))
+            self._rebase(total, time.perf_counter_ns(), available=True)
 
-    def _rebase(self, current: StatsSnapshot) -> None:
+    def _rebase(self, current: StatsSnapshot, answered_ns: int, available: bool) -> None:
         with self._lock:
-            if current.count < self._last.count:  # reloaded: statistics restarted from zero
+            restarted = current.count < self._last.count
+            if restarted:  # reloaded: statistics restarted from zero
                 self._base = self._base.plus(self._last)
             self._last = current
+        if self._started.is_set() and self._last_answer_ns is not None:
+            if restarted or not available:
+                self._out_since(self._last_answer_ns)
+            if available and self._outage_open:
+                self._back_at(answered_ns)
+        self._last_answer_ns = answered_ns
+
+    def _out_since(self, before_ns: int) -> None:
+        """The statistics say the model left READY after ``before_ns`` (the last answer before)."""
+        if self._outage_open:
+            return
+        self._outage_open = True
+        seen = any(e.model == self._model and e.state != "READY" and e.t_ns >= before_ns
+                   for e in self.events if e.kind == "state")
+        if not seen:  # the index and readiness polls missed it (they block during a load)
+            self._stats_outage = True
+            self.events.append(ServerEvent(before_ns, "state", self._model, "", "UNAVAILABLE", "READY",
+                                           "statistics restarted: the model was reloaded"))
+
+    def _back_at(self, after_ns: int) -> None:
+        """Statistics answer again: the model is READY by ``after_ns``."""
+        self._outage_open = False
+        if self._stats_outage:
+            self._stats_outage = False
+            self.events.append(ServerEvent(after_ns, "state", self._model, "", "READY", "UNAVAILABLE",
+                                           "statistics restarted: the model was reloaded"))

@@ -1,0 +1,355 @@
+"""`tritonkit loadtest`: when requests are sent, what counts as a spike and a cold start, the
+SLA verdict and its exit code — and on the real local Triton that all of it holds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import EXAMPLE_REPOSITORY, run_cli
+from tritonkit import report
+from tritonkit.client import Endpoint
+from tritonkit.deploy import deploy_local, down
+from tritonkit.errors import EXIT_RUN_ERRORS, EXIT_SLA_MISS, EXIT_USAGE, UsageError
+from tritonkit.loadtest import (
+    LevelResult, LoadSpec, LoadTestResult, ServerEvent, Window, closed_loop, cold_start_windows,
+    open_loop_schedule, run_loadtest, spike_windows, split_schedule)
+
+# -- when requests are sent (no server) -------------------------------------------------
+
+
+def test_closed_loop_spreads_virtual_users_evenly_over_workers():
+    assert closed_loop(10, 4) == [3, 3, 2, 2]
+    assert closed_loop(2, 8) == [1, 1]          # no idle worker processes
+    assert sum(closed_loop(33, 2)) == 33
+
+
+def test_constant_arrivals_are_exactly_one_over_rate_apart():
+    times = open_loop_schedule(200, 2.0, "constant")
+    assert len(times) == 400
+    np.testing.assert_allclose(np.diff(times), 1 / 200)
+
+
+def test_poisson_arrivals_offer_the_exact_rate_with_exponential_gaps():
+    times = open_loop_schedule(1000, 5.0, "poisson", seed=1)
+    gaps = np.diff(times)
+    assert len(times) == 5000 and np.all(gaps >= 0) and times[-1] < 5.0
+    assert gaps.mean() == pytest.approx(1 / 1000, rel=0.05)
+    assert gaps.std() == pytest.approx(gaps.mean(), rel=0.1)     # exponential: std == mean
+    assert not np.array_equal(times, open_loop_schedule(1000, 5.0, "poisson", seed=2))
+
+
+def test_a_schedule_is_dealt_round_robin_so_each_worker_keeps_the_rhythm():
+    parts = split_schedule(np.arange(10.0), 3)
+    assert [p.tolist() for p in parts] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+
+
+def test_a_load_spec_needs_exactly_one_of_concurrency_and_rate():
+    with pytest.raises(UsageError, match="exactly one"):
+        LoadSpec(model="m")
+    with pytest.raises(UsageError, match="exactly one"):
+        LoadSpec(model="m", concurrency=(1,), rates=(10.0,))
+    with pytest.raises(UsageError, match="arrivals"):
+        LoadSpec(model="m", rates=(10.0,), arrivals="bursty")
+
+
+# -- spikes and cold starts (no server) ---------------------------------------------------
+
+def _timeline(p99s: list[float], maxes: list[float] | None = None) -> list[Window]:
+    maxes = maxes or [p * 1.2 for p in p99s]
+    return [Window(index=i, start_s=float(i), ok=100, errors=0, qps=100.0, p50_ms=p / 2,
+                   p99_ms=p, max_ms=m) for i, (p, m) in enumerate(zip(p99s, maxes))]
+
+
+def test_a_window_whose_p99_stands_far_above_the_typical_window_is_a_spike():
+    timeline = _timeline([1.0, 1.1, 0.9, 9.0, 1.0])
+    assert [w.index for w in spike_windows(timeline)] == [3]
+
+
+def test_one_very_slow_request_flags_its_window_even_when_the_p99_hides_it():
+    timeline = _timeline([1.0, 1.0, 1.0, 1.0], maxes=[1.2, 1.3, 40.0, 1.2])
+    assert [w.index for w in spike_windows(timeline)] == [2]
+
+
+def test_small_absolute_wobbles_are_not_spikes():
+    # 3x a 0.2 ms p99 is still under the 2 ms floor: not worth anyone's attention
+    assert spike_windows(_timeline([0.2, 0.2, 0.7, 0.2])) == []
+
+
+def test_a_spike_during_a_model_reload_is_named_a_cold_start():
+    start = 1_000_000_000
+    events = [ServerEvent(start + int(2.2e9), "state", "mlp", "1", "UNLOADING", "READY"),
+              ServerEvent(start + int(3.4e9), "state", "mlp", "1", "READY", "LOADING")]
+    spikes = cold_start_windows(_timeline([1.0, 1.0, 1.0, 30.0, 1.0, 1.0]), events, start, 1.0)
+    assert len(spikes) == 1 and spikes[0].window == 3 and spikes[0].cold_start
+    assert "cold start: model 'mlp' version 1 reloaded" in spikes[0].cause
+
+
+def test_a_spike_with_no_server_event_near_it_is_not_blamed_on_a_cold_start():
+    start = 0
+    events = [ServerEvent(int(0.1e9), "state", "mlp", "1", "READY", "LOADING")]
+    spikes = cold_start_windows(_timeline([1.0, 1.0, 1.0, 1.0, 30.0]), events, start, 1.0)
+    assert len(spikes) == 1 and not spikes[0].cold_start
+    assert spikes[0].cause == "no server event explains it"
+
+
+# -- the verdict (no server) -----------------------------------------------------------------
+
+def _result(p99=5.0, qps=100.0, sent=1000, errors=None, ended_early=None) -> LoadTestResult:
+    errors = errors or {}
+    level = LevelResult(
+        mode="closed", level=4, workers=1, duration_s=10, sent=sent, ok=sent - sum(errors.values()),
+        errors=errors, qps=qps, infer_per_s=qps, latency_ms={"p50": p99 / 3, "p99": p99},
+        timeline=[], spikes=[], events=[], server_split_ms=None, ended_early=ended_early)
+    return LoadTestResult(spec=LoadSpec(model="m", concurrency=(4,)), server="s", request="r",
+                          levels=[level])
+
+
+def test_an_sla_that_holds_exits_zero():
+    verdict = report.judge(_result(p99=5.0, qps=100.0), report.Sla(p99_ms=10, min_qps=50))
+    assert verdict.outcome == report.PASS and verdict.exit_code == 0
+    assert [c.passed for c in verdict.checks] == [True, True]
+
+
+def test_a_p99_over_the_limit_is_an_sla_miss_with_its_own_exit_code():
+    verdict = report.judge(_result(p99=25.0), report.Sla(p99_ms=10))
+    assert verdict.exit_code == EXIT_SLA_MISS
+    assert verdict.reasons == ("concurrency 4: p99 25.00 ms > 10 ms",)
+
+
+def test_too_few_queries_per_second_is_an_sla_miss():
+    assert report.judge(_result(qps=40.0), report.Sla(min_qps=50)).exit_code == EXIT_SLA_MISS
+
+
+def test_failed_requests_without_an_error_budget_are_run_errors_not_a_pass():
+    verdict = report.judge(_result(errors={"HTTP 500: boom": 3}), report.Sla(p99_ms=10))
+    assert verdict.exit_code == EXIT_RUN_ERRORS
+    assert "3 of 1000 requests failed (most: 3x HTTP 500: boom)" in verdict.reasons[0]
+
+
+def test_failed_requests_within_the_error_budget_pass_and_beyond_it_miss():
+    result = _result(errors={"timeout": 5})
+    assert report.judge(result, report.Sla(max_error_rate=0.01)).exit_code == 0
+    assert report.judge(result, report.Sla(max_error_rate=0.001)).exit_code == EXIT_SLA_MISS
+
+
+def test_a_run_cut_short_by_the_server_is_a_run_error_whatever_the_latency():
+    verdict = report.judge(_result(ended_early="the server stopped answering 2.0 s into it"),
+                           report.Sla(p99_ms=1000))
+    assert verdict.exit_code == EXIT_RUN_ERRORS and "stopped answering" in verdict.reasons[0]
+
+
+def test_an_error_rate_is_a_fraction():
+    with pytest.raises(UsageError, match="fraction"):
+        report.Sla(max_error_rate=5)
+
+
+# -- on the real local Triton ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The example repository served by the real embedded Triton for this module's tests."""
+    repo = tmp_path_factory.mktemp("loadtest") / "repo"
+    shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+    deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120)
+    yield deployment
+    down(repo)
+
+
+class _At:
+    """A progress callback that runs ``action`` once, in a thread, ``second`` s into the measurement."""
+
+    def __init__(self, second: float, warmup_s: float, action) -> None:
+        self.when, self.action, self.thread = warmup_s + second, action, None
+
+    def __call__(self, label, elapsed_s, total_s, done) -> None:
+        if self.thread is None and elapsed_s >= self.when:
+            self.thread = threading.Thread(target=self.action)
+            self.thread.start()
+
+    def join(self) -> None:
+        assert self.thread is not None, "the run ended before the action was due"
+        self.thread.join()
+
+
+def _loadtest(deployment, *args) -> int:
+    return run_cli("loadtest", "--repository", deployment.repository, "--model", "example",
+                   "--warmup-s", "0.3", *args)
+
+
+@pytest.mark.server
+def test_a_generous_sla_passes_and_every_output_file_holds_the_run(served, tmp_path):
+    out = tmp_path / "out"
+    code = _loadtest(served, "--concurrency", "1,4", "--duration", "2", "--sla-p99-ms", "1000",
+                     "--sla-min-qps", "10", "--json", out / "run.json", "--csv", out / "run.csv",
+                     "--plot", out / "run.png")
+    assert code == 0
+    data = json.loads((out / "run.json").read_text())
+    assert data["verdict"]["outcome"] == "pass" and data["verdict"]["exit_code"] == 0
+    assert [lv["label"] for lv in data["levels"]] == ["concurrency 1", "concurrency 4"]
+    for lv in data["levels"]:
+        lat = lv["latency_ms"]
+        assert lv["ok"] == lv["sent"] > 50 and lv["errors"] == {}
+        assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
+        assert lv["qps"] == pytest.approx(lv["ok"] / lv["duration_s"])
+        assert lv["server_split_ms"]["compute_infer"] > 0       # Triton's own statistics
+        assert lv["hdr_histogram"]
+    rows = list(csv.DictReader((out / "run.csv").open()))
+    assert {r["level"] for r in rows} == {"concurrency 1", "concurrency 4"}
+    assert sum(int(r["ok"]) for r in rows) == sum(lv["ok"] for lv in data["levels"])
+    assert (out / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.server
+def test_an_sla_that_cannot_be_met_exits_with_the_sla_code(served, tmp_path):
+    code = _loadtest(served, "--concurrency", "2", "--duration", "1", "--sla-p99-ms", "0.001",
+                     "--json", tmp_path / "miss.json")
+    assert code == EXIT_SLA_MISS
+    verdict = json.loads((tmp_path / "miss.json").read_text())["verdict"]
+    assert verdict["outcome"] == "sla-miss" and "p99" in verdict["reasons"][0]
+
+
+@pytest.mark.server
+def test_open_loop_rates_are_honoured_within_a_few_percent(served):
+    endpoint = Endpoint.from_deployment(served)
+    spec = LoadSpec(model="example", rates=(150.0, 400.0), arrivals="constant", duration_s=3,
+                    warmup_s=0.3)
+    result = run_loadtest(endpoint, spec)
+    for lv, rate in zip(result.levels, (150.0, 400.0)):
+        assert lv.error_count == 0
+        assert lv.achieved_rate == pytest.approx(rate, rel=0.03)
+        assert lv.qps == pytest.approx(rate, rel=0.03)
+        assert lv.send_lag_ms["p50"] < 2.0          # requests leave when they are due
+
+
+@pytest.mark.server
+def test_grpc_loads_the_same_model(served):
+    result = run_loadtest(Endpoint.from_deployment(served),
+                          LoadSpec(model="example", concurrency=(2,), protocol="grpc",
+                                   duration_s=1.5, warmup_s=0.3))
+    assert result.server == served.grpc_url
+    assert result.levels[0].ok > 50 and result.levels[0].error_count == 0
+
+
+@pytest.mark.server
+def test_open_loop_latency_counts_the_time_a_stalled_server_made_requests_wait(served):
+    """Coordinated omission: while the server is frozen, requests that fall due cannot be
+    answered; timed from their scheduled send they show the stall in the percentiles."""
+    def freeze():
+        os.kill(served.pid, signal.SIGSTOP)
+        time.sleep(0.5)
+        os.kill(served.pid, signal.SIGCONT)
+
+    stall = _At(1.0, 0.3, freeze)
+    try:
+        result = run_loadtest(Endpoint.from_deployment(served),
+                              LoadSpec(model="example", rates=(200.0,), arrivals="constant",
+                                       duration_s=3, warmup_s=0.3), progress=stall)
+    finally:
+        stall.join()
+        os.kill(served.pid, signal.SIGCONT)
+    level = result.levels[0]
+    # ~100 of ~600 requests fell due during the 0.5 s stall: over 10 % of them waited,
+    # on average a quarter of a second, so the p95 is far above the normal ~1 ms.
+    assert level.error_count == 0
+    assert level.latency_ms["p95"] > 100
+    assert level.latency_ms["max"] > 400
+    assert any(w.spike for w in level.timeline)
+
+
+@pytest.mark.server
+def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tmp_path):
+    endpoint = Endpoint.from_deployment(served)
+
+    def bounce():
+        client = endpoint.http()
+        client.unload_model("example", headers=endpoint.repository_headers)
+        client.load_model("example", headers=endpoint.repository_headers)
+
+    reload = _At(1.5, 0.3, bounce)
+    try:
+        result = run_loadtest(endpoint, LoadSpec(model="example", concurrency=(2,), duration_s=5,
+                                                 warmup_s=0.3), progress=reload)
+    finally:
+        reload.join()
+    level = result.levels[0]
+    cold = [s for s in level.spikes if s.cold_start]
+    assert cold, f"no cold-start spike among {level.spikes} (events {level.events})"
+    assert "cold start: model 'example'" in cold[0].cause
+    assert 1.0 <= cold[0].start_s <= 3.0
+    # Requests that met the unloaded model failed (Triton may also hold them until it is
+    # back): either way each one is counted, none is dropped.
+    assert level.sent == level.ok + level.error_count
+    verdict = report.judge(result, report.Sla(p99_ms=1000, max_error_rate=0.9))
+    assert any("cold start" in w for w in verdict.warnings)
+    report.write_json(tmp_path / "cold.json", result, verdict)
+    saved = json.loads((tmp_path / "cold.json").read_text())
+    assert any(s["cold_start"] for s in saved["levels"][0]["spikes"])
+
+
+@pytest.mark.server
+def test_existing_output_files_are_not_overwritten_without_force(served, tmp_path, capsys):
+    target = tmp_path / "keep.json"
+    target.write_text("mine")
+    code = _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--json", target)
+    assert code == EXIT_USAGE and target.read_text() == "mine"
+    assert "--force" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_an_unknown_model_is_one_clear_line(served, capsys):
+    code = run_cli("loadtest", "--repository", served.repository, "--model", "nope",
+                   "--concurrency", "1", "--duration", "0.5")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert err.startswith("error: model 'nope' is not loaded") and "Traceback" not in err
+
+
+def test_no_server_is_one_clear_line_and_an_error_exit(capsys):
+    from tritonkit.server.local import free_port
+
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "example",
+                   "--concurrency", "1", "--duration", "0.5")
+    err = capsys.readouterr().err
+    assert code not in (0, EXIT_SLA_MISS) and err.startswith("error: ") and "Traceback" not in err
+    assert "hint:" in err
+
+
+def test_bad_flags_are_usage_errors(capsys):
+    assert run_cli("loadtest", "--model", "m", "--concurrency", "1,x") == EXIT_USAGE
+    assert "comma-separated" in capsys.readouterr().err
+    assert run_cli("loadtest", "--model", "m", "--concurrency", "1", "--rate", "5") == EXIT_USAGE
+    assert run_cli("loadtest", "--model", "m", "--rate", "5", "--sla-max-error-rate", "3") == EXIT_USAGE
+
+
+@pytest.mark.server
+def test_a_server_that_dies_mid_run_ends_it_with_what_was_measured(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+    deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120,
+                              warmup=False)
+    # worker start-up plus warm-up take 1-3 s here: the kill lands inside the 8 s measured
+    killer = threading.Timer(4.0, lambda: os.kill(deployment.pid, signal.SIGKILL))
+    killer.start()
+    try:
+        code = run_cli("loadtest", "--repository", repo, "--model", "example", "--concurrency", "2",
+                       "--duration", "8", "--warmup-s", "0.3", "--json", tmp_path / "died.json")
+    finally:
+        killer.cancel()
+        down(repo)
+    assert code == EXIT_RUN_ERRORS
+    assert "the server stopped answering" in capsys.readouterr().err
+    level = json.loads((tmp_path / "died.json").read_text())["levels"][0]
+    assert level["ok"] > 50                              # what was measured is kept
+    assert 0 < level["duration_s"] < 8
+    assert level["ended_early"]

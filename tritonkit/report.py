@@ -1,0 +1,375 @@
+"""A load test's verdict against an SLA, and the same result as tables, JSON, CSV and a PNG.
+
+    verdict = judge(result, Sla(p99_ms=20, min_qps=500))
+    console.print(levels_table(result)); print_verdict(console, verdict)
+    write_json(path, result, verdict); write_csv(path, result); write_plot(path, result)
+
+The verdict is an exit code: 0 the SLA held, ``EXIT_SLA_MISS`` a limit was missed,
+``EXIT_RUN_ERRORS`` the run itself went wrong (requests failed and no error budget was
+given, or the server stopped answering). A failed request is never silently tolerated:
+errors are only acceptable up to ``--sla-max-error-rate``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError
+from tritonkit.fileio import atomic_write
+from tritonkit.loadtest import PERCENTILES, LevelResult, LoadTestResult
+
+__all__ = [
+    "Check",
+    "Sla",
+    "Verdict",
+    "judge",
+    "levels_table",
+    "print_report",
+    "result_dict",
+    "server_split_table",
+    "spikes_table",
+    "timeline_csv",
+    "write_csv",
+    "write_json",
+    "write_plot",
+]
+
+PASS, MISS, ERRORS = "pass", "sla-miss", "errors"
+
+
+@dataclass(frozen=True)
+class Sla:
+    """The limits a deployment must hold, at every level of the run; None: not asked for."""
+
+    p99_ms: float | None = None
+    min_qps: float | None = None
+    max_error_rate: float | None = None     # a fraction; None: any failed request is an error
+
+    def __post_init__(self) -> None:
+        if self.p99_ms is not None and self.p99_ms <= 0:
+            raise UsageError(f"--sla-p99-ms must be > 0 (got {self.p99_ms:g})")
+        if self.min_qps is not None and self.min_qps < 0:
+            raise UsageError(f"--sla-min-qps must be >= 0 (got {self.min_qps:g})")
+        if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
+            raise UsageError(f"--sla-max-error-rate is a fraction between 0 and 1 (got {self.max_error_rate:g})",
+                             hint="e.g. --sla-max-error-rate 0.001 for 0.1 %")
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.p99_ms, self.min_qps, self.max_error_rate))
+
+
+@dataclass(frozen=True)
+class Check:
+    """One limit at one level: what was measured against what was allowed."""
+
+    level: str
+    metric: str          # "p99_ms" | "qps" | "error_rate"
+    measured: float
+    limit: float
+    passed: bool
+
+    def describe(self) -> str:
+        if self.metric == "p99_ms":
+            return f"{self.level}: p99 {self.measured:.2f} ms {'<=' if self.passed else '>'} {self.limit:g} ms"
+        if self.metric == "qps":
+            return f"{self.level}: {self.measured:,.1f} QPS {'>=' if self.passed else '<'} {self.limit:g}"
+        return (f"{self.level}: error rate {self.measured:.4%} "
+                f"{'<=' if self.passed else '>'} {self.limit:.4%}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of a run against its SLA, and the exit code that carries it."""
+
+    outcome: str                       # PASS | MISS | ERRORS
+    checks: tuple[Check, ...]
+    reasons: tuple[str, ...]           # why it is not a pass, one line each
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+    sla: Sla = field(default_factory=Sla)
+
+    @property
+    def exit_code(self) -> int:
+        return {PASS: EXIT_OK, MISS: EXIT_SLA_MISS, ERRORS: EXIT_RUN_ERRORS}[self.outcome]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "exit_code": self.exit_code, "sla": asdict(self.sla),
+                "checks": [asdict(c) | {"text": c.describe()} for c in self.checks],
+                "reasons": list(self.reasons), "warnings": list(self.warnings)}
+
+
+def judge(result: LoadTestResult, sla: Sla) -> Verdict:
+    """Check every level of ``result`` against ``sla``.
+
+    A run that ended early or had failed requests without an error budget is ERRORS
+    (it says nothing reliable about latency); otherwise any failed check is a MISS.
+    Cold-start spikes never pass silently: they are listed as warnings even when the
+    SLA holds, since the next restart brings them back.
+    """
+    checks: list[Check] = []
+    errors: list[str] = []
+    for lv in result.levels:
+        p99 = lv.latency_ms.get("p99")
+        if sla.p99_ms is not None:
+            measured = p99 if p99 is not None else math.inf
+            checks.append(Check(lv.label, "p99_ms", measured, sla.p99_ms, measured <= sla.p99_ms))
+        if sla.min_qps is not None:
+            checks.append(Check(lv.label, "qps", lv.qps, sla.min_qps, lv.qps >= sla.min_qps))
+        if sla.max_error_rate is not None:
+            checks.append(Check(lv.label, "error_rate", lv.error_rate, sla.max_error_rate,
+                                lv.error_rate <= sla.max_error_rate))
+        elif lv.error_count:
+            kind, count = next(iter(lv.errors.items()))
+            errors.append(f"{lv.label}: {lv.error_count} of {lv.sent} requests failed "
+                          f"(most: {count}x {kind})")
+        if lv.sent and not lv.ok:
+            errors.append(f"{lv.label}: no request succeeded")
+    if result.ended_early:
+        errors.insert(0, result.ended_early)
+    warnings = [f"{lv.label}: {s.cause} at {s.start_s:g} s (p99 {s.p99_ms:.2f} ms, max {s.max_ms:.2f} ms, "
+                f"typical p99 {s.typical_p99_ms:.2f} ms)"
+                for lv in result.levels for s in lv.spikes]
+    warnings += [f"{lv.label}: sent {lv.achieved_rate:,.1f} requests/s of the {lv.offered_rate:g} offered "
+                 f"(the load generator fell behind; add --workers)"
+                 for lv in result.levels
+                 if lv.achieved_rate is not None and lv.offered_rate
+                 and lv.achieved_rate < 0.95 * lv.offered_rate]
+    missed = [c.describe() for c in checks if not c.passed]
+    outcome = ERRORS if errors else MISS if missed else PASS
+    return Verdict(outcome=outcome, checks=tuple(checks), reasons=tuple(errors or missed),
+                   warnings=tuple(warnings), sla=sla)
+
+
+# -- the terminal ------------------------------------------------------------------------
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _short(lv: LevelResult) -> str:
+    return f"c={lv.level:g}" if lv.mode == "closed" else f"{lv.level:g}/s"
+
+
+def levels_table(result: LoadTestResult) -> Table:
+    """One row per concurrency or rate: counts, QPS and the latency percentiles (ms)."""
+    table = Table(title=f"{result.spec.model} over {result.spec.protocol.upper()} at {result.server} "
+                        f"({result.request})", title_justify="left")
+    columns = ["level", "QPS", *[f"p{p:g}" for p in PERCENTILES], "max", "errors"]
+    for name in columns:
+        table.add_column(name, justify="left" if name == "level" else "right", no_wrap=True)
+    for lv in result.levels:
+        lat = lv.latency_ms
+        table.add_row(_short(lv), f"{lv.qps:,.1f}", *[_ms(lat.get(f"p{p:g}")) for p in PERCENTILES],
+                      _ms(lat.get("max")), f"[red]{lv.error_count}[/red]" if lv.error_count else "0")
+    table.caption = ("latency in ms; c= concurrency (closed loop)" if result.spec.mode == "closed" else
+                     "latency in ms from each request's scheduled send time; /s offered rate (open loop)")
+    return table
+
+
+def server_split_table(result: LoadTestResult) -> Table | None:
+    """Where the mean request's time went, from Triton's statistics before and after the run."""
+    rows = [(_short(lv), lv.server_split_ms) for lv in result.levels if lv.server_split_ms]
+    if not rows:
+        return None
+    table = Table(title="where the mean request's time went (ms; Triton's statistics: queue, compute "
+                        "input/infer/output)", title_justify="left")
+    for name in ("level", "queue", "input", "infer", "output", "server", "client+net"):
+        table.add_column(name, justify="left" if name == "level" else "right")
+    for label, split in rows:
+        table.add_row(label, _ms(split.get("queue")), _ms(split.get("compute_input")),
+                      _ms(split.get("compute_infer")), _ms(split.get("compute_output")),
+                      _ms(split.get("request")), _ms(split.get("client_and_network")))
+    return table
+
+
+def spikes_table(result: LoadTestResult) -> Table | None:
+    """Every flagged window, and the server event that explains it if one does."""
+    rows = [(_short(lv), s) for lv in result.levels for s in lv.spikes]
+    if not rows:
+        return None
+    table = Table(title="latency spikes (windows far above the run's typical p99)", title_justify="left")
+    for name in ("level", "at s", "p99 ms", "max ms", "typical p99", "cause"):
+        table.add_column(name, justify="left" if name in ("level", "cause") else "right")
+    for label, s in rows:
+        cause = f"[bold yellow]{s.cause}[/bold yellow]" if s.cold_start else s.cause
+        table.add_row(label, f"{s.start_s:g}", _ms(s.p99_ms), _ms(s.max_ms), _ms(s.typical_p99_ms), cause)
+    return table
+
+
+def print_report(console: Console, result: LoadTestResult, verdict: Verdict) -> None:
+    """Everything a person reads after a run: levels, server split, spikes, the verdict."""
+    console.print(levels_table(result))
+    for table in (server_split_table(result), spikes_table(result)):
+        if table is not None:
+            console.print(table)
+    for lv in result.levels:
+        for kind, count in lv.errors.items():
+            console.print(f"[red]{lv.label}: {count} x {kind}[/red]")
+    for warning in verdict.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    for check in verdict.checks:
+        mark = "[green]PASS[/green]" if check.passed else "[red]FAIL[/red]"
+        console.print(f"{mark} {check.describe()}")
+    if verdict.outcome == PASS:
+        console.print("[bold green]SLA met[/bold green]" if verdict.sla.given
+                      else "no SLA given (--sla-p99-ms, --sla-min-qps, --sla-max-error-rate): nothing to fail")
+    elif verdict.outcome == MISS:
+        console.print(f"[bold red]SLA missed[/bold red]: {'; '.join(verdict.reasons)}")
+    else:
+        console.print(f"[bold red]run failed[/bold red]: {'; '.join(verdict.reasons)}")
+
+
+# -- files -------------------------------------------------------------------------------
+
+def _level_dict(lv: LevelResult) -> dict[str, Any]:
+    data = {name: getattr(lv, name) for name in (
+        "mode", "level", "workers", "duration_s", "sent", "ok", "errors", "qps", "infer_per_s",
+        "latency_ms", "offered_rate", "achieved_rate", "send_lag_ms", "server_split_ms",
+        "ended_early", "events")}
+    data.update(label=lv.label, error_rate=lv.error_rate,
+                timeline=[asdict(w) for w in lv.timeline],
+                spikes=[asdict(s) for s in lv.spikes],
+                # The merged histogram, HdrHistogram's compressed base64 form: other runs'
+                # histograms can be added to it (hdrh.histogram.HdrHistogram.decode).
+                hdr_histogram=lv.histogram.encode().decode("ascii")
+                if lv.histogram is not None and lv.histogram.get_total_count() else None)
+    return data
+
+
+def result_dict(result: LoadTestResult, verdict: Verdict) -> dict[str, Any]:
+    """Everything the run measured, and its verdict, as plain JSON-able data."""
+    spec = asdict(result.spec)
+    spec["input_data"] = str(spec["input_data"]) if spec["input_data"] else None
+    return {"model": result.spec.model, "server": result.server, "request": result.request,
+            "spec": spec, "verdict": verdict.as_dict(),
+            "levels": [_level_dict(lv) for lv in result.levels]}
+
+
+def write_json(path: Path, result: LoadTestResult, verdict: Verdict) -> Path:
+    return atomic_write(path, json.dumps(result_dict(result, verdict), indent=2, default=_json_default) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"not JSON-serializable: {type(value).__name__}")
+
+
+CSV_COLUMNS = ("level", "window", "start_s", "qps", "ok", "errors", "p50_ms", "p99_ms", "max_ms",
+               "spike", "cause")
+
+
+def timeline_csv(result: LoadTestResult) -> str:
+    """The per-window timeline of every level, one row a window."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for lv in result.levels:
+        for w in lv.timeline:
+            writer.writerow([lv.label, w.index, f"{w.start_s:g}", f"{w.qps:.3f}", w.ok, w.errors,
+                             "" if w.p50_ms is None else f"{w.p50_ms:.3f}",
+                             "" if w.p99_ms is None else f"{w.p99_ms:.3f}",
+                             "" if w.max_ms is None else f"{w.max_ms:.3f}", int(w.spike), w.cause])
+    return out.getvalue()
+
+
+def write_csv(path: Path, result: LoadTestResult) -> Path:
+    return atomic_write(path, timeline_csv(result))
+
+
+def write_plot(path: Path, result: LoadTestResult) -> Path:
+    """A PNG: the latency timeline of each level (spikes marked, model outages shaded) above
+    the latency histogram of each level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), constrained_layout=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    legend = {"spike (window max)", "model not READY"}    # each named once in the legend
+    for i, lv in enumerate(result.levels):
+        color = colors[i % len(colors)]
+        windows = [w for w in lv.timeline if w.p99_ms is not None]
+        xs = [w.start_s for w in windows]
+        top.plot(xs, [w.p99_ms for w in windows], "-", color=color, label=f"{lv.label} p99")
+        top.plot(xs, [w.p50_ms for w in windows], ":", color=color, label=f"{lv.label} p50")
+        spiked = [w for w in windows if w.spike]
+        if spiked:
+            top.scatter([w.start_s for w in spiked], [w.max_ms for w in spiked], marker="v", s=70,
+                        color="red", zorder=5, label=_once(legend, "spike (window max)"))
+        for left, right in _outages(lv):
+            top.axvspan(left, right, color="orange", alpha=0.2, label=_once(legend, "model not READY"))
+        _histogram(bottom, lv, color)
+    top.set_yscale("log")
+    top.set_xlabel("seconds into the measurement")
+    top.set_ylabel("latency per window (ms)")
+    top.set_title(f"{result.spec.model}: latency timeline ({result.spec.protocol}, "
+                  f"{result.spec.window_s:g} s windows)")
+    top.legend(fontsize="small", loc="upper right")
+    top.grid(True, which="both", alpha=0.3)
+    bottom.set_xscale("log")
+    bottom.set_xlabel("latency (ms)")
+    bottom.set_ylabel("requests")
+    bottom.set_title("latency histogram")
+    bottom.legend(fontsize="small", loc="upper right")
+    bottom.grid(True, alpha=0.3)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return atomic_write(path, buffer.getvalue())
+
+
+def _once(unused: set[str], label: str) -> str | None:
+    if label in unused:
+        unused.discard(label)
+        return label
+    return None
+
+
+def _outages(lv: LevelResult) -> list[tuple[float, float]]:
+    """Spans in which the model was seen not READY (from the run's server events)."""
+    end = lv.duration_s
+    spans, since = [], None
+    for event in lv.events:
+        if event.get("kind") != "state":
+            continue
+        if event["state"] != "READY" and since is None:
+            since = max(0.0, event["t_s"])
+        elif event["state"] == "READY" and since is not None:
+            spans.append((since, max(since, event["t_s"])))
+            since = None
+    if since is not None:
+        spans.append((since, end))
+    return [(a, b) for a, b in spans if b >= 0 and a <= end]
+
+
+def _histogram(ax, lv: LevelResult, color: str) -> None:
+    """The level's merged histogram, re-binned into 60 log-spaced bins for the eye."""
+    import numpy as np
+
+    hist = lv.histogram
+    if hist is None or not hist.get_total_count():
+        return
+    values, counts = [], []
+    for item in hist.get_recorded_iterator():
+        values.append(item.value_iterated_to / 1000)
+        counts.append(item.count_added_in_this_iter_step)
+    low, high = min(values), max(values)
+    edges = np.geomspace(low * 0.95, high * 1.05, 61) if high > low else np.array([low * 0.9, low * 1.1])
+    binned, edges = np.histogram(values, bins=edges, weights=counts)
+    ax.stairs(binned, edges, color=color, label=lv.label)
+    p99 = lv.latency_ms.get("p99")
+    if p99 is not None:
+        ax.axvline(p99, color=color, linestyle="--", alpha=0.7, label=f"{lv.label} p99")
