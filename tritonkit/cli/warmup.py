@@ -82,7 +82,7 @@ def warmup(
     console.print(warmup_table(results))
     if json_out:
         write_json(json_out, results)
-    unsteady = [r.model for r in results if not r.steady]
+    unsteady = [f"{r.model}: {r.note}" for r in results if not r.steady]
     if unsteady:
-        raise TritonkitError(f"not steady: {', '.join(unsteady)}",
+        raise TritonkitError("; ".join(unsteady),
                              hint="raise --requests or --timeout, or loosen --steady-tolerance")
