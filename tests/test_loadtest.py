@@ -233,6 +233,24 @@ def test_open_loop_rates_are_honoured_within_a_few_percent(served):
 
 
 @pytest.mark.server
+@pytest.mark.parametrize("cooperative", [False, True])
+def test_an_http_sender_keeps_one_connection_alive_across_requests(served, cooperative):
+    from tritonkit.loadtest import request_template
+    from tritonkit.loadtest._transport import RequestFailed, http_sender
+
+    endpoint = Endpoint.from_deployment(served)
+    send = http_sender(served.http_url, request_template(endpoint, "example"), 5.0, cooperative=cooperative)
+    first = send.__self__._sock.getsockname()
+    for _ in range(20):
+        send()
+    assert send.__self__._sock.getsockname() == first     # the same local port: never reconnected
+    wrong = http_sender(served.http_url, request_template(endpoint, "example", batch_size=2)
+                        .__class__(model="nope", inputs=(), outputs=(), batch_size=1), 5.0)
+    with pytest.raises(RequestFailed, match="HTTP 400|HTTP 404"):
+        wrong()
+
+
+@pytest.mark.server
 def test_grpc_loads_the_same_model(served):
     result = run_loadtest(Endpoint.from_deployment(served),
                           LoadSpec(model="example", concurrency=(2,), protocol="grpc",

@@ -40,10 +40,9 @@ class _ProgressBar:
         self._progress.update(self._tasks[label], completed=elapsed_s, done=done)
 
 
-@app.command(epilog="Examples:\n\n"
-                    "  tritonkit loadtest --repository model_repository --model example "
+@app.command(epilog="Example: tritonkit loadtest --repository model_repository --model example "
                     "--concurrency 1,8 --sla-p99-ms 20\n\n"
-                    "  tritonkit loadtest --url 127.0.0.1:8000 --model mlp --rate 200 "
+                    "Open loop: tritonkit loadtest --url 127.0.0.1:8000 --model mlp --rate 200 "
                     "--arrivals poisson --duration 30 --plot out/mlp.png")
 def loadtest(
     model: Annotated[str, typer.Option("--model", "-m", help="The model to load.")],

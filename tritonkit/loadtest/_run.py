@@ -90,6 +90,7 @@ class LevelResult:
     achieved_rate: float | None = None  # requests actually sent per second
     send_lag_ms: dict[str, float] | None = None
     ended_early: str | None = None
+    client_cpu_us: float | None = None  # client CPU per request sent, all workers together
     histogram: Any = field(default=None, repr=False)   # the merged HdrHistogram
 
     @property
@@ -154,7 +155,7 @@ def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
 def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -> None:
     """One request before any worker starts: a wrong input fails here, with Triton's words."""
     try:
-        send = http_sender(url, template, 1, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
+        send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
         send()
     except RequestFailed as exc:
         raise LoadTestError(f"the first request to '{template.model}' failed: {exc.kind}",
@@ -326,4 +327,6 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
         offered_rate=level if spec.mode == "open" else None,
         achieved_rate=sent / span if spec.mode == "open" and span_s else None,
         send_lag_ms=_latency_ms(lag) or None if spec.mode == "open" else None,
+        client_cpu_us=sum(s["cpu_s"] for s in summaries) / sum(s["sent_all"] for s in summaries) * 1e6
+        if sum(s["sent_all"] for s in summaries) else None,
         ended_early=ended_early, histogram=total)

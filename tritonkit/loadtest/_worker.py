@@ -1,9 +1,12 @@
 """One load-generating process: virtual users (closed loop) or arrival slots (open loop).
 
-HTTP workers run their users as gevent greenlets over one kept-alive connection pool;
-gRPC workers run threads over one channel (grpcio is not gevent-cooperative without
-monkey-patching). The hot loop only appends three integers per request; histograms are
-built once the run is over, so recording costs nothing while the clock runs.
+Each virtual user (closed loop) or arrival slot (open loop) of an HTTP worker has a
+kept-alive connection of its own. A worker with one user runs it inline on a blocking
+socket — gevent's hub adds about 60 µs to every request, so a lone user does without it;
+several users run as gevent greenlets on gevent's sockets. gRPC workers run threads over
+one channel (grpcio is not gevent-cooperative without monkey-patching). The hot loop only
+appends a few integers per request; histograms are built once the run is over, so
+recording costs nothing while the clock runs.
 
 Protocol with the parent, over a Pipe: worker sends ("ready", None) or ("failed", why);
 parent sends the start time t0 (``time.perf_counter_ns``, the same monotonic clock in
@@ -20,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tritonkit.loadtest._inputs import RequestTemplate
-from tritonkit.loadtest._transport import error_kind, grpc_sender, http_sender
+from tritonkit.loadtest._transport import Send, error_kind, grpc_sender, http_sender
 
 LOWEST_US, HIGHEST_US, DIGITS = 1, 60_000_000, 3
 # gevent's timer rounds sleeps up to the next millisecond: sleep to within this much of a
@@ -48,19 +51,35 @@ class WorkerPlan:
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     """Entry point of a spawned worker process."""
     try:
-        if plan.protocol == "http":
-            send = http_sender(plan.url, plan.template, plan.slots, plan.timeout_s)
-        else:
-            send = grpc_sender(plan.url, plan.template, plan.timeout_s)
-    except Exception as exc:  # a bad URL, a missing library: the parent reports it
+        senders = _senders(plan)
+    except Exception as exc:  # a bad URL, a refused connection, a missing library: the parent says so
         conn.send(("failed", error_kind(exc)))
         return
     conn.send(("ready", None))
     t0 = conn.recv()
     records = _Records()
-    _drive(plan, send, t0, records, done, stop)
-    conn.send(("done", records.summary(plan, t0)))
+    cpu_start = time.process_time()
+    _drive(plan, senders, t0, records, done, stop)
+    cpu_s = time.process_time() - cpu_start
+    summary = records.summary(plan, t0)
+    # CPU this process spent driving the load (warm-up included): what a request costs the client.
+    summary.update(cpu_s=cpu_s, sent_all=len(records.codes))
+    conn.send(("done", summary))
     conn.close()
+
+
+def _cooperative(plan: WorkerPlan) -> bool:
+    """Several HTTP users in this process share it through gevent."""
+    return plan.protocol == "http" and plan.slots > 1
+
+
+def _senders(plan: WorkerPlan) -> list[Send]:
+    """One send per slot: its own connection over HTTP, the worker's one channel over gRPC."""
+    if plan.protocol == "http":
+        return [http_sender(plan.url, plan.template, plan.timeout_s, cooperative=_cooperative(plan))
+                for _ in range(plan.slots)]
+    shared = grpc_sender(plan.url, plan.template, plan.timeout_s)
+    return [shared] * plan.slots
 
 
 class _Records:
@@ -122,14 +141,15 @@ def _encode(values_us: np.ndarray) -> str | None:
     return hist.encode().decode("ascii")
 
 
-def _drive(plan: WorkerPlan, send, t0: int, rec: _Records, done: Any, stop: Any) -> None:
+def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: Any, stop: Any) -> None:
     clock = time.perf_counter_ns
     index = plan.index
     end = t0 + plan.warmup_ns + plan.duration_ns
     inflight: dict[int, int] = {}           # slot -> origin of its unanswered request
     origins, latencies, codes, lags = rec.origins.append, rec.latencies.append, rec.codes.append, rec.lags.append
+    cooperative = _cooperative(plan)
 
-    if plan.protocol == "http":
+    if cooperative:
         import gevent
 
         def wait_until(when: int) -> None:
@@ -144,12 +164,26 @@ def _drive(plan: WorkerPlan, send, t0: int, rec: _Records, done: Any, stop: Any)
             if delta > 0:
                 time.sleep(delta / 1e9)
 
-    def closed_user(slot: int) -> None:
-        while True:
+    open_loop = plan.offsets_ns is not None
+    # Open loop: the arrivals, shared by the slots (each taken once). Closed loop: none.
+    arrivals = iter((t0 + plan.offsets_ns).tolist()) if open_loop else None
+
+    def user(slot: int) -> None:
+        send = senders[slot]
+        while not stop.value:
+            if arrivals is None:            # closed loop: the next request leaves at once
+                due = clock()
+                if due >= end:
+                    return
+            else:                           # open loop: when the schedule says
+                due = next(arrivals, None)
+                if due is None:
+                    return
+                wait_until(due)
+                if stop.value:
+                    return
             start = clock()
-            if start >= end or stop.value:
-                return
-            inflight[slot] = start
+            inflight[slot] = due
             try:
                 send()
                 code = 0
@@ -157,48 +191,27 @@ def _drive(plan: WorkerPlan, send, t0: int, rec: _Records, done: Any, stop: Any)
                 code = rec.code(exc)
             finish = clock()
             del inflight[slot]
-            origins(start)
-            latencies(finish - start)
+            # Open loop, free of coordinated omission: latency runs from when the request was due.
+            origins(due)
+            latencies(finish - due)
             codes(code)
+            if open_loop:
+                lags(start - due)
             done[index] += 1
 
-    schedule = (t0 + plan.offsets_ns).tolist() if plan.offsets_ns is not None else []
-    arrivals = iter(range(len(schedule)))   # shared by the slots; each arrival taken once
-
-    def open_slot(slot: int) -> None:
-        for k in arrivals:
-            scheduled = schedule[k]
-            wait_until(scheduled)
-            if stop.value:
-                return
-            start = clock()
-            inflight[slot] = scheduled
-            try:
-                send()
-                code = 0
-            except Exception as exc:
-                code = rec.code(exc)
-            finish = clock()
-            del inflight[slot]
-            # Coordinated-omission-free: latency runs from when the request was due.
-            origins(scheduled)
-            latencies(finish - scheduled)
-            codes(code)
-            lags(start - scheduled)
-            done[index] += 1
-
-    body = open_slot if plan.offsets_ns is not None else closed_user
     wait_until(t0)
     deadline_s = max(0.0, (end - clock()) / 1e9) + plan.grace_s
-    if plan.protocol == "http":
+    if plan.slots == 1:                     # a socket timeout bounds its last request
+        user(0)
+    elif cooperative:
         import gevent
 
-        greenlets = [gevent.spawn(body, slot) for slot in range(plan.slots)]
+        greenlets = [gevent.spawn(user, slot) for slot in range(plan.slots)]
         gevent.joinall(greenlets, timeout=deadline_s)
         _give_up_on(inflight, rec, plan, clock())
         gevent.killall(greenlets, block=False)
     else:
-        threads = [threading.Thread(target=body, args=(slot,), daemon=True) for slot in range(plan.slots)]
+        threads = [threading.Thread(target=user, args=(slot,), daemon=True) for slot in range(plan.slots)]
         for thread in threads:
             thread.start()
         finish_by = time.monotonic() + deadline_s
