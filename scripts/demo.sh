@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job, end to end, on the embedded local Triton (set-up included on first run):
-# export an example PyTorch model -> deploy locally (warms up) -> warm up again -> request.
+# export an example PyTorch model -> deploy locally (warms up) -> warm up again -> load test
+# against an SLA (the exit code is the verdict; report in out/loadtest.{json,csv,png}).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
@@ -11,19 +12,7 @@ trap 'tritonkit down --repository "$REPO" >/dev/null 2>&1 || true' EXIT
 tritonkit export examples/mlp.py:build --name mlp --repository "$REPO" --force
 tritonkit deploy --target local --repository "$REPO" --http-port 0 --grpc-port 0 --metrics-port 0
 tritonkit warmup --repository "$REPO" --json out/warmup.json
-python - "$REPO" <<'PY'
-import sys
-import numpy as np
-import tritonclient.http as httpclient
-from tritonkit.server.state import load_deployment
-
-deployment = load_deployment(sys.argv[1])
-client = httpclient.InferenceServerClient(deployment.http_url)
-meta = client.get_model_metadata("mlp")
-shape = [1] + [int(d) for d in meta["inputs"][0]["shape"][1:]]
-x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-inp = httpclient.InferInput(meta["inputs"][0]["name"], shape, "FP32")
-inp.set_data_from_numpy(x)
-y = client.infer("mlp", [inp]).as_numpy(meta["outputs"][0]["name"])
-print("mlp answered with shape", list(y.shape), "first values", y.ravel()[:3].round(4).tolist())
-PY
+# The verdict is the exit code: 0 the SLA held, 3 it was missed, 4 requests failed.
+tritonkit loadtest --repository "$REPO" --model mlp --concurrency 1,8 --duration 5 \
+  --sla-p99-ms "${TRITONKIT_DEMO_SLA_P99_MS:-50}" --sla-min-qps 100 \
+  --json out/loadtest.json --csv out/loadtest.csv --plot out/loadtest.png --force

@@ -94,6 +94,17 @@ def test_a_spike_during_a_model_reload_is_named_a_cold_start():
     assert "cold start: model 'mlp' version 1 reloaded" in spikes[0].cause
 
 
+def test_a_lone_slow_request_counts_when_a_reload_explains_it_or_it_is_extreme():
+    start = 0
+    timeline = _timeline([1.0] * 6, maxes=[1.2, 9.0, 1.2, 1.2, 30.0, 1.2])
+    reload = [ServerEvent(int(0.5e9), "state", "mlp", "1", "LOADING", "READY"),
+              ServerEvent(int(1.2e9), "state", "mlp", "1", "READY", "LOADING")]
+    assert [s.window for s in cold_start_windows(timeline, reload, start, 1.0)] == [1, 4]
+    # the same 9x request with nothing to explain it is scheduler noise, not a spike
+    assert [s.window for s in cold_start_windows(_timeline([1.0] * 6, maxes=[1.2, 9.0, 1.2, 1.2, 30.0, 1.2]),
+                                                 [], start, 1.0)] == [4]
+
+
 def test_a_spike_with_no_server_event_near_it_is_not_blamed_on_a_cold_start():
     start = 0
     events = [ServerEvent(int(0.1e9), "state", "mlp", "1", "READY", "LOADING")]

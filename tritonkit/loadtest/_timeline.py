@@ -5,7 +5,9 @@ above ``factor`` times the median window p99, or a single request slower than
 ``max_factor`` times that median (one cold request among a thousand does not move a
 p99, yet it is exactly what a user behind it waits for). A spike that overlaps a
 model's outage (from leaving READY until ``reach_s`` after it is READY again) is named
-a cold start.
+a cold start. A lone slow request that no outage explains is reported only beyond
+``SPIKE_LONE_MAX_FACTOR``: a busy host's scheduler makes single 8x outliers every few
+seconds, and a report that cries wolf on each gets ignored.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tritonkit.loadtest._server import ServerEvent
 SPIKE_FACTOR = 3.0
 SPIKE_MAX_FACTOR = 8.0
 SPIKE_FLOOR_MS = 2.0       # never flag a window less than this much above typical
+SPIKE_LONE_MAX_FACTOR = 25.0   # a single slow request with no server event to explain it
 COLD_START_REACH_S = 1.5
 
 
@@ -112,6 +115,10 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
     for window in spike_windows(timeline):
         lo, hi = window.start_s, window.start_s + window_s
         near = [o for o in outages if o[2] < hi and lo <= (o[3] if o[3] is not None else end_s) + reach_s]
+        lone = window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS)
+        if lone and not near and window.max_ms <= SPIKE_LONE_MAX_FACTOR * typical:
+            window.spike = False
+            continue
         if near:
             model, version, left, ready = near[-1]
             what = f"model '{model}'{' version ' + version if version else ''}"
