@@ -112,7 +112,7 @@ def test_one_inference_per_execution_with_short_compute_is_the_scheduling_wall(t
     assert result.wall == "scheduling"
     assert any("= 1.00 per execution" in e for e in result.evidence)
     advice = " ".join(result.advice)
-    assert "max_queue_delay_microseconds: 100" in advice
+    assert "dynamic_batching { }" in advice and "max_queue_delay_microseconds: 100" in advice
     assert "CUDA graphs" in advice and "TensorRT plans, which honour them" in advice
 
 

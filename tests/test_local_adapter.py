@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import tritonclient.http as httpclient
 from tests import onnx_graphs
 from tests.conftest import run_cli
 from tritonkit.model_config import configure
+from tritonkit.profiles import load_profile
 from tritonkit.server.state import load_deployment, state_dir
 
 pytestmark = pytest.mark.server
@@ -54,8 +56,11 @@ def test_generated_configs_load_ready_and_answer_like_onnx_runtime(exported_repo
         served = client.get_model_config("mlp")
         assert served["backend"] == "python"
         assert served["instance_group"][0]["kind"] == "KIND_CPU"
-        want_delay = 100 if gpu == "a10" else 200   # the profile's queue delay made it through
-        assert served["dynamic_batching"]["max_queue_delay_microseconds"] == want_delay
+        serving = load_profile(gpu).serving           # the profile's batching and instances made it
+        assert served["dynamic_batching"]["max_queue_delay_microseconds"] == serving.max_queue_delay_us
+        # none generated; Triton fills in max_batch_size itself, which means the same
+        assert served["dynamic_batching"].get("preferred_batch_size", []) in ([], [served["max_batch_size"]])
+        assert served["instance_group"][0]["count"] == min(serving.instance_count, os.cpu_count())
 
         rng = np.random.default_rng(7)
         x = rng.standard_normal((3, 16)).astype(np.float32)

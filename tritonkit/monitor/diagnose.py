@@ -297,9 +297,10 @@ def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[s
         return advice
     if wall == "scheduling":
         advice = [
-            "turn on dynamic batching (dynamic_batching { max_queue_delay_microseconds: "
-            f"{serving.max_queue_delay_us} }}, the {profile.name} profile's value) so Triton forms "
-            "larger batches from small requests",
+            "turn on dynamic batching (dynamic_batching { }) so Triton forms larger batches from "
+            "small requests; if batches stay small under load, allow a queue delay "
+            "(max_queue_delay_microseconds: 100 is a common first step) and check the p99 with "
+            "tritonkit loadtest",
             "send batches from the client where it can (several inputs per request)"]
         if serving.cuda_graphs:
             advice.append(f"CUDA graphs (optimization {{ cuda {{ graphs: true }} }}) cut launch "

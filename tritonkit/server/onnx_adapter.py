@@ -22,9 +22,14 @@ class TritonPythonModel:
         path = os.path.join(args["model_repository"], args["model_version"],
                             params.get("onnx_model", "model.onnx"))
         options = ort.SessionOptions()
+        # Every instance of the model runs its own session in its own process. ONNX
+        # Runtime's threads spin-wait between ops by default, so two busy instances on a
+        # small host burn each other's (and the server's) CPU: they wait without spinning.
         threads = int(params.get("intra_op_threads", "0"))
         if threads:
             options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(path, sess_options=options,
                                             providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
