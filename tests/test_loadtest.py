@@ -327,6 +327,24 @@ def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tm
 
 
 @pytest.mark.server
+def test_real_input_data_is_sent_and_a_wrong_input_name_is_refused(served, tmp_path, capsys):
+    from tritonkit.loadtest import request_template
+
+    data = tmp_path / "inputs.json"
+    data.write_text(json.dumps({"INPUT__0": [1.0, 2.0, 3.0, 4.0]}))      # one sample
+    template = request_template(Endpoint.from_deployment(served), "example", batch_size=3, input_data=data)
+    (name, datatype, array), = template.inputs
+    assert (name, datatype, array.shape) == ("INPUT__0", "FP32", (3, 4))   # repeated to the batch
+    assert array[2].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--batch-size", "3",
+                     "--input-data", data) == 0
+
+    data.write_text(json.dumps({"pixels": [1.0]}))
+    assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data", data) == EXIT_USAGE
+    assert "names inputs the model does not have: pixels" in capsys.readouterr().err
+
+
+@pytest.mark.server
 def test_existing_output_files_are_not_overwritten_without_force(served, tmp_path, capsys):
     target = tmp_path / "keep.json"
     target.write_text("mine")
