@@ -14,9 +14,12 @@ sees that as P99 jitter. ``load_and_warm`` removes it before traffic arrives:
 4. send requests for every batch size and dynamic-shape bucket of the model's config
    until the latency of each shape is steady (``SteadyRule``) or the budget runs out.
    The cold start is paid once per model *instance* (its python-backend stub, its ONNX
-   Runtime session: ~30 ms each here). Triton hands sequential requests to a model's
-   instances in turn, so a shape is only called steady after at least as many requests
-   as the model has instances: then every instance has served it;
+   Runtime session: ~30 ms each here). Sequential requests usually take turns over the
+   instances, but not always (under load one instance can take two in a row), so each
+   shape also gets one burst of as many concurrent requests as the model has instances:
+   an instance runs one execution at a time, so unless the dynamic batcher merges them,
+   every instance serves one (tritonkit's generated configs also carry ``model_warmup``,
+   which Triton runs on every instance at load);
 5. measure what a user would now see: a fresh client's first request against the p50
    of the requests after it (``cold_start_figures``).
 
@@ -369,11 +372,31 @@ def _timed_infer(client, endpoint: Endpoint, name: str, inputs: list, deadline: 
     try:
         client.infer(name, inputs)
     except Exception as exc:
-        if _live(endpoint, deadline) is not None or not _ready_quietly(endpoint, name, deadline):
-            raise _ServerGone(triton_message(exc)) from None
-        raise ServerError(f"a warm-up request to '{name}' failed: {triton_message(exc)}",
-                          hint="the model is READY but refused an input built from its config") from None
+        raise _infer_failed(exc, endpoint, name, deadline) from None
     return (time.perf_counter() - started) * 1e3
+
+
+def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: Deadline) -> int:
+    """``count`` requests in flight at once: an instance runs one execution at a time, so
+    (unless the dynamic batcher merges them) each of ``count`` instances serves one."""
+    left = max(0.5, deadline.left())
+    client = endpoint.http(concurrency=count, connection_timeout=min(5.0, left), network_timeout=left)
+    try:
+        pending = [client.async_infer(name, inputs) for _ in range(count)]
+        for request in pending:
+            request.get_result()
+    except Exception as exc:
+        raise _infer_failed(exc, endpoint, name, deadline) from None
+    finally:
+        client.close()
+    return count
+
+
+def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline) -> Exception:
+    if _live(endpoint, deadline) is not None or not _ready_quietly(endpoint, name, deadline):
+        return _ServerGone(triton_message(exc))
+    return ServerError(f"a warm-up request to '{name}' failed: {triton_message(exc)}",
+                       hint="the model is READY but refused an input built from its config")
 
 
 def _ready_quietly(endpoint: Endpoint, name: str, deadline: Deadline) -> bool:
@@ -500,8 +523,8 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
             return ModelWarmup(model=name, steady=True, requests=0, load_s=load_s,
                                note="decoupled model: not warmed (needs a streaming client)")
         shapes = warmup_shapes(config)
-        # Every instance serves every shape before the shape counts as steady.
-        rule = replace(rule, window=max(rule.window, model_instances(config)))
+        instances = model_instances(config)
+        rule = replace(rule, window=max(rule.window, instances))  # a window spans them all
         rng = np.random.default_rng(0)
         prepared = [_infer_inputs(shape, rng) for shape in shapes]
         sent, first, p50, note = 0, None, None, ""
@@ -515,6 +538,9 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
                 latencies.append(_timed_infer(client, endpoint, name, inputs, deadline))
                 sent += 1
                 first = latencies[0] if first is None else first
+                if len(latencies) == 1 and instances > 1:
+                    # Each instance has its own cold start: make every one serve this shape.
+                    sent += _burst(endpoint, name, inputs, instances, deadline)
             if note:
                 break
             if i == 0:
