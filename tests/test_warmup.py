@@ -440,7 +440,8 @@ def _server_compute_ms_of_a_burst(deployment: Deployment, count: int) -> float:
 
     def compute() -> tuple[int, int]:
         stats = stats_client.get_inference_statistics("example")["model_stats"][0]
-        return stats["inference_stats"]["compute_infer"]["count"], stats["inference_stats"]["compute_infer"]["ns"]
+        compute_infer = stats["inference_stats"]["compute_infer"]
+        return compute_infer["count"], compute_infer["ns"]
 
     client = httpclient.InferenceServerClient(deployment.http_url, concurrency=count)
     try:
@@ -493,10 +494,10 @@ def test_after_deploy_a_users_first_request_is_within_1_5x_of_steady_p50(example
         finally:
             run_cli("down", "--repository", example_repository)
 
-    def floor() -> float:       # the same warm-up and state write, on a warm model
+    def on_a_warm_model() -> float:     # the same warm-up and state write: the floor
         warm_up(Path(warm_server.repository), models=["example"])
         save_deployment(warm_server)
         return _first_and_p50(warm_server)
 
-    after, floor = _after_and_floor(after_deploy, floor, trials=3, attempts=2)
+    after, floor = _after_and_floor(after_deploy, on_a_warm_model, trials=3, attempts=2)
     assert after <= _goal_bound(floor), f"after deploy {after:.2f}x p50, floor {floor:.2f}x"

@@ -380,7 +380,8 @@ def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: De
     """``count`` requests in flight at once: an instance runs one execution at a time, so
     (unless the dynamic batcher merges them) each of ``count`` instances serves one."""
     left = max(0.5, deadline.left())
-    client = endpoint.http(concurrency=count, connection_timeout=min(5.0, left), network_timeout=left)
+    client = endpoint.http(concurrency=count, connection_timeout=min(5.0, left),
+                           network_timeout=left)
     try:
         pending = [client.async_infer(name, inputs) for _ in range(count)]
         for request in pending:
