@@ -105,7 +105,7 @@ def test_ensemble_steps_are_loaded_before_the_ensemble():
 
 def test_figures_round_trip_through_the_deployment_state():
     result = ModelWarmup(model="m", steady=True, requests=12, load_s=1.4, first_ms=30.0,
-                         steady_p50_ms=0.6, after=ColdStart(0.7, 0.6), shapes=["x:1x4"])
+                         steady_p50_ms=0.6, after=ColdStart(0.7, 0.6, clients=3), shapes=["x:1x4"])
     data = json.loads(json.dumps(result.as_dict()))
     assert data["ratio"] == pytest.approx(50.0)
     assert ModelWarmup.from_dict(data) == result
@@ -346,9 +346,9 @@ ATTEMPTS = 3
 def _first_and_p50(deployment: Deployment, pause: float = 0.0) -> float:
     """A fresh client's first request to ``example``, ``pause`` s after it connected,
     over the p50 of the 30 after it."""
-    if not pause:   # what tritonkit itself reports as "after"
+    if not pause:   # what tritonkit itself reports as "after", for one client
         return cold_start_figures(Endpoint.from_deployment(deployment), "example",
-                                  _user_inputs(), requests=30).ratio
+                                  _user_inputs(), requests=30, clients=1).ratio
     client = httpclient.InferenceServerClient(deployment.http_url)
     try:
         client.is_model_ready("example")

@@ -58,6 +58,7 @@ __all__ = [
 DEFAULT_REQUESTS = 500              # per model, all shapes together
 DEFAULT_DYNAMIC_SIZES = (1, 16)     # a -1 dimension with no model_warmup entry to copy
 CHECK_REQUESTS = 20                 # requests after a fresh client's first, for its p50
+CHECK_CLIENTS = 3                   # fresh clients whose first requests make the "after" figure
 MAX_RESTARTS = 3
 _BACKOFF_START, _BACKOFF_MAX = 0.05, 1.0
 
@@ -88,7 +89,8 @@ class SteadyRule:
 
 @dataclass(frozen=True)
 class ColdStart:
-    """A fresh client's first request to a model, against the p50 of the requests after it.
+    """A fresh client's first request to a model, against the p50 of the requests after it
+    (the medians over ``clients`` fresh clients, one after the other).
 
     The client opens its connection first (a readiness check), so ``first_ms`` holds
     no TCP set-up, then sends its first inference right away. Above the p50 it holds
@@ -99,6 +101,7 @@ class ColdStart:
 
     first_ms: float
     p50_ms: float
+    clients: int = 1
 
     @property
     def ratio(self) -> float:
@@ -131,7 +134,8 @@ class ModelWarmup:
         """The inverse of ``as_dict`` (a deployment's state keeps its warm-up this way)."""
         fields = {k: v for k, v in data.items() if k != "ratio"}
         after = fields.pop("after", None)
-        return cls(**fields, after=None if after is None else ColdStart(after["first_ms"], after["p50_ms"]))
+        return cls(**fields, after=None if after is None else ColdStart(
+            after["first_ms"], after["p50_ms"], after.get("clients", 1)))
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -411,21 +415,27 @@ def _ready_quietly(endpoint: Endpoint, name: str, deadline: Deadline) -> bool:
 
 
 def cold_start_figures(endpoint: Endpoint, model: str, inputs: list, *,
-                       requests: int = CHECK_REQUESTS,
+                       requests: int = CHECK_REQUESTS, clients: int = CHECK_CLIENTS,
                        deadline: Deadline | None = None) -> ColdStart:
-    """What a user sees now: a fresh client's first request, and the p50 of ``requests`` after it.
+    """What users see now: each of ``clients`` fresh clients, one after the other, sends
+    its first request and ``requests`` more; the median first against the median p50.
 
-    The connection is opened first (a readiness check, as clients do), so the first
-    figure is the server's cold start, not TCP's."""
+    Each connection is opened first (a readiness check, as clients do), so the first
+    figure is the server's cold start, not TCP's. One request is one sample of a noisy
+    machine: the median over a few clients is a figure, a single one is not."""
     deadline = deadline or Deadline(60.0)
-    client = _client(endpoint, deadline)
-    try:
-        _ready(client, model)
-        first = _timed_infer(client, endpoint, model, inputs, deadline)
-        rest = [_timed_infer(client, endpoint, model, inputs, deadline) for _ in range(requests)]
-    finally:
-        client.close()
-    return ColdStart(first_ms=first, p50_ms=statistics.median(rest))
+    firsts, p50s = [], []
+    for _ in range(clients):
+        client = _client(endpoint, deadline)
+        try:
+            _ready(client, model)
+            firsts.append(_timed_infer(client, endpoint, model, inputs, deadline))
+            p50s.append(statistics.median(
+                _timed_infer(client, endpoint, model, inputs, deadline) for _ in range(requests)))
+        finally:
+            client.close()
+    return ColdStart(first_ms=statistics.median(firsts), p50_ms=statistics.median(p50s),
+                     clients=clients)
 
 
 # -- the warm-up --------------------------------------------------------------------------

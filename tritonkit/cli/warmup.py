@@ -26,7 +26,8 @@ def _ratio(value: float | None) -> str:
 
 def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
     """One row per model: load, the cold first request, steady p50, and a user's first after."""
-    table = Table(title="warm-up (after: a fresh client's first request, once warm)",
+    table = Table(title=f"warm-up (after: the median first request of "
+                        f"{warmup_lib.CHECK_CLIENTS} fresh clients, once warm)",
                   title_justify="left")
     for column in ("model", "load s", "first ms", "p50 ms", "first/p50", "requests",
                    "after ms", "after/p50", "steady"):
