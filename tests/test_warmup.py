@@ -41,6 +41,15 @@ def test_batched_model_warms_one_preferred_and_max_batch_size():
         ("FP32", [1, 4]), ("FP32", [2, 4]), ("FP32", [4, 4]), ("FP32", [8, 4])]
 
 
+def test_batch_sizes_also_come_from_the_config_model_warmup_entries():
+    config = {"max_batch_size": 32, "input": [_input("INPUT__0", "TYPE_FP32", [4])],
+              "dynamic_batching": {},
+              "model_warmup": [{"name": f"batch_{b}", "batch_size": b,
+                                "inputs": {"INPUT__0": {"data_type": "TYPE_FP32", "dims": [4]}}}
+                               for b in (1, 4, 8)]}
+    assert [s["INPUT__0"][1][0] for s in warmup_shapes(config)] == [1, 4, 8, 32]
+
+
 def test_dynamic_dims_take_their_buckets_from_the_model_warmup_entries():
     config = {
         "max_batch_size": 4,

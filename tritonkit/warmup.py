@@ -188,12 +188,16 @@ def warmup_shapes(config: dict) -> list[dict[str, tuple[str, list[int]]]]:
 
     ``config`` is the model's config as the server reports it (``get_model_config``).
     For ``max_batch_size > 0`` the batch sizes are 1, every preferred batch size of the
-    dynamic batcher, and max_batch_size. Each shape maps input name → (datatype, shape).
+    dynamic batcher, every batch size of the config's ``model_warmup`` entries (generated
+    configs list the powers of two there and leave the batcher free), and max_batch_size.
+    Each shape maps input name → (datatype, shape).
     """
     max_batch = int(config.get("max_batch_size", 0))
     if max_batch > 0:
         preferred = config.get("dynamic_batching", {}).get("preferred_batch_size", [])
-        batches: list[int | None] = sorted({1, max_batch, *(int(b) for b in preferred)})
+        warmed = [entry.get("batch_size", 0) for entry in config.get("model_warmup", [])]
+        sizes = {int(b) for b in (*preferred, *warmed) if 0 < int(b) <= max_batch}
+        batches: list[int | None] = sorted({1, max_batch, *sizes})
     else:
         batches = [None]
     types = {i["name"]: _datatype(i["data_type"]) for i in config.get("input", [])}
