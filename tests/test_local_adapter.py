@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -56,11 +55,12 @@ def test_generated_configs_load_ready_and_answer_like_onnx_runtime(exported_repo
         served = client.get_model_config("mlp")
         assert served["backend"] == "python"
         assert served["instance_group"][0]["kind"] == "KIND_CPU"
-        serving = load_profile(gpu).serving           # the profile's batching and instances made it
+        serving = load_profile(gpu).serving           # the profile's batching made it through
         assert served["dynamic_batching"]["max_queue_delay_microseconds"] == serving.max_queue_delay_us
         # none generated; Triton fills in max_batch_size itself, which means the same
         assert served["dynamic_batching"].get("preferred_batch_size", []) in ([], [served["max_batch_size"]])
-        assert served["instance_group"][0]["count"] == min(serving.instance_count, os.cpu_count())
+        # on the CPU one instance: ONNX Runtime spreads each run over the cores itself
+        assert [g["count"] for g in served["instance_group"]] == [1]
 
         rng = np.random.default_rng(7)
         x = rng.standard_normal((3, 16)).astype(np.float32)
