@@ -161,7 +161,7 @@ def memory_bound_batch(graph: GraphSpec, profile: GpuProfile, instances: int) ->
 def warmup_batch_sizes(max_batch_size: int) -> list[int]:
     """The batch sizes to warm beside 1: powers of two up to the limit (the limit itself
     included), at most four of them. The dynamic batcher forms any size up to the limit;
-    these are the ones a loaded server meets most."""
+    these spread the warm-up over that range at a bounded cost."""
     if max_batch_size < 2:
         return []
     sizes = [2**k for k in range(1, max_batch_size.bit_length()) if 2**k < max_batch_size]
@@ -238,8 +238,8 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
         config.dynamic_batching.SetInParent()
         config.dynamic_batching.max_queue_delay_microseconds = profile.serving.max_queue_delay_us
         notes.append(f"dynamic batching: as large as the queue holds up to {config.max_batch_size}, "
-                     f"queue delay {profile.serving.max_queue_delay_us} us (raise it only if "
-                     "`tritonkit loadtest` shows small batches under load)")
+                     f"queue delay {profile.serving.max_queue_delay_us} us (raise it only if Triton's "
+                     "statistics show small batches under load and `tritonkit loadtest` shows p99 headroom)")
 
     group = config.instance_group.add()
     group.kind = mc.ModelInstanceGroup.KIND_GPU

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 PASS, MISS, ERRORS = "pass", "sla-miss", "errors"
+LATE_SEND_MS = 1.0      # open loop: a p99 send lag above this is worth a warning
 
 
 @dataclass(frozen=True)
@@ -74,11 +76,13 @@ class Check:
 
     level: str
     metric: str          # "p99_ms" | "qps" | "error_rate"
-    measured: float
+    measured: float | None   # None: nothing to measure (no request succeeded)
     limit: float
     passed: bool
 
     def describe(self) -> str:
+        if self.measured is None:
+            return f"{self.level}: no successful request to take a {self.metric} from"
         if self.metric == "p99_ms":
             return f"{self.level}: p99 {self.measured:.2f} ms {'<=' if self.passed else '>'} {self.limit:g} ms"
         if self.metric == "qps":
@@ -120,8 +124,7 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
     for lv in result.levels:
         p99 = lv.latency_ms.get("p99")
         if sla.p99_ms is not None:
-            measured = p99 if p99 is not None else math.inf
-            checks.append(Check(lv.label, "p99_ms", measured, sla.p99_ms, measured <= sla.p99_ms))
+            checks.append(Check(lv.label, "p99_ms", p99, sla.p99_ms, p99 is not None and p99 <= sla.p99_ms))
         if sla.min_qps is not None:
             checks.append(Check(lv.label, "qps", lv.qps, sla.min_qps, lv.qps >= sla.min_qps))
         if sla.max_error_rate is not None:
@@ -133,6 +136,9 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
                           f"(most: {count}x {kind})")
         if lv.sent and not lv.ok:
             errors.append(f"{lv.label}: no request succeeded")
+        elif not lv.sent and not result.ended_early:
+            errors.append(f"{lv.label}: no request was sent in the {lv.duration_s:g} s measured "
+                          "(lengthen --duration, or --warmup-s may swallow the run)")
     if result.ended_early:
         errors.insert(0, result.ended_early)
     warnings = [f"{lv.label}: {s.cause} at {s.start_s:g} s (p99 {s.p99_ms:.2f} ms, max {s.max_ms:.2f} ms, "
@@ -143,6 +149,12 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
                  for lv in result.levels
                  if lv.achieved_rate is not None and lv.offered_rate
                  and lv.achieved_rate < 0.95 * lv.offered_rate]
+    # Open-loop latency runs from the scheduled send: a late send is in it. Say when that is
+    # the client's doing (every in-flight slot busy, or the client short of CPU).
+    warnings += [f"{lv.label}: requests left late (p99 {lv.send_lag_ms['p99']:.2f} ms after they were due); "
+                 "the latencies include that wait — if the server is not stalled, add --workers"
+                 for lv in result.levels
+                 if lv.send_lag_ms and lv.send_lag_ms.get("p99", 0.0) > LATE_SEND_MS]
     missed = [c.describe() for c in checks if not c.passed]
     outcome = ERRORS if errors else MISS if missed else PASS
     return Verdict(outcome=outcome, checks=tuple(checks), reasons=tuple(errors or missed),
@@ -161,8 +173,8 @@ def _short(lv: LevelResult) -> str:
 
 def levels_table(result: LoadTestResult) -> Table:
     """One row per concurrency or rate: counts, QPS and the latency percentiles (ms)."""
-    table = Table(title=f"{result.spec.model} over {result.spec.protocol.upper()} at {result.server} "
-                        f"({result.request})", title_justify="left")
+    table = Table(title=escape(f"{result.spec.model} over {result.spec.protocol.upper()} at {result.server} "
+                               f"({result.request})"), title_justify="left")
     columns = ["level", "QPS", *[f"p{p:g}" for p in PERCENTILES], "max", "errors"]
     for name in columns:
         table.add_column(name, justify="left" if name == "level" else "right", no_wrap=True)
@@ -200,7 +212,7 @@ def spikes_table(result: LoadTestResult) -> Table | None:
     for name in ("level", "at s", "p99 ms", "max ms", "typical p99", "cause"):
         table.add_column(name, justify="left" if name in ("level", "cause") else "right")
     for label, s in rows:
-        cause = f"[bold yellow]{s.cause}[/bold yellow]" if s.cold_start else s.cause
+        cause = f"[bold yellow]{escape(s.cause)}[/bold yellow]" if s.cold_start else escape(s.cause)
         table.add_row(label, f"{s.start_s:g}", _ms(s.p99_ms), _ms(s.max_ms), _ms(s.typical_p99_ms), cause)
     return table
 
@@ -211,21 +223,22 @@ def print_report(console: Console, result: LoadTestResult, verdict: Verdict) -> 
     for table in (server_split_table(result), spikes_table(result)):
         if table is not None:
             console.print(table)
+    # Error kinds, causes and reasons carry the server's own words: printed, never parsed as markup.
     for lv in result.levels:
         for kind, count in lv.errors.items():
-            console.print(f"[red]{lv.label}: {count} x {kind}[/red]")
+            console.print(f"[red]{escape(f'{lv.label}: {count} x {kind}')}[/red]")
     for warning in verdict.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     for check in verdict.checks:
         mark = "[green]PASS[/green]" if check.passed else "[red]FAIL[/red]"
-        console.print(f"{mark} {check.describe()}")
+        console.print(f"{mark} {escape(check.describe())}")
     if verdict.outcome == PASS:
         console.print("[bold green]SLA met[/bold green]" if verdict.sla.given
                       else "no SLA given (--sla-p99-ms, --sla-min-qps, --sla-max-error-rate): nothing to fail")
     elif verdict.outcome == MISS:
-        console.print(f"[bold red]SLA missed[/bold red]: {'; '.join(verdict.reasons)}")
+        console.print(f"[bold red]SLA missed[/bold red]: {escape('; '.join(verdict.reasons))}")
     else:
-        console.print(f"[bold red]run failed[/bold red]: {'; '.join(verdict.reasons)}")
+        console.print(f"[bold red]run failed[/bold red]: {escape('; '.join(verdict.reasons))}")
 
 
 # -- files -------------------------------------------------------------------------------
@@ -234,7 +247,7 @@ def _level_dict(lv: LevelResult) -> dict[str, Any]:
     data = {name: getattr(lv, name) for name in (
         "mode", "level", "workers", "duration_s", "sent", "ok", "errors", "qps", "infer_per_s",
         "latency_ms", "offered_rate", "achieved_rate", "send_lag_ms", "server_split_ms",
-        "ended_early", "events")}
+        "client_cpu_us", "ended_early", "events", "outages")}
     data.update(label=lv.label, error_rate=lv.error_rate,
                 timeline=[asdict(w) for w in lv.timeline],
                 spikes=[asdict(s) for s in lv.spikes],
@@ -255,15 +268,21 @@ def result_dict(result: LoadTestResult, verdict: Verdict) -> dict[str, Any]:
 
 
 def write_json(path: Path, result: LoadTestResult, verdict: Verdict) -> Path:
-    return atomic_write(path, json.dumps(result_dict(result, verdict), indent=2, default=_json_default) + "\n")
+    """Strict JSON: a value that is not a finite number (nothing measured) is written as null."""
+    data = _finite(result_dict(result, verdict))
+    return atomic_write(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
-def _json_default(value: Any) -> Any:
+def _finite(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    raise TypeError(f"not JSON-serializable: {type(value).__name__}")
+    return value
 
 
 CSV_COLUMNS = ("level", "window", "start_s", "qps", "ok", "errors", "p50_ms", "p99_ms", "max_ms",
@@ -339,20 +358,10 @@ def _once(unused: set[str], label: str) -> str | None:
 
 
 def _outages(lv: LevelResult) -> list[tuple[float, float]]:
-    """Spans in which the model was seen not READY (from the run's server events)."""
+    """Spans in which the tested model was not READY, clipped to the measurement."""
     end = lv.duration_s
-    spans, since = [], None
-    for event in lv.events:
-        if event.get("kind") != "state":
-            continue
-        if event["state"] != "READY" and since is None:
-            since = max(0.0, event["t_s"])
-        elif event["state"] == "READY" and since is not None:
-            spans.append((since, max(since, event["t_s"])))
-            since = None
-    if since is not None:
-        spans.append((since, end))
-    return [(a, b) for a, b in spans if b >= 0 and a <= end]
+    spans = [(max(0.0, o["from_s"]), end if o["to_s"] is None else min(end, o["to_s"])) for o in lv.outages]
+    return [(a, b) for a, b in spans if b >= a and a <= end]
 
 
 def _histogram(ax, lv: LevelResult, color: str) -> None:

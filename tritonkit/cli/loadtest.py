@@ -66,6 +66,9 @@ def loadtest(
     protocol: Annotated[str, typer.Option(help="http or grpc.")] = "http",
     workers: Annotated[Optional[int], typer.Option(
         help="Load-generating processes (default: enough for the load, at most the CPUs).", min=1)] = None,
+    max_in_flight: Annotated[Optional[int], typer.Option(
+        "--max-in-flight", help="Open loop: most requests in flight per worker (default 64 http, 32 grpc).",
+        min=1)] = None,
     window_s: Annotated[float, typer.Option(
         "--window-s", help="Width of a timeline window in seconds.", min=0.05)] = 1.0,
     input_data: Annotated[Optional[Path], typer.Option(
@@ -101,7 +104,7 @@ def loadtest(
         model=model, concurrency=_numbers(concurrency, int, "--concurrency"),
         rates=_numbers(rate, float, "--rate"), arrivals=arrivals, duration_s=duration,
         warmup_s=warmup_s, batch_size=batch_size, protocol=protocol, workers=workers,
-        window_s=window_s, timeout_s=request_timeout, input_data=input_data)
+        max_in_flight=max_in_flight, window_s=window_s, timeout_s=request_timeout, input_data=input_data)
     endpoint = resolve_endpoint(repository, url, grpc_url=grpc_url)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]} requests"),
                TimeRemainingColumn())
@@ -109,13 +112,17 @@ def loadtest(
                   disable=not err_console.is_terminal) as progress:
         result = loadtest_lib.run_loadtest(endpoint, spec, progress=_ProgressBar(progress))
     verdict = report.judge(result, sla)
+    # Files first: what was measured is kept even if the terminal cannot show it.
+    for path, write in ((json_out, lambda p: report.write_json(p, result, verdict)),
+                        (csv_out, lambda p: report.write_csv(p, result)),
+                        (plot, lambda p: report.write_plot(p, result))):
+        if path is not None:
+            try:
+                write(path)
+            except OSError as exc:
+                raise UsageError(f"could not write {path}: {exc.strerror or exc}",
+                                 hint="choose a path in a folder you can write to") from None
     report.print_report(console, result, verdict)
-    if json_out:
-        report.write_json(json_out, result, verdict)
-    if csv_out:
-        report.write_csv(csv_out, result)
-    if plot:
-        report.write_plot(plot, result)
     if result.ended_early:
         err_console.print(f"error: {result.ended_early}")
     raise typer.Exit(verdict.exit_code)

@@ -15,7 +15,7 @@ from tritonkit.errors import LoadTestError, UsageError
 from tritonkit.loadtest._inputs import RequestTemplate, request_template
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._server import ServerEvent, ServerWatcher
-from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows
+from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
 from tritonkit.loadtest._worker import DIGITS, HIGHEST_US, LOWEST_US, WorkerPlan, worker_main
 
@@ -51,8 +51,12 @@ class LoadSpec:
         if bool(self.concurrency) == bool(self.rates):
             raise UsageError("give exactly one of --concurrency or --rate",
                              hint="closed loop: --concurrency 1,8; open loop: --rate 200")
-        if any(c < 1 for c in self.concurrency) or any(r <= 0 for r in self.rates):
-            raise UsageError("concurrency must be >= 1 and rates > 0")
+        if any(c < 1 for c in self.concurrency):
+            raise UsageError(f"--concurrency takes whole numbers >= 1 (got {list(self.concurrency)})",
+                             hint="e.g. --concurrency 1,8,32")
+        if any(not (0 < r < math.inf) for r in self.rates):
+            raise UsageError(f"--rate takes finite request rates > 0 (got {list(self.rates)})",
+                             hint="e.g. --rate 50,200")
         if self.arrivals not in ARRIVALS:
             raise UsageError(f"unknown arrivals '{self.arrivals}'", hint=f"use one of: {', '.join(ARRIVALS)}")
         if self.protocol not in PROTOCOLS:
@@ -87,10 +91,12 @@ class LevelResult:
     events: list[dict]
     server_split_ms: dict[str, float] | None
     offered_rate: float | None = None
-    achieved_rate: float | None = None  # requests actually sent per second
+    achieved_rate: float | None = None  # requests actually sent per second (open loop)
     send_lag_ms: dict[str, float] | None = None
     ended_early: str | None = None
     client_cpu_us: float | None = None  # client CPU per request sent, all workers together
+    # spans in which the tested model was not READY: {"from_s", "to_s"} (to_s None: still out)
+    outages: list[dict] = field(default_factory=list)
     histogram: Any = field(default=None, repr=False)   # the merged HdrHistogram
 
     @property
@@ -157,6 +163,8 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
     try:
         send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
         send()
+        if protocol == "http":
+            send.__self__.close()           # the probe's own connection
     except RequestFailed as exc:
         raise LoadTestError(f"the first request to '{template.model}' failed: {exc.kind}",
                             hint="check the model's inputs (--input-data, --batch-size)") from None
@@ -187,6 +195,7 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
     stop = ctx.RawValue("b", 0)
     done = ctx.RawArray("q", len(plans))
     pipes, procs = [], []
+    watcher: ServerWatcher | None = None
     try:
         for plan in plans:
             parent, child = ctx.Pipe()
@@ -222,12 +231,13 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
                                         hint="rerun with TRITONKIT_DEBUG=1; check memory")
             if time.monotonic() > deadline:
                 raise LoadTestError("load-test workers did not finish in time",
-                                    hint="the server may be hung; try a shorter --timeout")
+                                    hint="the server may be hung; try a shorter --request-timeout")
         if before is None:
             before = watcher.stats()
         after = watcher.stats()
-        watcher.stop()
     finally:
+        if watcher is not None:       # its thread polls until stopped, whatever went wrong
+            watcher.stop()
         stop.value = 1
         for proc in procs:
             proc.join(timeout=5)
@@ -311,6 +321,9 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
             max_ms=hist.get_max_value() / 1000 if has else None))
     events: list[ServerEvent] = watcher.events
     spikes = cold_start_windows(timeline, events, start_ns, spec.window_s)
+    outages = [{"version": version, "from_s": round(left, 3), "to_s": None if ready is None else round(ready, 3)}
+               for model, version, left, ready in model_outages(events, start_ns, span_s)
+               if model == spec.model]
     sent = sum(s["sent"] for s in summaries)
     ok = sum(s["ok"] for s in summaries)
     latency = _latency_ms(total)
@@ -325,8 +338,9 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
         latency_ms=latency, timeline=timeline, spikes=spikes,
         events=[e.as_dict(start_ns) for e in events], server_split_ms=split,
         offered_rate=level if spec.mode == "open" else None,
-        achieved_rate=sent / span if spec.mode == "open" and span_s else None,
+        achieved_rate=(sent - sum(s["not_sent"] for s in summaries)) / span
+        if spec.mode == "open" and span_s else None,
         send_lag_ms=_latency_ms(lag) or None if spec.mode == "open" else None,
         client_cpu_us=sum(s["cpu_s"] for s in summaries) / sum(s["sent_all"] for s in summaries) * 1e6
         if sum(s["sent_all"] for s in summaries) else None,
-        ended_early=ended_early, histogram=total)
+        ended_early=ended_early, histogram=total, outages=outages)

@@ -19,10 +19,15 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from tritonkit.client import Endpoint, triton_message  # noqa: F401
+from tritonkit.client import Endpoint, triton_message
 
 _STAT_FIELDS = ("success", "queue", "compute_input", "compute_infer", "compute_output")
 _DOWN_AFTER = 3      # consecutive failed polls before the server counts as gone
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A poll that got no answer in time: the server is there but busy."""
+    return isinstance(exc, TimeoutError) or "timed out" in str(exc).lower()
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class ServerWatcher:
         self._last = StatsSnapshot()
         self._last_answer_ns: int | None = None     # when the last statistics poll answered
         self._poll_lock = threading.Lock()
+        self._stats_readable = True
         self._outage_open = False                   # statistics say the model is out
         self._stats_outage = False                  # ... and only they saw it
         self._lock = threading.Lock()
@@ -141,7 +147,9 @@ class ServerWatcher:
                     self.events.append(ServerEvent(time.perf_counter_ns(), "up"))
                     self.down_at_ns = None
                 failures = 0
-            except Exception:  # connection refused, reset, timeout: tritonclient wraps them variously
+            except Exception as exc:  # refused, reset, timeout: tritonclient wraps them variously
+                if _timed_out(exc):
+                    continue          # busy (Triton blocks while it loads a model), not gone
                 failures += 1
                 if failures == _DOWN_AFTER and not self._alive():
                     self.down_at_ns = time.perf_counter_ns()
@@ -152,8 +160,8 @@ class ServerWatcher:
     def _alive(self) -> bool:
         try:
             return bool(self._client.is_server_live())  # type: ignore[union-attr]
-        except Exception:
-            return False
+        except Exception as exc:
+            return _timed_out(exc)
 
     def _poll_states(self, initial: bool = False) -> None:
         now = time.perf_counter_ns()
@@ -194,12 +202,18 @@ class ServerWatcher:
         answers are taken in the order they were asked for."""
         from tritonclient.utils import InferenceServerException
 
+        if not self._stats_readable:
+            return
         with self._poll_lock:
             try:
-                stats = client.get_inference_statistics(self._model)
-            except InferenceServerException:
-                # The server answered but has no statistics: the model is (being) unloaded.
-                self._rebase(StatsSnapshot(), time.perf_counter_ns(), available=False)
+                stats = client.get_inference_statistics(self._model, headers=self._headers or None)
+            except InferenceServerException as exc:
+                if self._last_answer_ns is None:
+                    # Never readable (restricted, say): no split, and no outage inferred from it.
+                    self._stats_readable = False
+                elif "not available" in triton_message(exc) or "unknown model" in triton_message(exc).lower():
+                    # The server answered that the model is (being) unloaded.
+                    self._rebase(StatsSnapshot(), time.perf_counter_ns(), available=False)
                 return
             total = StatsSnapshot()
             for entry in stats.get("model_stats", []):

@@ -87,7 +87,8 @@ def model_outages(events: list[ServerEvent], start_ns: int, end_s: float) -> lis
     """
     outages = []
     open_since: dict[tuple[str, str], float] = {}
-    for event in events:
+    # In time order: an outage inferred from statistics is recorded after the fact.
+    for event in sorted(events, key=lambda e: e.t_ns):
         if event.kind != "state":
             continue
         key, at = (event.model, event.version), (event.t_ns - start_ns) / 1e9

@@ -115,8 +115,10 @@ class _Records:
                 "errors": int(np.count_nonzero(here & ~ok)),
                 "hist": _encode(latencies[here & ok]),
             }
+        not_sent = self.kinds.get(NOT_SENT)
         summary = {
             "sent": int(len(codes)),
+            "not_sent": int(np.count_nonzero(codes == not_sent)) if not_sent else 0,
             "ok": int(np.count_nonzero(ok)),
             "errors": {names[int(c)]: int(n) for c, n in zip(*np.unique(codes[~ok], return_counts=True))},
             "hist": _encode(latencies[ok]),
@@ -167,6 +169,7 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     open_loop = plan.offsets_ns is not None
     # Open loop: the arrivals, shared by the slots (each taken once). Closed loop: none.
     arrivals = iter((t0 + plan.offsets_ns).tolist()) if open_loop else None
+    taken: dict[int, int] = {}              # slot -> arrival it waits to send
 
     def user(slot: int) -> None:
         send = senders[slot]
@@ -179,9 +182,11 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
                 due = next(arrivals, None)
                 if due is None:
                     return
+                taken[slot] = due
                 wait_until(due)
                 if stop.value:
                     return
+                del taken[slot]
             start = clock()
             inflight[slot] = due
             try:
@@ -210,6 +215,8 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
         gevent.joinall(greenlets, timeout=deadline_s)
         _give_up_on(inflight, rec, plan, clock())
         gevent.killall(greenlets, block=False)
+        if arrivals is not None:
+            _never_sent([*taken.values(), *arrivals], end, rec, clock())
     else:
         threads = [threading.Thread(target=user, args=(slot,), daemon=True) for slot in range(plan.slots)]
         for thread in threads:
@@ -218,6 +225,20 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
         for thread in threads:
             thread.join(timeout=max(0.0, finish_by - time.monotonic()))
         _give_up_on(inflight, rec, plan, clock())
+
+
+NOT_SENT = "not sent: the load generator fell behind its schedule (add --workers or --max-in-flight)"
+
+
+def _never_sent(due: list[int], end: int, rec: _Records, now: int) -> None:
+    """Arrivals of the measured span the generator never sent count as errors, never vanish."""
+    code = rec.kinds.setdefault(NOT_SENT, len(rec.kinds) + 1)
+    for origin in due:
+        if origin < end:
+            rec.origins.append(origin)
+            rec.latencies.append(now - origin)
+            rec.codes.append(code)
+            rec.lags.append(now - origin)
 
 
 def _give_up_on(inflight: dict[int, int], rec: _Records, plan: WorkerPlan, now: int) -> None:

@@ -22,9 +22,9 @@ class TritonPythonModel:
         path = os.path.join(args["model_repository"], args["model_version"],
                             params.get("onnx_model", "model.onnx"))
         options = ort.SessionOptions()
-        # Every instance of the model runs its own session in its own process. ONNX
-        # Runtime's threads spin-wait between ops by default, so two busy instances on a
-        # small host burn each other's (and the server's) CPU: they wait without spinning.
+        # ONNX Runtime's threads spin-wait between ops by default, burning CPU that the
+        # server's own threads (and a load generator on the same host) need: they wait
+        # without spinning.
         threads = int(params.get("intra_op_threads", "0"))
         if threads:
             options.intra_op_num_threads = threads
