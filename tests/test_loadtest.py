@@ -251,6 +251,7 @@ def test_a_generous_sla_passes_and_every_output_file_holds_the_run(served, tmp_p
         assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
         assert lv["server_split_ms"]["compute_infer"] > 0       # Triton's own statistics
         assert lv["hdr_histogram"] and lv["client_cpu_us"] > 0
+        assert lv["server_batch"] == pytest.approx(1.0)   # the example model does not batch
     rows = list(csv.DictReader((out / "run.csv").open()))
     assert {r["level"] for r in rows} == {"concurrency 1", "concurrency 4"}
     assert sum(int(r["ok"]) for r in rows) == sum(lv["ok"] for lv in data["levels"])
@@ -378,6 +379,29 @@ def test_real_input_data_is_sent_and_a_wrong_input_name_is_refused(served, tmp_p
     data.write_text(json.dumps({"pixels": [1.0]}))
     assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data", data) == EXIT_USAGE
     assert "names inputs the model does not have: pixels" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_statistics_the_client_may_not_read_never_fake_an_outage(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+    settings = tmp_path / "server.toml"
+    settings.write_text((EXAMPLE_REPOSITORY.parent / "configs" / "server.toml").read_text().replace(
+        'categories = ["model-repository"]', 'categories = ["model-repository", "statistics"]'))
+    deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120,
+                              server_config=settings, warmup=False)
+    try:
+        # reached by address alone: no secret, so statistics answer "restricted"
+        result = run_loadtest(Endpoint(http_url=deployment.http_url),
+                              LoadSpec(model="example", concurrency=(1,), duration_s=1.5, warmup_s=0.3))
+    finally:
+        down(repo)
+    # nothing of ours kept a connection open: the server stopped without its exit timeout
+    assert "Exit timeout expired" not in Path(deployment.log_path).read_text()
+    level = result.levels[0]
+    assert level.ok > 50 and level.error_count == 0
+    assert level.server_split_ms is None and level.server_batch is None
+    assert level.outages == [] and not any(s.cold_start for s in level.spikes)
 
 
 @pytest.mark.server

@@ -46,6 +46,8 @@ def test_deploy_binds_to_loopback_and_records_its_state(deployed):
     assert deployed.host == "127.0.0.1"
     assert any(a == "--http-address=127.0.0.1" for a in deployed.argv)
     assert "--model-control-mode=explicit" in deployed.argv
+    # its own python-backend shared memory, so local servers can run side by side
+    assert f"--backend-config=python,shm-region-prefix-name=tritonkit_{deployed.http_port}_" in deployed.argv
     # The secret never lands in the state file, only in its 0600 file.
     state = (state_dir(Path(deployed.repository)) / "server.json").read_text()
     assert deployed.secret() not in state

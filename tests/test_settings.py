@@ -29,6 +29,12 @@ def test_a_profile_can_raise_the_minimum_compute_capability():
     assert "--min-supported-compute-capability=8.6" in argv
 
 
+def test_servers_sharing_a_host_get_their_own_python_backend_shm_prefix():
+    argv = tritonserver_argv(load_server_settings(), binary="t", model_repository="/m", ports=Ports(),
+                             models=[], secret="x", python_shm_prefix="tritonkit_8000_")
+    assert "--backend-config=python,shm-region-prefix-name=tritonkit_8000_" in argv
+
+
 def test_an_argv_without_a_secret_is_refused():
     with pytest.raises(ValueError):
         tritonserver_argv(load_server_settings(), binary="t", model_repository="/m",

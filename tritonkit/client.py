@@ -75,12 +75,15 @@ def triton_message(exc: Exception) -> str:
 
 def check_live(endpoint: Endpoint) -> None:
     """Raise a ServerError if the server does not answer /v2/health/live."""
+    client = endpoint.http()
     try:
-        if endpoint.http().is_server_live():
+        if client.is_server_live():
             return
     except Exception as exc:  # tritonclient raises several transport errors
         raise ServerError(f"no Triton server answers at {endpoint.http_url} ({triton_message(exc)})",
                           hint="start one: tritonkit deploy --repository DIR") from None
+    finally:
+        client.close()      # an open connection holds a stopping Triton for its exit timeout
     raise ServerError(f"the Triton server at {endpoint.http_url} is not live",
                       hint="check its log")
 

@@ -189,17 +189,18 @@ def levels_table(result: LoadTestResult) -> Table:
 
 def server_split_table(result: LoadTestResult) -> Table | None:
     """Where the mean request's time went, from Triton's statistics before and after the run."""
-    rows = [(_short(lv), lv.server_split_ms) for lv in result.levels if lv.server_split_ms]
+    rows = [(_short(lv), lv.server_split_ms, lv.server_batch) for lv in result.levels if lv.server_split_ms]
     if not rows:
         return None
     table = Table(title="where the mean request's time went (ms; Triton's statistics: queue, compute "
-                        "input/infer/output)", title_justify="left")
-    for name in ("level", "queue", "input", "infer", "output", "server", "client+net"):
+                        "input/infer/output; batch: samples per model execution)", title_justify="left")
+    for name in ("level", "queue", "input", "infer", "output", "server", "client+net", "batch"):
         table.add_column(name, justify="left" if name == "level" else "right")
-    for label, split in rows:
+    for label, split, batch in rows:
         table.add_row(label, _ms(split.get("queue")), _ms(split.get("compute_input")),
                       _ms(split.get("compute_infer")), _ms(split.get("compute_output")),
-                      _ms(split.get("request")), _ms(split.get("client_and_network")))
+                      _ms(split.get("request")), _ms(split.get("client_and_network")),
+                      "-" if batch is None else f"{batch:.1f}")
     return table
 
 
@@ -247,7 +248,7 @@ def _level_dict(lv: LevelResult) -> dict[str, Any]:
     data = {name: getattr(lv, name) for name in (
         "mode", "level", "workers", "duration_s", "sent", "ok", "errors", "qps", "infer_per_s",
         "latency_ms", "offered_rate", "achieved_rate", "send_lag_ms", "server_split_ms",
-        "client_cpu_us", "ended_early", "events", "outages")}
+        "client_cpu_us", "server_batch", "ended_early", "events", "outages")}
     data.update(label=lv.label, error_rate=lv.error_rate,
                 timeline=[asdict(w) for w in lv.timeline],
                 spikes=[asdict(s) for s in lv.spikes],
@@ -321,12 +322,13 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
     for i, lv in enumerate(result.levels):
         color = colors[i % len(colors)]
         windows = [w for w in lv.timeline if w.p99_ms is not None]
-        xs = [w.start_s for w in windows]
+        half = result.spec.window_s / 2          # each point in the middle of its window
+        xs = [w.start_s + half for w in windows]
         top.plot(xs, [w.p99_ms for w in windows], "-", color=color, label=f"{lv.label} p99")
         top.plot(xs, [w.p50_ms for w in windows], ":", color=color, label=f"{lv.label} p50")
         spiked = [w for w in windows if w.spike]
         if spiked:
-            top.scatter([w.start_s for w in spiked], [w.max_ms for w in spiked], marker="v", s=70,
+            top.scatter([w.start_s + half for w in spiked], [w.max_ms for w in spiked], marker="v", s=70,
                         color="red", zorder=5, label=_once(legend, "spike (window max)"))
         for left, right in _outages(lv):
             top.axvspan(left, right, color="orange", alpha=0.2, label=_once(legend, "model not READY"))

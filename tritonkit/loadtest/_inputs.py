@@ -39,6 +39,8 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
                              hint="check the name, or load it: tritonkit warmup --model NAME") from None
         raise ServerError(f"could not read model '{model}' from {endpoint.http_url} ({message})",
                           hint="is the server up? tritonkit deploy --repository DIR") from None
+    finally:
+        client.close()      # an open connection holds a stopping Triton for its exit timeout
     max_batch = int(config.get("max_batch_size", 0))
     if batch_size < 1:
         raise UsageError("--batch-size must be >= 1")

@@ -95,6 +95,7 @@ class LevelResult:
     send_lag_ms: dict[str, float] | None = None
     ended_early: str | None = None
     client_cpu_us: float | None = None  # client CPU per request sent, all workers together
+    server_batch: float | None = None   # samples per model execution: the batches Triton formed
     # spans in which the tested model was not READY: {"from_s", "to_s"} (to_s None: still out)
     outages: list[dict] = field(default_factory=list)
     histogram: Any = field(default=None, repr=False)   # the merged HdrHistogram
@@ -327,7 +328,8 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
     sent = sum(s["sent"] for s in summaries)
     ok = sum(s["ok"] for s in summaries)
     latency = _latency_ms(total)
-    split = after.minus(before).split_ms()
+    served = after.minus(before)
+    split = served.split_ms()
     if split and latency:
         split["client_and_network"] = max(0.0, latency["mean"] - split["request"])
     span = span_s or float("nan")
@@ -343,4 +345,4 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
         send_lag_ms=_latency_ms(lag) or None if spec.mode == "open" else None,
         client_cpu_us=sum(s["cpu_s"] for s in summaries) / sum(s["sent_all"] for s in summaries) * 1e6
         if sum(s["sent_all"] for s in summaries) else None,
-        ended_early=ended_early, histogram=total, outages=outages)
+        ended_early=ended_early, histogram=total, outages=outages, server_batch=served.mean_batch())

@@ -54,12 +54,20 @@ class StatsSnapshot:
 
     count: int = 0
     ns: tuple[int, ...] = (0,) * len(_STAT_FIELDS)
+    inferences: int = 0        # samples inferred (a batch of 8 counts 8)
+    executions: int = 0        # model executions (a batch of 8 counts 1)
 
     def minus(self, other: "StatsSnapshot") -> "StatsSnapshot":
-        return StatsSnapshot(self.count - other.count, tuple(a - b for a, b in zip(self.ns, other.ns)))
+        return StatsSnapshot(self.count - other.count, tuple(a - b for a, b in zip(self.ns, other.ns)),
+                             self.inferences - other.inferences, self.executions - other.executions)
 
     def plus(self, other: "StatsSnapshot") -> "StatsSnapshot":
-        return StatsSnapshot(self.count + other.count, tuple(a + b for a, b in zip(self.ns, other.ns)))
+        return StatsSnapshot(self.count + other.count, tuple(a + b for a, b in zip(self.ns, other.ns)),
+                             self.inferences + other.inferences, self.executions + other.executions)
+
+    def mean_batch(self) -> float | None:
+        """Samples per model execution: how large the batches Triton formed were."""
+        return self.inferences / self.executions if self.executions > 0 else None
 
     def split_ms(self) -> dict[str, float] | None:
         """Mean milliseconds per successful request: total, queue, compute input/infer/output."""
@@ -117,6 +125,8 @@ class ServerWatcher:
                 self._poll_stats(self._caller_client)
             except Exception:  # the server went away at the very end: keep what was seen
                 pass
+        # Triton waits for open HTTP connections when it stops (up to its exit timeout).
+        self._caller_client.close()
 
     def stats(self) -> StatsSnapshot:
         """Cumulative statistics now (polls once more; falls back to the last seen)."""
@@ -129,7 +139,13 @@ class ServerWatcher:
             return self._base.plus(self._last)
 
     def _loop(self) -> None:
-        self._client = self._endpoint.http(connection_timeout=2.0, network_timeout=2.0)
+        client = self._client = self._endpoint.http(connection_timeout=2.0, network_timeout=2.0)
+        try:
+            self._watch()
+        finally:
+            client.close()          # in this thread: its gevent pool belongs here
+
+    def _watch(self) -> None:
         try:
             self._poll_states(initial=True)
             self._poll_stats(self._client)
@@ -220,7 +236,8 @@ class ServerWatcher:
                 inference = entry.get("inference_stats", {})
                 total = total.plus(StatsSnapshot(
                     int(inference.get("success", {}).get("count", 0)),
-                    tuple(int(inference.get(name, {}).get("ns", 0)) for name in _STAT_FIELDS)))
+                    tuple(int(inference.get(name, {}).get("ns", 0)) for name in _STAT_FIELDS),
+                    int(entry.get("inference_count", 0)), int(entry.get("execution_count", 0))))
             self._rebase(total, time.perf_counter_ns(), available=True)
 
     def _rebase(self, current: StatsSnapshot, answered_ns: int, available: bool) -> None:

@@ -1,9 +1,9 @@
 """One load-generating process: virtual users (closed loop) or arrival slots (open loop).
 
 Each virtual user (closed loop) or arrival slot (open loop) of an HTTP worker has a
-kept-alive connection of its own. A worker with one user runs it inline on a blocking
-socket — gevent's hub adds about 60 µs to every request, so a lone user does without it;
-several users run as gevent greenlets on gevent's sockets. gRPC workers run threads over
+kept-alive connection of its own. A worker with one user runs it in a thread on a
+blocking socket — gevent's hub adds about 60 µs to every request, so a lone user does
+without it; several users run as gevent greenlets on gevent's sockets. gRPC workers run threads over
 one channel (grpcio is not gevent-cooperative without monkey-patching). The hot loop only
 appends a few integers per request; histograms are built once the run is over, so
 recording costs nothing while the clock runs.
@@ -170,10 +170,11 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     # Open loop: the arrivals, shared by the slots (each taken once). Closed loop: none.
     arrivals = iter((t0 + plan.offsets_ns).tolist()) if open_loop else None
     taken: dict[int, int] = {}              # slot -> arrival it waits to send
+    closed = [False]                        # past the deadline: what is still out was counted
 
     def user(slot: int) -> None:
         send = senders[slot]
-        while not stop.value:
+        while not stop.value and not closed[0]:
             if arrivals is None:            # closed loop: the next request leaves at once
                 due = clock()
                 if due >= end:
@@ -195,6 +196,8 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
             except Exception as exc:
                 code = rec.code(exc)
             finish = clock()
+            if closed[0]:                   # given up on at the deadline: counted already
+                return
             del inflight[slot]
             # Open loop, free of coordinated omission: latency runs from when the request was due.
             origins(due)
@@ -206,25 +209,26 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
 
     wait_until(t0)
     deadline_s = max(0.0, (end - clock()) / 1e9) + plan.grace_s
-    if plan.slots == 1:                     # a socket timeout bounds its last request
-        user(0)
-    elif cooperative:
+    if cooperative:
         import gevent
 
         greenlets = [gevent.spawn(user, slot) for slot in range(plan.slots)]
         gevent.joinall(greenlets, timeout=deadline_s)
-        _give_up_on(inflight, rec, plan, clock())
+        closed[0] = True
         gevent.killall(greenlets, block=False)
-        if arrivals is not None:
-            _never_sent([*taken.values(), *arrivals], end, rec, clock())
     else:
+        # Threads, a lone user included: the join's deadline bounds a hung request the same
+        # way (the thread is left to its socket timeout; its late answer is dropped).
         threads = [threading.Thread(target=user, args=(slot,), daemon=True) for slot in range(plan.slots)]
         for thread in threads:
             thread.start()
         finish_by = time.monotonic() + deadline_s
         for thread in threads:
             thread.join(timeout=max(0.0, finish_by - time.monotonic()))
-        _give_up_on(inflight, rec, plan, clock())
+        closed[0] = True
+    _give_up_on(inflight, rec, plan, clock())
+    if arrivals is not None and not stop.value:     # a stopped run sends nothing more, by design
+        _never_sent([*taken.values(), *arrivals], end, rec, clock())
 
 
 NOT_SENT = "not sent: the load generator fell behind its schedule (add --workers or --max-in-flight)"

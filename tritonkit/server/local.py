@@ -125,7 +125,11 @@ def start_local(
         settings, binary=str(install.binary), model_repository=str(serve_from or repository),
         ports=ports,
         models=models, secret=secret, bind_address=host, backend_directory=str(backends),
-        model_config_name=model_config_name, gpu_metrics=False)
+        model_config_name=model_config_name, gpu_metrics=False,
+        # Several local servers share this host's /dev/shm: with the python backend's one
+        # default prefix their stubs' regions collide (a second server then took its whole
+        # exit timeout, 30 s, to stop). The HTTP port is unique while the server runs.
+        python_shm_prefix=f"tritonkit_{ports.http}_")
     log_path = sdir / LOG_FILENAME
     with open(log_path, "wb") as log:
         # A new session: the server outlives this command and Ctrl-C here does not

@@ -85,13 +85,15 @@ def tritonserver_argv(
     backend_directory: str | None = None,
     model_config_name: str | None = None,
     gpu_metrics: bool = True,
+    python_shm_prefix: str | None = None,
 ) -> list[str]:
     """The full tritonserver command line for one deployment.
 
     ``models`` are loaded at start-up (``--load-model``), so a model that fails to
     load stops the server with Triton's own message instead of leaving it half-up.
     ``secret`` is the value of ``settings.restricted_api.header`` that the
-    restricted API categories require.
+    restricted API categories require. ``python_shm_prefix`` names the python backend's
+    shared-memory regions: servers sharing one host's /dev/shm need different ones.
     """
     if not secret:
         raise ValueError("a deployment needs a secret for the restricted API")
@@ -122,4 +124,6 @@ def tritonserver_argv(
         argv.append(f"--backend-directory={backend_directory}")
     if model_config_name:
         argv.append(f"--model-config-name={model_config_name}")
+    if python_shm_prefix:
+        argv.append(f"--backend-config=python,shm-region-prefix-name={python_shm_prefix}")
     return argv
