@@ -315,6 +315,7 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), constrained_layout=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -334,6 +335,9 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
             top.axvspan(left, right, color="orange", alpha=0.2, label=_once(legend, "model not READY"))
         _histogram(bottom, lv, color)
     top.set_yscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")   # 0.5, 2, 30: not 3x10^0
+    top.yaxis.set_major_formatter(plain)
+    top.yaxis.set_minor_formatter(plain)
     top.set_xlabel("seconds into the measurement")
     top.set_ylabel("latency per window (ms)")
     top.set_title(f"{result.spec.model}: latency timeline ({result.spec.protocol}, "
@@ -341,6 +345,8 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
     top.legend(fontsize="small", loc="upper right")
     top.grid(True, which="both", alpha=0.3)
     bottom.set_xscale("log")
+    bottom.xaxis.set_major_formatter(plain)
+    bottom.xaxis.set_minor_formatter(plain)
     bottom.set_xlabel("latency (ms)")
     bottom.set_ylabel("requests")
     bottom.set_title("latency histogram")
