@@ -8,7 +8,6 @@ must do there: write the files, say what is missing, exit non-zero.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import subprocess

@@ -224,10 +224,11 @@ class ServerWatcher:
             try:
                 stats = client.get_inference_statistics(self._model, headers=self._headers or None)
             except InferenceServerException as exc:
+                message = triton_message(exc).lower()
                 if self._last_answer_ns is None:
                     # Never readable (restricted, say): no split, and no outage inferred from it.
                     self._stats_readable = False
-                elif "not available" in triton_message(exc) or "unknown model" in triton_message(exc).lower():
+                elif "not available" in message or "unknown model" in message:
                     # The server answered that the model is (being) unloaded.
                     self._rebase(StatsSnapshot(), time.perf_counter_ns(), available=False)
                 return
