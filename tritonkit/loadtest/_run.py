@@ -72,6 +72,11 @@ class LoadSpec:
         return list(self.concurrency or self.rates)
 
 
+def level_label(mode: str, level: float) -> str:
+    """How a level is named: ``concurrency 8`` (closed loop) or ``rate 200/s`` (open loop)."""
+    return f"concurrency {level:g}" if mode == "closed" else f"rate {level:g}/s"
+
+
 @dataclass
 class LevelResult:
     """The outcome of one concurrency or rate."""
@@ -102,7 +107,7 @@ class LevelResult:
 
     @property
     def label(self) -> str:
-        return f"concurrency {self.level:g}" if self.mode == "closed" else f"rate {self.level:g}/s"
+        return level_label(self.mode, self.level)
 
     @property
     def error_count(self) -> int:
@@ -208,7 +213,7 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
             procs.append(proc)
         _wait_ready(pipes, procs)
         watcher = ServerWatcher(endpoint, spec.model, on_down=lambda: setattr(stop, "value", 1)).start()
-        label = f"concurrency {level:g}" if spec.mode == "closed" else f"rate {level:g}/s"
+        label = level_label(spec.mode, level)
         total_s = spec.warmup_s + spec.duration_s
         t0 = time.perf_counter_ns() + _START_MARGIN_NS
         start_ns = t0 + int(spec.warmup_s * 1e9)
@@ -328,6 +333,7 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
     sent = sum(s["sent"] for s in summaries)
     ok = sum(s["ok"] for s in summaries)
     latency = _latency_ms(total)
+    sent_all = sum(s["sent_all"] for s in summaries)     # warm-up included, as the CPU is
     served = after.minus(before)
     split = served.split_ms()
     if split and latency:
@@ -343,6 +349,5 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
         achieved_rate=(sent - sum(s["not_sent"] for s in summaries)) / span
         if spec.mode == "open" and span_s else None,
         send_lag_ms=_latency_ms(lag) or None if spec.mode == "open" else None,
-        client_cpu_us=sum(s["cpu_s"] for s in summaries) / sum(s["sent_all"] for s in summaries) * 1e6
-        if sum(s["sent_all"] for s in summaries) else None,
+        client_cpu_us=sum(s["cpu_s"] for s in summaries) / sent_all * 1e6 if sent_all else None,
         ended_early=ended_early, histogram=total, outages=outages, server_batch=served.mean_batch())
