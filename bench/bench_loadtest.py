@@ -5,11 +5,20 @@ concurrencies, taking turns (perf_analyzer, ours, perf_analyzer, ours, ...) so t
 noisy neighbour hurts both alike; each figure is the median of the rounds. Reported as
 ratios ours / perf_analyzer: throughput, p50, p99 — the goal is agreement within ±10 % —
 and the best throughput each reached over all concurrencies (the goal: ours >= theirs, so
-the load generator is never what limits a test). Client CPU per request shows where the
-client's time goes; on a 2-core machine every client microsecond is taken from the server.
+the load generator is never what limits a test).
+
+The server runs on one half of the CPUs and the load generators on the other (``--no-pin``
+shares them all), as perf_analyzer's documentation asks of a measurement: otherwise every
+microsecond a client spends is taken from the server, and the faster client measures a
+faster server. Two more columns show where any difference comes from:
+
+- *server ms*: Triton's own queue + compute time per request while each tool drove it —
+  what the server did, which both tools should agree on;
+- *PA net*: perf_analyzer's figures without its own client time, which it measures itself
+  (its "Client Send" + "Client Recv"): at concurrency 1 that time is in every latency.
 
     .venv/bin/python bench/bench_loadtest.py [--json out/bench_loadtest.json]
-        [--concurrency 1,4,16] [--rounds 2] [--seconds 4] [--protocol http]
+        [--concurrency 1,4,16] [--rounds 2] [--seconds 4] [--protocol http,grpc] [--no-pin]
 """
 
 from __future__ import annotations
@@ -17,10 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,12 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from bench.common import measure_ours, served, split_cpus  # noqa: E402
 from bench.perf_analyzer import run_perf_analyzer  # noqa: E402
 from tritonkit.client import Endpoint  # noqa: E402
-from tritonkit.deploy import deploy_local, down  # noqa: E402
-from tritonkit.loadtest import LoadSpec, run_loadtest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+MODEL = "example"
+TOLERANCE = 0.10
 
 
 def _children_cpu_s() -> float:
@@ -42,29 +50,84 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure_perf_analyzer(url: str, model: str, concurrency: int, seconds: float, protocol: str) -> dict:
+def run_theirs(url: str, concurrency: int, seconds: float, protocol: str) -> dict:
     """perf_analyzer at one concurrency: its last stable window, and its CPU per request."""
     cpu, wall = _children_cpu_s(), time.perf_counter()
-    result = run_perf_analyzer(url, model, concurrency, protocol=protocol,
+    result = run_perf_analyzer(url, MODEL, concurrency, protocol=protocol,
                                interval_ms=int(seconds * 1000), stability_pct=50, max_trials=8)
     cpu, wall = _children_cpu_s() - cpu, time.perf_counter() - wall
+    own_ms = (result.client_us or 0.0) / 1000
     return {"qps": result.throughput, "p50_ms": result.p50_us / 1000, "p99_ms": result.p99_us / 1000,
             # its whole run (start-up and every trial window) over the requests it sent in it
-            "client_cpu_us": cpu / (result.throughput * wall) * 1e6}
+            "client_cpu_us": cpu / (result.throughput * wall) * 1e6,
+            "server_ms": (result.server_us or float("nan")) / 1000,
+            "own_client_ms": own_ms,
+            # closed loop: throughput = concurrency / mean latency (Little's law)
+            "net_qps": concurrency / (result.avg_us / 1e6 - own_ms / 1000),
+            "net_p50_ms": result.p50_us / 1000 - own_ms, "net_p99_ms": result.p99_us / 1000 - own_ms}
 
 
-def measure_ours(endpoint: Endpoint, model: str, concurrency: int, seconds: float, protocol: str) -> dict:
-    result = run_loadtest(endpoint, LoadSpec(model=model, concurrency=(concurrency,), duration_s=seconds,
-                                             warmup_s=1.0, protocol=protocol))
-    level = result.levels[0]
-    if level.error_count:
-        raise SystemExit(f"tritonkit loadtest had errors at concurrency {concurrency}: {level.errors}")
+def run_ours(endpoint: Endpoint, concurrency: int, seconds: float, protocol: str) -> dict:
+    level = measure_ours(endpoint, MODEL, concurrency, seconds, protocol)
+    split = level.server_split_ms or {}
+    server = sum(split.get(k, float("nan")) for k in ("queue", "compute_input", "compute_infer",
+                                                       "compute_output"))
     return {"qps": level.qps, "p50_ms": level.latency_ms["p50"], "p99_ms": level.latency_ms["p99"],
-            "client_cpu_us": level.client_cpu_us, "workers": level.workers}
+            "client_cpu_us": level.client_cpu_us, "workers": level.workers, "server_ms": server}
 
 
-def _median(rows: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in rows)
+def compare(levels: list[int], runs: dict) -> list[dict]:
+    rows = []
+    for concurrency in levels:
+        pa, ours = runs["perf_analyzer", concurrency], runs["tritonkit", concurrency]
+        row = {"concurrency": concurrency, "rounds": {"perf_analyzer": pa, "tritonkit": ours}}
+        for key in ("qps", "p50_ms", "p99_ms", "client_cpu_us", "server_ms"):
+            row[f"perf_analyzer_{key}"] = statistics.median(r[key] for r in pa)
+            row[f"tritonkit_{key}"] = statistics.median(r[key] for r in ours)
+            row[f"ratio_{key}"] = row[f"tritonkit_{key}"] / row[f"perf_analyzer_{key}"]
+        for key in ("qps", "p50_ms", "p99_ms"):
+            row[f"perf_analyzer_net_{key}"] = statistics.median(r[f"net_{key}"] for r in pa)
+            row[f"ratio_net_{key}"] = row[f"tritonkit_{key}"] / row[f"perf_analyzer_net_{key}"]
+        row["perf_analyzer_own_client_ms"] = statistics.median(r["own_client_ms"] for r in pa)
+        row["within"] = all(abs(row[f"ratio_{k}"] - 1) <= TOLERANCE for k in ("qps", "p50_ms", "p99_ms"))
+        row["within_net"] = all(abs(row[f"ratio_net_{k}"] - 1) <= TOLERANCE
+                                for k in ("qps", "p50_ms", "p99_ms"))
+        rows.append(row)
+    return rows
+
+
+def show(console: Console, protocol: str, rows: list[dict], rounds: int, pinned: str) -> dict:
+    table = Table(title=f"tritonkit loadtest vs perf_analyzer 2.51.0 — '{MODEL}' on the local Triton, "
+                        f"{protocol}, closed loop, median of {rounds} rounds, {pinned}")
+    for col in ("conc.", "QPS PA / ours", "×", "p50 ms PA / ours", "×", "p99 ms PA / ours", "×",
+                "server ms PA / ours", "PA own client ms", "× vs PA net QPS / p50 / p99",
+                "client CPU µs/req PA / ours"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["concurrency"]),
+            f"{r['perf_analyzer_qps']:,.0f} / {r['tritonkit_qps']:,.0f}", f"{r['ratio_qps']:.2f}",
+            f"{r['perf_analyzer_p50_ms']:.3f} / {r['tritonkit_p50_ms']:.3f}", f"{r['ratio_p50_ms']:.2f}",
+            f"{r['perf_analyzer_p99_ms']:.3f} / {r['tritonkit_p99_ms']:.3f}", f"{r['ratio_p99_ms']:.2f}",
+            f"{r['perf_analyzer_server_ms']:.3f} / {r['tritonkit_server_ms']:.3f}",
+            f"{r['perf_analyzer_own_client_ms']:.3f}",
+            f"{r['ratio_net_qps']:.2f} / {r['ratio_net_p50_ms']:.2f} / {r['ratio_net_p99_ms']:.2f}",
+            f"{r['perf_analyzer_client_cpu_us']:.0f} / {r['tritonkit_client_cpu_us']:.0f}")
+    console.print(table)
+    best_pa = max(r["perf_analyzer_qps"] for r in rows)
+    best_ours = max(r["tritonkit_qps"] for r in rows)
+    verdict = {"best_qps": {"perf_analyzer": best_pa, "tritonkit": best_ours},
+               "max_throughput_ratio": best_ours / best_pa,
+               "max_throughput_goal_met": best_ours >= best_pa,
+               "all_within_10_percent": all(r["within"] for r in rows),
+               "all_within_10_percent_of_pa_net": all(r["within_net"] for r in rows)}
+    console.print(f"{protocol}: best throughput perf_analyzer {best_pa:,.0f}/s, tritonkit {best_ours:,.0f}/s "
+                  f"(ratio {best_ours / best_pa:.2f}; goal >= 1.00: "
+                  f"{'met' if verdict['max_throughput_goal_met'] else 'NOT met'})")
+    console.print(f"{protocol}: QPS/p50/p99 within ±10 % of perf_analyzer's at concurrency "
+                  f"{[r['concurrency'] for r in rows if r['within']]}; of perf_analyzer's net of its own "
+                  f"client time at {[r['concurrency'] for r in rows if r['within_net']]}")
+    return verdict
 
 
 def main() -> int:
@@ -73,61 +136,39 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per run")
-    parser.add_argument("--protocol", default="http", choices=("http", "grpc"))
+    parser.add_argument("--protocol", default="http", help="http, grpc or both: http,grpc")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="server on the first half of the CPUs, load generators on the rest")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    model = "example"
+    protocols = args.protocol.split(",")
+    if not set(protocols) <= {"http", "grpc"}:
+        parser.error("--protocol takes http, grpc or http,grpc")
+    server_cpus, client_cpus = split_cpus(args.pin)
+    pinned = (f"server on CPUs {sorted(server_cpus)}, clients on {sorted(client_cpus)}"
+              if server_cpus != client_cpus else "server and clients share the CPUs")
 
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp) / "repo"
-        shutil.copytree(ROOT / "model_repository", repo, ignore=shutil.ignore_patterns(".tritonkit"))
-        deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=180)
+    runs: dict[str, dict] = {p: {} for p in protocols}
+    with served(ROOT / "model_repository", server_cpus=server_cpus, client_cpus=client_cpus) as deployment:
         endpoint = Endpoint.from_deployment(deployment)
-        url = deployment.http_url if args.protocol == "http" else deployment.grpc_url
-        runs: dict[tuple[str, int], list[dict]] = {}
-        try:
-            for _ in range(args.rounds):
+        for _ in range(args.rounds):
+            for protocol in protocols:
+                url = deployment.http_url if protocol == "http" else deployment.grpc_url
                 for concurrency in levels:
-                    runs.setdefault(("perf_analyzer", concurrency), []).append(
-                        measure_perf_analyzer(url, model, concurrency, args.seconds, args.protocol))
-                    runs.setdefault(("tritonkit", concurrency), []).append(
-                        measure_ours(endpoint, model, concurrency, args.seconds, args.protocol))
-        finally:
-            down(repo)
+                    runs[protocol].setdefault(("perf_analyzer", concurrency), []).append(
+                        run_theirs(url, concurrency, args.seconds, protocol))
+                    runs[protocol].setdefault(("tritonkit", concurrency), []).append(
+                        run_ours(endpoint, concurrency, args.seconds, protocol))
 
     console = Console()
-    table = Table(title=f"tritonkit loadtest vs perf_analyzer 2.51.0 — '{model}' (python backend) on the "
-                        f"local Triton, {args.protocol}, closed loop, median of {args.rounds} rounds")
-    for col in ("conc.", "PA QPS", "ours QPS", "QPS ×", "PA p50", "ours p50", "p50 ×", "PA p99",
-                "ours p99", "p99 ×", "PA cpu µs/req", "ours cpu µs/req"):
-        table.add_column(col, justify="right")
-    summary = []
-    for concurrency in levels:
-        pa, ours = runs[("perf_analyzer", concurrency)], runs[("tritonkit", concurrency)]
-        row = {"concurrency": concurrency, "rounds": {"perf_analyzer": pa, "tritonkit": ours}}
-        for key in ("qps", "p50_ms", "p99_ms", "client_cpu_us"):
-            row[f"perf_analyzer_{key}"], row[f"tritonkit_{key}"] = _median(pa, key), _median(ours, key)
-            row[f"ratio_{key}"] = row[f"tritonkit_{key}"] / row[f"perf_analyzer_{key}"]
-        summary.append(row)
-        table.add_row(str(concurrency), f"{row['perf_analyzer_qps']:,.0f}", f"{row['tritonkit_qps']:,.0f}",
-                      f"{row['ratio_qps']:.2f}", f"{row['perf_analyzer_p50_ms']:.2f}",
-                      f"{row['tritonkit_p50_ms']:.2f}", f"{row['ratio_p50_ms']:.2f}",
-                      f"{row['perf_analyzer_p99_ms']:.2f}", f"{row['tritonkit_p99_ms']:.2f}",
-                      f"{row['ratio_p99_ms']:.2f}", f"{row['perf_analyzer_client_cpu_us']:.0f}",
-                      f"{row['tritonkit_client_cpu_us']:.0f}")
-    console.print(table)
-    best_pa = max(r["perf_analyzer_qps"] for r in summary)
-    best_ours = max(r["tritonkit_qps"] for r in summary)
-    within = all(abs(r[f"ratio_{k}"] - 1) <= 0.10 for r in summary for k in ("qps", "p50_ms", "p99_ms"))
-    console.print(f"best throughput: perf_analyzer {best_pa:,.0f}/s, tritonkit {best_ours:,.0f}/s "
-                  f"(ratio {best_ours / best_pa:.2f}; goal >= 1.00: {'met' if best_ours >= best_pa else 'NOT met'})")
-    console.print(f"every QPS/p50/p99 within ±10 % of perf_analyzer's: {'yes' if within else 'no'}")
+    report = {"model": MODEL, "rounds": args.rounds, "seconds": args.seconds, "cpus": pinned, "protocols": {}}
+    for protocol in protocols:
+        rows = compare(levels, runs[protocol])
+        report["protocols"][protocol] = {"levels": rows,
+                                         **show(console, protocol, rows, args.rounds, pinned)}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"protocol": args.protocol, "model": model, "levels": summary,
-                                         "best_qps": {"perf_analyzer": best_pa, "tritonkit": best_ours},
-                                         "max_throughput_ratio": best_ours / best_pa,
-                                         "all_within_10_percent": within}, indent=2))
+        args.json.write_text(json.dumps(report, indent=2))
     return 0
 
 

@@ -28,6 +28,8 @@ class PerfResult:
     p95_us: float
     p99_us: float
     avg_us: float
+    client_us: float | None = None           # its own send + receive time, mean per request
+    server_us: float | None = None           # Triton's queue + compute, mean per request
 
 
 def perf_analyzer_binary() -> Path:
@@ -77,4 +79,11 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
         avg_us=sum(float(row[k]) for k in ("Client Send", "Network+Server Send/Recv",
                                            "Server Queue", "Server Compute Input",
                                            "Server Compute Infer", "Server Compute Output",
-                                           "Client Recv") if k in row))
+                                           "Client Recv") if k in row),
+        client_us=_sum(row, ("Client Send", "Client Recv")),
+        server_us=_sum(row, ("Server Queue", "Server Compute Input", "Server Compute Infer",
+                             "Server Compute Output")))
+
+
+def _sum(row: dict, keys: tuple[str, ...]) -> float | None:
+    return sum(float(row[k]) for k in keys) if all(k in row for k in keys) else None

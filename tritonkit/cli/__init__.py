@@ -70,7 +70,3 @@ def main(argv: list[str] | None = None) -> int:
 
 def _exit(code: int | None) -> int:
     return int(code or 0)
-
-
-if __name__ == "__main__":  # python -m tritonkit.cli
-    sys.exit(main())

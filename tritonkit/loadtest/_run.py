@@ -168,8 +168,9 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
     """One request before any worker starts: a wrong input fails here, with Triton's words."""
     try:
         send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
-        send()
-        if protocol == "http":
+        try:
+            send()
+        finally:
             send.__self__.close()           # the probe's own connection
     except RequestFailed as exc:
         raise LoadTestError(f"the first request to '{template.model}' failed: {exc.kind}",

@@ -1,7 +1,7 @@
 """Senders: one pre-built inference request, posted again and again as cheaply as possible.
 
 The request is serialized once per connection; each send is one raw POST on a kept-alive
-connection (HTTP) or one unary call on a shared channel (gRPC). That is what
+HTTP/1.1 connection, or one unary call on an HTTP/2 connection (gRPC), of its own. That is what
 perf_analyzer does too, and it keeps the Python client out of the measurement.
 A send returns None on success and raises ``RequestFailed`` (with a short, stable kind)
 on anything else.
@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import re
 from typing import Callable
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
+from tritonkit.loadtest._h2 import GrpcConnection, GrpcFailed
 from tritonkit.loadtest._inputs import RequestTemplate
 
 Send = Callable[[], None]
-
-_MAX_MESSAGE = 2**31 - 1
 
 
 class RequestFailed(Exception):
@@ -52,7 +51,7 @@ def http_sender(url: str, template: RequestTemplate, timeout: float, cooperative
     """
     import tritonclient.http as httpclient
 
-    host, port = url.removeprefix("http://").rsplit(":", 1)
+    host, port = split_host_port(url)
     inputs = []
     for name, datatype, data in template.inputs:
         tensor = httpclient.InferInput(name, list(data.shape), datatype)
@@ -60,12 +59,21 @@ def http_sender(url: str, template: RequestTemplate, timeout: float, cooperative
         inputs.append(tensor)
     outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in template.outputs]
     body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs or None)
-    head = [f"POST /v2/models/{quote(template.model)}/infer HTTP/1.1", f"Host: {host}:{port}",
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    head = [f"POST /v2/models/{quote(template.model)}/infer HTTP/1.1", f"Host: {authority}",
             "Content-Type: application/octet-stream", f"Content-Length: {len(body)}"]
     if json_size is not None:
         head.append(f"Inference-Header-Content-Length: {json_size}")
     request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-    return _HttpConnection(host, int(port), request, timeout, cooperative).send
+    return _HttpConnection(host, port, request, timeout, cooperative).send
+
+
+def split_host_port(url: str) -> tuple[str, int]:
+    """``host:port``, ``http://host:port`` or ``[::1]:port`` → (host, port); 80 when no port."""
+    parts = urlsplit(url if "//" in url else f"http://{url}")
+    if not parts.hostname:
+        raise ValueError(f"no host in the URL {url!r}")
+    return parts.hostname, parts.port or 80
 
 
 class _HttpConnection:
@@ -74,11 +82,7 @@ class _HttpConnection:
     def __init__(self, host: str, port: int, request: bytes, timeout: float, cooperative: bool) -> None:
         import httptools
 
-        if cooperative:
-            from gevent import socket as socket_module
-        else:
-            import socket as socket_module
-        self._socket_module = socket_module
+        self._socket_module = _socket_module(cooperative)
         self._address, self._request, self._timeout = (host, port), request, timeout
         self._sock = None
         self._parser_class = httptools.HttpResponseParser
@@ -134,17 +138,16 @@ class _HttpConnection:
             raise RequestFailed(f"HTTP {status}: {_http_error(b''.join(self._body))}")
 
 
-def grpc_sender(url: str, template: RequestTemplate, timeout: float) -> Send:
-    """A send over gRPC: one channel per worker process, shared by its threads."""
-    import grpc
+def grpc_sender(url: str, template: RequestTemplate, timeout: float, cooperative: bool = False) -> Send:
+    """A send over gRPC, on one HTTP/2 connection of its own (see ``_h2``).
+
+    The ModelInferRequest is built and serialized once by tritonclient; ``cooperative``
+    uses gevent's sockets, for several virtual users in one process.
+    """
     import tritonclient.grpc as grpcclient
-    from tritonclient.grpc import service_pb2_grpc
     from tritonclient.grpc._utils import _get_inference_request
 
-    channel = grpc.insecure_channel(url, options=[
-        ("grpc.max_send_message_length", _MAX_MESSAGE),
-        ("grpc.max_receive_message_length", _MAX_MESSAGE)])
-    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    host, port = split_host_port(url)
     inputs = []
     for name, datatype, data in template.inputs:
         tensor = grpcclient.InferInput(name, list(data.shape), datatype)
@@ -155,15 +158,25 @@ def grpc_sender(url: str, template: RequestTemplate, timeout: float) -> Send:
         model_name=template.model, inputs=inputs, model_version="", request_id="",
         outputs=outputs or None, sequence_id=0, sequence_start=False, sequence_end=False,
         priority=0, timeout=None, parameters=None)
-    infer = stub.ModelInfer
+    connection = _GrpcCall(host, port, "/inference.GRPCInferenceService/ModelInfer",
+                           request.SerializeToString(), timeout, _socket_module(cooperative))
+    return connection.send
 
-    def send() -> None:
+
+class _GrpcCall(GrpcConnection):
+    def send(self) -> None:
         try:
-            infer(request, timeout=timeout)
-        except grpc.RpcError as exc:
-            raise RequestFailed(f"gRPC {exc.code().name}: {_first_line(exc.details())}") from None
+            self.call()
+        except GrpcFailed as exc:
+            raise RequestFailed(f"gRPC {_first_line(str(exc))}") from None
 
-    return send
+
+def _socket_module(cooperative: bool):
+    if cooperative:
+        from gevent import socket as socket_module
+    else:
+        import socket as socket_module
+    return socket_module
 
 
 def _http_error(body: bytes) -> str:

@@ -1,10 +1,9 @@
 """One load-generating process: virtual users (closed loop) or arrival slots (open loop).
 
-Each virtual user (closed loop) or arrival slot (open loop) of an HTTP worker has a
-kept-alive connection of its own. A worker with one user runs it in a thread on a
+Each virtual user (closed loop) or arrival slot (open loop) has a kept-alive connection of
+its own (HTTP/1.1, or HTTP/2 for gRPC). A worker with one user runs it in a thread on a
 blocking socket — gevent's hub adds about 60 µs to every request, so a lone user does
-without it; several users run as gevent greenlets on gevent's sockets. gRPC workers run threads over
-one channel (grpcio is not gevent-cooperative without monkey-patching). The hot loop only
+without it; several users run as gevent greenlets on gevent's sockets. The hot loop only
 appends a few integers per request; histograms are built once the run is over, so
 recording costs nothing while the clock runs.
 
@@ -69,17 +68,15 @@ def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
 
 
 def _cooperative(plan: WorkerPlan) -> bool:
-    """Several HTTP users in this process share it through gevent."""
-    return plan.protocol == "http" and plan.slots > 1
+    """Several users in this process share it through gevent."""
+    return plan.slots > 1
 
 
 def _senders(plan: WorkerPlan) -> list[Send]:
-    """One send per slot: its own connection over HTTP, the worker's one channel over gRPC."""
-    if plan.protocol == "http":
-        return [http_sender(plan.url, plan.template, plan.timeout_s, cooperative=_cooperative(plan))
-                for _ in range(plan.slots)]
-    shared = grpc_sender(plan.url, plan.template, plan.timeout_s)
-    return [shared] * plan.slots
+    """One send per slot, each on a connection of its own."""
+    make = http_sender if plan.protocol == "http" else grpc_sender
+    return [make(plan.url, plan.template, plan.timeout_s, cooperative=_cooperative(plan))
+            for _ in range(plan.slots)]
 
 
 class _Records:
