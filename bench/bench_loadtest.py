@@ -8,9 +8,8 @@ and the best throughput each reached over all concurrencies (the goal: ours >= t
 the load generator is never what limits a test).
 
 The server runs on one half of the CPUs and the load generators on the other (``--no-pin``
-shares them all), as perf_analyzer's documentation asks of a measurement: otherwise every
-microsecond a client spends is taken from the server, and the faster client measures a
-faster server. Two more columns show where any difference comes from:
+shares them all): otherwise every microsecond a client spends is taken from the server,
+and the faster client measures a faster server. Two more columns show where any difference comes from:
 
 - *server ms*: Triton's own queue + compute time per request while each tool drove it —
   what the server did, which both tools should agree on;

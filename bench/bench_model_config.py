@@ -33,9 +33,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
+from bench.common import measure_ours  # noqa: E402
 from bench.perf_analyzer import PerfResult, run_perf_analyzer  # noqa: E402
 from tritonkit.client import Endpoint  # noqa: E402
-from tritonkit.loadtest import LoadSpec, run_loadtest  # noqa: E402
 from tritonkit.deploy import deploy_local, down  # noqa: E402
 from tritonkit.fileio import atomic_write  # noqa: E402
 from tritonkit.model_config import config_to_text, configure, read_config  # noqa: E402
@@ -70,10 +70,7 @@ def build_repository(root: Path) -> Path:
 
 
 def _measure(endpoint: Endpoint, model: str, concurrency: int, seconds: float) -> PerfResult:
-    level = run_loadtest(endpoint, LoadSpec(model=model, concurrency=(concurrency,), duration_s=seconds,
-                                            warmup_s=1.0)).levels[0]
-    if level.error_count:
-        raise SystemExit(f"{model} at concurrency {concurrency} had errors: {level.errors}")
+    level = measure_ours(endpoint, model, concurrency, seconds)
     lat = level.latency_ms
     return PerfResult(concurrency=concurrency, throughput=level.infer_per_s, p50_us=lat["p50"] * 1000,
                       p90_us=lat["p90"] * 1000, p95_us=lat["p95"] * 1000, p99_us=lat["p99"] * 1000,
