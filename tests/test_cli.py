@@ -43,3 +43,12 @@ def test_errors_are_one_line_and_a_hint_and_debug_shows_the_traceback(tmp_path):
                        env={**env, "TRITONKIT_DEBUG": "1"})
     assert debug.returncode == 2
     assert "Traceback" in debug.stderr and "UsageError" in debug.stderr
+
+
+def test_only_export_pays_for_importing_torch():
+    """Every command starts from `import tritonkit.cli`; torch (over a second to import)
+    is loaded by `tritonkit export` alone."""
+    probe = "import sys, tritonkit.cli; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -11,8 +11,9 @@ from rich.table import Table
 
 from tritonkit.cli import app
 from tritonkit.cli.options import Repository, console, err_console
-from tritonkit.export import ExportOptions, ExportResult, export_spec
-from tritonkit.export.spec import parse_dynamic_axis
+
+if TYPE_CHECKING:       # the export package imports torch: only `tritonkit export` pays for it
+    from tritonkit.export import ExportResult
 
 
 def _names(text: Optional[str]) -> Optional[tuple[str, ...]]:
@@ -53,6 +54,9 @@ def export(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing model folder.")] = False,
 ) -> None:
     """Export a PyTorch model to ONNX, verified against PyTorch, into a model repository."""
+    from tritonkit.export import ExportOptions, export_spec
+    from tritonkit.export.spec import parse_dynamic_axis
+
     axes: dict[str, dict[int, str]] = {}
     for text in dynamic_axis or []:
         input_name, axis, label = parse_dynamic_axis(text)
