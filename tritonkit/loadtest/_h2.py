@@ -34,6 +34,14 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", kind, flags, stream) + payload
 
 
+def open_socket(module: Any, address: tuple[str, int], timeout: float) -> Any:
+    """A connected TCP socket (``module`` is ``socket`` or gevent's), Nagle off: a request
+    is written whole, and waiting to coalesce it would only add latency."""
+    sock = module.create_connection(address, timeout=timeout)
+    sock.setsockopt(module.IPPROTO_TCP, module.TCP_NODELAY, 1)
+    return sock
+
+
 def status_names() -> dict[int, str]:
     import grpc
 
@@ -67,10 +75,7 @@ class GrpcConnection:
     # -- connection ----------------------------------------------------------------------
 
     def _connect(self) -> None:
-        module = self._socket_module
-        sock = module.create_connection(self._address, timeout=self._timeout)
-        sock.setsockopt(module.IPPROTO_TCP, module.TCP_NODELAY, 1)
-        self._sock = sock
+        self._sock = sock = open_socket(self._socket_module, self._address, self._timeout)
         self._buffer = bytearray()
         self._decoder = self._hpack.Decoder()
         self._known_blocks: dict[bytes, list[tuple[str, str]]] = {}

@@ -14,7 +14,7 @@ import re
 from typing import Callable
 from urllib.parse import quote, urlsplit
 
-from tritonkit.loadtest._h2 import GrpcConnection, GrpcFailed
+from tritonkit.loadtest._h2 import GrpcConnection, GrpcFailed, open_socket
 from tritonkit.loadtest._inputs import RequestTemplate
 
 Send = Callable[[], None]
@@ -93,10 +93,7 @@ class _HttpConnection:
         self._connect()                     # now, so a request never pays for the handshake
 
     def _connect(self) -> None:
-        module = self._socket_module
-        sock = module.create_connection(self._address, timeout=self._timeout)
-        sock.setsockopt(module.IPPROTO_TCP, module.TCP_NODELAY, 1)
-        self._sock = sock
+        self._sock = open_socket(self._socket_module, self._address, self._timeout)
         self._parser = self._parser_class(self)
 
     def close(self) -> None:

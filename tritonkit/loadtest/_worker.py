@@ -207,8 +207,6 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     wait_until(t0)
     deadline_s = max(0.0, (end - clock()) / 1e9) + plan.grace_s
     if cooperative:
-        import gevent
-
         greenlets = [gevent.spawn(user, slot) for slot in range(plan.slots)]
         gevent.joinall(greenlets, timeout=deadline_s)
         closed[0] = True
