@@ -14,7 +14,9 @@ and the faster client measures a faster server. Two more columns show where any 
 - *server ms*: Triton's own queue + compute time per request while each tool drove it —
   what the server did, which both tools should agree on;
 - *PA net*: perf_analyzer's figures without its own client time, which it measures itself
-  (its "Client Send" + "Client Recv"): at concurrency 1 that time is in every latency.
+  (its "Client Send" + "Client Recv", a mean: the net percentiles are the percentile less
+  that mean, an approximation): at concurrency 1 that time is in every latency. Over gRPC
+  perf_analyzer counts only its marshalling there (~2 µs), so the net figures are its raw ones.
 
     .venv/bin/python bench/bench_loadtest.py [--json out/bench_loadtest.json]
         [--concurrency 1,4,16] [--rounds 2] [--seconds 4] [--protocol http,grpc] [--no-pin]
@@ -61,8 +63,9 @@ def run_theirs(url: str, concurrency: int, seconds: float, protocol: str) -> dic
             "client_cpu_us": cpu / (result.throughput * wall) * 1e6,
             "server_ms": (result.server_us or float("nan")) / 1000,
             "own_client_ms": own_ms,
-            # closed loop: throughput = concurrency / mean latency (Little's law)
-            "net_qps": concurrency / (result.avg_us / 1e6 - own_ms / 1000),
+            # closed loop, throughput ∝ 1 / mean latency: its own measured rate, scaled by
+            # how much shorter the mean request would be without its client time
+            "net_qps": result.throughput * result.avg_us / (result.avg_us - own_ms * 1000),
             "net_p50_ms": result.p50_us / 1000 - own_ms, "net_p99_ms": result.p99_us / 1000 - own_ms}
 
 

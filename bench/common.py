@@ -34,20 +34,20 @@ def served(source: Path, *, server_cpus: set[int] | None = None,
     it — on ``client_cpus``, so neither load generator takes CPU from the server.
     """
     before = os.sched_getaffinity(0)
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp) / "repo"
-        shutil.copytree(source, repo, ignore=shutil.ignore_patterns(".tritonkit"))
-        if server_cpus:
-            os.sched_setaffinity(0, server_cpus)
-        try:
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = Path(tmp) / "repo"
+            shutil.copytree(source, repo, ignore=shutil.ignore_patterns(".tritonkit"))
+            if server_cpus:
+                os.sched_setaffinity(0, server_cpus)
             deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=180)
-        finally:
             os.sched_setaffinity(0, client_cpus or before)
-        try:
-            yield deployment
-        finally:
-            down(repo)
-            os.sched_setaffinity(0, before)
+            try:
+                yield deployment
+            finally:
+                down(repo)
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def measure_ours(endpoint: Endpoint, model: str, concurrency: int, seconds: float,

@@ -40,6 +40,20 @@ def test_an_http_url_names_its_host_and_port_ipv6_included(url, expected):
     assert split_host_port(url) == expected
 
 
+@pytest.mark.parametrize("url, why", [
+    ("https://triton.internal:8000", "only plain http"),
+    ("triton.internal:8000/v2", "without a path"),
+    ("http://:8000", "no host"),
+])
+def test_a_url_we_would_not_load_as_named_is_refused(url, why):
+    from tritonkit.loadtest._transport import split_host_port
+
+    with pytest.raises(ValueError, match=why):
+        split_host_port(url)
+    with pytest.raises(ValueError, match="the port too"):
+        split_host_port("triton.internal", default_port=None)
+
+
 def test_closed_loop_spreads_virtual_users_evenly_over_workers():
     assert closed_loop(10, 4) == [3, 3, 2, 2]
     assert closed_loop(2, 8) == [1, 1]          # no idle worker processes
@@ -308,10 +322,12 @@ def test_a_sender_keeps_one_connection_alive_across_requests(served, protocol, c
         send()
     assert send.__self__._sock.getsockname() == first     # the same local port: never reconnected
     wrong = make(url, template.__class__(model="nope", inputs=template.inputs, outputs=(), batch_size=1), 5.0)
-    with pytest.raises(RequestFailed, match="HTTP 400|HTTP 404" if protocol == "http" else
-                       "^gRPC NOT_FOUND: .*'nope'"):
-        wrong()
-    send()                                  # the good connection is unaffected
+    refused = wrong.__self__._sock.getsockname()
+    for _ in range(2):                      # an error answer is a whole answer: the connection goes on
+        with pytest.raises(RequestFailed, match="HTTP 400|HTTP 404" if protocol == "http" else
+                           "^gRPC NOT_FOUND: .*'nope'"):
+            wrong()
+    assert wrong.__self__._sock.getsockname() == refused
     send.__self__.close()
     wrong.__self__.close()
 
@@ -320,7 +336,7 @@ def test_a_sender_keeps_one_connection_alive_across_requests(served, protocol, c
 def test_a_grpc_request_larger_than_the_servers_window_goes_in_pieces_and_the_call_goes_on(served):
     """HTTP/2 flow control: 1.3 MB is far over the 64 KiB connection window a server grants
     before its first WINDOW_UPDATE. Triton reads all of it (its answer names the full
-    shape), refuses the shape, and a connection then serves normal calls."""
+    shape) and refuses the shape; the connection takes the next big call too."""
     from tritonkit.loadtest import request_template
     from tritonkit.loadtest._transport import RequestFailed, grpc_sender
 
@@ -328,8 +344,11 @@ def test_a_grpc_request_larger_than_the_servers_window_goes_in_pieces_and_the_ca
     big = template.__class__(model="example", outputs=(), batch_size=8,
                              inputs=(("INPUT__0", "FP32", np.ones((8, 40_000), np.float32)),))
     send = grpc_sender(served.grpc_url, big, 10.0)
-    with pytest.raises(RequestFailed, match="^gRPC INVALID_ARGUMENT: .*40000"):
-        send()
+    first = send.__self__._sock.getsockname()
+    for _ in range(2):
+        with pytest.raises(RequestFailed, match="^gRPC INVALID_ARGUMENT: .*40000"):
+            send()
+    assert send.__self__._sock.getsockname() == first     # the same connection, twice
     good = grpc_sender(served.grpc_url, template, 5.0)
     for _ in range(3):
         good()

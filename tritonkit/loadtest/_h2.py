@@ -12,8 +12,9 @@ HPACK (header compression, whose decoder state the server's encoder shares) is t
 ``hpack`` library's, with the server's repeated all-indexed blocks remembered; our own header block is encoded "never indexed", so it can be sent
 again unchanged. Flow control: we open the connection's and every stream's receive window
 as far as HTTP/2 allows and top the connection's up; what we send respects the server's
-windows and frame size. PING and SETTINGS are acknowledged, GOAWAY and RST_STREAM end the
-call (a connection is never reused after a half-read answer).
+windows and frame size. PING and SETTINGS are acknowledged; a call the server says it did
+not process (GOAWAY below it, REFUSED_STREAM) is sent once more on a new connection, any
+other reset ends it, and a connection is never reused after a half-read answer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x2, 0x4, 0x5
+NO_ERROR, REFUSED_STREAM = 0x0, 0x7
 MAX_WINDOW = 2**31 - 1
 DEFAULT_WINDOW, DEFAULT_FRAME = 65_535, 16_384
 
@@ -52,6 +54,11 @@ class GrpcFailed(Exception):
     """The call was answered with a non-zero grpc-status (or an HTTP error)."""
 
 
+class _Unprocessed(ConnectionResetError):
+    """The server says it did not process the call (GOAWAY below its stream, or
+    REFUSED_STREAM): RFC 9113 §8.7 lets a client send it again, as grpcio does."""
+
+
 class GrpcConnection:
     """A kept-alive HTTP/2 connection that makes the same unary call again and again."""
 
@@ -75,7 +82,15 @@ class GrpcConnection:
     # -- connection ----------------------------------------------------------------------
 
     def _connect(self) -> None:
-        self._sock = sock = open_socket(self._socket_module, self._address, self._timeout)
+        sock = open_socket(self._socket_module, self._address, self._timeout)
+        settings = struct.pack(">HIHI", SETTINGS_ENABLE_PUSH, 0, SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW)
+        try:
+            sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, settings)
+                         + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW)))
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
         self._buffer = bytearray()
         self._decoder = self._hpack.Decoder()
         self._known_blocks: dict[bytes, list[tuple[str, str]]] = {}
@@ -85,9 +100,6 @@ class GrpcConnection:
         self._max_frame = DEFAULT_FRAME
         self._received = 0                          # DATA bytes since our last top-up
         self._goaway = False
-        settings = struct.pack(">HIHI", SETTINGS_ENABLE_PUSH, 0, SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW)
-        sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, settings)
-                     + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW)))
 
     def close(self) -> None:
         if self._sock is not None:
@@ -97,22 +109,31 @@ class GrpcConnection:
     # -- a call --------------------------------------------------------------------------
 
     def call(self) -> None:
-        if self._sock is None or self._goaway or self._next_stream > MAX_WINDOW:
-            self.close()
-            self._connect()
+        for attempt in (1, 2):
+            if self._sock is None or self._goaway or self._next_stream > MAX_WINDOW:
+                self.close()
+                self._connect()
+            try:
+                self._exchange()
+                break
+            except _Unprocessed:
+                self.close()
+                if attempt == 2:
+                    raise
+            except BaseException:
+                self.close()                # a half-read answer: never reuse the connection
+                raise
+        self._check(self._answer)
+
+    def _exchange(self) -> None:
         stream = self._next_stream
         self._next_stream += 2
-        try:
-            self._stream, self._stream_window = stream, self._stream_initial
-            self._answer: dict[str, str] = {}
-            self._ended = False
-            self._write_request(stream)
-            while not self._ended:
-                self._read_frame()
-        except BaseException:
-            self.close()                    # a half-read answer: never reuse the connection
-            raise
-        self._check(self._answer)
+        self._stream, self._stream_window = stream, self._stream_initial
+        self._answer: dict[str, str] = {}
+        self._ended = False
+        self._write_request(stream)
+        while not self._ended:
+            self._read_frame()
 
     def _write_request(self, stream: int) -> None:
         head = _frame(HEADERS, END_HEADERS, stream, self._header_block)
@@ -128,8 +149,9 @@ class GrpcConnection:
             room = min(self._send_window, self._stream_window, self._max_frame, len(body) - sent)
             if room <= 0:
                 self._read_frame()          # until a WINDOW_UPDATE (or the answer) comes
-                if self._ended:
-                    return                  # answered early, e.g. refused
+                if self._ended:             # answered early, e.g. refused: stop sending
+                    self._sock.sendall(_frame(RST_STREAM, 0, stream, struct.pack(">I", NO_ERROR)))
+                    return
                 continue
             last = sent + room == len(body)
             self._sock.sendall(_frame(DATA, END_STREAM if last else 0, stream, body[sent:sent + room]))
@@ -171,12 +193,14 @@ class GrpcConnection:
                 self._stream_window += increment
         elif kind == RST_STREAM and stream == self._stream:
             code = int.from_bytes(payload[:4], "big")
+            if code == REFUSED_STREAM:
+                raise _Unprocessed("the server refused the call (REFUSED_STREAM)")
             raise ConnectionResetError(f"the server reset the call (HTTP/2 error {code})")
         elif kind == GOAWAY:
             self._goaway = True
             last = int.from_bytes(payload[:4], "big") & MAX_WINDOW
             if last < self._stream:
-                raise ConnectionResetError("the server is closing the connection (GOAWAY)")
+                raise _Unprocessed("the server is closing the connection (GOAWAY)")
         # PRIORITY, PUSH_PROMISE (disabled) and unknown frames: nothing to do
 
     def _on_data(self, flags: int, stream: int, payload: bytes) -> None:
@@ -240,4 +264,5 @@ class GrpcConnection:
         if status != "0":
             code = int(status) if status.isdigit() else -1
             name = self._names.get(code, f"status {status}")
-            raise GrpcFailed(f"{name}: {unquote(answer.get('grpc-message', ''))}")
+            message = unquote(answer.get("grpc-message", ""))
+            raise GrpcFailed(f"{name}: {message}" if message else name)

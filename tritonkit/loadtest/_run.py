@@ -133,8 +133,8 @@ class LoadTestResult:
 
 
 def default_workers(spec: LoadSpec, level: float) -> int:
-    """Enough processes that the client is never the bottleneck, no more than the CPUs."""
-    cpus = os.cpu_count() or 1
+    """Enough processes that the client is never the bottleneck, no more than the CPUs we may use."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if spec.workers:
         return spec.workers
     if spec.mode == "closed":

@@ -68,12 +68,23 @@ def http_sender(url: str, template: RequestTemplate, timeout: float, cooperative
     return _HttpConnection(host, port, request, timeout, cooperative).send
 
 
-def split_host_port(url: str) -> tuple[str, int]:
-    """``host:port``, ``http://host:port`` or ``[::1]:port`` → (host, port); 80 when no port."""
+def split_host_port(url: str, default_port: int | None = 80) -> tuple[str, int]:
+    """``host:port``, ``http://host:port`` or ``[::1]:port`` → (host, port).
+
+    Without a port, ``default_port`` (None: a port is required). Only plaintext HTTP and
+    no path: anything else would silently load a different endpoint than the one named.
+    """
     parts = urlsplit(url if "//" in url else f"http://{url}")
+    if parts.scheme != "http":
+        raise ValueError(f"'{url}': only plain http:// servers can be load-tested (no TLS)")
+    if parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"'{url}': give host:port, without a path")
     if not parts.hostname:
-        raise ValueError(f"no host in the URL {url!r}")
-    return parts.hostname, parts.port or 80
+        raise ValueError(f"no host in the URL '{url}'")
+    port = parts.port or default_port
+    if port is None:
+        raise ValueError(f"'{url}': give the port too (host:port)")
+    return parts.hostname, port
 
 
 class _HttpConnection:
@@ -144,7 +155,7 @@ def grpc_sender(url: str, template: RequestTemplate, timeout: float, cooperative
     import tritonclient.grpc as grpcclient
     from tritonclient.grpc._utils import _get_inference_request
 
-    host, port = split_host_port(url)
+    host, port = split_host_port(url, default_port=None)
     inputs = []
     for name, datatype, data in template.inputs:
         tensor = grpcclient.InferInput(name, list(data.shape), datatype)
