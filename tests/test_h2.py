@@ -124,6 +124,16 @@ def connect(peer: Peer) -> GrpcConnection:
                           MESSAGE, 10.0, socket)
 
 
+def first_call(peer: Peer, background: ThreadPoolExecutor):
+    """A connection, the peer's end of it, and a call in flight whose request the peer has
+    read: (client, server, the pending call, its stream)."""
+    client = connect(peer)
+    server = peer.next_connection()
+    call = background.submit(client.call)
+    stream, _ = server.read_call()
+    return client, server, call, stream
+
+
 def test_a_call_sends_its_message_behind_the_grpc_prefix_and_returns_on_status_zero(peer, background):
     client = connect(peer)
     server = peer.next_connection()
@@ -139,10 +149,7 @@ def test_a_call_sends_its_message_behind_the_grpc_prefix_and_returns_on_status_z
 
 
 def test_pings_and_settings_are_acknowledged(peer, background):
-    client = connect(peer)
-    server = peer.next_connection()
-    call = background.submit(client.call)
-    stream, _ = server.read_call()
+    client, server, call, stream = first_call(peer, background)
     server.send(SETTINGS, 0, 0, struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE, 1_000_000))
     server.send(PING, 0, 0, b"12345678")
     server.answer(stream)
@@ -157,10 +164,7 @@ def test_pings_and_settings_are_acknowledged(peer, background):
 
 
 def test_a_body_larger_than_the_servers_window_waits_for_its_window_updates(peer, background):
-    client = connect(peer)
-    server = peer.next_connection()
-    call = background.submit(client.call)
-    stream, _ = server.read_call()
+    client, server, call, stream = first_call(peer, background)
     server.send(SETTINGS, 0, 0, struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE, 40))
     server.answer(stream)
     call.result(timeout=10)                 # the settings were read during that call
@@ -181,10 +185,7 @@ def test_a_body_larger_than_the_servers_window_waits_for_its_window_updates(peer
 
 
 def test_a_goaway_below_the_call_sends_it_again_on_a_new_connection(peer, background):
-    client = connect(peer)
-    first = peer.next_connection()
-    call = background.submit(client.call)
-    stream, _ = first.read_call()
+    client, first, call, stream = first_call(peer, background)
     first.answer(stream)
     call.result(timeout=10)
     first.send(GOAWAY, 0, 0, struct.pack(">II", 1, 0))      # draining: nothing after stream 1
@@ -212,10 +213,7 @@ def test_a_refused_stream_is_sent_again_once_then_fails(peer, background):
 
 
 def test_any_other_reset_fails_the_call_and_the_next_call_reconnects(peer, background):
-    client = connect(peer)
-    first = peer.next_connection()
-    call = background.submit(client.call)
-    stream, _ = first.read_call()
+    client, first, call, stream = first_call(peer, background)
     first.send(RST_STREAM, 0, stream, struct.pack(">I", 2))        # INTERNAL_ERROR
     with pytest.raises(ConnectionResetError, match="HTTP/2 error 2"):
         call.result(timeout=10)
@@ -244,10 +242,7 @@ def test_an_error_status_names_its_code_and_message_and_keeps_the_connection(pee
 
 
 def test_an_answer_without_trailers_is_a_failure_not_a_success(peer, background):
-    client = connect(peer)
-    server = peer.next_connection()
-    call = background.submit(client.call)
-    stream, _ = server.read_call()
+    client, server, call, stream = first_call(peer, background)
     server.send(HEADERS, END_HEADERS, stream, server.block([(":status", "200")]))
     server.send(DATA, END_STREAM, stream, struct.pack(">BI", 0, 0))
     with pytest.raises(GrpcFailed, match="no grpc-status"):
@@ -255,10 +250,7 @@ def test_an_answer_without_trailers_is_a_failure_not_a_success(peer, background)
 
 
 def test_padded_and_prioritized_header_blocks_continued_over_frames_are_read_whole(peer, background):
-    client = connect(peer)
-    server = peer.next_connection()
-    call = background.submit(client.call)
-    stream, _ = server.read_call()
+    client, server, call, stream = first_call(peer, background)
     block = server.block([(":status", "200"), ("content-type", "application/grpc"),
                           ("grpc-status", "5"), ("grpc-message", "split")])
     head, rest = block[:4], block[4:]
