@@ -17,6 +17,7 @@ from tritonkit.errors import EXIT_USAGE
 from tritonkit.export import tensorrt
 from tritonkit.export.spec import load_factory, normalize_inputs
 from tritonkit.model_config import read_config
+from tritonkit.profiles import load_profile
 from tritonkit.server.container import container_spec
 
 MLP = ROOT / "examples" / "mlp.py"
@@ -79,13 +80,59 @@ def test_optimization_profile_spans_the_batch_range_and_grows_dynamic_axes():
         "input_ids": ((1, 1), (16, 12), (16, 12 * tensorrt.DYNAMIC_AXIS_HEADROOM))}
 
 
+def test_a_plan_is_built_only_with_the_tensorrt_release_the_target_triton_serves():
+    a10 = load_profile("a10")
+    here = ("NVIDIA A10", "8.6")
+    assert tensorrt.why_not_build_here(a10, tensorrt_version="10.14.1.48", gpu=here) is None
+    why = tensorrt.why_not_build_here(a10, tensorrt_version="11.4.0.106", gpu=here)
+    assert why == ("TensorRT 11.4.0.106 is installed here, but nvcr.io/nvidia/tritonserver:25.12-py3 "
+                   "serves plans built with TensorRT 10, and a plan loads only in the TensorRT "
+                   "release that built it")
+    assert tensorrt.same_release("10.14.1.48", "10.14.1")
+    assert not tensorrt.same_release("10.13.3.9", "10.14.1")
+    assert not tensorrt.same_release("1.0", "10")
+
+
+def test_a_plan_is_built_only_on_the_target_card_with_tensorrt_installed():
+    a10 = load_profile("a10")
+    assert tensorrt.why_not_build_here(a10, tensorrt_version=None, gpu=("NVIDIA A10", "8.6")) == \
+        "TensorRT's Python package is not installed here"
+    assert tensorrt.why_not_build_here(a10, tensorrt_version="10.14.1", gpu=None) == \
+        "no CUDA GPU here"
+    assert tensorrt.why_not_build_here(a10, tensorrt_version="10.14.1",
+                                       gpu=("NVIDIA H200", "9.0")) == (
+        "the GPU here (NVIDIA H200, compute capability 9.0) is not the target "
+        "(NVIDIA A10 24 GB, 8.6)")
+
+
+def test_a_release_mismatch_on_the_target_records_the_recipe_and_says_why(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tensorrt, "_installed_tensorrt", lambda: "11.4.0.106")
+    monkeypatch.setattr(tensorrt, "_cuda_gpu", lambda: ("NVIDIA A10", "8.6"))
+    code = run_cli("export", f"{MLP}:build", "--name", "mlp", "--repository", tmp_path,
+                   "--gpu", "a10", "--format", "tensorrt", "--exporter", "torchscript")
+    assert code == 0
+    report = json.loads((tmp_path / "mlp" / "export-report.json").read_text())
+    assert report["tensorrt_recipe"]["container"] == "nvcr.io/nvidia/tensorrt:25.12-py3"
+    assert "tensorrt_build" not in report
+    assert not list((tmp_path / "mlp").rglob("*.plan"))
+    out = " ".join(capsys.readouterr().out.split())
+    assert "TensorRT 11.4.0.106 is installed here" in out and "must be built on the target" in out
+
+
 # --- on a CUDA GPU with TensorRT -------------------------------------------------------
 
 def _why_no_tensorrt() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU: torch sees none here"
     if importlib.util.find_spec("tensorrt") is None:
-        return "needs TensorRT's Python package (pip install tensorrt)"
+        return "needs TensorRT's Python package (pip install 'tensorrt-cu12>=10,<11')"
+    import tensorrt as trt
+
+    serving = load_profile("a10").stack.tensorrt_version
+    if not tensorrt.same_release(trt.__version__, serving):
+        return (f"needs the TensorRT {serving} that Triton serves plans with "
+                f"(pip install 'tensorrt-cu12>=10,<11'); this is {trt.__version__}")
     return None
 
 

@@ -290,7 +290,9 @@ def _tensorrt(stage: Path, model_path: Path, report: dict, profile: GpuProfile,
                                                        options.max_batch_size)
         report["plans"] = {profile.cc_key: plan_path.name}
         written.append(plan_path)
-        return f"built {plan_path.name} for compute capability {profile.cc_key}"
+        return (f"built {plan_path.name} for compute capability {profile.cc_key} with TensorRT "
+                f"{report['tensorrt_build']['tensorrt']}: it loads only in a Triton of that "
+                f"TensorRT release ({profile.stack.triton_image_tensorrt})")
     report["tensorrt_recipe"] = tensorrt.build_recipe(profile, inputs, options.max_batch_size,
                                                       version=VERSION, onnx_name=MODEL_FILE)
     # The config serves the plan deploy will build; the ONNX file stays for other cards.

@@ -104,18 +104,60 @@ def trtexec_image(profile: GpuProfile) -> str:
 
 def can_build_here(profile: GpuProfile) -> tuple[bool, str]:
     """Whether a plan for ``profile`` can be built on this machine, and why not."""
+    try:
+        installed = _installed_tensorrt()
+    except (ImportError, OSError) as exc:  # the bindings without their libraries
+        return False, f"TensorRT's Python package is installed but cannot be imported ({exc})"
+    why = why_not_build_here(profile, tensorrt_version=installed, gpu=_cuda_gpu())
+    return why is None, why or ""
+
+
+def why_not_build_here(profile: GpuProfile, *, tensorrt_version: str | None,
+                       gpu: tuple[str, str] | None) -> str | None:
+    """Why a plan for ``profile`` cannot be built with this TensorRT on this GPU, or None.
+
+    ``gpu`` is (name, compute capability) of the CUDA device here, None without one. A plan
+    loads only in a TensorRT of the release that built it, so the TensorRT here must be the
+    one the profile's Triton image serves plans with: a plan from a newer pip ``tensorrt``
+    would not load there, and the recipe builds it in the matching container instead.
+    """
+    if tensorrt_version is None:
+        return "TensorRT's Python package is not installed here"
+    if gpu is None:
+        return "no CUDA GPU here"
+    name, here = gpu
+    if here != profile.cc_key:
+        return (f"the GPU here ({name}, compute capability {here}) is not the target "
+                f"({profile.display_name}, {profile.cc_key})")
+    serving = profile.stack.tensorrt_version
+    if not same_release(tensorrt_version, serving):
+        return (f"TensorRT {tensorrt_version} is installed here, but "
+                f"{profile.stack.triton_image_tensorrt} serves plans built with TensorRT "
+                f"{serving}, and a plan loads only in the TensorRT release that built it")
+    return None
+
+
+def same_release(installed: str, serving: str) -> bool:
+    """Whether ``installed`` (``10.14.1.48``) is the ``serving`` release (``10`` or ``10.14.1``)."""
+    want = serving.split(".")
+    return installed.split(".")[:len(want)] == want
+
+
+def _installed_tensorrt() -> str | None:
     if importlib.util.find_spec("tensorrt") is None:
-        return False, "TensorRT's Python package is not installed here"
+        return None
+    import tensorrt as trt
+
+    return trt.__version__
+
+
+def _cuda_gpu() -> tuple[str, str] | None:
     import torch
 
     if not torch.cuda.is_available():
-        return False, "no CUDA GPU here"
+        return None
     major, minor = torch.cuda.get_device_capability()
-    here = f"{major}.{minor}"
-    if here != profile.cc_key:
-        return False, (f"the GPU here ({torch.cuda.get_device_name()}, compute capability "
-                       f"{here}) is not the target ({profile.display_name}, {profile.cc_key})")
-    return True, ""
+    return torch.cuda.get_device_name(), f"{major}.{minor}"
 
 
 def build_plan(onnx_path: Path, plan_path: Path, profile: GpuProfile, inputs: ModelInputs,
@@ -136,9 +178,13 @@ def build_plan(onnx_path: Path, plan_path: Path, profile: GpuProfile, inputs: Mo
         raise ExportError(f"TensorRT cannot parse the ONNX graph: {problems or 'unknown error'}",
                           hint="export with --format onnx and serve it with ONNX Runtime")
     config = builder.create_builder_config()
-    fp16 = uses_fp16(profile) and builder.platform_has_fast_fp16
+    # TensorRT 11 builds strongly typed networks only: it has no FP16 flag (precision comes
+    # from the graph's own types) and no platform_has_fast_fp16.
+    fp16_flag = getattr(trt.BuilderFlag, "FP16", None)
+    fp16 = (uses_fp16(profile) and fp16_flag is not None
+            and getattr(builder, "platform_has_fast_fp16", True))
     if fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
+        config.set_flag(fp16_flag)
     optimization = builder.create_optimization_profile()
     ranges = shape_ranges(inputs, max_batch_size)
     for name, (low, opt, high) in ranges.items():
