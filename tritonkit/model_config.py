@@ -31,6 +31,9 @@ ONNX_FILENAME = "model.onnx"
 REPORT_FILENAME = "export-report.json"
 # Dynamic non-batch axes are warmed up at these sizes when the export names none.
 DEFAULT_BUCKETS = (16, 64, 128)
+# Where ONNX Runtime's TensorRT accelerator keeps its engines inside the serving container;
+# the compose and k8s files mount a volume here so a restart does not rebuild them.
+ORT_TRT_CACHE_ROOT = "/tmp/tritonkit-trt-cache"
 
 
 @dataclass(frozen=True)
@@ -266,7 +269,7 @@ def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: boo
         accel.parameters["precision_mode"] = precision
         accel.parameters["max_workspace_size_bytes"] = str(1 << 30)
         accel.parameters["trt_engine_cache_enable"] = "1"
-        accel.parameters["trt_engine_cache_path"] = f"/tmp/tritonkit-trt-cache/{config.name}"
+        accel.parameters["trt_engine_cache_path"] = f"{ORT_TRT_CACHE_ROOT}/{config.name}"
         notes.append(f"ONNX Runtime TensorRT accelerator, {precision}, engine cache on "
                      "(the first load builds engines)")
     else:
