@@ -163,10 +163,12 @@ def test_report_records_versions_exporter_hashes_and_verification(exported):
     assert 0 <= worst["max_abs_error"] < 1e-3
 
 
-def test_every_failed_exporter_attempt_says_why(exported):
+def test_every_exporter_attempt_is_recorded_and_the_last_is_the_one_used(exported):
     for name in FAMILIES:
         report = report_of(exported / name)
-        for attempt in report["exporter_attempts"][:-1]:
+        *failed, used = report["exporter_attempts"]
+        assert used["ok"] is True and used["exporter"] == report["exporter"], name
+        for attempt in failed:
             assert attempt["ok"] is False and attempt["error"], name
 
 

@@ -20,9 +20,15 @@ GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TRITONKIT_UPDATE_GOLDEN") == "1"
 
 
-def _export_report(model_dir: Path, max_batch_size: int, examples: dict[str, list[int]]) -> None:
+def _export_report(model_dir: Path, max_batch_size: int, examples: dict[str, list[int]],
+                   verified: list[dict[str, int]] | None = None, **extra) -> None:
+    """An export report as `tritonkit export` writes it: example shapes and, when
+    ``verified`` is given, one verification case per dict of lengths."""
     report = {"max_batch_size": max_batch_size,
-              "inputs": [{"name": n, "example_shape": s} for n, s in examples.items()]}
+              "inputs": [{"name": n, "example_shape": s} for n, s in examples.items()], **extra}
+    if verified is not None:
+        report["verification"] = {"passed": True, "cases": [
+            {"case": f"case {i}", "batch": 1, "lengths": lengths} for i, lengths in enumerate(verified)]}
     (model_dir / "export-report.json").write_text(json.dumps(report))
 
 
@@ -36,7 +42,8 @@ def mlp_repo(tmp_path: Path) -> Path:
 @pytest.fixture
 def encoder_repo(tmp_path: Path) -> Path:
     onnx_graphs.token_encoder(tmp_path / "encoder")
-    _export_report(tmp_path / "encoder", 8, {"input_ids": [2, 12], "attention_mask": [2, 12]})
+    _export_report(tmp_path / "encoder", 8, {"input_ids": [2, 12], "attention_mask": [2, 12]},
+                   verified=[{"seq": 12}, {"seq": 12}, {"seq": 18}, {"seq": 6}])
     return tmp_path
 
 
@@ -55,10 +62,8 @@ def test_generated_configs_match_the_golden_files(model, gpu, mlp_repo, encoder_
 
 
 def test_configs_round_trip_through_tritons_schema(mlp_repo):
-    for path in configure(mlp_repo, "mlp", gpu="a10"):
+    for path in configure(mlp_repo, "mlp", gpu="a10").written:
         parsed = read_config(path)
-        assert isinstance(parsed, mc.ModelConfig)
-        assert read_config(path) == parsed
         again = mlp_repo / "again.pbtxt"
         again.write_text(config_to_text(parsed))
         assert read_config(again) == parsed
@@ -94,12 +99,14 @@ def test_p100_config_has_no_tensorrt_and_runs_fp32_on_the_cuda_provider(mlp_repo
     assert "FP16" not in text and "BF16" not in text and "INT8" not in text
 
 
-def test_warmup_covers_the_power_of_two_batch_sizes_and_every_shape_bucket(encoder_repo):
+def test_warmup_covers_the_batch_sizes_and_every_length_the_export_verified(encoder_repo):
     configure(encoder_repo, "encoder", gpu="p100")
     config = read_config(encoder_repo / "encoder" / "config.pbtxt")
     warm = {(w.batch_size, tuple(w.inputs["input_ids"].dims)) for w in config.model_warmup}
-    buckets = {12, 16, 64, 128}                              # the export's length + defaults
-    assert warm == {(b, (s,)) for b in [1, 2, 4, 8] for s in buckets}
+    assert warm == {(b, (s,)) for b in [1, 2, 4, 8] for s in [6, 12, 18]}
+    # inputs that share an axis name always get the same length
+    assert all(w.inputs["input_ids"].dims == w.inputs["attention_mask"].dims
+               for w in config.model_warmup)
     # Triton's recommended start: the batcher is on, with no preferred sizes and no delay
     assert config.HasField("dynamic_batching")
     assert not config.dynamic_batching.preferred_batch_size
@@ -147,7 +154,26 @@ def test_tensorrt_plans_are_used_on_the_a10_and_refused_on_the_p100(mlp_repo):
     assert p100.platform == "onnxruntime_onnx"
 
 
-def test_a_model_without_a_batch_axis_says_max_batch_size_0_explicitly(tmp_path):
+def test_a_graph_without_a_batch_axis_gets_max_batch_size_0_whatever_the_export_asked(tmp_path):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "fixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 16])])
+    onnx_graphs._save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                      tmp_path / "fixed")
+    _export_report(tmp_path / "fixed", 8, {"x": [3, 16]})
+    configure(tmp_path, "fixed", gpu="a10")
+    text = (tmp_path / "fixed" / "config.pbtxt").read_text()
+    assert "max_batch_size: 0\n" in text
+    assert "no batch axis shared by every input and output" in text
+    config = read_config(tmp_path / "fixed" / "config.pbtxt")
+    assert list(config.input[0].dims) == [3, 16] and not config.HasField("dynamic_batching")
+    assert [list(w.inputs["x"].dims) for w in config.model_warmup] == [[3, 16]]
+
+
+def test_max_batch_size_0_asked_for_says_so_explicitly(tmp_path):
     onnx_graphs.mlp(tmp_path / "fixed")
     configure(tmp_path, "fixed", gpu="a10", max_batch_size=0)
     text = (tmp_path / "fixed" / "config.pbtxt").read_text()
@@ -200,3 +226,98 @@ def test_a_user_can_add_a_profile_and_use_it_by_name(mlp_repo, tmp_path, monkeyp
     configure(mlp_repo, "mlp", gpu="l4")
     assert (mlp_repo / "mlp" / "configs" / "l4.pbtxt").is_file()
     assert "profile 'l4'" in (mlp_repo / "mlp" / "config.pbtxt").read_text()
+
+
+def test_warmup_never_goes_past_the_lengths_the_export_verified(tmp_path):
+    # A failing warm-up request makes Triton refuse the model: a position table may end at 18.
+    onnx_graphs.token_encoder(tmp_path / "encoder")
+    _export_report(tmp_path / "encoder", 4, {"input_ids": [2, 12], "attention_mask": [2, 12]},
+                   verified=[{"seq": 12}, {"seq": 18}])
+    configure(tmp_path, "encoder", gpu="a10")
+    text = (tmp_path / "encoder" / "config.pbtxt").read_text()
+    lengths = {tuple(w.inputs["input_ids"].dims) for w in read_config(
+        tmp_path / "encoder" / "config.pbtxt").model_warmup}
+    assert lengths == {(12,), (18,)}
+    assert "seq [12, 18] (the lengths the export verified)" in text
+
+
+def test_a_tensorrt_plans_profile_bounds_the_warmup_lengths(tmp_path):
+    onnx_graphs.token_encoder(tmp_path / "encoder")
+    shapes = {n: {"min": [1, 1], "opt": [4, 12], "max": [4, 16]} for n in ("input_ids", "attention_mask")}
+    _export_report(tmp_path / "encoder", 4, {"input_ids": [2, 12], "attention_mask": [2, 12]},
+                   verified=[{"seq": 12}, {"seq": 18}, {"seq": 6}],
+                   tensorrt_recipe={"shapes": shapes})
+    configure(tmp_path, "encoder", gpu="a10")
+    config = read_config(tmp_path / "encoder" / "config.pbtxt")
+    assert {w.inputs["input_ids"].dims[0] for w in config.model_warmup} == {6, 12}
+
+
+def test_without_an_export_report_default_lengths_are_warmed_and_called_unverified(tmp_path):
+    onnx_graphs.token_encoder(tmp_path / "encoder")
+    configure(tmp_path, "encoder", gpu="p100", max_batch_size=2)
+    config = read_config(tmp_path / "encoder" / "config.pbtxt")
+    assert {w.inputs["input_ids"].dims[0] for w in config.model_warmup} == {16, 64, 128}
+    assert "unverified (no export report)" in (tmp_path / "encoder" / "config.pbtxt").read_text()
+
+
+def test_axes_with_different_names_are_warmed_at_their_own_lengths(tmp_path):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["tokens"], ["T"]), helper.make_node("Identity", ["pixels"], ["P"])],
+        "two_axes",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", "width"])],
+        [helper.make_tensor_value_info("T", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("P", TensorProto.FLOAT, ["batch", "width"])])
+    onnx_graphs._save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                      tmp_path / "two")
+    _export_report(tmp_path / "two", 2, {"tokens": [2, 8], "pixels": [2, 100]},
+                   verified=[{"seq": 8, "width": 100}, {"seq": 12, "width": 150},
+                             {"seq": 4, "width": 50}])
+    configure(tmp_path, "two", gpu="p100")
+    warm = {w.name: (tuple(w.inputs["tokens"].dims), tuple(w.inputs["pixels"].dims))
+            for w in read_config(tmp_path / "two" / "config.pbtxt").model_warmup}
+    assert warm["batch_1_seq_4_width_50"] == ((4,), (50,))
+    assert {pair for pair in warm.values()} == {((4,), (50,)), ((8,), (100,)), ((12,), (150,))}
+
+
+def test_a_profile_the_model_does_not_fit_is_left_out_not_a_failure(mlp_repo, monkeypatch):
+    import tritonkit.model_config as model_config
+
+    real = model_config.build_config
+
+    def p100_too_small(name, graph, profile, **kwargs):
+        if profile.name == "p100":
+            raise UsageError(f"model '{name}' does not fit on the {profile.display_name}")
+        return real(name, graph, profile, **kwargs)
+
+    (mlp_repo / "mlp" / "configs").mkdir()
+    (mlp_repo / "mlp" / "configs" / "p100.pbtxt").write_text("# an earlier one\n")
+    monkeypatch.setattr(model_config, "build_config", p100_too_small)
+    configured = configure(mlp_repo, "mlp", gpu="a10", force=True)
+    assert configured.skipped == {"p100": "model 'mlp' does not fit on the Tesla P100 PCIe 16 GB"}
+    assert sorted(p.name for p in configured.written) == ["a10.pbtxt", "config.pbtxt"]
+    assert not (mlp_repo / "mlp" / "configs" / "p100.pbtxt").exists()  # stale: would mis-serve
+    with pytest.raises(UsageError, match="does not fit on the Tesla P100"):
+        configure(mlp_repo, "mlp", gpu="p100", force=True)   # the profile asked for
+
+
+def test_a_batch_limit_above_the_verified_one_is_flagged_and_refused_for_a_plan(mlp_repo):
+    configured = configure(mlp_repo, "mlp", gpu="a10", max_batch_size=64)
+    assert configured.notes == ["max_batch_size 64 is above the 32 the export verified: "
+                                "re-export with --max-batch-size 64 to verify it"]
+    report = json.loads((mlp_repo / "mlp" / "export-report.json").read_text())
+    report["plans"] = {"8.6": "model_a10.plan"}
+    (mlp_repo / "mlp" / "export-report.json").write_text(json.dumps(report))
+    with pytest.raises(UsageError, match="above the 32 the TensorRT plan of 'mlp' was built for"):
+        configure(mlp_repo, "mlp", gpu="a10", max_batch_size=64, force=True)
+
+
+def test_bfloat16_tensors_are_triton_bf16():
+    from onnx import TensorProto
+
+    from tritonkit.model_config import triton_data_type
+
+    assert triton_data_type(TensorProto.BFLOAT16) == "TYPE_BF16"
+    assert triton_data_type(TensorProto.FLOAT16) == "TYPE_FP16"

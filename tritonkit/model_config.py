@@ -44,13 +44,6 @@ class TensorSpec:
     data_type: str            # "TYPE_FP32", ...
     dims: tuple[int, ...]
 
-    @property
-    def numpy_dtype(self) -> np.dtype:
-        from tritonclient.utils import triton_to_np_dtype
-
-        return np.dtype(triton_to_np_dtype(self.data_type.removeprefix("TYPE_")
-                                           .replace("STRING", "BYTES")))
-
 
 @dataclass(frozen=True)
 class GraphSpec:
@@ -60,11 +53,16 @@ class GraphSpec:
     outputs: tuple[TensorSpec, ...]
     weight_bytes: int
     activation_bytes_per_sample: int
-    buckets: dict = field(default_factory=dict)   # input name -> {axis: [sizes]}
+    # Dynamic non-batch axes: input name -> {axis: label}; label -> lengths to warm up.
+    axis_labels: dict[str, dict[int, str]] = field(default_factory=dict)
+    lengths: dict[str, list[int]] = field(default_factory=dict)
+    lengths_source: str = ""      # "verified", "example" or "default" (see warmup_lengths)
 
 
 def triton_data_type(elem_type: int) -> str:
     """ONNX tensor element type → Triton config data type ("TYPE_FP32")."""
+    if elem_type == onnx.TensorProto.BFLOAT16:  # NumPy has no bfloat16 for tritonclient to map
+        return "TYPE_BF16"
     np_dtype = helper.tensor_dtype_to_np_dtype(elem_type)
     triton = np_to_triton_dtype(np_dtype)
     return "TYPE_STRING" if triton == "BYTES" else f"TYPE_{triton}"
@@ -92,9 +90,10 @@ def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
     outputs = tuple(TensorSpec(o.name, triton_data_type(o.type.tensor_type.elem_type), _dims(o))
                     for o in graph.output)
     weight_bytes = sum(_tensor_bytes(init) for init in graph.initializer)
-    buckets = _buckets_from_report(report or {}, inputs)
+    labels = _axis_labels(graph, initializers)
+    lengths, source = warmup_lengths(report or {}, labels)
     return GraphSpec(inputs, outputs, weight_bytes,
-                     _activation_bytes_per_sample(model, buckets), buckets)
+                     _activation_bytes_per_sample(model, labels, lengths), labels, lengths, source)
 
 
 def _tensor_bytes(init: onnx.TensorProto) -> int:
@@ -102,38 +101,77 @@ def _tensor_bytes(init: onnx.TensorProto) -> int:
     return count * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
 
 
-def _buckets_from_report(report: dict, inputs: tuple[TensorSpec, ...]) -> dict:
-    """Sizes to warm up for each dynamic non-batch axis, from the export's example shapes."""
-    examples = {i.get("name"): i.get("example_shape") for i in report.get("inputs", [])}
-    buckets: dict[str, dict[int, list[int]]] = {}
-    for spec in inputs:
-        axes = [a for a, d in enumerate(spec.dims) if d == -1 and a > 0]
-        if not axes:
+def _axis_labels(graph: onnx.GraphProto, initializers: set[str]) -> dict[str, dict[int, str]]:
+    """The dynamic non-batch axes of each input, by the graph's dim names (shared names vary
+    together: input_ids and attention_mask along ``sequence``)."""
+    labels: dict[str, dict[int, str]] = {}
+    for value in graph.input:
+        if value.name in initializers:
             continue
-        example = examples.get(spec.name)
-        per_axis = {}
-        for axis in axes:
-            sizes = set(DEFAULT_BUCKETS)
-            if example and axis < len(example):
-                sizes.add(int(example[axis]))
-            per_axis[axis] = sorted(sizes)
-        buckets[spec.name] = per_axis
-    return buckets
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if axis > 0 and not dim.HasField("dim_value"):
+                labels.setdefault(value.name, {})[axis] = dim.dim_param or f"{value.name}_dim{axis}"
+    return labels
 
 
-def _activation_bytes_per_sample(model: onnx.ModelProto, buckets: dict) -> int:
-    """Sum of every intermediate tensor for one sample, at the largest bucket sizes.
+def warmup_lengths(report: dict, labels: dict[str, dict[int, str]]) -> tuple[dict[str, list[int]], str]:
+    """The lengths to warm each dynamic axis label at, and where they come from.
+
+    A warm-up request that fails makes Triton refuse to load the model, so the lengths are
+    those the export verified against PyTorch (a position table may end at 64); without a
+    verification, the example's; without an export report, DEFAULT_BUCKETS, unverified.
+    A TensorRT plan's optimization profile bounds them too.
+    """
+    wanted = {label for axes in labels.values() for label in axes.values()}
+    if not wanted:
+        return {}, ""
+    found: dict[str, set[int]] = {}
+    for case in (report.get("verification") or {}).get("cases") or []:
+        for label, size in (case.get("lengths") or {}).items():
+            found.setdefault(label, set()).add(int(size))
+    source = "verified"
+    if not wanted <= set(found):
+        found, source = {}, "example"
+        for spec in report.get("inputs", []):
+            example = spec.get("example_shape") or []
+            for axis, label in labels.get(spec.get("name"), {}).items():
+                if axis < len(example):
+                    found.setdefault(label, set()).add(int(example[axis]))
+    if not wanted <= set(found):
+        return {label: list(DEFAULT_BUCKETS) for label in sorted(wanted)}, "default"
+    limit = _plan_limits(report, labels)
+    return {label: sorted(n for n in found[label] if n <= limit.get(label, n))
+            or [min(found[label])] for label in sorted(wanted)}, source
+
+
+def _plan_limits(report: dict, labels: dict[str, dict[int, str]]) -> dict[str, int]:
+    """The longest length per label a TensorRT plan's optimization profile accepts."""
+    build = report.get("tensorrt_build") or report.get("tensorrt_recipe") or {}
+    limits: dict[str, int] = {}
+    for name, shapes in (build.get("shapes") or {}).items():
+        for axis, label in labels.get(name, {}).items():
+            if axis < len(shapes.get("max", [])):
+                limits[label] = min(limits.get(label, shapes["max"][axis]), shapes["max"][axis])
+    return limits
+
+
+def _activation_bytes_per_sample(model: onnx.ModelProto, labels: dict[str, dict[int, str]],
+                                 lengths: dict[str, list[int]]) -> int:
+    """Sum of every intermediate tensor for one sample, at a long length.
 
     An upper bound on activation memory (runtimes reuse buffers), from ONNX shape
-    inference with the batch axis at 1 and other dynamic axes at their largest bucket.
+    inference with the batch axis at 1 and other dynamic axes at the longest warm-up
+    length or DEFAULT_BUCKETS' longest, whichever is longer (production inputs may be
+    longer than any example).
     """
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
-    largest = {name: max(max(v) for v in axes.values()) for name, axes in buckets.items()}
     for inp in fixed.graph.input:
         for axis, dim in enumerate(inp.type.tensor_type.shape.dim):
             if not dim.HasField("dim_value"):
-                dim.dim_value = 1 if axis == 0 else largest.get(inp.name, DEFAULT_BUCKETS[-1])
+                label = labels.get(inp.name, {}).get(axis)
+                dim.dim_value = 1 if axis == 0 else max(DEFAULT_BUCKETS[-1],
+                                                        *lengths.get(label, []))
     try:
         inferred = shape_inference.infer_shapes(fixed)
     except Exception:  # shape inference is best effort; fall back to the I/O alone
@@ -281,14 +319,20 @@ def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: boo
 
 def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],
                 notes: list[str]) -> None:
-    """One warm-up entry per batch size and dynamic-shape bucket: unwarmed shapes are slow."""
+    """One warm-up entry per batch size and length step: unwarmed shapes are slow.
+
+    Step i sets every dynamic label to its i-th warm-up length (its longest once it has
+    no more), so inputs sharing a label always agree.
+    """
     batch_sizes = sorted({1, *sizes}) if config.max_batch_size > 0 else [0]
-    bucket_sizes = sorted({s for axes in graph.buckets.values() for v in axes.values() for s in v})
+    steps = max((len(v) for v in graph.lengths.values()), default=0)
     strip = 1 if config.max_batch_size > 0 else 0
     for batch in batch_sizes:
-        for bucket in bucket_sizes or [None]:
-            label = f"batch_{batch}" + (f"_len_{bucket}" if bucket is not None else "")
-            warm = config.model_warmup.add(name=label, batch_size=max(batch, 1), count=1)
+        for step in range(steps) if steps else [None]:
+            chosen = {} if step is None else \
+                {label: v[min(step, len(v) - 1)] for label, v in graph.lengths.items()}
+            warm = config.model_warmup.add(name=f"batch_{batch}{_length_suffix(chosen)}",
+                                           batch_size=max(batch, 1), count=1)
             for spec in graph.inputs:
                 dims = []
                 for axis, d in enumerate(spec.dims[strip:], start=strip):
@@ -297,7 +341,7 @@ def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],
                     elif strip == 0 and axis == 0:
                         dims.append(1)
                     else:
-                        dims.append(bucket if bucket is not None else DEFAULT_BUCKETS[0])
+                        dims.append(chosen[graph.axis_labels[spec.name][axis]])
                 entry = warm.inputs[spec.name]
                 entry.data_type = mc.DataType.Value(spec.data_type)
                 entry.dims.extend(dims)
@@ -306,8 +350,18 @@ def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],
                     entry.random_data = True
                 else:
                     entry.zero_data = True
+    spelled = "; ".join(f"{label} {v}" for label, v in graph.lengths.items())
+    why = {"verified": "the lengths the export verified",
+           "example": "the example's length (the export was not verified)",
+           "default": "default lengths, unverified (no export report): check they are valid"}
     notes.append(f"model_warmup: batch sizes {batch_sizes}"
-                 + (f" x dynamic-axis buckets {bucket_sizes}" if bucket_sizes else ""))
+                 + (f" x {spelled} ({why[graph.lengths_source]})" if spelled else ""))
+
+
+def _length_suffix(chosen: dict[str, int]) -> str:
+    if len(chosen) == 1:
+        return f"_len_{next(iter(chosen.values()))}"
+    return "".join(f"_{label}_{size}" for label, size in chosen.items())
 
 
 def config_to_text(config: mc.ModelConfig, tuning: Tuning | None = None) -> str:
@@ -350,12 +404,23 @@ def read_report(model_dir: Path) -> dict:
                          hint="re-export the model with --force") from None
 
 
+@dataclass(frozen=True)
+class Configured:
+    """What ``configure`` wrote, and the profiles it left out (the model does not fit them)."""
+
+    written: list[Path]
+    skipped: dict[str, str]       # profile name -> why
+    notes: list[str] = field(default_factory=list)
+
+
 def configure(repository: Path, name: str, *, gpu: str | None = None,
-              max_batch_size: int | None = None, force: bool = False) -> list[Path]:
+              max_batch_size: int | None = None, force: bool = False) -> Configured:
     """Write ``DIR/NAME/config.pbtxt`` (for ``gpu``) and ``configs/<profile>.pbtxt`` for each profile.
 
     Reads ``DIR/NAME/1/model.onnx`` and ``DIR/NAME/export-report.json``. An existing
     config.pbtxt is replaced only with ``force`` (export passes it for its own fresh folder).
+    Every config is built before any is written; a profile other than ``gpu`` that the
+    model does not fit is left out (and said), not a failure.
     """
     model_dir = Path(repository) / name
     if not model_dir.is_dir():
@@ -365,8 +430,17 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
     report = read_report(model_dir)
     onnx_path = _find_onnx(model_dir)
     graph = read_graph(onnx_path, report)
-    limit = max_batch_size if max_batch_size is not None else int(report.get("max_batch_size", 0))
+    exported = int(report.get("max_batch_size", 0))
+    limit = max_batch_size if max_batch_size is not None else exported
     plans = report.get("plans") or {}
+    notes = []
+    if report and limit > exported > 0:
+        if plans:
+            raise UsageError(f"--max-batch-size {limit} is above the {exported} the TensorRT plan "
+                             f"of '{name}' was built for", hint=f"use at most {exported}, or "
+                             f"re-export with --max-batch-size {limit}")
+        notes.append(f"max_batch_size {limit} is above the {exported} the export verified: "
+                     f"re-export with --max-batch-size {limit} to verify it")
     default = load_profile(gpu or DEFAULT_GPU)
     profiles = {default.name: default}
     for other in available_profiles():
@@ -375,14 +449,21 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
                *(model_dir / "configs" / f"{p}.pbtxt" for p in profiles)]
     for target in targets:                       # refuse before anything is written
         refuse_overwrite(target, force=force, what="model config")
-    written = []
+    texts, skipped = {}, {}
     for profile in profiles.values():
-        config, tuning = build_config(name, graph, profile, max_batch_size=limit, plans=plans)
-        text = config_to_text(config, tuning)
-        written.append(atomic_write(model_dir / "configs" / f"{profile.name}.pbtxt", text))
-        if profile is default:
-            written.insert(0, atomic_write(model_dir / "config.pbtxt", text))
-    return written
+        try:
+            config, tuning = build_config(name, graph, profile, max_batch_size=limit, plans=plans)
+        except UsageError as exc:
+            if profile is default:
+                raise
+            skipped[profile.name] = exc.message
+            continue
+        texts[profile.name] = config_to_text(config, tuning)
+    written = [atomic_write(model_dir / "config.pbtxt", texts[default.name])]
+    written += [atomic_write(model_dir / "configs" / f"{p}.pbtxt", text) for p, text in texts.items()]
+    for stale in skipped:                        # a config from before would mis-serve
+        (model_dir / "configs" / f"{stale}.pbtxt").unlink(missing_ok=True)
+    return Configured(written, skipped, notes)
 
 
 def _find_onnx(model_dir: Path) -> Path:

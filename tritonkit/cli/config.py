@@ -31,5 +31,10 @@ def config(
             console.print(f"ok  {path}  ({parsed.platform or parsed.backend}, "
                           f"max_batch_size {parsed.max_batch_size})")
         return
-    for path in configure(repository, name, gpu=gpu, max_batch_size=max_batch_size, force=force):
+    configured = configure(repository, name, gpu=gpu, max_batch_size=max_batch_size, force=force)
+    for path in configured.written:
         console.print(f"wrote {path}")
+    for note in configured.notes:
+        console.print(f"[yellow]note[/] {note}")
+    for profile, why in configured.skipped.items():
+        console.print(f"[yellow]no config for {profile}[/]: {why}")

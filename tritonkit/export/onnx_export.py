@@ -47,8 +47,10 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
 
 
 def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_batch_size):
+    # The traced batch is at least 2 (traceable_inputs), so the bound is too; Triton's
+    # max_batch_size, not the graph, keeps batches of a --max-batch-size 1 model at 1.
     dims: dict[str, torch.export.Dim] = {
-        BATCH_AXIS_NAME: torch.export.Dim(BATCH_AXIS_NAME, min=1, max=max_batch_size)}
+        BATCH_AXIS_NAME: torch.export.Dim(BATCH_AXIS_NAME, min=1, max=max(2, max_batch_size))}
     shapes = []
     for name in inputs.names:
         shapes.append({axis: dims.setdefault(label, torch.export.Dim(label, min=1))
@@ -133,7 +135,7 @@ def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
         data = path.with_name(path.name + ".data")
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=data.name)
-        return [path, data]
+        return [path, data] if data.exists() else [path]   # small tensors stay inline
     onnx.save_model(model, path)
     return [path]
 

@@ -28,7 +28,7 @@ from tritonkit.export.spec import (ModelInputs, default_output_name, load_factor
                                    normalize_inputs, order_like_forward)
 from tritonkit.export.verify import check_graph, verify_against_torch
 from tritonkit.fileio import atomic_write, refuse_overwrite
-from tritonkit.model_config import configure
+from tritonkit.model_config import DEFAULT_GPU, configure
 from tritonkit.profiles import GpuProfile, load_profile
 
 FORMATS = ("onnx", "tensorrt")
@@ -197,9 +197,17 @@ def _output_names(result, given: tuple[str, ...] | None) -> tuple[str, ...]:
 def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
            options: ExportOptions, profile: GpuProfile | None, spec: str | None) -> ExportResult:
     model_path = stage / VERSION / MODEL_FILE
-    model, exporter, attempts, verification = _export_verified(
+    model, exporter, attempts, verification, saved = _export_verified(
         module, inputs, output_names, options, model_path)
-    written = [model_path]
+    written = list(saved)   # the graph, and past 2 GiB its weights file beside it
+    notes = []
+    served = profile or load_profile(DEFAULT_GPU)
+    if verification and served.serving.precision != "fp32":
+        verification["served_precision"] = (
+            f"verified in the graph's own precision on ONNX Runtime's CPU provider; the "
+            f"{served.name} config serves {served.serving.precision.upper()}, which only a run on "
+            f"the {served.display_name} checks")
+        notes.append(verification["served_precision"])
     leaves, _ = torch.utils._pytree.tree_flatten(outputs)
     report = build_report(
         name=options.name, model=model, fmt=options.format, max_batch_size=options.max_batch_size,
@@ -212,7 +220,6 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
         report["declared_dynamic_axes"] = {name: {str(a): label for a, label in axes.items()}
                                            for name, axes in inputs.dynamic_axes.items()}
 
-    notes = []
     if options.format == "tensorrt":
         notes.append(_tensorrt(stage, model_path, report, profile, inputs, options, written))
 
@@ -225,7 +232,9 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
         output_names=options.output_names, dynamic_axes=inputs.dynamic_axes,
         exporters=options.exporters if options.exporters != onnx_export.EXPORTERS else None)
     written.append(reproduce.write_reproduce_script(stage, spec=spec, options=options_as_flags))
-    written += _configure(stage, options)
+    configured = configure(stage.parent, options.name, gpu=options.gpu, force=True)
+    written += configured.written
+    notes += [f"no config for {gpu}: {why}" for gpu, why in configured.skipped.items()]
     return ExportResult(path=stage, report=report, written=written, notes=notes)
 
 
@@ -233,8 +242,9 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
                      model_path: Path):
     """Try each exporter until one's graph passes the checker and the verification.
 
-    Returns (graph, exporter used, every attempt's record, verification section). If none
-    passes, raises the error of the attempt that got furthest (verification beats export).
+    Returns (graph, exporter used, every attempt's record, verification section, the files
+    written). If none passes, raises the error of the attempt that got furthest
+    (verification beats export).
     """
     attempts: list[dict] = []
     failures: list[tuple[str, TritonkitError]] = []
@@ -244,7 +254,7 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
             model = onnx_export.export_onnx(module, inputs, exporter=exporter,
                                             output_names=output_names, opset=options.opset,
                                             max_batch_size=options.max_batch_size)
-            onnx_export.save_model(model, model_path)
+            saved = onnx_export.save_model(model, model_path)
             check_graph(model_path)
             verification = None
             if options.verify:
@@ -252,7 +262,8 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
                     model_path, module, inputs, output_names=output_names,
                     max_batch_size=options.max_batch_size, atol=options.atol, rtol=options.rtol)
         except ExportError as exc:
-            attempts.append({"exporter": exporter, "ok": False, "error": exc.message,
+            attempts.append({"exporter": exporter, "ok": False,
+                             "error": _without_prefix(exc.message, exporter),
                              "seconds": round(time.perf_counter() - started, 2)})
             failures.append((exporter, exc))
             for leftover in model_path.parent.glob(f"{MODEL_FILE}*"):
@@ -260,7 +271,7 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
             continue
         attempts.append({"exporter": exporter, "ok": True,
                          "seconds": round(time.perf_counter() - started, 2)})
-        return model, exporter, attempts, verification
+        return model, exporter, attempts, verification, saved
     raise _furthest(failures)
 
 
@@ -300,11 +311,6 @@ def _tensorrt(stage: Path, model_path: Path, report: dict, profile: GpuProfile,
     return (f"{why_not}: the plan must be built on the target ({profile.display_name}); "
             f"tritonkit deploy runs the recipe in {REPORT_NAME} (tensorrt_recipe) there, "
             f"in the model's folder: {shlex.join(report['tensorrt_recipe']['command'])}")
-
-
-def _configure(stage: Path, options: ExportOptions) -> list[Path]:
-    """config.pbtxt (and configs/<gpu>.pbtxt) from the graph and the report just written."""
-    return list(configure(stage.parent, options.name, gpu=options.gpu, force=True))
 
 
 def _move_into_place(stage: Path, target: Path, staging: Path) -> None:

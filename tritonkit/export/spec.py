@@ -72,7 +72,7 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
     try:
         built = factory()
     except Exception as exc:  # the user's code: its failure is their input, not our bug
-        raise UsageError(f"factory {spec} raised {type(exc).__name__}: {_one_line(exc)}",
+        raise UsageError(f"factory {spec} raised {type(exc).__name__}: {one_line(exc)}",
                          hint="fix the factory; TRITONKIT_DEBUG=1 shows the traceback") from exc
     return _unpack(built, spec)
 
@@ -86,12 +86,15 @@ def _import_target(target: str):
         name = f"_tritonkit_model_{abs(hash(str(path.resolve())))}"
         loader_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(loader_spec)
-        # Let the file import its neighbours, as `python path/to/file.py` would.
+        # Let the file import its neighbours, as `python path/to/file.py` would, and find
+        # itself in sys.modules, as dataclasses and pickling look it up there.
         sys.path.insert(0, str(path.resolve().parent))
+        sys.modules[name] = module
         try:
             loader_spec.loader.exec_module(module)
         except Exception as exc:
-            raise UsageError(f"importing {path} raised {type(exc).__name__}: {_one_line(exc)}",
+            sys.modules.pop(name, None)
+            raise UsageError(f"importing {path} raised {type(exc).__name__}: {one_line(exc)}",
                              hint="fix the file; TRITONKIT_DEBUG=1 shows the traceback") from exc
         finally:
             sys.path.remove(str(path.resolve().parent))
@@ -102,10 +105,10 @@ def _import_target(target: str):
         if exc.name and target.startswith(exc.name):
             raise UsageError(f"no Python module named '{target}'",
                              hint="pass FILE.py:FACTORY, or a module importable from here") from exc
-        raise UsageError(f"importing {target} failed: {_one_line(exc)}",
+        raise UsageError(f"importing {target} failed: {one_line(exc)}",
                          hint="install what the module needs") from exc
     except Exception as exc:
-        raise UsageError(f"importing {target} raised {type(exc).__name__}: {_one_line(exc)}",
+        raise UsageError(f"importing {target} raised {type(exc).__name__}: {one_line(exc)}",
                          hint="fix the module; TRITONKIT_DEBUG=1 shows the traceback") from exc
 
 
@@ -237,6 +240,8 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__module__}.{type(value).__qualname__}".replace("builtins.", "")
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception's first line, at most 300 characters (the rest is under TRITONKIT_DEBUG)."""
     text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."

@@ -17,7 +17,7 @@ import onnx
 import torch
 
 from tritonkit.errors import ExportError, UsageError, VerificationError
-from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
+from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs, one_line
 
 # Defaults by precision: fp32 kernels differ in summation order between frameworks.
 DEFAULT_TOLERANCES = {
@@ -46,8 +46,7 @@ def check_graph(path: Path) -> None:
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExportError(f"the exported graph fails the ONNX checker: {first}",
+        raise ExportError(f"the exported graph fails the ONNX checker: {one_line(exc)}",
                           hint="rerun with TRITONKIT_DEBUG=1; try another --opset") from exc
 
 
@@ -71,7 +70,8 @@ def verification_cases(inputs: ModelInputs, max_batch_size: int, *, seed: int = 
     generator = torch.Generator().manual_seed(seed)
     cases = [Case("example inputs", inputs.batch_size, example_lengths, inputs.tensors)]
     for label, batch, lengths in plan:
-        tensors = tuple(_random_like(tensor, _shape(inputs, name, tensor, batch, lengths), generator)
+        tensors = tuple(_random_like(tensor, _shape(inputs, name, tensor, batch, lengths),
+                                     generator).to(tensor.device)
                         for name, tensor in zip(inputs.names, inputs.tensors))
         cases.append(Case(label, batch, dict(lengths), tensors))
     return cases
@@ -100,8 +100,14 @@ def _random_like(example: torch.Tensor, shape: tuple[int, ...], generator: torch
 
 
 def tolerance_for(dtype: str, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    """(atol, rtol) for an output of numpy dtype name ``dtype``; given values win."""
-    default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, EXACT)
+    """(atol, rtol) for an output of numpy dtype name ``dtype``.
+
+    Given values win for floating outputs; integer and boolean outputs (class indices,
+    masks) always match exactly, whatever --atol/--rtol say.
+    """
+    if dtype not in DEFAULT_TOLERANCES:
+        return EXACT
+    default_atol, default_rtol = DEFAULT_TOLERANCES[dtype]
     return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
 
 
@@ -110,7 +116,15 @@ def torch_outputs(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) ->
     with torch.no_grad():
         result = module(*tensors)
     leaves, _ = torch.utils._pytree.tree_flatten(result)
-    return [leaf.detach().cpu().numpy() for leaf in leaves]
+    return [to_numpy(leaf) for leaf in leaves]
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor on any device as a numpy array (NumPy has no bfloat16: as float32)."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.numpy()
 
 
 def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInputs, *,
@@ -122,12 +136,13 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     """
     import onnxruntime as ort
 
+    _refuse_bfloat16(path)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
         session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
     except Exception as exc:
-        raise VerificationError(f"ONNX Runtime cannot load the exported graph: {_first_line(exc)}",
+        raise VerificationError(f"ONNX Runtime cannot load the exported graph: {one_line(exc)}",
                                 hint="try another --opset, or the other exporter") from exc
 
     declared = {value.name: value.shape for value in session.get_outputs()}
@@ -139,14 +154,14 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
             expected = torch_outputs(module, case.tensors)
         except Exception as exc:  # the model itself, whichever exporter: the user's to fix
             raise UsageError(f"the model's forward() raised {type(exc).__name__} at "
-                             f"{_where(case)}: {_first_line(exc)}",
+                             f"{_where(case)}: {one_line(exc)}",
                              hint="Triton sends any batch from 1 to --max-batch-size: "
                                   "forward() must work for each") from exc
-        feed = {name: tensor.numpy() for name, tensor in zip(inputs.names, case.tensors)}
+        feed = {name: to_numpy(tensor) for name, tensor in zip(inputs.names, case.tensors)}
         try:
             actual = session.run(list(output_names), feed)
         except Exception as exc:
-            raise VerificationError(f"ONNX Runtime failed at {_where(case)}: {_first_line(exc)}",
+            raise VerificationError(f"ONNX Runtime failed at {_where(case)}: {one_line(exc)}",
                                     hint="the graph baked in a size; check the dynamic axes") from exc
         errors = {}
         for name, want, got in zip(output_names, expected, actual):
@@ -160,7 +175,7 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                     f"output {name} is declared {_spell(declared[name])} in the graph but is "
                     f"{list(got.shape)} at {_where(case)}",
                     hint="the exporter fixed a dynamic size in the graph's output shape")
-            tolerances.setdefault(name, tolerance_for(want.dtype.name, atol, rtol))
+            tolerances.setdefault(name, tolerance_for(_dtype_name(want, got), atol, rtol))
             abs_error, rel_error, within = _compare(want, got, *tolerances[name])
             errors[name] = {"max_abs_error": abs_error, "max_rel_error": rel_error,
                             "shape": list(got.shape)}
@@ -187,18 +202,49 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     }
 
 
+def _refuse_bfloat16(path: Path) -> None:
+    graph = onnx.load(str(path), load_external_data=False).graph
+    bf16 = [v.name for v in (*graph.input, *graph.output)
+            if v.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
+    if bf16:
+        raise UsageError(f"{', '.join(bf16)} {'is' if len(bf16) == 1 else 'are'} bfloat16, which "
+                         "ONNX Runtime's CPU provider cannot verify (no NumPy type, few kernels)",
+                         hint="export the model in float32 (module.float()): the A10 profile serves "
+                              "it in FP16 through TensorRT; or pass --no-verify")
+
+
 def _compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float):
-    """(max abs error, max rel error, every element within atol + rtol·|want|)."""
+    """(max abs error, max rel error, every element within atol + rtol·|want|).
+
+    Integers and booleans are compared exactly, as integers (a float64 detour would equate
+    2**53 and 2**53 + 1). Floats: NaN matches NaN, an infinity matches only the same
+    infinity, and a mismatch against either counts as an infinite error.
+    """
     if want.size == 0:
         return 0.0, 0.0, True
+    if not (np.issubdtype(want.dtype, np.floating) or np.issubdtype(got.dtype, np.floating)):
+        differ = want != got
+        if not differ.any():
+            return 0.0, 0.0, True
+        wrong_want = want[differ].astype(np.int64).astype(object)
+        wrong_got = got[differ].astype(np.int64).astype(object)
+        diff = max(abs(int(w) - int(g)) for w, g in zip(wrong_want, wrong_got))
+        scale = max(max(abs(int(w)) for w in wrong_want), 1)
+        return float(diff), float(diff) / scale, False
     want64, got64 = want.astype(np.float64), got.astype(np.float64)
-    both_nan = np.isnan(want64) & np.isnan(got64)
-    diff = np.where(both_nan, 0.0, np.abs(want64 - got64))
-    diff = np.where(np.isnan(diff), np.inf, diff)  # NaN on one side only
-    scale = np.abs(np.where(both_nan, 0.0, want64))
-    within = bool(np.all(diff <= atol + rtol * scale))
-    rel = diff / np.maximum(scale, _REL_FLOOR)
+    with np.errstate(invalid="ignore", over="ignore"):
+        matched = (np.isnan(want64) & np.isnan(got64)) | (np.isinf(want64) & (want64 == got64))
+        finite = np.isfinite(want64) & np.isfinite(got64)
+        diff = np.where(matched, 0.0, np.where(finite, np.abs(want64 - got64), np.inf))
+        scale = np.where(np.isfinite(want64), np.abs(want64), 0.0)
+        within = bool(np.all(diff <= atol + rtol * scale))
+        rel = diff / np.maximum(scale, _REL_FLOOR)
     return float(diff.max()), float(rel.max()), within
+
+
+def _dtype_name(want: np.ndarray, got: np.ndarray) -> str:
+    """The output's precision: ONNX Runtime's (bfloat16 reaches NumPy as float32 from torch)."""
+    return got.dtype.name if got.dtype.name in DEFAULT_TOLERANCES else want.dtype.name
 
 
 def _fits(declared, shape) -> bool:
@@ -215,9 +261,3 @@ def _where(case: Case) -> str:
     lengths = "".join(f", {label} {size}" for label, size in case.lengths.items())
     return f"{case.label}{lengths}" if case.label.startswith("batch") else \
         f"the {case.label} (batch {case.batch}{lengths})"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line if len(line) <= 300 else line[:297] + "..."

@@ -1,0 +1,134 @@
+"""Verification against PyTorch: what counts as a match, per dtype, and which models it takes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import tritonkit
+from tests.conftest import run_cli
+from tritonkit.errors import EXIT_USAGE, UsageError
+from tritonkit.export import onnx_export
+from tritonkit.export.verify import _compare
+
+
+def strict_json(text: str) -> dict:
+    """JSON as other languages read it: no NaN or Infinity."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+class ArgmaxAndScores(torch.nn.Module):
+    def forward(self, x):
+        return x.argmax(dim=1), x > 0, x * 2
+
+
+def test_integer_and_boolean_outputs_match_exactly_whatever_atol_says(tmp_path):
+    result = tritonkit.export(ArgmaxAndScores(), torch.randn(2, 5), name="argmax",
+                              repository=tmp_path, atol=5, rtol=0.5)
+    tolerances = result.report["verification"]["tolerances"]
+    assert tolerances["OUTPUT__0"] == {"atol": 0.0, "rtol": 0.0}     # class index
+    assert tolerances["OUTPUT__1"] == {"atol": 0.0, "rtol": 0.0}     # mask
+    assert tolerances["OUTPUT__2"] == {"atol": 5, "rtol": 0.5}       # the scores: as asked
+    # wrong class indices fail, even ones a float64 detour would call equal
+    assert _compare(np.array([3, 1]), np.array([3, 2]), 5, 0.5)[2] is False
+    big = np.array([2**53 + 1], np.int64)
+    assert _compare(big, big - 1, 0, 0) == (1.0, pytest.approx(1 / 2**53), False)
+    assert _compare(np.array([True, False]), np.array([True, True]), 0, 0)[2] is False
+
+
+def test_an_infinity_matches_only_the_same_infinity():
+    inf = np.inf
+    assert _compare(np.array([inf]), np.array([1.0]), 1e-4, 1e-3) == (inf, inf, False)
+    assert _compare(np.array([-inf]), np.array([inf]), 1e-4, 1e-3)[2] is False
+    assert _compare(np.array([1.0]), np.array([inf]), 1e-4, 1e-3)[2] is False
+    assert _compare(np.array([-inf, 2.0]), np.array([-inf, 2.0 + 1e-5]), 1e-4, 1e-3)[2] is True
+    assert _compare(np.array([np.nan]), np.array([np.nan]), 0, 0) == (0.0, 0.0, True)
+    assert _compare(np.array([np.nan]), np.array([0.0]), 1e-4, 1e-3)[2] is False
+
+
+class LogOfRelu(torch.nn.Module):
+    def forward(self, x):
+        return torch.log(torch.relu(x))      # -inf wherever x <= 0
+
+
+def test_matching_infinities_pass_and_the_report_stays_valid_json(tmp_path, capsys):
+    example = torch.tensor([[1.0, -1.0, 2.0], [-3.0, 0.5, 4.0]])
+    result = tritonkit.export(LogOfRelu(), example, name="log", repository=tmp_path)
+    assert result.report["verification"]["passed"] is True
+    strict_json((result.path / "export-report.json").read_text())
+    assert "RuntimeWarning" not in capsys.readouterr().err
+
+
+def test_a_model_file_using_dataclasses_and_postponed_annotations_imports(tmp_path, capsys):
+    source = tmp_path / "dc_model.py"
+    source.write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n"
+        "import torch\n\n"
+        "@dataclass\nclass Settings:\n    width: int = 4\n\n"
+        "def build():\n"
+        "    s = Settings()\n"
+        "    return torch.nn.Linear(s.width, 2), torch.randn(2, s.width)\n")
+    code = run_cli("export", f"{source}:build", "--name", "dc", "--repository", tmp_path / "repo",
+                   "--exporter", "torchscript")
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "repo" / "dc" / "1" / "model.onnx").is_file()
+
+
+class HalfPrecisionHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.linear(x).to(torch.bfloat16)
+
+
+def test_bfloat16_is_refused_with_the_float32_way_out_and_nothing_written(tmp_path):
+    with pytest.raises(UsageError) as caught:
+        tritonkit.export(HalfPrecisionHead(), torch.randn(2, 4), name="bf16", repository=tmp_path)
+    assert caught.value.message.startswith("OUTPUT__0 is bfloat16, which ONNX Runtime's CPU "
+                                           "provider cannot verify")
+    assert "module.float()" in caught.value.hint and "--no-verify" in caught.value.hint
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bfloat16_exported_unverified_is_typed_bf16_in_the_config(tmp_path, capsys):
+    result = tritonkit.export(HalfPrecisionHead(), torch.randn(2, 4), name="bf16",
+                              repository=tmp_path, verify=False)
+    assert "data_type: TYPE_BF16" in (result.path / "config.pbtxt").read_text()
+
+
+def test_max_batch_size_1_exports_with_the_modern_exporter(tmp_path):
+    result = tritonkit.export(torch.nn.Linear(4, 3), torch.randn(1, 4), name="single",
+                              repository=tmp_path, max_batch_size=1, exporters=("dynamo",))
+    assert result.report["exporter"] == "dynamo"
+    assert "max_batch_size: 1" in (result.path / "config.pbtxt").read_text()
+
+
+def test_weights_stored_beside_the_graph_are_hashed_and_served(tmp_path, monkeypatch):
+    monkeypatch.setattr(onnx_export, "_EXTERNAL_DATA_BYTES", 0)   # as past protobuf's 2 GiB
+    result = tritonkit.export(torch.nn.Linear(64, 64), torch.randn(2, 64), name="external",
+                              repository=tmp_path)
+    data = result.path / "1" / "model.onnx.data"
+    assert data.is_file()
+    assert result.report["files"]["1/model.onnx.data"]["bytes"] == data.stat().st_size
+    assert result.report["verification"]["passed"] is True
+
+
+def test_bfloat16_refusal_is_one_line_from_the_cli(tmp_path, capsys):
+    source = tmp_path / "bf16_model.py"
+    source.write_text("import torch\n"
+                      "def build():\n"
+                      "    return torch.nn.Linear(4, 3).to(torch.bfloat16), "
+                      "torch.randn(2, 4, dtype=torch.bfloat16)\n")
+    code = run_cli("export", f"{source}:build", "--name", "bf", "--repository", tmp_path / "repo")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == EXIT_USAGE
+    assert err[0].startswith("error: INPUT__0, OUTPUT__0 are bfloat16")
+    assert "Traceback" not in "\n".join(err)
