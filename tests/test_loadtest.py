@@ -224,6 +224,14 @@ def test_an_error_rate_is_a_fraction():
         report.Sla(max_error_rate=5)
 
 
+@pytest.mark.parametrize("flag, value", [("--sla-p99-ms", "nan"), ("--sla-p99-ms", "inf"),
+                                         ("--sla-min-qps", "nan"), ("--sla-min-qps", "inf")])
+def test_an_sla_limit_that_is_not_a_finite_number_is_refused(flag, value, capsys):
+    # nan passes every comparison as false and inf can never be met: neither is a limit
+    assert run_cli("loadtest", "--model", "m", "--rate", "5", flag, value) == EXIT_USAGE
+    assert f"error: {flag} takes a finite number" in capsys.readouterr().err
+
+
 # -- on the real local Triton ----------------------------------------------------------------
 
 

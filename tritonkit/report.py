@@ -57,6 +57,11 @@ class Sla:
     max_error_rate: float | None = None     # a fraction; None: any failed request is an error
 
     def __post_init__(self) -> None:
+        for flag, value in (("--sla-p99-ms", self.p99_ms), ("--sla-min-qps", self.min_qps),
+                            ("--sla-max-error-rate", self.max_error_rate)):
+            if value is not None and not math.isfinite(value):
+                raise UsageError(f"{flag} takes a finite number (got {value:g})",
+                                 hint="e.g. --sla-p99-ms 20 --sla-min-qps 500")
         if self.p99_ms is not None and self.p99_ms <= 0:
             raise UsageError(f"--sla-p99-ms must be > 0 (got {self.p99_ms:g})")
         if self.min_qps is not None and self.min_qps < 0:
