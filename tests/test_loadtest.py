@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -448,6 +449,30 @@ def test_real_input_data_is_sent_and_a_wrong_input_name_is_refused(served, tmp_p
     data.write_text(json.dumps({"pixels": [1.0]}))
     assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data", data) == EXIT_USAGE
     assert "names inputs the model does not have: pixels" in capsys.readouterr().err
+
+
+def _object_array_npz(path: Path) -> None:
+    np.savez(path, INPUT__0=np.array([{"pixels": 1}], dtype=object))
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("name, content, says", [
+    ("ragged.json", b'{"INPUT__0": [[1, 2, 3, 4], [1, 2]]}', "input data for INPUT__0 in .* is ragged"),
+    ("words.json", b'{"INPUT__0": ["a", "b", "c", "d"]}', "input data for INPUT__0 cannot be read as FP32"),
+    ("latin1.json", b'{"INPUT__0": [1, 2, 3, 4], "caf\xe9": 1}', "is not UTF-8 text"),
+    ("corrupt.npz", b"PK\x03\x04 not really a zip archive", "is not a readable .npz archive"),
+    ("objects.npz", _object_array_npz, "input data for INPUT__0 in .* cannot be read"),
+], ids=["ragged rows", "strings for a number", "not UTF-8", "corrupt npz", "object array npz"])
+def test_input_data_the_model_cannot_take_is_a_usage_error_that_names_it(served, tmp_path, capsys,
+                                                                         name, content, says):
+    path = tmp_path / name
+    content(path) if callable(content) else path.write_bytes(content)
+    code = _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data", path)
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    first = err.splitlines()[0]
+    assert re.search(f"^error: .*{says}", first), err
+    assert "internal error" not in err and "Traceback" not in err
 
 
 @pytest.mark.server

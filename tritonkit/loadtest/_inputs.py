@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,22 +72,63 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
 
 
 def _read_input_data(path: Path) -> dict[str, np.ndarray]:
-    """Real input data: ``.npz`` (one array per input) or ``.json`` ``{"NAME": [[...]], ...}``."""
+    """Real input data: ``.npz`` (one array per input) or ``.json`` ``{"NAME": [[...]], ...}``.
+
+    Whatever is wrong with the file's content is the user's to fix: it is said in one line
+    that names the file or the input, never raised as our own error.
+    """
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"input data file {path} does not exist")
     if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
+        return _read_npz(path)
     if path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"input data file {path} is not valid JSON ({exc})") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"input data file {path} must hold an object: input name -> array")
-        return {name: np.asarray(value) for name, value in data.items()}
+        return _read_json(path)
     raise UsageError(f"input data file {path} must be .npz or .json")
+
+
+_NPZ_HINT = "write it with numpy.savez(FILE, NAME=array, ...): numbers or strings, no Python objects"
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"input data file {path} is not a readable .npz archive ({exc})",
+                         hint=_NPZ_HINT) from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):      # a lone .npy array named .npz
+        raise UsageError(f"input data file {path} holds one unnamed array, not an .npz archive",
+                         hint=_NPZ_HINT)
+    with archive:
+        arrays = {}
+        for name in archive.files:
+            try:
+                arrays[name] = archive[name]
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+                raise UsageError(f"input data for {name} in {path} cannot be read ({exc})",
+                                 hint=_NPZ_HINT) from None
+    return arrays
+
+
+def _read_json(path: Path) -> dict[str, np.ndarray]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"input data file {path} is not UTF-8 text (byte {exc.start})",
+                         hint="save it as UTF-8 JSON") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"input data file {path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"input data file {path} must hold an object: input name -> array")
+    arrays = {}
+    for name, value in data.items():
+        try:
+            arrays[name] = np.asarray(value)
+        except ValueError:
+            raise UsageError(f"input data for {name} in {path} is ragged: its rows are not all "
+                             "the same length",
+                             hint=f"give {name} as one sample or a batch of equal-length rows") from None
+    return arrays
 
 
 def _fit(array: np.ndarray, name: str, datatype: str, shape: list[int], batches: bool,
@@ -96,7 +138,11 @@ def _fit(array: np.ndarray, name: str, datatype: str, shape: list[int], batches:
     if datatype == "BYTES":
         array = np.asarray(array, dtype=object)
     else:
-        array = np.asarray(array).astype(triton_to_np_dtype(datatype))
+        try:
+            array = np.asarray(array).astype(triton_to_np_dtype(datatype))
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"input data for {name} cannot be read as {datatype} ({exc})",
+                             hint=f"the model takes {datatype} for {name}: give numbers") from None
     if batches and array.ndim == len(shape) - 1:  # one sample: repeat it to the batch
         array = np.repeat(array[None, ...], batch_size, axis=0)
     if batches and array.ndim == len(shape) and array.shape[0] != batch_size:
