@@ -77,6 +77,39 @@ class StatsSnapshot:
         return {name: ns / self.count / 1e6 for name, ns in zip(names, self.ns)}
 
 
+class Liveness:
+    """Whether the server is there, from consecutive failed polls.
+
+    ``_DOWN_AFTER`` polls in a row that fail (a timeout is a busy server, not a failure)
+    while liveness does not answer either: the server is gone, a "down" event. Polls
+    that fail while liveness still answers keep it up, and every later failure asks
+    again, so a real death after them is still caught. The first "down" is when the run
+    ends (``down_at_ns``, kept even if the server answers again: the load stopped there);
+    an "up" follows only a "down".
+    """
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.down = False
+        self.down_at_ns: int | None = None
+
+    def answered(self, now_ns: int) -> list[ServerEvent]:
+        self.failures = 0
+        if not self.down:
+            return []
+        self.down = False
+        return [ServerEvent(now_ns, "up")]
+
+    def failed(self, now_ns: int, alive: Callable[[], bool]) -> list[ServerEvent]:
+        self.failures += 1
+        if self.down or self.failures < _DOWN_AFTER or alive():
+            return []
+        self.down = True
+        if self.down_at_ns is None:
+            self.down_at_ns = now_ns
+        return [ServerEvent(now_ns, "down")]
+
+
 class ServerWatcher:
     """Polls the server in a thread; ``events``, ``down_at_ns`` and ``stats()`` are its findings."""
 
@@ -107,8 +140,13 @@ class ServerWatcher:
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tritonkit-watcher", daemon=True)
         self.events: list[ServerEvent] = []
-        self.down_at_ns: int | None = None
+        self._liveness = Liveness()
         self.index_used = self._use_index
+
+    @property
+    def down_at_ns(self) -> int | None:
+        """When the server first stopped answering (the run ends there), or None."""
+        return self._liveness.down_at_ns
 
     def start(self) -> "ServerWatcher":
         self._thread.start()
@@ -152,26 +190,21 @@ class ServerWatcher:
         except Exception:  # the loop below notices a server that is not there
             pass
         self._started.set()
-        failures, tick = 0, 0
+        tick = 0
         while not self._halt.wait(self._interval):
             tick += 1
             try:
                 self._poll_states()
                 if tick % self._stats_every == 0:
                     self._poll_stats(self._client)
-                if failures >= _DOWN_AFTER:
-                    self.events.append(ServerEvent(time.perf_counter_ns(), "up"))
-                    self.down_at_ns = None
-                failures = 0
+                self.events += self._liveness.answered(time.perf_counter_ns())
             except Exception as exc:  # refused, reset, timeout: tritonclient wraps them variously
                 if _timed_out(exc):
                     continue          # busy (Triton blocks while it loads a model), not gone
-                failures += 1
-                if failures == _DOWN_AFTER and not self._alive():
-                    self.down_at_ns = time.perf_counter_ns()
-                    self.events.append(ServerEvent(self.down_at_ns, "down"))
-                    if self._on_down:
-                        self._on_down()
+                first = self.down_at_ns is None
+                self.events += self._liveness.failed(time.perf_counter_ns(), self._alive)
+                if first and self.down_at_ns is not None and self._on_down:
+                    self._on_down()
 
     def _alive(self) -> bool:
         try:
