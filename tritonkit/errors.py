@@ -7,7 +7,6 @@ class's ``exit_code``. ``TRITONKIT_DEBUG=1`` shows the traceback as well.
     TritonkitError                  something went wrong (exit 1)
     ├── UsageError                  the user's input is wrong: a path, a flag, a file (exit 2)
     │   └── ProfileError            a GPU profile or server-settings file is invalid
-    ├── NotBuiltError               the command exists but is not implemented yet (exit 1)
     ├── ServerError                 tritonserver could not be found, started, reached or stopped
     │   └── ModelLoadError          Triton refused to load a model (its own message is kept)
     ├── ExportError                 a model could not be exported
@@ -15,6 +14,9 @@ class's ``exit_code``. ``TRITONKIT_DEBUG=1`` shows the traceback as well.
     └── LoadTestError               a load test could not run or ended in errors (exit 4)
 
 An SLA miss is not an error: ``tritonkit loadtest`` reports it with ``EXIT_SLA_MISS``.
+``Interrupted`` is not one either: Ctrl-C, SIGTERM or SIGHUP while a deploy runs, raised
+as a BaseException (as KeyboardInterrupt is) so that every clean-up runs the same way
+and ``main`` says which signal it was (exit 128 + the signal).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ class TritonkitError(Exception):
 
     exit_code = EXIT_ERROR
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, detail: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.detail = detail   # more than one line (a server's traceback): shown with the debug variable
 
     def __str__(self) -> str:
         return self.message
@@ -48,10 +51,6 @@ class UsageError(TritonkitError):
 
 class ProfileError(UsageError):
     """A GPU profile or server-settings file is missing or has a bad field."""
-
-
-class NotBuiltError(TritonkitError):
-    """A command that exists in the CLI but whose implementation has not landed."""
 
 
 class ServerError(TritonkitError):
@@ -74,3 +73,14 @@ class LoadTestError(TritonkitError):
     """A load test could not run, or ended with errors."""
 
     exit_code = EXIT_RUN_ERRORS
+
+
+class Interrupted(BaseException):
+    """A signal that ends the command (Ctrl-C, SIGTERM, SIGHUP): one clean-up path for all.
+
+    Not a KeyboardInterrupt: Typer turns that into a bare exit code before ``main``
+    could say what happened."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -7,12 +7,13 @@ parses its options, makes one library call, renders the result and picks the exi
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 
 import typer
 
-from tritonkit.errors import EXIT_ERROR, EXIT_USAGE, TritonkitError
+from tritonkit.errors import EXIT_ERROR, EXIT_USAGE, Interrupted, TritonkitError
 
 DEBUG_ENV = "TRITONKIT_DEBUG"
 
@@ -49,12 +50,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"hint: {exc.hint}", file=sys.stderr)
+        if exc.detail and _debug():
+            print(exc.detail, file=sys.stderr)
         return _exit(exc.exit_code)
     except typer.Exit as exc:
         return _exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        print("error: interrupted", file=sys.stderr)
-        return _exit(130)
+    except (typer.Abort, KeyboardInterrupt, Interrupted) as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        print(f"error: {what}", file=sys.stderr)
+        return _exit(128 + signum)
     except typer.TyperException as exc:  # bad flags: Typer's own usage message
         exc.show()
         return _exit(getattr(exc, "exit_code", EXIT_USAGE))
