@@ -167,6 +167,26 @@ def test_diagnose_cli_prints_the_wall_evidence_and_advice_and_writes_json(tmp_pa
     assert data["wall"] == "memory" and data["figures"]["mem_peak_pct"] == pytest.approx(97.0, abs=0.01)
 
 
+def test_a_json_report_that_cannot_be_written_whole_leaves_the_previous_one(
+        tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    csv = record(tmp_path / "memory.csv", **P100, util=35, mem_pct=97,
+                 triton=dict(requests=400, batch=8, queue_us=800, infer_us=20_000))
+    out = tmp_path / "diagnosis.json"
+    out.write_text('{"diagnoses": []}\n')
+
+    def disk_full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    assert run_cli("diagnose", csv, "--json", out) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert out.read_text() == '{"diagnoses": []}\n'        # never half a report
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnosis.json", "memory.csv"]
+
+
 def test_diagnose_needs_a_file_or_live(capsys):
     assert run_cli("diagnose") == 2
     assert "no recording given" in capsys.readouterr().err

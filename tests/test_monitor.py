@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import csv
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tritonkit.errors import ProfileError
 from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, load_thresholds
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
@@ -128,6 +132,43 @@ def test_monitor_shows_real_triton_counters_without_a_gpu(deployed, tmp_path, ca
     assert len(samples) == 2
     assert samples[-1].triton.request_success - before.request_success == 5
     assert samples[-1].triton.inference_count - before.inference_count == 14
+
+
+@pytest.mark.server
+def test_ctrl_c_is_how_monitor_ends_so_it_exits_0_and_says_what_it_wrote(deployed, tmp_path):
+    recording = tmp_path / "gpu.csv"
+    monitor = subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "monitor", "--repository", deployed.repository,
+         "--interval", "0.2", "--csv", str(recording)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        end = time.monotonic() + 30
+        while not (recording.exists() and len(recording.read_text().splitlines()) >= 3):
+            assert time.monotonic() < end and monitor.poll() is None, monitor.stderr.read()
+            time.sleep(0.1)
+        monitor.send_signal(signal.SIGINT)
+        out, err = monitor.communicate(timeout=30)
+    finally:
+        monitor.kill()
+    assert monitor.returncode == 0, err
+    assert "error" not in err
+    samples = len(read_monitor_csv(recording))
+    assert f"{samples} samples written to {recording}" in " ".join(out.split())
+
+
+def test_an_existing_csv_is_kept_unless_force(tmp_path, capsys):
+    from tritonkit.server.local import free_port
+
+    recording = tmp_path / "gpu.csv"
+    recording.write_text("a day of samples\n")
+    assert run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", free_port(), "--once",
+                   "--csv", recording) == 2
+    err = capsys.readouterr().err
+    assert "already exists" in err and "--force" in err
+    assert recording.read_text() == "a day of samples\n"
+    run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", free_port(), "--once",
+            "--csv", recording, "--force")      # no server there: only the header is written
+    assert recording.read_text().startswith("timestamp,elapsed_s,")
 
 
 def test_without_a_driver_monitor_says_so_in_one_line_and_fails(capsys):

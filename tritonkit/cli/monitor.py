@@ -16,8 +16,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from tritonkit.cli import app
-from tritonkit.cli.options import JsonOut, OptionalRepository, Repository, Url, console, err_console
+from tritonkit.cli.options import (
+    Force,
+    JsonOut,
+    OptionalRepository,
+    Repository,
+    Url,
+    console,
+    err_console,
+)
 from tritonkit.errors import TritonkitError, UsageError
+from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.monitor import doctor as doctor_lib
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import Diagnosis, choose_profile, diagnose as diagnose_rows
@@ -48,31 +57,41 @@ def monitor(
     metrics_port: MetricsPort = DEFAULT_METRICS_PORT,
     repository: OptionalRepository = None,
     thresholds: ThresholdsFile = None,
+    force: Force = False,
 ) -> None:
-    """Sample the GPU's vital signs (NVML) and Triton's metrics; alert on thresholds."""
+    """Sample the GPU's vital signs (NVML) and Triton's metrics; alert on thresholds.
+    Ctrl-C ends it (the CSV keeps every sample taken)."""
+    if csv:
+        refuse_overwrite(csv, force=force, what="monitor CSV")
     limits = load_thresholds(thresholds)
     metrics_url = resolve_metrics_url(repository, url, metrics_port)
     sampler, note = open_monitor(metrics_url, limits.alerts)
     if note:
         err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
+    samples = 0
     with ExitStack() as stack:
         stack.callback(sampler.close)
-        recorder = stack.enter_context(CsvRecorder(csv)) if csv else None
+        recorder = stack.enter_context(CsvRecorder(csv, force=force)) if csv else None
         live = None
         if console.is_terminal and not once:
             live = stack.enter_context(Live(console=console, auto_refresh=False))
-        for snapshot in watch(sampler, interval, duration, once=once):
-            if recorder:
-                recorder.write(snapshot.rows())
-            view = _snapshot_view(snapshot)
-            if live:
-                live.update(view, refresh=True)
-            else:
-                console.print(view)
-            for alert in snapshot.alerts:
-                console.print(f"[bold red]ALERT[/bold red] {escape(alert.message)}", highlight=False)
+        try:
+            for snapshot in watch(sampler, interval, duration, once=once):
+                if recorder:
+                    recorder.write(snapshot.rows())
+                samples += 1
+                view = _snapshot_view(snapshot)
+                if live:
+                    live.update(view, refresh=True)
+                else:
+                    console.print(view)
+                for alert in snapshot.alerts:
+                    console.print(f"[bold red]ALERT[/bold red] {escape(alert.message)}",
+                                  highlight=False)
+        except KeyboardInterrupt:
+            pass    # Ctrl-C is how a monitor without --duration ends: not an error
     if csv:
-        console.print(f"samples written to {csv}")
+        console.print(f"{samples} samples written to {escape(str(csv))}", highlight=False)
 
 
 def _fmt(value: float | None, spec: str = ".0f") -> str:
@@ -218,7 +237,7 @@ def _write_json(path: Path, data: dict) -> None:
         sys.stdout.write(text)
         return
     try:
-        path.write_text(text)
+        atomic_write(path, text)   # a reader, or a failed write, never sees half a report
     except OSError as exc:
         raise UsageError(f"cannot write {path} ({exc.strerror})",
                          hint="pass --json with a writable path, or - for stdout") from None

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from tritonkit.errors import UsageError
+from tritonkit.fileio import refuse_overwrite
 from tritonkit.monitor.nvml import GpuSample
 from tritonkit.monitor.triton_metrics import ModelCounters
 
@@ -91,17 +92,23 @@ def _cell(value: object) -> str:
 
 
 class CsvRecorder:
-    """Writes monitor rows to a CSV file, flushed per sample (a Ctrl-C loses nothing)."""
+    """Writes monitor rows to a CSV file, flushed per sample (a Ctrl-C loses nothing).
 
-    def __init__(self, path: Path) -> None:
+    A file that exists is kept unless ``force``: a day's recording is not replaced by
+    mistake."""
+
+    def __init__(self, path: Path, *, force: bool = False) -> None:
         self.path = Path(path)
+        self.force = force
         self._file: IO[str] | None = None
         self._writer: csv.writer | None = None
 
     def __enter__(self) -> "CsvRecorder":
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "w", newline="")
+            self._file = open(self.path, "w" if self.force else "x", newline="")
+        except FileExistsError:
+            refuse_overwrite(self.path, force=False, what="monitor CSV")
         except OSError as exc:
             raise UsageError(f"cannot write the CSV file {self.path} ({exc.strerror})",
                              hint="pass --csv with a writable path") from None
