@@ -16,9 +16,10 @@ import yaml
 from kubernetes.client import ApiClient
 
 from tests.conftest import run_cli
+from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 
 MODELS = {"Secret": "V1Secret", "PersistentVolumeClaim": "V1PersistentVolumeClaim",
-          "Deployment": "V1Deployment", "Service": "V1Service"}
+          "Deployment": "V1Deployment", "Service": "V1Service", "Pod": "V1Pod"}
 
 
 class _Response:
@@ -113,11 +114,68 @@ def test_the_secret_is_only_in_the_0600_secret_manifest(manifests, capsys):
     assert value not in printed.out + printed.err
 
 
-def test_the_kustomization_applies_every_manifest(manifests):
+def test_the_kustomization_applies_every_manifest_but_the_one_off_fill_pod(manifests):
     directory = manifests("a10")
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     assert sorted(kustomization["resources"]) == sorted(
-        p.name for p in directory.iterdir() if p.name != "kustomization.yaml")
+        p.name for p in directory.iterdir()
+        if p.name not in ("kustomization.yaml", "fill-repository-pod.yaml"))
+
+
+def test_the_repository_claim_is_read_write_many_so_it_can_be_filled(manifests):
+    claim = parse(manifests("a10") / "model-repository-pvc.yaml")
+    # ReadOnlyMany is refused by most provisioners, and a fresh ROX volume is empty for good.
+    assert claim.spec.access_modes == ["ReadWriteMany"]
+    assert claim.spec.storage_class_name is None          # the cluster's default class
+
+
+def test_a_storage_class_that_offers_read_write_many_can_be_named(manifests):
+    claim = parse(manifests("a10", "--storage-class", "nfs-client") / "model-repository-pvc.yaml")
+    assert claim.spec.storage_class_name == "nfs-client"
+
+
+def test_the_printed_steps_fill_the_claim_through_a_pod_that_mounts_it_writable(
+        example_repository, manifests, capsys):
+    directory = manifests("a10")
+    out = capsys.readouterr().out
+    claim = parse(directory / "model-repository-pvc.yaml")
+    pod = parse(directory / "fill-repository-pod.yaml")
+    [volume] = pod.spec.volumes
+    assert volume.persistent_volume_claim.claim_name == claim.metadata.name
+    assert not volume.persistent_volume_claim.read_only
+    [container] = pod.spec.containers
+    [mount] = container.volume_mounts
+    assert mount.mount_path == "/models" and not mount.read_only
+    # The fill pod is no replica: neither the Service nor the Deployment may select it.
+    deployment = parse(directory / "deployment.yaml")
+    selector = deployment.spec.selector.match_labels
+    assert not selector.items() <= pod.metadata.labels.items()
+    steps = [line.strip() for line in out.splitlines() if line.startswith("    ")]
+    name = pod.metadata.name
+    assert steps == [
+        f"kubectl apply -f {directory / 'model-repository-pvc.yaml'} "
+        f"-f {directory / 'fill-repository-pod.yaml'}",
+        f"kubectl wait --for=condition=Ready pod/{name} --timeout=10m",
+        f"tar -C {example_repository.resolve()} --exclude=.tritonkit -cf - . | "
+        f"kubectl exec -i {name} -- tar -xf - -C /models",
+        f"kubectl delete pod {name}",
+        f"kubectl apply -k {directory}"]
+
+
+def test_a_rollout_needs_no_spare_gpu(manifests):
+    deployment = parse(manifests("a10", "--replicas", "2") / "deployment.yaml")
+    strategy = deployment.spec.strategy
+    # With one GPU per node a surge pod cannot be scheduled: replace one pod at a time.
+    assert strategy.type == "RollingUpdate"
+    assert strategy.rolling_update.max_surge == 0 and strategy.rolling_update.max_unavailable == 1
+
+
+def test_onnx_runtimes_tensorrt_engines_are_cached_in_a_volume_that_outlives_a_restart(manifests):
+    pod = parse(manifests("a10") / "deployment.yaml").spec.template.spec
+    [server] = pod.containers
+    [mount] = [m for m in server.volume_mounts if m.mount_path == ORT_TRT_CACHE_ROOT]
+    [volume] = [v for v in pod.volumes if v.name == mount.name]
+    assert volume.empty_dir is not None and volume.empty_dir.medium is None   # on disk, per pod
 
 
 def test_a_recorded_tensorrt_recipe_builds_the_plan_on_the_pods_gpu_before_triton(

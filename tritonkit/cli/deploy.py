@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from tritonkit.cli import app
 from tritonkit.cli.options import Repository, Timeout, console
@@ -33,6 +34,9 @@ def deploy(
     image: Annotated[Optional[str], typer.Option(help="compose/k8s: Triton image instead of the GPU profile's.")] = None,
     device_ids: Annotated[str, typer.Option(help="compose: GPU device ids to reserve, comma-separated.")] = "0",
     replicas: Annotated[int, typer.Option(help="k8s: replicas, one GPU each.", min=1)] = 1,
+    storage_class: Annotated[Optional[str], typer.Option(
+        help="k8s: storage class of the model repository's ReadWriteMany claim "
+             "(default: the cluster's).")] = None,
     force: Annotated[bool, typer.Option(help="compose/k8s: replace files written before.")] = False,
     warmup: Annotated[bool, typer.Option(
         "--warmup/--no-warmup", help="Warm every model up until its latency is steady (local, compose).")] = True,
@@ -51,7 +55,8 @@ def deploy(
         return
     if target == "k8s":
         _print_k8s(deploy_lib.deploy_k8s(repository, gpu=gpu, out=out, image=image, force=force,
-                                         replicas=replicas, server_config=server_config))
+                                         replicas=replicas, server_config=server_config,
+                                         storage_class=storage_class))
         return
     deployment = deploy_lib.deploy_local(
         repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
@@ -91,8 +96,10 @@ def _print_compose(files, running) -> None:
 def _print_k8s(written) -> None:
     console.print(f"wrote {len(written.files)} manifests to {written.directory} "
                   f"(deployment {written.name}; secret {mask(written.secret)} in secret.yaml, 0600)")
-    console.print(f"  fill the claim {written.claim} with the model repository, then: "
-                  f"kubectl apply -k {written.directory}")
+    console.print(f"  copy the model repository into the claim {written.claim} "
+                  "(ReadWriteMany), then start the replicas:", highlight=False)
+    for command in written.fill_commands:
+        console.print(f"    {escape(command)}", highlight=False, soft_wrap=True)
 
 
 @app.command(epilog="Example: tritonkit down --repository model_repository")

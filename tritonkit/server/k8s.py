@@ -2,16 +2,20 @@
 
 ``k8s_manifests`` builds, as dicts, a Deployment (``nvidia.com/gpu`` limits, liveness
 on ``/v2/health/live``, readiness and startup probes on ``/v2/health/ready``), a
-Service, the secret header's value as a Secret and a claim for the model repository;
-``write_k8s`` serializes them as YAML beside a kustomization, so
-``kubectl apply -k DIR`` applies them all.
+Service, the secret header's value as a Secret and a ReadWriteMany claim for the model
+repository; ``write_k8s`` serializes them as YAML beside a kustomization, so
+``kubectl apply -k DIR`` applies them all, and writes a one-off pod that mounts the
+claim writable so the repository can be copied in (``K8sFiles.fill_commands``).
 
-A fresh replica in explicit model-control mode gets its models from a postStart
-step: it waits until the server is live and loads every model that is not READY
-with the secret header. Each model's ``model_warmup`` (written by ``tritonkit
-config``) runs on that load, and readiness stays false until it has — so traffic
-reaches a replica only once it is loaded and warm. Plans that must be built on the
-target GPU are built by init containers into a pod-local copy of the repository.
+A replica loads every model at start-up (``--load-model``: the same argv as every
+target); each model's ``model_warmup`` (written by ``tritonkit config``) runs on that
+load, and readiness stays false until it has — so traffic reaches a replica only once
+it is loaded and warm. A postStart step waits until the server is live and loads, with
+the secret header, any model that is not READY (a safety net: normally none). Plans
+that must be built on the target GPU are built by init containers into a pod-local
+copy of the repository. A rollout replaces one pod at a time without a surge pod (one
+GPU per node leaves none for it), and ONNX Runtime's TensorRT engines are cached in a
+pod volume that outlives container restarts.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 
 from tritonkit.errors import UsageError
 from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 from tritonkit.server.container import (
     CONTAINER_PORTS,
     CONTAINER_REPOSITORY,
@@ -41,6 +46,9 @@ SHM_SIZE = "1Gi"
 STARTUP_PERIOD_S = 10
 STARTUP_FAILURES = 60
 FILES = ("secret.yaml", "model-repository-pvc.yaml", "deployment.yaml", "service.yaml")
+# Not in the kustomization: run once to copy the repository into the claim.
+FILL_FILE = "fill-repository-pod.yaml"
+FILL_IMAGE = "busybox:1.36"       # has tar, for `kubectl exec ... tar -x`
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class K8sFiles:
     name: str
     claim: str                     # the PersistentVolumeClaim to fill with the repository
     secret: str = field(repr=False)
+    fill_commands: tuple[str, ...] = ()   # copy the repository into the claim, then apply
 
 
 def app_name(repository: Path) -> str:
@@ -64,9 +73,21 @@ def claim_name(name: str) -> str:
     return f"{name}-models"
 
 
+def fill_pod_name(name: str) -> str:
+    return f"{name}-fill"
+
+
 def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int = 1,
-                  storage: str = "10Gi") -> dict[str, dict]:
-    """The manifests, keyed by file name: Secret, claim, Deployment, Service."""
+                  storage: str = "10Gi", storage_class: str | None = None) -> dict[str, dict]:
+    """The manifests, keyed by file name: Secret, claim, Deployment, Service.
+
+    The claim is ReadWriteMany: every replica mounts it (read-only) and the fill pod
+    writes the repository into it; ``storage_class`` names a class that offers
+    ReadWriteMany (NFS, CephFS, EFS, Filestore...) when the cluster's default does not."""
+    claim_spec: dict = {"accessModes": ["ReadWriteMany"],
+                        "resources": {"requests": {"storage": storage}}}
+    if storage_class:
+        claim_spec["storageClassName"] = storage_class
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tritonkit",
               "tritonkit/gpu": spec.gpu}
     selector = {"app.kubernetes.io/name": name}
@@ -81,8 +102,7 @@ def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int 
         "model-repository-pvc.yaml": {
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": claim, "labels": labels},
-            "spec": {"accessModes": ["ReadOnlyMany"],
-                     "resources": {"requests": {"storage": storage}}},
+            "spec": claim_spec,
         },
         "deployment.yaml": _deployment(spec, name, labels, selector, secret_name, claim, replicas),
         "service.yaml": {
@@ -95,27 +115,66 @@ def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int 
     }
 
 
+def fill_pod(name: str) -> dict:
+    """A pod that mounts the claim writable and waits, so the repository can be copied in.
+
+    Its labels are its own: the Service and the Deployment's selector must not match it."""
+    labels = {"app.kubernetes.io/name": fill_pod_name(name),
+              "app.kubernetes.io/managed-by": "tritonkit"}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": fill_pod_name(name), "labels": labels},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "fill", "image": FILL_IMAGE,
+                            "command": ["sleep", "3600"],
+                            "volumeMounts": [{"name": "model-repository",
+                                              "mountPath": CONTAINER_REPOSITORY}]}],
+            "volumes": [{"name": "model-repository",
+                         "persistentVolumeClaim": {"claimName": claim_name(name)}}],
+        },
+    }
+
+
+def fill_commands(repository: Path, directory: Path, name: str) -> tuple[str, ...]:
+    """The commands that copy ``repository`` into the claim, then start the replicas."""
+    pod = fill_pod_name(name)
+    q = shlex.quote
+    return (
+        f"kubectl apply -f {q(str(directory / 'model-repository-pvc.yaml'))} "
+        f"-f {q(str(directory / FILL_FILE))}",
+        f"kubectl wait --for=condition=Ready pod/{pod} --timeout=10m",
+        f"tar -C {q(str(repository))} --exclude=.tritonkit -cf - . | "
+        f"kubectl exec -i {pod} -- tar -xf - -C {CONTAINER_REPOSITORY}",
+        f"kubectl delete pod {pod}",
+        f"kubectl apply -k {q(str(directory))}",
+    )
+
+
 def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int = 1,
-              force: bool = False) -> K8sFiles:
-    """Write ``out/k8s/``: the manifests (the Secret 0600) and a kustomization."""
+              force: bool = False, storage_class: str | None = None) -> K8sFiles:
+    """Write ``out/k8s/``: the manifests (the Secret 0600), a kustomization, the fill pod."""
     if replicas < 1:
         raise UsageError(f"--replicas must be at least 1 (got {replicas})", hint="e.g. --replicas 2")
     directory = Path(out) / K8S_DIRNAME
-    paths = [directory / f for f in (*FILES, "kustomization.yaml")]
+    paths = [directory / f for f in (*FILES, "kustomization.yaml", FILL_FILE)]
     for path in paths:
         refuse_overwrite(path, force=force, what="Kubernetes manifest")
     name = app_name(repository)
     secret = secrets.token_urlsafe(24)
     manifests = k8s_manifests(spec, name, secret=secret, replicas=replicas,
-                              storage=_storage_request(Path(repository)))
+                              storage=_storage_request(Path(repository)),
+                              storage_class=storage_class)
     for filename, manifest in manifests.items():
         atomic_write(directory / filename, to_yaml(manifest),
                      mode=0o600 if manifest["kind"] == "Secret" else 0o644)
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": list(FILES)}
     atomic_write(directory / "kustomization.yaml", to_yaml(kustomization))
+    atomic_write(directory / FILL_FILE, to_yaml(fill_pod(name)))
     return K8sFiles(directory=directory, files=tuple(paths), name=name,
-                    claim=claim_name(name), secret=secret)
+                    claim=claim_name(name), secret=secret,
+                    fill_commands=fill_commands(Path(repository).resolve(), directory, name))
 
 
 def post_start_script(spec: ContainerSpec, *, timeout_s: int) -> str:
@@ -153,7 +212,8 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         "resources": gpu_limits,
         "volumeMounts": [{"name": "model-repository", "mountPath": CONTAINER_REPOSITORY,
                           "readOnly": True},
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
+                         {"name": "dshm", "mountPath": "/dev/shm"},
+                         {"name": "trt-engine-cache", "mountPath": ORT_TRT_CACHE_ROOT}],
         # Liveness on live only: a model that is loading must not get the pod killed.
         "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
         "readinessProbe": _probe("/v2/health/ready", period=5, failures=3),
@@ -162,7 +222,10 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         "lifecycle": {"postStart": {"exec": {"command": [
             "/bin/sh", "-c", post_start_script(spec, timeout_s=startup_s)]}}},
     }
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+               # ONNX Runtime's TensorRT engines: an emptyDir outlives container restarts
+               # in the pod, so a restarted server does not build them again.
+               {"name": "trt-engine-cache", "emptyDir": {}}]
     pod_spec: dict = {
         "containers": [container],
         "volumes": volumes,
@@ -198,6 +261,10 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "replicas": replicas,
+            # One pod at a time and no surge pod: with one GPU per node a surge pod
+            # could not be scheduled and the rollout would hang.
+            "strategy": {"type": "RollingUpdate",
+                         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": selector},
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
