@@ -102,6 +102,14 @@ def test_a_busy_port_is_a_problem_naming_the_flag():
     assert not ports.ok and f"{port} (grpc)" in ports.detail and "--grpc-port" in ports.fix
 
 
+def test_a_port_that_cannot_be_bound_is_named_with_the_reason_not_as_in_use():
+    facts = gather_host_facts(host="192.0.2.1", ports={"http": 8000},   # not this host's
+                              run=lambda *a, **k: None, which=lambda n: None)
+    ports = by_name(check_host(facts, load_profile("p100")))["ports"]
+    assert not ports.ok and "8000 (http) cannot assign requested address" in ports.detail
+    assert "in use" not in ports.detail
+
+
 def test_the_repository_check_parses_configs_and_names_mismatches(example_repository, tmp_path):
     assert check_repository(example_repository).ok
     config = example_repository / "example" / "config.pbtxt"

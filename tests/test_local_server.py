@@ -13,7 +13,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import add_broken_model, load_example_forward, run_cli
-from tritonkit.server.local import _alive
+from tritonkit.errors import ServerError
+from tritonkit.server.local import _alive, check_port_free, free_port
 from tritonkit.server.state import load_deployment, state_dir
 
 pytestmark = pytest.mark.server
@@ -117,3 +118,46 @@ def test_a_second_deploy_of_the_same_repository_is_refused(deployed, capsys):
     assert code == 2
     assert "already running" in capsys.readouterr().err
     assert load_deployment(Path(deployed.repository)).pid == deployed.pid
+
+
+def _leave_time_wait_on(port: int) -> None:
+    """A connection to 127.0.0.1:``port`` that the listening side closed first, as a
+    stopped server's are: the port's end lingers in TIME_WAIT."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = listener.accept()
+        conn.close()
+        assert client.recv(1) == b""          # the FIN arrived; now close this end too
+        client.close()
+    time.sleep(0.05)
+
+
+def test_connections_in_time_wait_do_not_make_a_port_in_use():
+    port = free_port()
+    _leave_time_wait_on(port)
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))       # what the old check did: a false "in use"
+    check_port_free("127.0.0.1", port, "http")
+
+
+def test_a_port_that_cannot_be_bound_says_why_instead_of_in_use():
+    with pytest.raises(ServerError) as raised:
+        check_port_free("192.0.2.1", free_port(), "http")   # TEST-NET-1: not this host's
+    assert "in use" not in raised.value.message
+    assert "cannot assign requested address" in raised.value.message
+
+
+def test_a_redeploy_on_the_same_fixed_ports_right_after_down_succeeds(example_repository):
+    ports = []
+    while len(ports) < 3:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    flags = ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
+    for _ in range(2):
+        assert run_cli("deploy", "--repository", example_repository, *flags,
+                       "--timeout", "60") == 0
+        assert run_cli("down", "--repository", example_repository) == 0

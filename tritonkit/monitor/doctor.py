@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tritonkit.errors import ServerError, UsageError
+from tritonkit.errors import UsageError
 from tritonkit.monitor.nvml import GpuIdentity, GpuUnavailableError, Nvml
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 
@@ -41,6 +41,7 @@ class PortFact:
     role: str
     port: int
     free: bool
+    problem: str = ""        # what the OS said when it was not: "in use", "permission denied"...
 
 
 @dataclass(frozen=True)
@@ -125,13 +126,10 @@ def _docker_facts(run: Runner, which: Callable[[str], str | None]) -> DockerFact
 
 
 def _port_fact(host: str, role: str, port: int) -> PortFact:
-    from tritonkit.server.local import check_port_free
+    from tritonkit.server.local import port_problem
 
-    try:
-        check_port_free(host, port, role)
-    except ServerError:
-        return PortFact(role, port, free=False)
-    return PortFact(role, port, free=True)
+    problem = port_problem(host, port)
+    return PortFact(role, port, free=problem is None, problem=problem or "")
 
 
 # --- judgment --------------------------------------------------------------------------------
@@ -256,10 +254,11 @@ def _check_nvidia_runtime(docker: DockerFacts) -> Check:
 def _check_ports(ports: tuple[PortFact, ...]) -> Check:
     busy = [p for p in ports if not p.free]
     if busy:
-        listed = ", ".join(f"{p.port} ({p.role})" for p in busy)
+        listed = ", ".join(f"{p.port} ({p.role}) {p.problem or 'in use'}" for p in busy)
         flags = " ".join(f"--{p.role}-port N" for p in busy)
-        return Check("ports", False, f"in use: {listed}",
-                     f"stop what listens there, or deploy with {flags}")
+        return Check("ports", False, f"not usable: {listed}",
+                     f"stop what listens there (or use an address of this host), or deploy "
+                     f"with {flags}")
     return Check("ports", True, "free: " + ", ".join(f"{p.port} ({p.role})" for p in ports))
 
 

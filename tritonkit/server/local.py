@@ -9,6 +9,7 @@ time, then kills the whole process group (the python backend's stubs included).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -56,15 +57,42 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def check_port_free(host: str, port: int, role: str) -> None:
+IN_USE = "in use"
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why tritonserver could not listen on ``host:port`` now, in the OS's words, or None.
+
+    SO_REUSEADDR, as Triton's own listeners set it: the connections of a server just
+    stopped linger in TIME_WAIT for a minute and must not read as "in use". Only the
+    errno that means it is "in use"; a port below 1024 without the right is another thing.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            raise ServerError(
-                f"{role} port {port} on {host} is already in use",
-                hint=f"stop what listens there, or pass --{role}-port with a free port "
-                     "(0 picks one)") from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return IN_USE
+            if exc.errno == errno.EACCES:
+                return "permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)"
+            return (exc.strerror or str(exc)).lower()
+    return None
+
+
+def check_port_free(host: str, port: int, role: str) -> None:
+    """A ServerError, saying what the OS said, unless tritonserver could listen there now."""
+    problem = port_problem(host, port)
+    if problem is None:
+        return
+    flag = f"--{role}-port"
+    if problem == IN_USE:
+        raise ServerError(f"{role} port {port} on {host} is already in use",
+                          hint=f"stop what listens there, or pass {flag} with a free port "
+                               "(0 picks one)")
+    raise ServerError(f"cannot listen on {host}:{port} for {role}: {problem}",
+                      hint=f"pass {flag} with another port (0 picks one), or bind an address "
+                           "of this host (bind_address in the server settings)")
 
 
 def resolve_ports(host: str, ports: Ports) -> Ports:
