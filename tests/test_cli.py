@@ -7,9 +7,18 @@ import sys
 
 import pytest
 
-from tests.conftest import run_cli
+import typer
 
-COMMANDS = ["export", "deploy", "down", "warmup", "loadtest"]
+from tests.conftest import run_cli
+from tritonkit.cli import app
+
+# Every command the CLI registers, so a new one cannot skip its help and example.
+COMMANDS = sorted(typer.main.get_command(app).commands)
+
+
+def test_the_cli_registers_every_documented_command():
+    assert set(COMMANDS) >= {"export", "config", "deploy", "down", "warmup", "loadtest",
+                             "monitor", "diagnose", "doctor"}
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
+from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 from tritonkit.server.compose import compose_dict, engine_problem
 from tritonkit.server.container import container_spec
 from tritonkit.server.state import Deployment, load_deployment, read_secret, save_deployment
@@ -60,8 +61,8 @@ def test_the_compose_file_passes_docker_compose_config_with_nvidias_container_se
     assert devices == [{"driver": "nvidia", "device_ids": ["0"], "capabilities": ["gpu"]}]
     assert server["ulimits"] == {"memlock": -1, "stack": 67108864}
     assert server["shm_size"]
-    [mount] = server["volumes"]
-    assert mount["source"] == str(example_repository.resolve()) and mount["target"] == "/models"
+    [mount] = [v for v in server["volumes"] if v["target"] == "/models"]
+    assert mount["source"] == str(example_repository.resolve())
     assert mount["read_only"] is True
     assert server["restart"] == "unless-stopped"
     assert server["healthcheck"]["test"][-1].endswith("/v2/health/live")
@@ -99,6 +100,19 @@ def test_the_compose_file_interpolates_the_secret_from_the_env_file(example_repo
     command = compose_config(out)["services"]["tritonserver"]["command"]
     secret = read_secret(example_repository)
     assert f"--http-restricted-api=model-repository:tritonkit-repository-key={secret}" in command
+
+
+@needs_compose
+def test_onnx_runtimes_tensorrt_engines_are_cached_in_a_named_volume_across_restarts(
+        example_repository, tmp_path):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    config = compose_config(out)
+    [cache] = [v for v in config["services"]["tritonserver"]["volumes"]
+               if v["target"] == ORT_TRT_CACHE_ROOT]
+    # A named volume outlives the container: a restart does not build the engines again.
+    assert cache["type"] == "volume" and cache["source"] in config["volumes"]
+    assert not cache.get("read_only")
 
 
 def test_public_publishes_the_ports_on_every_interface(example_repository, tmp_path):
@@ -249,3 +263,13 @@ def test_after_up_a_model_that_is_not_ready_is_loaded_with_the_secret_header(dep
         assert client.is_model_ready("example")
     finally:
         client.close()
+
+
+@pytest.mark.server
+def test_the_wait_for_triton_in_compose_says_what_it_waits_for(deployed):
+    from tritonkit.server.compose import _wait_for
+    from tritonkit.server.local import Deadline
+
+    said: list[str] = []
+    _wait_for("ready", deployed, Deadline(30), logs="(local)", progress=said.append)
+    assert said and all("waiting for Triton in compose to be ready" in line for line in said)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,16 +16,134 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import add_broken_model, load_example_forward, run_cli
+from tests.conftest import ROOT, add_broken_model, load_example_forward, run_cli
 from tritonkit.errors import ServerError
 from tritonkit.server.local import _alive, check_port_free, free_port
-from tritonkit.server.state import load_deployment, state_dir
+from tritonkit.server.state import (
+    Deployment,
+    load_deployment,
+    new_secret,
+    read_secret,
+    save_deployment,
+    state_dir,
+)
 
 pytestmark = pytest.mark.server
 
 
 def _no_server_for(repo: Path) -> bool:
     return not (state_dir(repo) / "server.json").exists()
+
+
+def _deploy(repo: Path, *extra: str) -> Deployment:
+    code = run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--timeout", "60", *extra)
+    assert code == 0, "tritonkit deploy failed"
+    return load_deployment(repo)
+
+
+def add_python_model(repository: Path, name: str, model_py: str) -> None:
+    """A python-backend model X -> Y (FP32[1]) whose model.py is ``model_py``."""
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input { name: "X" data_type: TYPE_FP32 dims: 1 }\n'
+        'output { name: "Y" data_type: TYPE_FP32 dims: 1 }\n')
+    (repository / name / "1" / "model.py").write_text(model_py)
+
+
+LOADS_FOR_A_MINUTE = """
+import time
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(60)
+    def execute(self, requests):
+        return []
+"""
+
+EXECUTES_FOR_A_MINUTE = """
+import time
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(60)
+        return []
+"""
+
+EXECUTE_FAILS = """
+class TritonPythonModel:
+    def execute(self, requests):
+        raise RuntimeError("execute is broken")
+"""
+
+
+def _servers_of(repo: Path) -> list[int]:
+    """Live tritonserver processes whose command line names ``repo``'s folders."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (b"tritonserver" in argv[0] and any(str(repo).encode() in a for a in argv)
+                and _alive(int(entry.name))):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _kill_servers_of(repo: Path) -> None:
+    for pid in _servers_of(repo):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _deploy_in_background(repo: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "deploy", "--repository", str(repo),
+         "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def _wait_recorded(repo: Path, timeout: float = 30.0) -> Deployment:
+    end = time.monotonic() + timeout
+    while not (state_dir(repo) / "server.json").exists():
+        assert time.monotonic() < end, "no deployment recorded while the server starts"
+        time.sleep(0.05)
+    return load_deployment(repo)
+
+
+def _listening(port: int) -> set[str]:
+    """The addresses something listens on at TCP ``port`` (this network namespace)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.split(":")
+            if state != "0A" or int(port_hex, 16) != port:      # 0A: LISTEN
+                continue
+            if table == "tcp":
+                found.add(socket.inet_ntoa(struct.pack("<I", int(address, 16))))
+            else:
+                words = struct.pack("<4I", *(int(address[i:i + 8], 16) for i in range(0, 32, 8)))
+                # a v4-mapped address (gRPC's socket) listens on that IPv4 address only
+                found.add(socket.inet_ntop(socket.AF_INET6, words).removeprefix("::ffff:"))
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry.name))
+    return kids
 
 
 def test_deploy_serves_the_example_model_and_down_stops_it(deployed):
@@ -36,6 +158,7 @@ def test_deploy_serves_the_example_model_and_down_stops_it(deployed):
 
     np.testing.assert_allclose(result, load_example_forward()(x), rtol=1e-6)
     np.testing.assert_allclose(result.sum(axis=1), 1.0, rtol=1e-5)
+    client.close()      # Triton waits for open connections (its exit timeout) when it stops
 
     pid = deployed.pid
     assert run_cli("down", "--repository", deployed.repository) == 0
@@ -45,8 +168,13 @@ def test_deploy_serves_the_example_model_and_down_stops_it(deployed):
 
 def test_deploy_binds_to_loopback_and_records_its_state(deployed):
     assert deployed.host == "127.0.0.1"
-    assert any(a == "--http-address=127.0.0.1" for a in deployed.argv)
+    for role in ("http", "grpc", "metrics"):
+        assert f"--{role}-address=127.0.0.1" in deployed.argv
+    # What the server really listens on, not only what it was told.
+    for port in (deployed.http_port, deployed.grpc_port, deployed.metrics_port):
+        assert _listening(port) == {"127.0.0.1"}, port
     assert "--model-control-mode=explicit" in deployed.argv
+    assert deployed.status == "running"
     # its own python-backend shared memory, so local servers can run side by side
     assert f"--backend-config=python,shm-region-prefix-name=tritonkit_{deployed.http_port}_" in deployed.argv
     # The secret never lands in the state file, only in its 0600 file.
@@ -120,6 +248,73 @@ def test_a_second_deploy_of_the_same_repository_is_refused(deployed, capsys):
     assert load_deployment(Path(deployed.repository)).pid == deployed.pid
 
 
+def test_the_local_server_listens_on_the_settings_bind_address(example_repository, tmp_path):
+    settings = tmp_path / "server.toml"
+    settings.write_text((ROOT / "configs" / "server.toml").read_text().replace(
+        'bind_address = "127.0.0.1"', 'bind_address = "127.0.0.2"'))
+    deployment = _deploy(example_repository, "--server-config", settings, "--no-warmup")
+    try:
+        assert deployment.host == "127.0.0.2" and "--grpc-address=127.0.0.2" in deployment.argv
+        assert _listening(deployment.http_port) == {"127.0.0.2"}
+        client = httpclient.InferenceServerClient(deployment.http_url)
+        try:
+            assert client.is_model_ready("example")
+        finally:
+            client.close()
+    finally:
+        run_cli("down", "--repository", example_repository)
+
+
+@pytest.mark.parametrize("signum,said", [(signal.SIGINT, "interrupted"),
+                                         (signal.SIGTERM, "stopped by SIGTERM"),
+                                         (signal.SIGHUP, "stopped by SIGHUP")])
+def test_a_deploy_stopped_by_a_signal_while_starting_leaves_no_server_and_no_state(
+        example_repository, signum, said):
+    add_python_model(example_repository, "slow_load", LOADS_FOR_A_MINUTE)
+    deploy = _deploy_in_background(example_repository, "--timeout", "90")
+    try:
+        # Recorded as soon as the process exists: `down` could stop it from here on.
+        recorded = _wait_recorded(example_repository)
+        assert recorded.status == "starting" and _alive(recorded.pid)
+        deploy.send_signal(signum)
+        _, err = deploy.communicate(timeout=30)
+        assert deploy.returncode == 128 + signum
+        assert f"error: {said}" in err
+        assert not _alive(recorded.pid)
+        assert _no_server_for(example_repository)
+        assert _servers_of(example_repository) == []
+    finally:
+        deploy.kill()
+        deploy.communicate()
+        _kill_servers_of(example_repository)
+
+
+def test_a_second_deploy_while_one_is_in_progress_fails_at_once_and_changes_nothing(
+        example_repository, capsys):
+    add_python_model(example_repository, "slow_load", LOADS_FOR_A_MINUTE)
+    first = _deploy_in_background(example_repository, "--timeout", "90")
+    try:
+        recorded = _wait_recorded(example_repository)
+        secret = read_secret(example_repository)
+        started = time.monotonic()
+        code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
+                       "--grpc-port", "0", "--metrics-port", "0", "--timeout", "10")
+        err = capsys.readouterr().err
+        assert code == 2 and time.monotonic() - started < 5
+        assert err.splitlines()[0] == (f"error: another tritonkit deploy of {example_repository} "
+                                       "is in progress")
+        assert load_deployment(example_repository).pid == recorded.pid
+        assert read_secret(example_repository) == secret
+        assert _servers_of(example_repository) == [recorded.pid]
+    finally:
+        first.send_signal(signal.SIGTERM)
+        try:
+            first.communicate(timeout=30)
+        finally:
+            first.kill()
+            _kill_servers_of(example_repository)
+
+
 def _leave_time_wait_on(port: int) -> None:
     """A connection to 127.0.0.1:``port`` that the listening side closed first, as a
     stopped server's are: the port's end lingers in TIME_WAIT."""
@@ -161,3 +356,90 @@ def test_a_redeploy_on_the_same_fixed_ports_right_after_down_succeeds(example_re
         assert run_cli("deploy", "--repository", example_repository, *flags,
                        "--timeout", "60") == 0
         assert run_cli("down", "--repository", example_repository) == 0
+
+
+def test_a_model_that_fails_its_warm_up_is_one_line_and_deploy_leaves_no_server(
+        example_repository, capsys, monkeypatch):
+    monkeypatch.delenv("TRITONKIT_DEBUG", raising=False)
+    add_python_model(example_repository, "fails", EXECUTE_FAILS)
+    code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
+                   "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")
+    error, hint = capsys.readouterr().err.strip().splitlines()   # no traceback from Triton
+    assert code == 1
+    assert error.startswith("error: a warm-up request to 'fails' failed: ")
+    assert error.endswith("RuntimeError: execute is broken")
+    assert "deploy stopped the server" in hint and "--no-warmup" in hint
+    assert _no_server_for(example_repository) and _servers_of(example_repository) == []
+
+    monkeypatch.setenv("TRITONKIT_DEBUG", "1")        # the rest of Triton's message
+    assert run_cli("deploy", "--repository", example_repository, "--http-port", "0",
+                   "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60") == 1
+    err = capsys.readouterr().err
+    assert "At:" in err and "model.py" in err
+
+
+def test_a_local_deploy_refuses_a_repository_with_a_recorded_compose_deployment(
+        example_repository, capsys):
+    compose = Deployment(
+        target="compose", repository=str(example_repository.resolve()), host="127.0.0.1",
+        http_port=8000, grpc_port=8001, metrics_port=8002,
+        secret_header="tritonkit-repository-key", models=["example"], started_at=0.0,
+        extra={"compose": ["docker", "compose"], "project": "tritonkit-repo"})
+    save_deployment(compose)
+    secret = new_secret(example_repository)
+    try:
+        code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
+                       "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")
+        assert code == 2
+        assert "a compose deployment is recorded" in capsys.readouterr().err
+        assert load_deployment(example_repository) == compose
+        assert read_secret(example_repository) == secret
+    finally:
+        if load_deployment(example_repository).target == "local":
+            run_cli("down", "--repository", example_repository)
+
+
+def test_down_never_signals_a_process_that_took_over_the_servers_pid(example_repository, capsys):
+    # Named tritonserver, but serving another folder: not ours, whatever the pid says.
+    impostor = subprocess.Popen(["bash", "-c", "exec -a tritonserver " + sys.executable +
+                                 " -c 'import time; time.sleep(60)' --model-repository=/elsewhere"])
+    try:
+        end = time.monotonic() + 10
+        while not Path(f"/proc/{impostor.pid}/cmdline").read_bytes().startswith(b"tritonserver"):
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        save_deployment(Deployment(
+            target="local", repository=str(example_repository.resolve()), host="127.0.0.1",
+            http_port=8000, grpc_port=8001, metrics_port=8002,
+            secret_header="tritonkit-repository-key", models=["example"], started_at=0.0,
+            pid=impostor.pid,
+            extra={"served_repository": str(state_dir(example_repository.resolve()) / "local")}))
+        assert run_cli("down", "--repository", example_repository) == 0
+        assert "no running server" in capsys.readouterr().out
+        time.sleep(0.2)
+        assert impostor.poll() is None
+    finally:
+        impostor.kill()
+        impostor.wait()
+
+
+def test_down_stops_a_server_that_ignores_sigint_within_its_timeout_stubs_included(
+        example_repository):
+    add_python_model(example_repository, "stuck", EXECUTES_FOR_A_MINUTE)
+    deployment = _deploy(example_repository, "--no-warmup")
+    stubs = _children(deployment.pid)
+    assert len(stubs) == 2                     # the python backend's stub per model instance
+    client = httpclient.InferenceServerClient(deployment.http_url, network_timeout=120)
+    try:
+        inp = httpclient.InferInput("X", [1], "FP32")
+        inp.set_data_from_numpy(np.ones(1, np.float32))
+        client.async_infer("stuck", [inp])    # in flight: Triton waits for it on SIGINT
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert run_cli("down", "--repository", example_repository, "--timeout", "3") == 0
+        assert time.monotonic() - started < 3
+        assert not _alive(deployment.pid)
+        assert not any(_alive(pid) for pid in stubs)
+    finally:
+        client.close()
+        _kill_servers_of(example_repository)

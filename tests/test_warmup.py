@@ -17,14 +17,15 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.conftest import EXAMPLE_REPOSITORY, add_broken_model, run_cli
+from tritonkit.cli.warmup import print_warmup
 from tritonkit.client import Endpoint, example_input
 from tritonkit.deploy import deploy_local
 from tritonkit.errors import UsageError
 from tritonkit.server.local import _alive, free_port
 from tritonkit.server.state import Deployment, load_deployment, save_deployment, state_dir
 from tritonkit.warmup import (
-    ColdStart, ModelWarmup, SteadyRule, cold_start_figures, load_order, model_instances, warm_up,
-    warmup_shapes)
+    ColdStart, ModelWarmup, SteadyRule, cold_start_figures, load_and_warm, load_order,
+    model_instances, warm_up, warmup_shapes)
 
 
 # -- which requests (no server) -----------------------------------------------------------
@@ -213,6 +214,64 @@ def test_warmup_on_a_warm_server_is_quick_harmless_and_writes_json(warm_server, 
     table = capsys.readouterr().out
     assert "p50 ms" in table and "READY" in table
     assert _ready(warm_server, "example") and _ready(warm_server, "pipeline")
+
+
+def test_an_unsteady_model_after_deploy_is_told_the_whole_command_to_rerun(tmp_path, capsys):
+    record = ModelWarmup(model="m", steady=False, requests=2, note="not steady within 2 requests")
+    print_warmup([record.as_dict()], tmp_path / "repo")
+    out = capsys.readouterr().out
+    assert f"run: tritonkit warmup --repository {tmp_path / 'repo'} --model m" in out
+
+
+def test_an_existing_json_file_is_kept_unless_force_before_the_server_is_asked(tmp_path, capsys):
+    out = tmp_path / "warm.json"
+    out.write_text("earlier figures\n")
+    started = time.monotonic()
+    code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--timeout", "5", "--json", out)
+    assert code == 2 and time.monotonic() - started < 2      # no wait for a server first
+    err = capsys.readouterr().err
+    assert "already exists" in err and "--force" in err
+    assert out.read_text() == "earlier figures\n"
+
+
+@pytest.mark.server
+def test_warmup_json_replaces_a_file_with_force(warm_server, tmp_path):
+    out = tmp_path / "warm.json"
+    out.write_text("earlier figures\n")
+    assert run_cli("warmup", "--repository", warm_server.repository, "--model", "example",
+                   "--json", out, "--force") == 0
+    assert [r["model"] for r in json.loads(out.read_text())["models"]] == ["example"]
+
+
+@pytest.mark.server
+def test_a_server_no_state_records_is_warmed_with_its_secret_from_a_file_or_the_environment(
+        warm_server, tmp_path, monkeypatch, capsys):
+    url = warm_server.http_url
+    monkeypatch.delenv("TRITONKIT_REPOSITORY_SECRET", raising=False)
+    assert run_cli("warmup", "--url", url, "--model", "example", "--reload") == 2
+    assert "refused the model-repository API with no secret" in capsys.readouterr().err
+
+    key = tmp_path / "key"
+    key.write_text(warm_server.secret() + "\n")
+    assert run_cli("warmup", "--url", url, "--model", "example", "--reload",
+                   "--secret-file", key) == 0
+    key.write_text("not-the-secret\n")
+    assert run_cli("warmup", "--url", url, "--model", "example", "--secret-file", key) == 2
+    assert "with a wrong secret" in capsys.readouterr().err
+
+    monkeypatch.setenv("TRITONKIT_REPOSITORY_SECRET", warm_server.secret())
+    assert run_cli("warmup", "--url", url, "--model", "example", "--reload") == 0
+    assert _ready(warm_server)
+
+
+@pytest.mark.server
+def test_warmup_tells_its_progress_model_by_model(warm_server):
+    said: list[str] = []
+    load_and_warm(Endpoint.from_deployment(warm_server), ["example", "pipeline"],
+                  progress=said.append)
+    assert any(line.startswith("waiting for the server") for line in said)
+    for model in ("example", "pipeline"):
+        assert any(line.startswith(f"warming {model}: shape 1/") for line in said), said
 
 
 @pytest.mark.server

@@ -6,7 +6,8 @@ A tritonclient client object is not thread-safe: make one per worker with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,10 @@ import numpy as np
 
 from tritonkit.errors import ServerError, UsageError
 from tritonkit.server.state import Deployment, load_deployment
+
+#: The restricted model-repository API's secret for a server that no state here records
+#: (a Kubernetes Service, say); ``--secret-file`` takes precedence.
+SECRET_ENV = "TRITONKIT_REPOSITORY_SECRET"
 
 
 @dataclass(frozen=True)
@@ -48,22 +53,47 @@ class Endpoint:
 def resolve_endpoint(repository: Path | None = None, url: str | None = None,
                      grpc_url: str | None = None, secret: str | None = None,
                      secret_header: str | None = None) -> Endpoint:
-    """The server to talk to: ``--url`` if given, else the deployment recorded in ``repository``."""
+    """The server to talk to: ``--url`` if given, else the deployment recorded in ``repository``.
+
+    The restricted API's secret: ``secret`` if given, else (with ``--url``) the
+    ``TRITONKIT_REPOSITORY_SECRET`` environment variable, else the deployment's own.
+    ``secret_header`` defaults to the server settings' header name.
+    """
+    if url and not secret:
+        secret = os.environ.get(SECRET_ENV, "").strip() or None
+    if secret:
+        if not secret_header:
+            from tritonkit.server.settings import load_server_settings
+
+            secret_header = load_server_settings().restricted_api.header
+        headers = {secret_header: secret}
     if url:
         url = url.removeprefix("http://")
-        headers = {}
-        if secret:
-            headers = {secret_header or "tritonkit-repository-key": secret}
-        elif repository is not None:
-            try:
-                deployment = load_deployment(repository)
-                headers = deployment.repository_headers()
-            except UsageError:
-                headers = {}
+        if not secret:
+            headers = {}
+            if repository is not None:
+                try:
+                    headers = load_deployment(repository).repository_headers()
+                except UsageError:
+                    pass
         return Endpoint(http_url=url, grpc_url=grpc_url, repository_headers=headers)
     if repository is None:
         raise UsageError("no server given", hint="pass --repository DIR (of a deployment) or --url host:port")
-    return Endpoint.from_deployment(load_deployment(repository))
+    endpoint = Endpoint.from_deployment(load_deployment(repository))
+    return replace(endpoint, repository_headers=headers) if secret else endpoint
+
+
+def read_secret_file(path: Path) -> str:
+    """The secret in ``path`` (its first line, stripped); a UsageError if there is none."""
+    try:
+        lines = Path(path).read_text().strip().splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read the secret file {path} ({exc.strerror or exc})",
+                         hint="pass --secret-file with a file that holds the server's secret") from None
+    if not lines or not lines[0].strip():
+        raise UsageError(f"the secret file {path} is empty",
+                         hint="write the server's secret into it (e.g. from its Kubernetes Secret)")
+    return lines[0].strip()
 
 
 def triton_message(exc: Exception) -> str:
@@ -71,6 +101,13 @@ def triton_message(exc: Exception) -> str:
     message = getattr(exc, "message", None)
     text = message() if callable(message) else str(exc)
     return text.strip() if text else exc.__class__.__name__
+
+
+def split_message(text: str) -> tuple[str, str | None]:
+    """A server message's first line, and the rest (a python-backend model's traceback:
+    "At:" and its frames) or None: errors show the first, the debug variable the rest."""
+    first, _, rest = text.strip().partition("\n")
+    return first.strip(), rest.strip() or None
 
 
 def check_live(endpoint: Endpoint) -> None:

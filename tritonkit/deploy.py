@@ -1,4 +1,11 @@
-"""Deploying a model repository: the targets behind `tritonkit deploy` / `tritonkit down`."""
+"""Deploying a model repository: the targets behind `tritonkit deploy` / `tritonkit down`.
+
+A deploy holds the repository's deploy lock from its first check to its last write. A
+local deploy is all or nothing: if a model fails to load or to warm up, or the deploy
+is interrupted (Ctrl-C; SIGTERM and SIGHUP under ``signals_interrupt``), the server is
+stopped and its record cleared; the log stays. A compose deployment, once its
+containers run, is left running on a later failure (the error's hint says how to stop it).
+"""
 
 from __future__ import annotations
 
@@ -6,83 +13,104 @@ import dataclasses
 import time
 from pathlib import Path
 
-from tritonkit.profiles import load_profile
+from tritonkit.client import Endpoint
+from tritonkit.errors import TritonkitError, UsageError
+from tritonkit.profiles import available_profiles, load_profile
 from tritonkit.repository import model_names
-from tritonkit.server.local import refuse_if_running, start_local, stop_local
-from tritonkit.server.local_repository import build_local_repository
-from tritonkit.server.settings import Ports, load_server_settings
-from tritonkit.server.state import Deployment, load_deployment, state_dir
 from tritonkit.server import compose, k8s
 from tritonkit.server.container import container_spec
-from tritonkit.errors import UsageError
-from tritonkit.profiles import available_profiles
-from tritonkit.client import Endpoint
-from tritonkit.server.local import Deadline
-from tritonkit.server.state import save_deployment
+from tritonkit.server.local import Deadline, Progress, refuse_if_recorded, start_local, stop_local
+from tritonkit.server.local_repository import build_local_repository
+from tritonkit.server.settings import Ports, load_server_settings
+from tritonkit.server.state import Deployment, deploy_lock, load_deployment, save_deployment, state_dir
 from tritonkit.warmup import load_and_warm
 
 
 def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 8001,
                  metrics_port: int = 8002, server_config: Path | None = None,
                  timeout: float = 120.0, gpu: str | None = None,
-                 warmup: bool = True) -> Deployment:
+                 warmup: bool = True, progress: Progress | None = None) -> Deployment:
     """Start the embedded Triton on loopback with every model of ``repository`` READY.
 
     With ``warmup`` every model is then warmed until steady (``tritonkit.warmup``), under
-    the same ``timeout``; the figures land in the state as ``extra["warmup"]``.
+    the same ``timeout``; the figures land in the state as ``extra["warmup"]``. A failed
+    warm-up stops the server (deploy leaves nothing half-done) and raises.
 
     The server reads a CPU mirror of the repository (ONNX models through the python
     backend adapter); ``gpu`` picks each model's ``configs/<gpu>.pbtxt`` to mirror.
     """
+    repository = Path(repository)
     models = model_names(repository)
     settings = load_server_settings(server_config)
     if gpu:
         settings = load_profile(gpu).server_settings(settings)
-    refuse_if_running(Path(repository))      # before the mirror of a live server is touched
-    mirror = build_local_repository(Path(repository), state_dir(Path(repository)) / "local",
-                                    models, model_config_name=gpu)
-    deadline = Deadline(timeout)
-    deployment = start_local(Path(repository), settings,
-                             ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
-                             models=models, timeout=timeout, serve_from=mirror)
-    if not warmup:
+    with deploy_lock(repository):
+        refuse_if_recorded(repository)       # before the mirror of a live server is touched
+        mirror = build_local_repository(repository, state_dir(repository) / "local",
+                                        models, model_config_name=gpu)
+        deadline = Deadline(timeout)
+        deployment = start_local(repository, settings,
+                                 ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
+                                 models=models, timeout=timeout, serve_from=mirror,
+                                 progress=progress)
+        if not warmup:
+            return deployment
+        try:
+            results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
+                                    deadline=deadline, config_dir=mirror, progress=progress)
+        except BaseException as exc:
+            stop_local(deployment, timeout=min(5.0, settings.exit_timeout_secs))
+            if isinstance(exc, TritonkitError):
+                _add_hint(exc, f"deploy stopped the server (its log: {deployment.log_path}); "
+                               "deploy with --no-warmup to keep it up and look")
+            raise
+        deployment = dataclasses.replace(
+            deployment, extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
+        save_deployment(deployment)
         return deployment
-    results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
-                            deadline=deadline, config_dir=mirror)
-    deployment = dataclasses.replace(
-        deployment, extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
-    save_deployment(deployment)
-    return deployment
 
 
 def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docker"), up: bool = True,
                    public: bool = False, image: str | None = None, force: bool = False,
                    ports: Ports = Ports(), device_ids: tuple[str, ...] = ("0",),
                    server_config: Path | None = None, timeout: float = 600.0,
-                   warmup: bool = True) -> tuple[compose.ComposeFiles, Deployment | None]:
-    """Write the compose file and env file for ``gpu``; with ``up``, start it, wait READY
-    and (``warmup``) warm every model up, all within ``timeout`` of the containers starting.
+                   warmup: bool = True,
+                   progress: Progress | None = None) -> tuple[compose.ComposeFiles, Deployment | None]:
+    """Write the compose file and env file for ``gpu``; with ``up``, start it, load every
+    model that is not READY, (``warmup``) warm every model up and wait for readiness, all
+    within ``timeout`` of the containers starting.
 
     Without a Docker engine or the NVIDIA runtime, ``up`` raises a ServerError that says
     what is missing and that the files were written.
     """
-    spec = container_spec(Path(repository), _gpu_for("compose", gpu), image=image,
+    repository = Path(repository)
+    spec = container_spec(repository, _gpu_for("compose", gpu), image=image,
                           server_config=server_config)
-    files = compose.write_compose(spec, Path(repository), Path(out), ports=ports, public=public,
-                                  device_ids=device_ids, force=force, starting=up)
-    if not up:
-        return files, None
-    deployment = compose.compose_up(files, spec, Path(repository), timeout=timeout)
-    if not warmup:
+    with deploy_lock(repository):
+        files = compose.write_compose(spec, repository, Path(out), ports=ports, public=public,
+                                      device_ids=device_ids, force=force, starting=up)
+        if not up:
+            return files, None
+        deployment = compose.compose_up(files, spec, repository, timeout=timeout,
+                                        progress=progress)
+        # started_at is when Compose had the containers up: the rest of the same deadline.
+        deadline = Deadline(max(0.1, timeout - (time.time() - deployment.started_at)))
+        try:
+            if warmup:      # loads every model that is not READY, then warms each
+                results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
+                                        deadline=deadline, config_dir=repository,
+                                        progress=progress)
+                deployment = dataclasses.replace(
+                    deployment,
+                    extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
+                save_deployment(deployment)
+            else:
+                compose.load_models(deployment, timeout=deadline.left())
+            compose.wait_ready(deployment, deadline, progress)
+        except TritonkitError as exc:
+            _add_hint(exc, compose.left_running(repository))
+            raise
         return files, deployment
-    # started_at is when Compose had the containers up: the rest of the same deadline.
-    deadline = Deadline(max(0.1, timeout - (time.time() - deployment.started_at)))
-    results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
-                            deadline=deadline, config_dir=Path(repository))
-    deployment = dataclasses.replace(
-        deployment, extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
-    save_deployment(deployment)
-    return files, deployment
 
 
 def deploy_k8s(repository: Path, *, gpu: str | None, out: Path = Path("docker"),
@@ -101,6 +129,11 @@ def _gpu_for(target: str, gpu: str | None) -> str:
         raise UsageError(f"--target {target} needs --gpu: the image and the server settings "
                          "depend on the card", hint=f"e.g. --gpu {' or --gpu '.join(available_profiles())}")
     return gpu
+
+
+def _add_hint(exc: TritonkitError, note: str) -> None:
+    if note not in (exc.hint or ""):
+        exc.hint = "; ".join(filter(None, [exc.hint, note]))
 
 
 def down(repository: Path, *, timeout: float = 40.0) -> bool:

@@ -37,9 +37,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tritonkit.client import Endpoint, example_input, resolve_endpoint, triton_message
+from tritonkit.client import (
+    SECRET_ENV,
+    Endpoint,
+    example_input,
+    resolve_endpoint,
+    split_message,
+    triton_message,
+)
 from tritonkit.errors import ModelLoadError, ServerError, UsageError
-from tritonkit.server.local import Deadline
+from tritonkit.server.local import Deadline, Progress
 from tritonkit.server.state import load_deployment
 
 __all__ = [
@@ -296,13 +303,16 @@ def _live(endpoint: Endpoint, deadline: Deadline) -> Exception | None:
 
 
 def wait_live(endpoint: Endpoint, deadline: Deadline,
-              rediscover: Callable[[], Endpoint] | None = None) -> Endpoint:
+              rediscover: Callable[[], Endpoint] | None = None,
+              progress: Progress | None = None) -> Endpoint:
     """Wait until the server is live, backing off between tries, within ``deadline``.
 
     ``rediscover`` finds the server again on every try (a restarted deployment may have
     new ports or a new secret); the endpoint that answered is returned."""
     delay = _BACKOFF_START
     while True:
+        if progress:
+            progress(f"waiting for the server at {endpoint.http_url} to be live")
         if rediscover is not None:
             try:
                 endpoint = rediscover()
@@ -334,8 +344,8 @@ def _repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
                     "(tritonkit down, then tritonkit deploy) or warm the server's own deployment")
             else:
                 what, hint = "no secret", (
-                    "pass --repository DIR of the running deployment: its state holds the "
-                    "secret header (DIR/.tritonkit/secret)")
+                    "pass --repository DIR of the running deployment (its state holds the "
+                    f"secret), or the server's secret with --secret-file FILE or {SECRET_ENV}")
             raise UsageError(f"the server at {endpoint.http_url} refused the model-repository "
                              f"API with {what} ({triton_message(exc)})", hint=hint) from None
         raise _ServerGone(triton_message(exc)) from None
@@ -368,8 +378,10 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline) -> float:
                              hint="pass --repository DIR of the running deployment (its secret)") from None
         if _live(endpoint, deadline) is not None:
             raise _ServerGone(triton_message(exc)) from None
-        raise ModelLoadError(f"Triton could not load '{name}': {triton_message(exc)}",
-                             hint="read the server's log (tritonkit deploy prints where it is)") from None
+        message, detail = split_message(triton_message(exc))
+        raise ModelLoadError(f"Triton could not load '{name}': {message}",
+                             hint="read the server's log (tritonkit deploy prints where it is)",
+                             detail=detail) from None
     except Exception as exc:
         raise _ServerGone(triton_message(exc)) from None
     return time.perf_counter() - started
@@ -404,8 +416,10 @@ def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: De
 def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline) -> Exception:
     if _live(endpoint, deadline) is not None or not _ready_quietly(endpoint, name, deadline):
         return _ServerGone(triton_message(exc))
-    return ServerError(f"a warm-up request to '{name}' failed: {triton_message(exc)}",
-                       hint="the model is READY but refused an input built from its config")
+    message, detail = split_message(triton_message(exc))
+    return ServerError(f"a warm-up request to '{name}' failed: {message}",
+                       hint="the model is READY but refused an input built from its config",
+                       detail=detail)
 
 
 def _ready_quietly(endpoint: Endpoint, name: str, deadline: Deadline) -> bool:
@@ -455,25 +469,28 @@ def load_and_warm(
     config_dir: Path | None = None,
     rediscover: Callable[[], Endpoint] | None = None,
     check: bool = True,
+    progress: Progress | None = None,
 ) -> list[ModelWarmup]:
     """Load ``models`` (default: every model in the server's repository) and warm each up.
 
     ``requests`` bounds the warm-up requests per model, ``deadline`` the whole call
     (waits for the server included). ``config_dir`` is the folder the server reads; it
     gives the ensemble steps of models not loaded yet. ``check`` measures a fresh
-    client's first request after the warm-up. A model that never became steady comes
-    back with ``steady=False``; a refused load raises ModelLoadError.
+    client's first request after the warm-up. ``progress`` is told what is being done
+    (waiting, loading, warming which model and shape). A model that never became steady
+    comes back with ``steady=False``; a refused load raises ModelLoadError.
     """
     if requests < 1:
         raise UsageError(f"--requests must be at least 1 (got {requests})")
     deadline = deadline or Deadline(120.0)
     restarts = 0
     while True:
-        endpoint = wait_live(endpoint, deadline, rediscover)
+        endpoint = wait_live(endpoint, deadline, rediscover, progress)
         try:
             results = _load_and_warm_once(endpoint, models, requests=requests, deadline=deadline,
                                           rule=rule, reload=reload and restarts == 0,
-                                          config_dir=config_dir, check=check)
+                                          config_dir=config_dir, check=check,
+                                          progress=progress or _quiet)
         except _ServerGone as gone:
             restarts += 1
             if restarts > MAX_RESTARTS or deadline.expired():
@@ -488,9 +505,14 @@ def load_and_warm(
         return results
 
 
+def _quiet(_message: str) -> None:
+    pass
+
+
 def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, requests: int,
                         deadline: Deadline, rule: SteadyRule, reload: bool,
-                        config_dir: Path | None, check: bool) -> list[ModelWarmup]:
+                        config_dir: Path | None, check: bool,
+                        progress: Progress) -> list[ModelWarmup]:
     client = _client(endpoint, deadline)
     try:
         index = _repository_index(client, endpoint)
@@ -508,6 +530,7 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
         load_s: dict[str, float] = {}
         for name in order:
             if name not in ready or reload:
+                progress(f"loading {name}")
                 load_s[name] = _load(client, endpoint, name, deadline)
     finally:
         client.close()
@@ -518,7 +541,7 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
                                        load_s=load_s.get(name), note="not reached: out of time"))
             continue
         results.append(_warm_one(endpoint, name, load_s.get(name), requests=requests,
-                                 deadline=deadline, rule=rule, check=check))
+                                 deadline=deadline, rule=rule, check=check, progress=progress))
     return results
 
 
@@ -530,7 +553,8 @@ def _server_config(client, name: str) -> dict:
 
 
 def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: int,
-              deadline: Deadline, rule: SteadyRule, check: bool) -> ModelWarmup:
+              deadline: Deadline, rule: SteadyRule, check: bool,
+              progress: Progress) -> ModelWarmup:
     client = _client(endpoint, deadline)
     try:
         config = _server_config(client, name)
@@ -550,6 +574,8 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
                     why = f"{requests} requests" if sent >= requests else "the deadline"
                     note = f"not steady within {why} (at {_describe(shapes[i])})"
                     break
+                progress(f"warming {name}: shape {i + 1}/{len(shapes)} ({_describe(shapes[i])}), "
+                         f"{sent} requests sent")
                 latencies.append(_timed_infer(client, endpoint, name, inputs, deadline))
                 sent += 1
                 first = latencies[0] if first is None else first
@@ -564,6 +590,7 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
         client.close()
     after = None
     if check and not note and prepared:
+        progress(f"measuring {name}: a fresh client's first request")
         after = cold_start_figures(endpoint, name, prepared[0], deadline=deadline)
     return ModelWarmup(model=name, steady=not note, requests=sent, load_s=load_s, first_ms=first,
                        steady_p50_ms=p50, after=after, shapes=[_describe(s) for s in shapes],
@@ -572,18 +599,20 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
 
 def warm_up(repository: Path | None = None, url: str | None = None,
             models: Sequence[str] | None = None, *, timeout: float = 120.0,
-            **options: Any) -> list[ModelWarmup]:
+            secret: str | None = None, **options: Any) -> list[ModelWarmup]:
     """Find the server (``url``, else the deployment recorded in ``repository``) and
     ``load_and_warm`` it under one deadline of ``timeout`` seconds.
 
-    With a deployment, a restart in the middle is followed to its new state (ports,
-    secret) and the ensembles' steps are read from the folder the server serves."""
+    ``secret`` is the server's restricted-API secret for a server no state here records
+    (Kubernetes, say); see ``resolve_endpoint``. With a deployment, a restart in the
+    middle is followed to its new state (ports, secret) and the ensembles' steps are read
+    from the folder the server serves."""
     deadline = Deadline(timeout)
-    endpoint = resolve_endpoint(repository=repository, url=url)
+    endpoint = resolve_endpoint(repository=repository, url=url, secret=secret)
     rediscover, config_dir = None, None
     if repository is not None:
         if url is None:
-            rediscover = lambda: resolve_endpoint(repository=repository)  # noqa: E731
+            rediscover = lambda: resolve_endpoint(repository=repository, secret=secret)  # noqa: E731
         try:
             deployment = load_deployment(repository)
             config_dir = Path(deployment.extra.get("served_repository") or deployment.repository)

@@ -9,9 +9,10 @@ import typer
 from rich.markup import escape
 
 from tritonkit.cli import app
-from tritonkit.cli.options import Repository, Timeout, console
+from tritonkit.cli.options import Repository, Timeout, console, progress_status
 from tritonkit.errors import UsageError
 from tritonkit import deploy as deploy_lib
+from tritonkit.server.local import signals_interrupt
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import mask
 
@@ -42,25 +43,31 @@ def deploy(
         "--warmup/--no-warmup", help="Warm every model up until its latency is steady (local, compose).")] = True,
     timeout: Timeout = 120.0,
 ) -> None:
-    """Start Triton for a model repository, load every model, wait until each is READY, warm it up."""
+    """Start Triton for a model repository, load every model, wait until each is READY, warm it up.
+
+    Local: all or nothing — a failure, Ctrl-C, SIGTERM or SIGHUP stops the server again."""
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}'", hint=f"use one of: {', '.join(TARGETS)}")
-    if target == "compose":
-        files, running = deploy_lib.deploy_compose(
-            repository, gpu=gpu, out=out, up=up, public=public, image=image, force=force,
-            ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
-            device_ids=tuple(d.strip() for d in device_ids.split(",") if d.strip()),
-            server_config=server_config, timeout=timeout, warmup=warmup)
-        _print_compose(files, running)
-        return
     if target == "k8s":
         _print_k8s(deploy_lib.deploy_k8s(repository, gpu=gpu, out=out, image=image, force=force,
                                          replicas=replicas, server_config=server_config,
                                          storage_class=storage_class))
         return
-    deployment = deploy_lib.deploy_local(
-        repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-        server_config=server_config, timeout=timeout, gpu=gpu, warmup=warmup)
+    with signals_interrupt(), progress_status(f"deploying {repository}") as progress:
+        if target == "compose":
+            files, running = deploy_lib.deploy_compose(
+                repository, gpu=gpu, out=out, up=up, public=public, image=image, force=force,
+                ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
+                device_ids=tuple(d.strip() for d in device_ids.split(",") if d.strip()),
+                server_config=server_config, timeout=timeout, warmup=warmup, progress=progress)
+        else:
+            deployment = deploy_lib.deploy_local(
+                repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+                server_config=server_config, timeout=timeout, gpu=gpu, warmup=warmup,
+                progress=progress)
+    if target == "compose":
+        _print_compose(files, running, repository)
+        return
     console.print(f"[green]Triton is up[/green] ({deployment.target}, pid {deployment.pid}), "
                   f"models READY: {', '.join(deployment.models)}")
     console.print(f"  HTTP     http://{deployment.http_url}")
@@ -72,10 +79,10 @@ def deploy(
     if "warmup" in deployment.extra:
         from tritonkit.cli.warmup import print_warmup  # here: keeps the --help order
 
-        print_warmup(deployment.extra["warmup"])
+        print_warmup(deployment.extra["warmup"], repository)
 
 
-def _print_compose(files, running) -> None:
+def _print_compose(files, running, repository: Path) -> None:
     console.print(f"wrote {files.compose_file} and {files.env_file}")
     console.print(f"  model-repository API needs header {files.secret_header}: "
                   f"{mask(files.secret)} (full value in {files.env_file}, 0600)")
@@ -90,7 +97,7 @@ def _print_compose(files, running) -> None:
     if "warmup" in running.extra:
         from tritonkit.cli.warmup import print_warmup  # here: keeps the --help order
 
-        print_warmup(running.extra["warmup"])
+        print_warmup(running.extra["warmup"], repository)
 
 
 def _print_k8s(written) -> None:

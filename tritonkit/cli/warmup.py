@@ -7,13 +7,23 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tritonkit import warmup as warmup_lib
 from tritonkit.cli import app
-from tritonkit.cli.options import JsonOut, OptionalRepository, Timeout, Url, console
+from tritonkit.cli.options import (
+    Force,
+    JsonOut,
+    OptionalRepository,
+    Timeout,
+    Url,
+    console,
+    progress_status,
+)
+from tritonkit.client import SECRET_ENV, read_secret_file
 from tritonkit.errors import TritonkitError
-from tritonkit.fileio import atomic_write
+from tritonkit.fileio import atomic_write, refuse_overwrite
 
 
 def _ms(value: float | None) -> str:
@@ -42,15 +52,17 @@ def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
     return table
 
 
-def print_warmup(records: list[dict]) -> None:
+def print_warmup(records: list[dict], repository: Path) -> None:
     """The table for warm-up figures kept as dicts (a deployment's state), and a warning
     for each model that did not become steady: the server is up and serving anyway."""
     results = [warmup_lib.ModelWarmup.from_dict(r) for r in records]
     console.print(warmup_table(results))
     for r in results:
         if not r.steady:
-            console.print(f"[yellow]warning:[/yellow] {r.model} is not steady ({r.note}); "
-                          f"run: tritonkit warmup --model {r.model}")
+            console.print(f"[yellow]warning:[/yellow] {escape(r.model)} is not steady "
+                          f"({escape(r.note)}); run: tritonkit warmup --repository "
+                          f"{escape(str(repository))} --model {escape(r.model)}",
+                          highlight=False, soft_wrap=True)
 
 
 def write_json(path: Path, results: list[warmup_lib.ModelWarmup]) -> None:
@@ -71,15 +83,24 @@ def warmup(
         help="... each within this fraction of their median.", min=0.001)] = warmup_lib.SteadyRule.tolerance,
     reload: Annotated[bool, typer.Option(
         "--reload", help="Reload models that are READY too (their cold start comes back).")] = False,
+    secret_file: Annotated[Optional[Path], typer.Option(
+        help="A file holding the server's restricted-API secret, for a server no deployment "
+             f"here records (Kubernetes); or set {SECRET_ENV}.")] = None,
     timeout: Timeout = 120.0,
     json_out: JsonOut = None,
+    force: Force = False,
 ) -> None:
     """Load every model explicitly and warm it up until its latency is steady."""
     if repository is None and url is None:
         repository = Path("model_repository")
-    results = warmup_lib.warm_up(
-        repository, url, model, timeout=timeout, requests=requests, reload=reload,
-        rule=warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance))
+    if json_out:
+        refuse_overwrite(json_out, force=force, what="warm-up JSON")   # before a 2-minute run
+    secret = read_secret_file(secret_file) if secret_file else None
+    with progress_status("warming up") as progress:
+        results = warmup_lib.warm_up(
+            repository, url, model, timeout=timeout, requests=requests, reload=reload,
+            secret=secret, progress=progress,
+            rule=warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance))
     console.print(warmup_table(results))
     if json_out:
         write_json(json_out, results)

@@ -3,8 +3,12 @@
 ``write_compose`` builds the compose file as a dict (serialized as YAML by a
 safe dumper) and an env file that carries the secret header's value (0600);
 the compose file only names the variable. ``compose_up`` starts it with the host's
-Compose, waits until Triton is live, loads every model explicitly with the secret
-header and waits for readiness under one deadline. ``compose_down`` stops it.
+Compose, records it and waits until Triton is live; the caller then loads what is not
+READY (``load_models``, or the warm-up, which loads too) and waits for readiness
+(``wait_ready``), all under one deadline. ``compose_down`` stops it.
+
+Once started, a compose deployment is left running when a later step fails (Docker
+restarts it; ``tritonkit down`` stops it): errors say so in their hint.
 
 Liveness (``/v2/health/live``) is the container's healthcheck; readiness is what
 tritonkit waits for — a model that is still loading must not get the container
@@ -31,7 +35,8 @@ from tritonkit.server.container import (
     ContainerSpec,
     to_yaml,
 )
-from tritonkit.server.local import Deadline, refuse_if_running
+from tritonkit.model_config import ORT_TRT_CACHE_ROOT
+from tritonkit.server.local import Deadline, Progress, refuse_if_running
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import (
     Deployment,
@@ -44,6 +49,8 @@ from tritonkit.server.state import (
 COMPOSE_FILENAME = "docker-compose.yml"
 ENV_FILENAME = ".env"
 SERVICE = "tritonserver"
+#: Named volume for ONNX Runtime's TensorRT engine cache: engines survive a container restart.
+TRT_CACHE_VOLUME = "trt-engine-cache"
 LOOPBACK = "127.0.0.1"
 # NVIDIA's recommended flags for Triton containers (shared memory, pinned memory, stacks).
 SHM_SIZE = "1gb"
@@ -99,7 +106,8 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
         "deploy": reservation,
         "shm_size": SHM_SIZE,
         "ulimits": dict(ULIMITS),
-        "volumes": [mount],
+        "volumes": [mount, {"type": "volume", "source": TRT_CACHE_VOLUME,
+                            "target": ORT_TRT_CACHE_ROOT}],
         "ports": published,
         "healthcheck": {"test": ["CMD", "curl", "-fsS", "-o", "/dev/null", live],
                         "interval": "10s", "timeout": "5s", "retries": 3,
@@ -129,7 +137,7 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
                                 for name in services}
     services[SERVICE] = server
     # No top-level "version": the Compose Specification dropped it (v2 warns about it).
-    return {"services": services}
+    return {"services": services, "volumes": {TRT_CACHE_VOLUME: {}}}
 
 
 def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Ports = Ports(),
@@ -197,11 +205,12 @@ def engine_problem() -> str | None:
 
 
 def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
-               timeout: float = 600.0) -> Deployment:
-    """``docker compose up -d``, then live → explicit loads → ready, under one deadline.
+               timeout: float = 600.0, progress: Progress | None = None) -> Deployment:
+    """``docker compose up -d``, record the deployment, wait until Triton is live.
 
-    The deadline starts once Compose has started the containers: pulling an image of
-    several GB is not a wait on Triton (Compose shows its progress itself).
+    The deadline starts once Compose has started the containers (``started_at``):
+    pulling an image of several GB is not a wait on Triton (Compose shows its progress
+    itself). The caller loads the models and waits for readiness in what is left of it.
     """
     repository = Path(repository).resolve()
     problem = engine_problem()
@@ -227,11 +236,19 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
                "env_file": str(files.env_file.resolve()),
                "image": spec.image, "gpu": spec.gpu, "public": files.public})
     save_deployment(deployment)  # from here on `tritonkit down` can stop it
-    logs = _logs_command(deployment)
-    _wait_for("live", deployment, deadline, logs)
-    load_models(deployment, timeout=deadline.left())
-    _wait_for("ready", deployment, deadline, logs)
+    _wait_for("live", deployment, deadline, _logs_command(deployment), progress)
     return deployment
+
+
+def wait_ready(deployment: Deployment, deadline: Deadline,
+               progress: Progress | None = None) -> None:
+    """Wait until Triton in compose answers /v2/health/ready (every model READY)."""
+    _wait_for("ready", deployment, deadline, _logs_command(deployment), progress)
+
+
+def left_running(repository: Path) -> str:
+    """The hint's note for an error after the containers started."""
+    return f"the containers are left running; stop them: tritonkit down --repository {repository}"
 
 
 def load_models(deployment: Deployment, *, timeout: float) -> None:
@@ -253,7 +270,8 @@ def load_models(deployment: Deployment, *, timeout: float) -> None:
                     client.load_model(model, headers=headers)
             except InferenceServerException as exc:
                 raise ModelLoadError(f"Triton could not load model '{model}': {exc.message()}",
-                                     hint=f"read the server log: {_logs_command(deployment)}") \
+                                     hint=f"read the server log: {_logs_command(deployment)}; "
+                                          f"{left_running(Path(deployment.repository))}") \
                     from None
     finally:
         client.close()
@@ -290,7 +308,8 @@ def _logs_command(deployment: Deployment) -> str:
                      "logs", SERVICE])
 
 
-def _wait_for(what: str, deployment: Deployment, deadline: Deadline, logs: str) -> None:
+def _wait_for(what: str, deployment: Deployment, deadline: Deadline, logs: str,
+              progress: Progress | None = None) -> None:
     """Poll /v2/health/<what> ("live" or "ready") until it answers 200 or time runs out."""
     import tritonclient.http as httpclient
 
@@ -299,6 +318,10 @@ def _wait_for(what: str, deployment: Deployment, deadline: Deadline, logs: str) 
     check = client.is_server_live if what == "live" else client.is_server_ready
     try:
         while True:
+            if progress:
+                waited = deadline.seconds - deadline.left()
+                progress(f"waiting for Triton in compose to be {what} "
+                         f"({waited:.0f} s of {deadline.seconds:g} s)")
             try:
                 if check():
                     return
@@ -306,7 +329,9 @@ def _wait_for(what: str, deployment: Deployment, deadline: Deadline, logs: str) 
                 pass
             if deadline.expired():
                 raise ServerError(f"Triton in compose did not become {what} within "
-                                  f"{deadline.seconds:g} s", hint=f"raise --timeout, or read: {logs}")
+                                  f"{deadline.seconds:g} s",
+                                  hint=f"raise --timeout, or read: {logs}; "
+                                       f"{left_running(Path(deployment.repository))}")
             time.sleep(min(1.0, deadline.left()))
     finally:
         client.close()

@@ -1,30 +1,39 @@
 """The embedded local Triton: the real tritonserver 2.51.0, started in the background.
 
-``start_local`` launches it on loopback with explicit model control, every model in
-the repository loaded at start-up, and waits — under one deadline — until each model
-is READY. Failures (a port in use, a model Triton refuses) raise with Triton's own
-message and leave no server behind. ``stop_local`` sends SIGINT, waits a bounded
-time, then kills the whole process group (the python backend's stubs included).
+``start_local`` launches it on the settings' ``bind_address`` (loopback) with explicit
+model control, every model in the repository loaded at start-up, and waits — under one
+deadline — until each model is READY. The process is recorded (status "starting") as
+soon as it exists, so ``tritonkit down`` can stop a deploy killed half-way. Failures (a
+port in use, a model Triton refuses, Ctrl-C, SIGTERM/SIGHUP through
+``signals_interrupt``) raise and leave no server behind.
+``stop_local`` sends SIGINT, waits, then kills the whole process group (the python
+backend's stubs included), all within one deadline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
-from tritonkit.errors import ModelLoadError, ServerError, UsageError
+from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
 from tritonkit.server.binary import find_install, prepare_backends, server_environment
 from tritonkit.server.settings import Ports, ServerSettings, tritonserver_argv
 from tritonkit.server.state import (
+    RUNNING,
+    STARTING,
+    STATE_FILENAME,
     Deployment,
     clear_deployment,
     load_deployment,
@@ -34,6 +43,9 @@ from tritonkit.server.state import (
 )
 
 LOG_FILENAME = "server.log"
+
+#: Told what is being waited for now, one short line at a time (a CLI shows it as a status).
+Progress = Callable[[str], None]
 
 
 class Deadline:
@@ -107,12 +119,12 @@ def resolve_ports(host: str, ports: Ports) -> Ports:
 
 
 def running_deployment(repository: Path) -> Deployment | None:
-    """The recorded deployment if its process is still alive, else None."""
+    """The recorded local deployment if its server is still alive, else None."""
     try:
         deployment = load_deployment(repository)
     except UsageError:
         return None
-    if deployment.target == "local" and deployment.pid and _is_our_server(deployment.pid):
+    if deployment.target == "local" and is_our_server(deployment):
         return deployment
     return None
 
@@ -124,6 +136,47 @@ def refuse_if_running(repository: Path) -> None:
                          hint=f"stop it first: tritonkit down --repository {repository}")
 
 
+def refuse_if_recorded(repository: Path) -> None:
+    """A UsageError if ``repository`` has a deployment that a local deploy would replace:
+    a live local server, or any compose deployment (its clients hold the secret a new
+    deploy would overwrite). A local server that is gone is only a stale record."""
+    refuse_if_running(repository)
+    if not (state_dir(Path(repository)) / STATE_FILENAME).exists():
+        return
+    recorded = load_deployment(repository)        # a corrupt record is an error too
+    if recorded.target != "local":
+        raise UsageError(f"a {recorded.target} deployment is recorded for {repository}; a "
+                         "local deploy would replace its state and secret",
+                         hint=f"stop it first: tritonkit down --repository {repository}")
+
+
+@contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP raise ``Interrupted`` while this holds: a deploy stopped
+    from the keyboard, by a service manager or by a closed terminal cleans up one way.
+    Only the main thread can take signals; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt)
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def client_host(bind_address: str) -> str:
+    """The address clients use for a server bound to ``bind_address`` (a wildcard bind is
+    reached on loopback)."""
+    return "127.0.0.1" if bind_address in ("", "0.0.0.0") else bind_address
+
+
 def start_local(
     repository: Path,
     settings: ServerSettings,
@@ -131,20 +184,25 @@ def start_local(
     ports: Ports = Ports(),
     models: Sequence[str],
     timeout: float = 120.0,
-    host: str = "127.0.0.1",
+    host: str | None = None,
     model_config_name: str | None = None,
     serve_from: Path | None = None,
+    progress: Progress | None = None,
 ) -> Deployment:
     """Start the embedded tritonserver for ``repository`` and wait until ``models`` are READY.
 
+    ``host`` is the address to bind (default: the settings' ``bind_address``).
     ``serve_from`` is the folder the server actually reads (the CPU mirror of
-    ``repository``); the deployment's state always lives in ``repository``.
+    ``repository``); the deployment's state always lives in ``repository``. The caller
+    holds ``deploy_lock``; an exception of any kind (Ctrl-C too) stops the server and
+    clears its record.
     """
     repository = Path(repository).resolve()
     deadline = Deadline(timeout)
-    refuse_if_running(repository)
+    refuse_if_recorded(repository)
     install = find_install()
     env = server_environment(install)
+    host = host or settings.bind_address
     ports = resolve_ports(host, ports)
     sdir = state_dir(repository)
     backends = prepare_backends(install, sdir / "backends")
@@ -159,42 +217,53 @@ def start_local(
         # exit timeout, 30 s, to stop). The HTTP port is unique while the server runs.
         python_shm_prefix=f"tritonkit_{ports.http}_")
     log_path = sdir / LOG_FILENAME
-    with open(log_path, "wb") as log:
-        # A new session: the server outlives this command and Ctrl-C here does not
-        # reach it; stop_local signals the whole group.
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    deployment = Deployment(
-        target="local", repository=str(repository), host=host, http_port=ports.http,
-        grpc_port=ports.grpc, metrics_port=ports.metrics,
-        secret_header=settings.restricted_api.header, models=list(models),
-        started_at=time.time(), pid=proc.pid, log_path=str(log_path),
-        argv=[a if "restricted" not in a else a.split("=", 1)[0] + "=<secret>" for a in argv],
-        extra={"served_repository": str(serve_from or repository),
-               "model_config_name": model_config_name})
+    proc = None
     try:
-        _wait_until_ready(proc, deployment, deadline)
+        with open(log_path, "wb") as log:
+            # A new session: the server outlives this command and Ctrl-C here does not
+            # reach it; stop_local signals the whole group.
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        deployment = Deployment(
+            target="local", repository=str(repository), host=client_host(host),
+            http_port=ports.http, grpc_port=ports.grpc, metrics_port=ports.metrics,
+            secret_header=settings.restricted_api.header, models=list(models),
+            started_at=time.time(), pid=proc.pid, log_path=str(log_path),
+            argv=[a if "restricted" not in a else a.split("=", 1)[0] + "=<secret>" for a in argv],
+            extra={"served_repository": str(serve_from or repository),
+                   "model_config_name": model_config_name},
+            status=STARTING)
+        save_deployment(deployment)          # from here on `tritonkit down` can stop it
+        _wait_until_ready(proc, deployment, deadline, progress)
     except BaseException:
-        _terminate(proc.pid, grace=min(5.0, settings.exit_timeout_secs))
-        proc.wait(timeout=5)
+        if proc is not None:
+            _terminate(proc.pid, Deadline(min(5.0, settings.exit_timeout_secs)))
+            proc.poll()                      # reaped already: settle its return code
+            clear_deployment(repository)
         raise
+    deployment = dataclasses.replace(deployment, status=RUNNING)
     save_deployment(deployment)
     return deployment
 
 
 def stop_local(deployment: Deployment, timeout: float = 40.0) -> bool:
-    """Stop a local deployment (SIGINT, bounded wait, then kill). True if it was running."""
-    was_running = bool(deployment.pid) and _is_our_server(deployment.pid)
+    """Stop a local deployment (SIGINT, wait, then kill), all within ``timeout`` seconds.
+    True if it was running."""
+    was_running = is_our_server(deployment)
     if was_running:
-        _terminate(deployment.pid, grace=timeout)  # type: ignore[arg-type]
+        _terminate(deployment.pid, Deadline(timeout))  # type: ignore[arg-type]
     clear_deployment(Path(deployment.repository))
     return was_running
 
 
-def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: Deadline) -> None:
+def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: Deadline,
+                      progress: Progress | None = None) -> None:
     base = f"http://{deployment.host}:{deployment.http_port}"
     pending = list(deployment.models)
     while True:
+        if progress:
+            progress(f"starting tritonserver (pid {proc.pid}): waiting for "
+                     f"{', '.join(pending) or 'the server'} to be READY")
         code = proc.poll()
         if code is not None:
             raise _startup_failure(deployment, code)
@@ -236,32 +305,39 @@ def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     return ServerError(f"tritonserver exited with code {code}: {tail or 'no output'}", hint=hint)
 
 
-def _is_our_server(pid: int) -> bool:
+def is_our_server(deployment: Deployment) -> bool:
+    """Whether the deployment's pid is still its tritonserver: the process is named so and
+    serves the deployment's own folder (a pid the OS gave to something else since is
+    never signalled)."""
+    if not deployment.pid:
+        return False
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{deployment.pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"tritonserver" in cmdline.split(b"\0", 1)[0]
+    served = deployment.extra.get("served_repository") or deployment.repository
+    return (b"tritonserver" in argv[0]
+            and f"--model-repository={served}".encode() in argv[1:])
 
 
-def _terminate(pid: int, *, grace: float) -> None:
-    """SIGINT the server, wait up to ``grace`` seconds, then SIGKILL its process group."""
+def _terminate(pid: int, deadline: Deadline) -> None:
+    """SIGINT the server, wait, then SIGKILL its process group: all within ``deadline``.
+
+    The last tenth of it (at most 1 s) is kept for the kill, so a server that ignores
+    SIGINT (Triton waits for requests in flight) is still gone when the deadline ends."""
     try:
         os.kill(pid, signal.SIGINT)
     except ProcessLookupError:
         return
-    end = time.monotonic() + grace
-    while time.monotonic() < end:
-        if not _alive(pid):
-            break
-        time.sleep(0.05)
+    kill_at = deadline.end - min(1.0, deadline.seconds / 10)
+    while time.monotonic() < kill_at and _alive(pid):
+        time.sleep(min(0.05, max(0.0, kill_at - time.monotonic())))
     try:
         os.killpg(pid, signal.SIGKILL)  # the stubs too, if any linger
     except (ProcessLookupError, PermissionError):
         pass
-    end = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < end:
-        time.sleep(0.05)
+    while _alive(pid) and not deadline.expired():
+        time.sleep(0.01)
 
 
 def _alive(pid: int) -> bool:

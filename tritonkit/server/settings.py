@@ -38,6 +38,8 @@ class ServerSettings:
     pinned_memory_pool_byte_size: int = 268435456
     min_supported_compute_capability: float = 6.0
     log_verbose: int = 0
+    # Where the local target listens. Containers listen on 0.0.0.0 inside and publish
+    # on the host's 127.0.0.1 (compose --public: every interface).
     bind_address: str = "127.0.0.1"
 
     def __post_init__(self) -> None:

@@ -3,15 +3,28 @@
 ``deploy`` writes it; ``down``, ``warmup`` and ``loadtest`` read it to find the server,
 its URLs and the secret header for the restricted model-repository API. The secret
 lives in its own 0600 file and is never printed in full.
+
+Where the secret is visible all the same: tritonserver takes it only as a flag
+(``--http-restricted-api=model-repository:<header>=<secret>``), so on the host that
+runs the local server it is in ``/proc/<pid>/cmdline``, which every local user can
+read unless ``/proc`` is mounted with ``hidepid=2`` (or ``hidepid=invisible``). On a
+shared host, mount it so; inside the containers (compose, Kubernetes) only the
+container's own processes and the host's root see it.
+
+A deploy holds ``deploy_lock`` from its first check to its last write, so a second
+deploy of the same repository fails at once instead of starting a server of its own.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import secrets
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from tritonkit.errors import UsageError
 from tritonkit.fileio import atomic_write
@@ -19,6 +32,8 @@ from tritonkit.fileio import atomic_write
 STATE_DIRNAME = ".tritonkit"
 STATE_FILENAME = "server.json"
 SECRET_FILENAME = "secret"
+LOCK_FILENAME = "deploy.lock"
+STARTING, RUNNING = "starting", "running"
 
 
 def state_dir(repository: Path) -> Path:
@@ -42,6 +57,9 @@ class Deployment:
     log_path: str | None = None
     argv: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # "starting": recorded as soon as the process exists (so `down` can stop a deploy that
+    # was killed half-way); "running": every model READY.
+    status: str = RUNNING
 
     @property
     def http_url(self) -> str:
@@ -101,6 +119,29 @@ def load_deployment(repository: Path) -> Deployment:
 
 def clear_deployment(repository: Path) -> None:
     (state_dir(Path(repository)) / STATE_FILENAME).unlink(missing_ok=True)
+
+
+@contextmanager
+def deploy_lock(repository: Path) -> Iterator[None]:
+    """Hold the repository's deploy lock; a UsageError at once if another deploy holds it.
+
+    An ``flock``: the kernel releases it when the holder exits, however it exits, so a
+    killed deploy never leaves a stale lock behind. The server does not inherit it
+    (the descriptor is close-on-exec).
+    """
+    path = state_dir(Path(repository)) / LOCK_FILENAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"another tritonkit deploy of {repository} is in progress",
+                             hint="wait for it to end, or stop it: tritonkit down "
+                                  f"--repository {repository}") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def mask(secret: str) -> str:
