@@ -1,7 +1,8 @@
 """Load generation against a Triton server: closed and open loop, histograms, timeline, spikes.
 
-    spec = LoadSpec(model="example", concurrency=(1, 8), duration_s=10)
-    result = run_loadtest(resolve_endpoint(repository=Path("model_repository")), spec)
+    if __name__ == "__main__":      # workers are spawned: they import this script again
+        spec = LoadSpec(model="example", concurrency=(1, 8), duration_s=10)
+        result = run_loadtest(resolve_endpoint(repository=Path("model_repository")), spec)
 
 Workers are separate processes (a Python client needs several to load a server); each
 keeps raw records, builds an HdrHistogram per window once the clock stops, and the

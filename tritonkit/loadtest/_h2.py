@@ -47,6 +47,11 @@ def open_socket(module: Any, address: tuple[str, int], timeout: float) -> Any:
     return sock
 
 
+def authority(host: str, port: int) -> str:
+    """``host:port`` as a Host header or ``:authority`` names it (an IPv6 address in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @functools.cache
 def status_names() -> dict[int, str]:
     import grpc
@@ -69,11 +74,10 @@ class GrpcConnection:
     def __init__(self, host: str, port: int, path: str, message: bytes, timeout: float,
                  socket_module: Any) -> None:
         self._address, self._timeout, self._socket_module = (host, port), timeout, socket_module
-        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         never = hpack.NeverIndexedHeaderTuple
         self._header_block = hpack.Encoder().encode(
             [never(":method", "POST"), never(":scheme", "http"), never(":path", path),
-             never(":authority", authority), never("content-type", "application/grpc"),
+             never(":authority", authority(host, port)), never("content-type", "application/grpc"),
              never("te", "trailers"), never("user-agent", "tritonkit-loadtest")], huffman=False)
         self._body = struct.pack(">BI", 0, len(message)) + message
         self._names = status_names()
@@ -232,15 +236,17 @@ class GrpcConnection:
         """HPACK-decode a header block, every block in order (the table follows the server's).
 
         After the first answer the server sends the same headers as one-byte references to
-        its table, and a block made only of those (every byte >= 0x80: "indexed field",
-        index < 127) changes nothing, so its meaning is kept until a block that does change
-        the table comes — the decoder is the costliest step of a call otherwise.
+        its table, and a block made only of those (every byte >= 0x80: "indexed field")
+        changes nothing, so its meaning is kept until a block that does change the table
+        comes — the decoder is the costliest step of a call otherwise. An index of 127 or
+        more takes further bytes, the last of them < 0x80, so a block with every byte
+        >= 0x80 that decoded is one-byte indices only.
         """
         known = self._known_blocks.get(block)
         if known is not None:
             return known
         headers = self._decoder.decode(block, raw=False)
-        if block and min(block) >= 0x80 and 0xFF not in block:
+        if block and min(block) >= 0x80:
             self._known_blocks[block] = headers
         else:
             self._known_blocks.clear()

@@ -14,7 +14,7 @@ import re
 from typing import Callable
 from urllib.parse import quote, urlsplit
 
-from tritonkit.loadtest._h2 import GrpcConnection, GrpcFailed, open_socket
+from tritonkit.loadtest._h2 import GrpcConnection, GrpcFailed, authority, open_socket
 from tritonkit.loadtest._inputs import RequestTemplate
 
 Send = Callable[[], None]
@@ -59,8 +59,7 @@ def http_sender(url: str, template: RequestTemplate, timeout: float, cooperative
         inputs.append(tensor)
     outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in template.outputs]
     body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs or None)
-    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    head = [f"POST /v2/models/{quote(template.model)}/infer HTTP/1.1", f"Host: {authority}",
+    head = [f"POST /v2/models/{quote(template.model)}/infer HTTP/1.1", f"Host: {authority(host, port)}",
             "Content-Type: application/octet-stream", f"Content-Length: {len(body)}"]
     if json_size is not None:
         head.append(f"Inference-Header-Content-Length: {json_size}")
