@@ -141,6 +141,45 @@ def test_a_spike_with_no_server_event_near_it_is_not_blamed_on_a_cold_start():
     assert spikes[0].cause == "no server event explains it"
 
 
+# -- whether the server is there (no server) -----------------------------------------------
+
+def _kinds(events) -> list[str]:
+    return [e.kind for e in events]
+
+
+def test_polls_that_keep_failing_while_the_server_is_live_still_catch_its_later_death():
+    from tritonkit.loadtest._server import Liveness
+
+    liveness, t = Liveness(), iter(range(10**6))
+    for _ in range(6):                       # the index fails, liveness answers: still up
+        assert liveness.failed(next(t), alive=lambda: True) == []
+    died = liveness.failed(next(t), alive=lambda: False)
+    assert _kinds(died) == ["down"] and liveness.down_at_ns == died[0].t_ns
+
+
+def test_a_server_that_answers_again_is_up_only_after_it_was_down():
+    from tritonkit.loadtest._server import Liveness
+
+    liveness = Liveness()
+    for now in range(5):
+        liveness.failed(now, alive=lambda: True)
+    assert liveness.answered(5) == []        # never declared down: nothing came back
+    for now in range(6, 9):
+        liveness.failed(now, alive=lambda: False)
+    assert _kinds(liveness.answered(9)) == ["up"]
+
+
+def test_a_level_ends_where_the_server_first_went_away_even_if_it_comes_back():
+    from tritonkit.loadtest._server import Liveness
+
+    liveness = Liveness()
+    events = [e for now in range(3) for e in liveness.failed(now, alive=lambda: False)]
+    events += liveness.answered(10)
+    events += [e for now in range(11, 14) for e in liveness.failed(now, alive=lambda: False)]
+    assert _kinds(events) == ["down", "up", "down"]
+    assert liveness.down_at_ns == 2          # the load stopped at the first: the level is cut there
+
+
 # -- the verdict (no server) -----------------------------------------------------------------
 
 def _result(p99=5.0, qps=100.0, sent=1000, errors=None, ended_early=None) -> LoadTestResult:
