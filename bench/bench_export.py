@@ -14,7 +14,6 @@ also has each side's 90th percentile.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -30,6 +29,7 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from bench.common import write_report  # noqa: E402
 from tritonkit.export import ExportOptions, export_spec  # noqa: E402
 from tritonkit.export.spec import load_factory, normalize_inputs, order_like_forward  # noqa: E402
 
@@ -144,10 +144,10 @@ def main() -> int:
                       f"{row['speedup']:.2f}x")
     console.print(table)
     if args.json:
-        args.json.write_text(json.dumps({
+        write_report(args.json, {
             "threads": args.threads, "iterations": args.iterations, "warmup": args.warmup,
             "versions": {"torch": torch.__version__, "onnxruntime": ort.__version__},
-            "cpu_count": os.cpu_count(), "results": rows}, indent=2) + "\n")
+            "cpu_count": os.cpu_count(), "results": rows})
     return 0
 
 

@@ -25,7 +25,6 @@ and the faster client measures a faster server. Two more columns show where any 
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
 import sys
@@ -37,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.common import measure_ours, served, split_cpus  # noqa: E402
+from bench.common import measure_ours, served, split_cpus, write_report  # noqa: E402
 from bench.perf_analyzer import run_perf_analyzer  # noqa: E402
 from tritonkit.client import Endpoint  # noqa: E402
 
@@ -63,6 +62,8 @@ def run_theirs(url: str, concurrency: int, seconds: float, protocol: str) -> dic
             "client_cpu_us": cpu / (result.throughput * wall) * 1e6,
             "server_ms": (result.server_us or float("nan")) / 1000,
             "own_client_ms": own_ms,
+            # False: perf_analyzer found no stable window and these are its last one's figures
+            "stable": result.stable,
             # closed loop, throughput ∝ 1 / mean latency: its own measured rate, scaled by
             # how much shorter the mean request would be without its client time
             "net_qps": result.throughput * result.avg_us / (result.avg_us - own_ms * 1000),
@@ -91,6 +92,7 @@ def compare(levels: list[int], runs: dict) -> list[dict]:
             row[f"perf_analyzer_net_{key}"] = statistics.median(r[f"net_{key}"] for r in pa)
             row[f"ratio_net_{key}"] = row[f"tritonkit_{key}"] / row[f"perf_analyzer_net_{key}"]
         row["perf_analyzer_own_client_ms"] = statistics.median(r["own_client_ms"] for r in pa)
+        row["perf_analyzer_unstable_rounds"] = sum(not r["stable"] for r in pa)
         row["within"] = all(abs(row[f"ratio_{k}"] - 1) <= TOLERANCE for k in ("qps", "p50_ms", "p99_ms"))
         row["within_net"] = all(abs(row[f"ratio_net_{k}"] - 1) <= TOLERANCE
                                 for k in ("qps", "p50_ms", "p99_ms"))
@@ -107,7 +109,7 @@ def show(console: Console, protocol: str, rows: list[dict], rounds: int, pinned:
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
-            str(r["concurrency"]),
+            str(r["concurrency"]) + ("*" if r["perf_analyzer_unstable_rounds"] else ""),
             f"{r['perf_analyzer_qps']:,.0f} / {r['tritonkit_qps']:,.0f}", f"{r['ratio_qps']:.2f}",
             f"{r['perf_analyzer_p50_ms']:.3f} / {r['tritonkit_p50_ms']:.3f}", f"{r['ratio_p50_ms']:.2f}",
             f"{r['perf_analyzer_p99_ms']:.3f} / {r['tritonkit_p99_ms']:.3f}", f"{r['ratio_p99_ms']:.2f}",
@@ -116,6 +118,10 @@ def show(console: Console, protocol: str, rows: list[dict], rounds: int, pinned:
             f"{r['ratio_net_qps']:.2f} / {r['ratio_net_p50_ms']:.2f} / {r['ratio_net_p99_ms']:.2f}",
             f"{r['perf_analyzer_client_cpu_us']:.0f} / {r['tritonkit_client_cpu_us']:.0f}")
     console.print(table)
+    unstable = [r["concurrency"] for r in rows if r["perf_analyzer_unstable_rounds"]]
+    if unstable:
+        console.print(f"* perf_analyzer found no stable window in some rounds at concurrency {unstable}: "
+                      "its figures there are its last window's (raise --seconds, or quiet the machine)")
     best_pa = max(r["perf_analyzer_qps"] for r in rows)
     best_ours = max(r["tritonkit_qps"] for r in rows)
     verdict = {"best_qps": {"perf_analyzer": best_pa, "tritonkit": best_ours},
@@ -169,8 +175,7 @@ def main() -> int:
         report["protocols"][protocol] = {"levels": rows,
                                          **show(console, protocol, rows, args.rounds, pinned)}
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+        write_report(args.json, report)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Tuned config vs Triton's default config for the same model, side by side in one run.
 
 Both configs serve the same ONNX MLP (256-1024-1024-10) on the embedded local Triton
-(through the ONNX Runtime adapter); perf_analyzer drives each at concurrency 1 and 16.
+(through the ONNX Runtime adapter), each loaded at concurrency 1 and 16.
 "default" is what a hand-written minimal config gives: the graph's inputs and
 outputs, the same max_batch_size, one instance, no dynamic batching, no warm-up.
 "tuned" is `tritonkit config --gpu a10` (dynamic batching, instances, warm-up) as the
@@ -33,7 +33,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
-from bench.common import measure_ours  # noqa: E402
+from bench.common import measure_ours, write_report  # noqa: E402
 from bench.perf_analyzer import PerfResult, run_perf_analyzer  # noqa: E402
 from tritonkit.client import Endpoint  # noqa: E402
 from tritonkit.deploy import deploy_local, down  # noqa: E402
@@ -78,10 +78,11 @@ def _measure(endpoint: Endpoint, model: str, concurrency: int, seconds: float) -
 
 
 def _median(results: list[PerfResult]) -> PerfResult:
-    """Each figure's median over the rounds."""
+    """Each figure's median over the rounds; unstable if any round was (perf_analyzer)."""
     return PerfResult(concurrency=results[0].concurrency, **{
         name: statistics.median(getattr(r, name) for r in results)
-        for name in ("throughput", "p50_us", "p90_us", "p95_us", "p99_us", "avg_us")})
+        for name in ("throughput", "p50_us", "p90_us", "p95_us", "p99_us", "avg_us")},
+        returncode=next((r.returncode for r in results if not r.stable), 0))
 
 
 def main() -> int:
@@ -125,18 +126,23 @@ def main() -> int:
         d, t = rows[("mlp_default", concurrency)], rows[("mlp_tuned", concurrency)]
         ratio_qps, ratio_p99 = t.throughput / d.throughput, t.p99_us / d.p99_us
         summary.append({"concurrency": concurrency, "default": asdict(d), "tuned": asdict(t),
+                        "stable": d.stable and t.stable,
                         "throughput_ratio": ratio_qps, "p99_ratio": ratio_p99})
-        table.add_row(str(concurrency), f"{d.throughput:,.0f}", f"{t.throughput:,.0f}",
+        table.add_row(str(concurrency) + ("" if d.stable and t.stable else "*"),
+                      f"{d.throughput:,.0f}", f"{t.throughput:,.0f}",
                       f"{ratio_qps:.2f}", f"{d.p99_us / 1000:.2f}", f"{t.p99_us / 1000:.2f}",
                       f"{ratio_p99:.2f}")
     Console().print(table)
+    if not all(r.stable for r in rows.values()):
+        Console().print("* perf_analyzer found no stable window in some rounds: those figures are "
+                        "its last window's (raise --stability-pct or --seconds)")
     at16 = summary[1]
     verdict = at16["throughput_ratio"] >= 2.0 and at16["p99_ratio"] <= 1.0
     Console().print(f"goal (>= 2x throughput at 16, p99 no worse): "
                     f"{'met' if verdict else 'NOT met'}")
     if args.json:
-        args.json.write_text(json.dumps({"tool": tool, "rounds": args.rounds, "results": summary,
-                                         "goal_met": verdict}, indent=2))
+        write_report(args.json, {"tool": tool, "rounds": args.rounds, "results": summary,
+                                 "goal_met": verdict})
     return 0
 
 

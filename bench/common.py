@@ -1,8 +1,9 @@
-"""What the benchmarks share: a served copy of a model repository, and one measurement by our
-load generator."""
+"""What the benchmarks share: a served copy of a model repository, one measurement by our
+load generator, and their --json report."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -12,6 +13,7 @@ from typing import Iterator
 
 from tritonkit.client import Endpoint
 from tritonkit.deploy import deploy_local, down
+from tritonkit.fileio import atomic_write
 from tritonkit.loadtest import LevelResult, LoadSpec, run_loadtest
 from tritonkit.server.state import Deployment
 
@@ -59,3 +61,8 @@ def measure_ours(endpoint: Endpoint, model: str, concurrency: int, seconds: floa
         raise SystemExit(f"tritonkit loadtest had errors on {model} at concurrency {concurrency}: "
                          f"{level.errors}")
     return level
+
+
+def write_report(path: Path, data: dict) -> Path:
+    """A benchmark's --json: written whole or not at all, its folder made if need be."""
+    return atomic_write(path, json.dumps(data, indent=2) + "\n")

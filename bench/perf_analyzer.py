@@ -30,6 +30,13 @@ class PerfResult:
     avg_us: float
     client_us: float | None = None           # its own send + receive time, mean per request
     server_us: float | None = None           # Triton's queue + compute, mean per request
+    # perf_analyzer's exit status: not 0 when it found no stable window (it still writes the
+    # last window's figures, which are then not the stable measurement asked for)
+    returncode: int = 0
+
+    @property
+    def stable(self) -> bool:
+        return self.returncode == 0
 
 
 def perf_analyzer_binary() -> Path:
@@ -46,8 +53,12 @@ def _library_dir() -> Path:
     for pattern, name in (("libb64-*.so.0d", "libb64.so.0d"), ("libcudart-*.so.12*", "libcudart.so.12")):
         source = next(libs.glob(pattern))
         link = target / name
-        if not link.exists():
-            link.symlink_to(source)
+        # is_symlink, not exists: a link left dangling by an older wheel is pointed anew
+        if link.is_symlink() and Path(os.readlink(link)) == source:
+            continue
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(source)
     return target
 
 
@@ -55,7 +66,11 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
                       interval_ms: int = 3000, batch_size: int = 1, shape: str | None = None,
                       stability_pct: int = 10, max_trials: int = 10,
                       extra: list[str] | None = None) -> PerfResult:
-    """One perf_analyzer measurement at a fixed concurrency (sync, stable windows)."""
+    """One perf_analyzer measurement at a fixed concurrency (sync, stable windows).
+
+    A run that ends without a stable window still reports its last one, with ``returncode``
+    set (``stable`` False); a run that wrote no figures at all raises.
+    """
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(_library_dir()),
                                                            env.get("LD_LIBRARY_PATH")]))
@@ -68,10 +83,11 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
         if shape:
             argv += ["--shape", shape]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-        if done.returncode != 0 and not report.exists():
+        rows = list(csv.DictReader(report.open())) if report.exists() else []
+        if not rows:
             raise RuntimeError(f"perf_analyzer failed ({done.returncode}): "
                                f"{(done.stderr or done.stdout).strip()[-500:]}")
-        row = next(csv.DictReader(report.open()))
+        row = rows[0]
     return PerfResult(
         concurrency=concurrency, throughput=float(row["Inferences/Second"]),
         p50_us=float(row["p50 latency"]), p90_us=float(row["p90 latency"]),
@@ -82,7 +98,8 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
                                            "Client Recv") if k in row),
         client_us=_sum(row, ("Client Send", "Client Recv")),
         server_us=_sum(row, ("Server Queue", "Server Compute Input", "Server Compute Infer",
-                             "Server Compute Output")))
+                             "Server Compute Output")),
+        returncode=done.returncode)
 
 
 def _sum(row: dict, keys: tuple[str, ...]) -> float | None:

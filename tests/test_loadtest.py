@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -596,3 +598,49 @@ def test_a_server_that_dies_mid_run_ends_it_with_what_was_measured(tmp_path):
     assert verdict.exit_code == EXIT_RUN_ERRORS and "stopped answering" in verdict.reasons[0]
     report.write_json(tmp_path / "died.json", result, verdict)
     assert json.loads((tmp_path / "died.json").read_text())["levels"][0]["ended_early"]
+
+
+# -- the benchmarks -----------------------------------------------------------------------------
+
+def test_perf_analyzer_that_exits_non_zero_after_writing_figures_gives_a_result_marked_unstable(
+        tmp_path, monkeypatch):
+    """perf_analyzer's exit status is kept with the figures it wrote: the benchmarks mark
+    such rounds, never take them for a stable measurement. (A stand-in for the
+    perf_analyzer binary: the real one cannot be made to do this on demand.)"""
+    from bench import perf_analyzer
+
+    columns = ("Concurrency,Inferences/Second,Client Send,Client Recv,p50 latency,p90 latency,"
+               "p95 latency,p99 latency")
+    tool = tmp_path / "perf_analyzer"
+    tool.write_text("#!/bin/sh\nwhile [ \"$1\" != -f ]; do shift; done\n"
+                    f"printf '{columns}\\n1,2000,10,20,400,450,480,900\\n' > \"$2\"\n"
+                    "echo 'Failed to obtain stable measurement.' >&2\nexit 2\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(perf_analyzer, "perf_analyzer_binary", lambda: tool)
+    monkeypatch.setattr(perf_analyzer, "_library_dir", lambda: tmp_path)
+    result = perf_analyzer.run_perf_analyzer("127.0.0.1:1", "m", 1)
+    assert result.throughput == 2000.0 and result.returncode == 2 and not result.stable
+
+
+def test_a_perf_analyzer_library_link_left_dangling_is_pointed_anew(tmp_path, monkeypatch):
+    import tempfile
+
+    from bench import perf_analyzer
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    links = tmp_path / "tritonkit-perf-analyzer-libs"
+    links.mkdir()
+    (links / "libb64.so.0d").symlink_to(tmp_path / "an-older-wheel" / "libb64-0123.so.0d")
+    assert perf_analyzer._library_dir() == links
+    for name in ("libb64.so.0d", "libcudart.so.12"):
+        assert (links / name).exists(), f"{name} still dangles"
+
+
+def test_a_benchmarks_json_lands_whole_in_a_folder_that_did_not_exist(tmp_path):
+    target = tmp_path / "new" / "folder" / "bench_export.json"
+    done = subprocess.run([sys.executable, str(EXAMPLE_REPOSITORY.parent / "bench" / "bench_export.py"),
+                           "--models", "mlp", "--iterations", "2", "--warmup", "1", "--threads", "1",
+                           "--json", str(target)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [row["batch"] for row in json.loads(target.read_text())["results"]] == [1, 32]
+    assert [p.name for p in target.parent.iterdir()] == ["bench_export.json"]   # no temporary left
