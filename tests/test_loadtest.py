@@ -548,6 +548,50 @@ def test_existing_output_files_are_not_overwritten_without_force(served, tmp_pat
     assert "--force" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--json", "--csv", "--plot"])
+def test_an_output_file_that_could_not_be_written_is_refused_before_the_run(tmp_path, capsys, flag):
+    from tritonkit.server.local import free_port
+
+    (tmp_path / "taken").write_text("a file, where a folder would have to be")
+    target = tmp_path / "taken" / "out" / ("run.png" if flag == "--plot" else "run.x")
+    # no server at this address either: the paths are checked before anything is run
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "example",
+                   "--concurrency", "1", flag, target)
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert err.startswith(f"error: cannot write {flag} {target}")
+
+
+@pytest.mark.server
+def test_a_file_that_fails_to_write_after_the_run_keeps_the_report_and_the_verdict(served, tmp_path,
+                                                                                capsys):
+    out = tmp_path / "out"          # free when the run starts; a file takes its name meanwhile
+    blocker = threading.Timer(0.5, lambda: out.write_text("in the way"))
+    blocker.start()
+    try:
+        code = _loadtest(served, "--concurrency", "1", "--duration", "1", "--sla-p99-ms", "0.001",
+                         "--json", out / "run.json", "--csv", tmp_path / "run.csv")
+    finally:
+        blocker.cancel()
+    captured = capsys.readouterr()
+    assert code == EXIT_SLA_MISS                        # the verdict, not a usage error
+    assert "SLA missed" in captured.out                 # the report was printed
+    assert (tmp_path / "run.csv").read_text().startswith("level,")   # the other file was written
+    assert [line for line in captured.err.splitlines() if "run.json" in line] == [
+        f"error: could not write {out / 'run.json'}: File exists"]
+
+
+def test_a_plot_of_a_run_where_nothing_succeeded_draws_no_empty_legend(tmp_path):
+    import warnings
+
+    result = _result(sent=40, errors={"HTTP 400: bad input": 40})
+    result.levels[0].latency_ms = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # matplotlib: "No artists with labels found"
+        report.write_plot(tmp_path / "failed.png", result)
+    assert (tmp_path / "failed.png").read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.server
 def test_an_unknown_model_is_one_clear_line(served, capsys):
     code = run_cli("loadtest", "--repository", served.repository, "--model", "nope",

@@ -347,7 +347,7 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
     top.set_ylabel("latency per window (ms)")
     top.set_title(f"{result.spec.model}: latency timeline ({result.spec.protocol}, "
                   f"{result.spec.window_s:g} s windows)")
-    top.legend(fontsize="small", loc="upper right")
+    _legend(top)
     top.grid(True, which="both", alpha=0.3)
     bottom.set_xscale("log")
     bottom.xaxis.set_major_formatter(plain)
@@ -355,12 +355,18 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
     bottom.set_xlabel("latency (ms)")
     bottom.set_ylabel("requests")
     bottom.set_title("latency histogram")
-    bottom.legend(fontsize="small", loc="upper right")
+    _legend(bottom)
     bottom.grid(True, alpha=0.3)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     return atomic_write(path, buffer.getvalue())
+
+
+def _legend(ax) -> None:
+    """A legend for what was drawn; a level where nothing succeeded draws nothing."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="upper right")
 
 
 def _once(unused: set[str], label: str) -> str | None:

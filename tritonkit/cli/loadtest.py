@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,7 +14,7 @@ from tritonkit import report
 from tritonkit.cli import app
 from tritonkit.cli.options import JsonOut, OptionalRepository, Url, console, err_console
 from tritonkit.client import resolve_endpoint
-from tritonkit.errors import UsageError
+from tritonkit.errors import EXIT_ERROR, EXIT_OK, UsageError
 from tritonkit.fileio import refuse_overwrite
 
 
@@ -90,11 +91,14 @@ def loadtest(
 ) -> None:
     """Load a model closed-loop (--concurrency) or open-loop (--rate) and judge it against an SLA.
 
-    Exit code: 0 the SLA held, 3 it was missed, 4 requests failed or the server went away.
+    Exit code: 0 the SLA held, 3 it was missed, 4 requests failed or the server went away;
+    1 when the SLA held but a --json/--csv/--plot file could not be written.
     """
-    for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
+    outputs = ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot"))
+    for path, flag in outputs:
         if path is not None:
             refuse_overwrite(path, force=force, what=f"{flag} file")
+            _check_writable(path, flag)
     if plot is not None and plot.suffix.lower() != ".png":
         raise UsageError(f"--plot writes a PNG; {plot} does not end in .png", hint="e.g. --plot out/run.png")
     if repository is None and url is None:
@@ -112,7 +116,10 @@ def loadtest(
                   disable=not err_console.is_terminal) as progress:
         result = loadtest_lib.run_loadtest(endpoint, spec, progress=_ProgressBar(progress))
     verdict = report.judge(result, sla)
-    # Files first: what was measured is kept even if the terminal cannot show it.
+    # Files first: what was measured is kept even if the terminal cannot show it. A file
+    # that cannot be written (checked before the run, yet the disk filled up) loses neither
+    # the report nor the verdict.
+    unwritten = []
     for path, write in ((json_out, lambda p: report.write_json(p, result, verdict)),
                         (csv_out, lambda p: report.write_csv(p, result)),
                         (plot, lambda p: report.write_plot(p, result))):
@@ -120,9 +127,22 @@ def loadtest(
             try:
                 write(path)
             except OSError as exc:
-                raise UsageError(f"could not write {path}: {exc.strerror or exc}",
-                                 hint="choose a path in a folder you can write to") from None
+                unwritten.append(f"error: could not write {path}: {exc.strerror or exc}")
     report.print_report(console, result, verdict)
     if result.ended_early:
         err_console.print(f"error: {result.ended_early}")
-    raise typer.Exit(verdict.exit_code)
+    for line in unwritten:
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(verdict.exit_code or (EXIT_ERROR if unwritten else EXIT_OK))
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """Before the run: a file that could not be written would lose what was measured."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder", hint="give a file name, e.g. out/run.json")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:   # atomic_write makes the missing ones
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {flag} {path}: {folder} is not a folder we may write to",
+                         hint="choose a path in a folder you can write to")
