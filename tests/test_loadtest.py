@@ -22,7 +22,8 @@ from tests.conftest import EXAMPLE_REPOSITORY, run_cli
 from tritonkit import report
 from tritonkit.client import Endpoint
 from tritonkit.deploy import deploy_local, down
-from tritonkit.errors import EXIT_ERROR, EXIT_RUN_ERRORS, EXIT_SLA_MISS, EXIT_USAGE, UsageError
+from tritonkit.errors import (
+    EXIT_ERROR, EXIT_RUN_ERRORS, EXIT_SLA_MISS, EXIT_USAGE, LoadTestError, UsageError)
 from tritonkit.loadtest import (
     LevelResult, LoadSpec, LoadTestResult, ServerEvent, Window, closed_loop, cold_start_windows,
     open_loop_schedule, run_loadtest, spike_windows, split_schedule)
@@ -620,6 +621,59 @@ def test_bad_flags_are_usage_errors(capsys):
 
 
 @pytest.mark.server
+def test_a_worker_that_cannot_start_stops_the_ready_ones_at_once(served, monkeypatch):
+    """The workers that did start wait for their start time; they are let go at once, not
+    each after a timeout."""
+    import multiprocessing
+    from dataclasses import replace
+
+    from tritonkit.loadtest import _run
+    from tritonkit.server.local import free_port
+
+    plans = _run._plans
+
+    def last_one_unreachable(*args):
+        made = plans(*args)
+        return [*made[:-1], replace(made[-1], url=f"127.0.0.1:{free_port()}")]
+
+    monkeypatch.setattr(_run, "_plans", last_one_unreachable)
+    started = time.monotonic()
+    with pytest.raises(LoadTestError, match="worker 3 could not start"):
+        run_loadtest(Endpoint.from_deployment(served),
+                     LoadSpec(model="example", concurrency=(4,), workers=4, duration_s=1, warmup_s=0))
+    # starting four processes takes a few seconds here; three ready ones kept 5 s each took 15 more
+    assert time.monotonic() - started < 8
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.server
+def test_ctrl_c_ends_a_run_without_a_traceback_from_each_worker(served):
+    client = Endpoint.from_deployment(served).http()
+
+    def answered() -> int:
+        stats = client.get_inference_statistics("example")["model_stats"]
+        return sum(int(m["inference_stats"]["success"]["count"]) for m in stats)
+
+    before = answered()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "loadtest", "--repository", str(served.repository),
+         "--model", "example", "--concurrency", "3", "--workers", "3", "--duration", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while answered() < before + 300 and time.monotonic() < deadline:   # the workers are loading
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGINT)       # what a terminal does: the whole process group
+        _, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        client.close()
+    assert run.returncode == 130
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert len(err.strip().splitlines()) <= 1            # at most the CLI's own line
+
+
 def test_a_server_that_dies_mid_run_ends_it_with_what_was_measured(tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))

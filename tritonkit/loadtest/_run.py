@@ -246,6 +246,8 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
         if watcher is not None:       # its thread polls until stopped, whatever went wrong
             watcher.stop()
         stop.value = 1
+        for pipe in pipes:  # a worker still waiting for its start time reads the end and leaves
+            pipe.close()
         for proc in procs:
             proc.join(timeout=5)
             if proc.is_alive():

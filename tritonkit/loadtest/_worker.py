@@ -9,11 +9,15 @@ recording costs nothing while the clock runs.
 
 Protocol with the parent, over a Pipe: worker sends ("ready", None) or ("failed", why);
 parent sends the start time t0 (``time.perf_counter_ns``, the same monotonic clock in
-every process); worker sends ("done", summary).
+every process); worker sends ("done", summary). A parent that gives up closes its end: a
+worker waiting for t0 reads the end of the pipe and leaves at once. Ctrl-C is the
+parent's to handle: workers ignore SIGINT (the terminal sends it to all of them) and
+stop on the shared ``stop`` flag.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -49,13 +53,18 @@ class WorkerPlan:
 
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     """Entry point of a spawned worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         senders = _senders(plan)
     except Exception as exc:  # a bad URL, a refused connection, a missing library: the parent says so
-        conn.send(("failed", error_kind(exc)))
+        _tell(conn, ("failed", error_kind(exc)))
         return
-    conn.send(("ready", None))
-    t0 = conn.recv()
+    if not _tell(conn, ("ready", None)):
+        return
+    try:
+        t0 = conn.recv()
+    except (EOFError, OSError):     # the parent gave up before the start
+        return
     records = _Records()
     cpu_start = time.process_time()
     _drive(plan, senders, t0, records, done, stop)
@@ -63,8 +72,17 @@ def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     summary = records.summary(plan, t0)
     # CPU this process spent driving the load (warm-up included): what a request costs the client.
     summary.update(cpu_s=cpu_s, sent_all=len(records.codes))
-    conn.send(("done", summary))
+    _tell(conn, ("done", summary))
     conn.close()
+
+
+def _tell(conn: Any, message: tuple) -> bool:
+    """Send to the parent; False if it has stopped listening (it gave up, or was interrupted)."""
+    try:
+        conn.send(message)
+        return True
+    except OSError:
+        return False
 
 
 def _cooperative(plan: WorkerPlan) -> bool:
