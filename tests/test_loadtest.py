@@ -183,6 +183,63 @@ def test_a_level_ends_where_the_server_first_went_away_even_if_it_comes_back():
     assert liveness.down_at_ns == 2          # the load stopped at the first: the level is cut there
 
 
+# -- what a level counts (no server) ---------------------------------------------------------
+
+MS, S = 1_000_000, 1_000_000_000
+
+
+def _level_from(records, *, mode="closed", cpu_s=0.0, never_sent=(), held_back=False, back_at=0):
+    """A level merged from one worker's raw records: (origin ns, latency ns, error kind or None)."""
+    from tritonkit.loadtest._run import _merge
+    from tritonkit.loadtest._server import StatsSnapshot
+    from tritonkit.loadtest._worker import WorkerPlan, _never_sent, _Records
+
+    plan = WorkerPlan(index=0, protocol="http", url="-", template=None, slots=1,
+                      offsets_ns=None if mode == "closed" else np.zeros(1, np.int64),
+                      warmup_ns=0, duration_ns=2 * S, window_ns=S, timeout_s=1.0)
+    rec = _Records()
+    for origin, latency, kind in records:
+        rec.origins.append(origin)
+        rec.latencies.append(latency)
+        rec.codes.append(0 if kind is None else rec.kinds.setdefault(kind, len(rec.kinds) + 1))
+        if mode == "open":
+            rec.lags.append(0)
+            rec.waited.append(False)
+    _never_sent(list(never_sent), 2 * S, rec, back_at, held_back=held_back)
+    spec = (LoadSpec(model="m", concurrency=(1,), duration_s=2, window_s=1) if mode == "closed" else
+            LoadSpec(model="m", rates=(10.0,), duration_s=2, window_s=1))
+    summary = rec.summary(plan, t0=0) | {"cpu_s": cpu_s}
+    return _merge(spec, 1 if mode == "closed" else 10.0, [summary], [], None, StatsSnapshot(), 0,
+                  1 if mode == "open" else None)
+
+
+def test_a_windows_qps_counts_answered_requests_as_the_levels_qps_does():
+    # second 0: 8 answers and 2 errors; second 1: 10 answers
+    records = [(i * 100 * MS, MS, "HTTP 500: boom" if i in (3, 7) else None) for i in range(20)]
+    level = _level_from(records)
+    assert level.qps == 9.0
+    assert [w.qps for w in level.timeline] == [8.0, 10.0]
+    assert [w.errors for w in level.timeline] == [2, 0]
+
+
+def test_arrivals_the_server_held_back_are_latency_not_errors_and_cost_the_client_nothing():
+    answered = [(i * 100 * MS, MS, None) for i in range(10)]                  # 1 ms each
+    held = [1_500 * MS, 1_600 * MS, 1_700 * MS]          # due, never sent; the slot came back at 4 s
+    level = _level_from(answered, mode="open", cpu_s=0.001, never_sent=held, held_back=True,
+                        back_at=4 * S)
+    assert level.error_count == 0 and level.ok == 10 and level.saturated == 3
+    assert level.histogram.get_total_count() == 13
+    assert level.latency_ms["max"] == pytest.approx(2_500, rel=0.01)    # at least 4 s - 1.5 s
+    assert level.achieved_rate == 5.0                    # 10 sent in 2 s of the 13 due
+    assert level.client_cpu_us == pytest.approx(100)    # 1 ms over the 10 that were sent
+
+
+def test_arrivals_the_load_generator_never_sent_with_slots_free_are_its_errors():
+    level = _level_from([(0, MS, None)], mode="open", never_sent=[S], held_back=False, back_at=S)
+    assert level.saturated == 0 and list(level.errors) == [
+        "not sent: the load generator fell behind its schedule (add --workers or --max-in-flight)"]
+
+
 # -- the verdict (no server) -----------------------------------------------------------------
 
 def _result(p99=5.0, qps=100.0, sent=1000, errors=None, ended_early=None) -> LoadTestResult:
@@ -419,31 +476,77 @@ def test_grpc_loads_the_same_model_with_several_users_in_one_process(served):
     assert level.server_split_ms["request"] > 0          # Triton counted what we sent
 
 
+def _frozen(deployment, seconds: float):
+    """An action that stops the server process for ``seconds`` (it answers nothing meanwhile)."""
+    def freeze():
+        os.kill(deployment.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(deployment.pid, signal.SIGCONT)
+    return freeze
+
+
+def _run_with(deployment, spec: LoadSpec, at: _At) -> LoadTestResult:
+    try:
+        return run_loadtest(Endpoint.from_deployment(deployment), spec, progress=at)
+    finally:
+        at.join()
+        os.kill(deployment.pid, signal.SIGCONT)
+
+
 @pytest.mark.server
 def test_open_loop_latency_counts_the_time_a_stalled_server_made_requests_wait(served):
-    """Coordinated omission: while the server is frozen, requests that fall due cannot be
-    answered; timed from their scheduled send they show the stall in the percentiles."""
-    def freeze():
-        os.kill(served.pid, signal.SIGSTOP)
-        time.sleep(0.5)
-        os.kill(served.pid, signal.SIGCONT)
-
-    stall = _At(1.0, 0.3, freeze)
-    try:
-        result = run_loadtest(Endpoint.from_deployment(served),
-                              LoadSpec(model="example", rates=(200.0,), arrivals="constant",
-                                       duration_s=3, warmup_s=0.3), progress=stall)
-    finally:
-        stall.join()
-        os.kill(served.pid, signal.SIGCONT)
+    """Coordinated omission: with one request allowed in flight, the ~100 requests that fall
+    due during a 0.5 s stall can only leave after it, and are then answered in ~1 ms each.
+    Timed from when they left, the p95 would be ~1 ms; timed from when they were due, it
+    shows the stall."""
+    stall = _At(1.0, 0.3, _frozen(served, 0.5))
+    result = _run_with(served, LoadSpec(model="example", rates=(200.0,), arrivals="constant",
+                                        duration_s=3, warmup_s=0.3, workers=1, max_in_flight=1), stall)
     assert stall.ran
     level = result.levels[0]
-    # ~100 of ~600 requests fell due during the 0.5 s stall: over 10 % of them waited,
-    # on average a quarter of a second, so the p95 is far above the normal ~1 ms.
     assert level.error_count == 0
-    assert level.latency_ms["p95"] > 100
+    assert level.send_lag_ms["p95"] > 50            # they left late: the one slot was out...
+    assert level.latency_ms["p95"] > 100            # ...and that wait is in their latency
     assert level.latency_ms["max"] > 400
     assert any(w.spike for w in level.timeline)
+    assert level.saturated >= 50                    # the server's doing, not the client's
+    warnings = report.judge(result, report.Sla()).warnings
+    assert any("the server was saturated" in w for w in warnings), warnings
+    assert not any("add --workers" in w for w in warnings), warnings
+
+
+@pytest.mark.server
+def test_an_answer_that_comes_after_the_end_counts_if_it_comes_within_its_request_timeout(served):
+    """A slow but healthy server is not a failing one: the request out when the measurement
+    ends is waited for until its own timeout (30 s here), not for a few seconds."""
+    stall = _At(0.7, 0.3, _frozen(served, 6.0))     # from 0.3 s before the end to 5.7 s after
+    result = _run_with(served, LoadSpec(model="example", concurrency=(1,), duration_s=1.0,
+                                        warmup_s=0.3, timeout_s=30.0), stall)
+    level = result.levels[0]
+    assert level.error_count == 0, level.errors
+    assert level.latency_ms["max"] > 5500           # the answer that came ~6 s later is in
+
+
+@pytest.mark.server
+def test_arrivals_a_stalled_server_held_back_count_as_its_latency_not_as_client_errors(served):
+    """Open loop, the server stalled across the end: the arrivals of the last 0.3 s found the
+    one in-flight slot waiting on it and were never sent. They are the server's latency (at
+    least until the slot came back), so the SLA sees them; they are not the load generator
+    falling behind."""
+    stall = _At(0.7, 0.3, _frozen(served, 6.0))
+    result = _run_with(served, LoadSpec(model="example", rates=(200.0,), arrivals="constant",
+                                        duration_s=1.0, warmup_s=0.3, workers=1, max_in_flight=1), stall)
+    level = result.levels[0]
+    assert level.error_count == 0, level.errors
+    assert level.saturated >= 40                    # ~60 fell due in the stall
+    assert level.latency_ms["p90"] > 5000           # each waited ~5-6 s for the slot
+    verdict = report.judge(result, report.Sla(p99_ms=100))
+    assert verdict.exit_code == EXIT_SLA_MISS       # the server missed the SLA; the run did not fail
+    assert any("the server was saturated" in w and "of the 1 requests allowed in flight" in w
+               for w in verdict.warnings), verdict.warnings
+    assert not any("add --workers" in w for w in verdict.warnings), verdict.warnings
 
 
 @pytest.mark.server
@@ -674,6 +777,7 @@ def test_ctrl_c_ends_a_run_without_a_traceback_from_each_worker(served):
     assert len(err.strip().splitlines()) <= 1            # at most the CLI's own line
 
 
+@pytest.mark.server
 def test_a_server_that_dies_mid_run_ends_it_with_what_was_measured(tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))

@@ -149,21 +149,37 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
     warnings = [f"{lv.label}: {s.cause} at {s.start_s:g} s (p99 {s.p99_ms:.2f} ms, max {s.max_ms:.2f} ms, "
                 f"typical p99 {s.typical_p99_ms:.2f} ms)"
                 for lv in result.levels for s in lv.spikes]
-    warnings += [f"{lv.label}: sent {lv.achieved_rate:,.1f} requests/s of the {lv.offered_rate:g} offered "
-                 f"(the load generator fell behind; add --workers)"
-                 for lv in result.levels
-                 if lv.achieved_rate is not None and lv.offered_rate
-                 and lv.achieved_rate < 0.95 * lv.offered_rate]
-    # Open-loop latency runs from the scheduled send: a late send is in it. Say when that is
-    # the client's doing (every in-flight slot busy, or the client short of CPU).
-    warnings += [f"{lv.label}: requests left late (p99 {lv.send_lag_ms['p99']:.2f} ms after they were due); "
-                 "the latencies include that wait — if the server is not stalled, add --workers"
-                 for lv in result.levels
-                 if lv.send_lag_ms and lv.send_lag_ms.get("p99", 0.0) > LATE_SEND_MS]
+    warnings += [w for lv in result.levels for w in _open_loop_warnings(lv)]
     missed = [c.describe() for c in checks if not c.passed]
     outcome = ERRORS if errors else MISS if missed else PASS
     return Verdict(outcome=outcome, checks=tuple(checks), reasons=tuple(errors or missed),
                    warnings=tuple(warnings), sla=sla)
+
+
+def _open_loop_warnings(lv: LevelResult) -> list[str]:
+    """Open loop: the rate that was not offered on time, and whose doing that was.
+
+    Latency runs from the scheduled send, so a late send is in it either way. When every
+    in-flight slot was waiting on the server, the server was saturated: the wait is its
+    latency. Otherwise the client was short of CPU: more workers.
+    """
+    behind = (lv.achieved_rate is not None and bool(lv.offered_rate)
+              and lv.achieved_rate < 0.95 * lv.offered_rate)
+    late = bool(lv.send_lag_ms) and lv.send_lag_ms.get("p99", 0.0) > LATE_SEND_MS
+    if lv.saturated:
+        sent = f"; sent {lv.achieved_rate:,.1f} requests/s of the {lv.offered_rate:g} offered" if behind else ""
+        return [f"{lv.label}: the server was saturated: {lv.saturated} requests fell due while every one "
+                f"of the {lv.max_in_flight} requests allowed in flight was waiting on it, so they left late "
+                f"or never{sent}; their latencies include that wait (--max-in-flight allows more at once)"]
+    warnings = []
+    if behind:
+        warnings.append(f"{lv.label}: sent {lv.achieved_rate:,.1f} requests/s of the {lv.offered_rate:g} "
+                        "offered (the load generator fell behind; add --workers)")
+    if late:
+        warnings.append(f"{lv.label}: requests left late (p99 {lv.send_lag_ms['p99']:.2f} ms after they "
+                        "were due) while they could have been in flight: the load generator fell behind "
+                        "(add --workers); the latencies include that wait")
+    return warnings
 
 
 # -- the terminal ------------------------------------------------------------------------
@@ -252,7 +268,8 @@ def print_report(console: Console, result: LoadTestResult, verdict: Verdict) -> 
 def _level_dict(lv: LevelResult) -> dict[str, Any]:
     data = {name: getattr(lv, name) for name in (
         "mode", "level", "workers", "duration_s", "sent", "ok", "errors", "qps", "infer_per_s",
-        "latency_ms", "offered_rate", "achieved_rate", "send_lag_ms", "server_split_ms",
+        "latency_ms", "offered_rate", "achieved_rate", "send_lag_ms", "max_in_flight", "saturated",
+        "server_split_ms",
         "client_cpu_us", "server_batch", "ended_early", "events", "outages")}
     data.update(label=lv.label, error_rate=lv.error_rate,
                 timeline=[asdict(w) for w in lv.timeline],

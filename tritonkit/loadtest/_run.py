@@ -14,7 +14,7 @@ from tritonkit.client import Endpoint
 from tritonkit.errors import LoadTestError, UsageError
 from tritonkit.loadtest._inputs import RequestTemplate, request_template
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
-from tritonkit.loadtest._server import ServerEvent, ServerWatcher
+from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
 from tritonkit.loadtest._worker import DIGITS, HIGHEST_US, LOWEST_US, WorkerPlan, worker_main
@@ -22,6 +22,7 @@ from tritonkit.loadtest._worker import DIGITS, HIGHEST_US, LOWEST_US, WorkerPlan
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 PROTOCOLS = ("http", "grpc")
 _START_MARGIN_NS = 100_000_000      # workers get t0 this far ahead, so all start together
+_ANSWER_MARGIN_S = 1.0              # after the end, a request gets its own timeout and this much
 _READY_TIMEOUT_S = 60.0
 
 # progress(label, elapsed_s, total_s, requests_done)
@@ -98,6 +99,10 @@ class LevelResult:
     offered_rate: float | None = None
     achieved_rate: float | None = None  # requests actually sent per second (open loop)
     send_lag_ms: dict[str, float] | None = None
+    max_in_flight: int | None = None    # open loop: requests that may be out at once, all workers
+    # open loop: arrivals that fell due while every one of those was waiting on the server;
+    # they left late, or never (then counted in the latencies as at least the time they waited)
+    saturated: int = 0
     ended_early: str | None = None
     client_cpu_us: float | None = None  # client CPU per request sent, all workers together
     server_batch: float | None = None   # samples per model execution: the batches Triton formed
@@ -185,7 +190,7 @@ def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float) ->
     common = dict(protocol=spec.protocol, url=url, template=template,
                   warmup_ns=int(spec.warmup_s * 1e9), duration_ns=int(spec.duration_s * 1e9),
                   window_ns=int(spec.window_s * 1e9), timeout_s=spec.timeout_s,
-                  grace_s=min(5.0, spec.timeout_s))
+                  grace_s=spec.timeout_s + _ANSWER_MARGIN_S)
     if spec.mode == "closed":
         users = closed_loop(int(level), workers)
         return [WorkerPlan(index=i, slots=n, offsets_ns=None, **common) for i, n in enumerate(users)]
@@ -253,7 +258,9 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5)
-    return _merge(spec, level, list(summaries.values()), watcher, before, after, start_ns)
+    slots = sum(plan.slots for plan in plans) if spec.mode == "open" else None
+    return _merge(spec, level, list(summaries.values()), watcher.events, watcher.down_at_ns,
+                  after.minus(before), start_ns, slots)
 
 
 def _wait_ready(pipes: list, procs: list) -> None:
@@ -292,8 +299,10 @@ def _latency_ms(hist) -> dict[str, float]:
     return values
 
 
-def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerWatcher,
-           before, after, start_ns: int) -> LevelResult:
+def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[ServerEvent],
+           down_at_ns: int | None, served: StatsSnapshot, start_ns: int,
+           max_in_flight: int | None = None) -> LevelResult:
+    """One level's result from its workers' summaries, the server's events and statistics."""
     total, lag = _new_histogram(), _new_histogram()
     errors: dict[str, int] = {}
     per_window: dict[int, dict] = {}
@@ -312,8 +321,8 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
                 merged["hist"].decode_and_add(w["hist"])
     span_s = spec.duration_s
     ended_early = None
-    if watcher.down_at_ns is not None:
-        span_s = max(0.0, min(spec.duration_s, (watcher.down_at_ns - start_ns) / 1e9))
+    if down_at_ns is not None:
+        span_s = max(0.0, min(spec.duration_s, (down_at_ns - start_ns) / 1e9))
         ended_early = (f"the server stopped answering {span_s:.1f} s into the measurement; "
                        f"these figures cover those {span_s:.1f} s only")
     n_windows = max(1, math.ceil(span_s / spec.window_s - 1e-9)) if span_s > 0 else 0
@@ -324,20 +333,18 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
         has = hist.get_total_count() > 0
         timeline.append(Window(
             index=index, start_s=round(index * spec.window_s, 6), ok=w["ok"], errors=w["errors"],
-            qps=(w["ok"] + w["errors"]) / width if width > 0 else 0.0,
+            qps=w["ok"] / width if width > 0 else 0.0,        # answered, as the level's QPS
             p50_ms=hist.get_value_at_percentile(50) / 1000 if has else None,
             p99_ms=hist.get_value_at_percentile(99) / 1000 if has else None,
             max_ms=hist.get_max_value() / 1000 if has else None))
-    events: list[ServerEvent] = watcher.events
-    spikes = cold_start_windows(timeline, events, start_ns, spec.window_s)
+    all_outages = model_outages(events, start_ns)
+    spikes = cold_start_windows(timeline, events, start_ns, spec.window_s, outages=all_outages)
     outages = [{"version": version, "from_s": round(left, 3), "to_s": None if ready is None else round(ready, 3)}
-               for model, version, left, ready in model_outages(events, start_ns, span_s)
-               if model == spec.model]
+               for model, version, left, ready in all_outages if model == spec.model]
     sent = sum(s["sent"] for s in summaries)
     ok = sum(s["ok"] for s in summaries)
     latency = _latency_ms(total)
     sent_all = sum(s["sent_all"] for s in summaries)     # warm-up included, as the CPU is
-    served = after.minus(before)
     split = served.split_ms()
     if split and latency:
         split["client_and_network"] = max(0.0, latency["mean"] - split["request"])
@@ -352,5 +359,6 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], watcher: ServerW
         achieved_rate=(sent - sum(s["not_sent"] for s in summaries)) / span
         if spec.mode == "open" and span_s else None,
         send_lag_ms=_latency_ms(lag) or None if spec.mode == "open" else None,
+        max_in_flight=max_in_flight, saturated=sum(s["saturated"] for s in summaries),
         client_cpu_us=sum(s["cpu_s"] for s in summaries) / sent_all * 1e6 if sent_all else None,
         ended_early=ended_early, histogram=total, outages=outages, server_batch=served.mean_batch())

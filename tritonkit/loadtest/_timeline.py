@@ -79,7 +79,10 @@ def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
     return flagged
 
 
-def model_outages(events: list[ServerEvent], start_ns: int, end_s: float) -> list[tuple[str, str, float, float | None]]:
+Outage = tuple[str, str, float, float | None]     # model, version, left READY at, READY again at
+
+
+def model_outages(events: list[ServerEvent], start_ns: int) -> list[Outage]:
     """(model, version, left READY at, READY again at or None) in seconds from ``start_ns``.
 
     A model that became READY without having been seen leaving it (a fresh load) has
@@ -101,17 +104,20 @@ def model_outages(events: list[ServerEvent], start_ns: int, end_s: float) -> lis
 
 
 def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_ns: int,
-                       window_s: float, reach_s: float = COLD_START_REACH_S) -> list[Spike]:
+                       window_s: float, reach_s: float = COLD_START_REACH_S,
+                       outages: list[Outage] | None = None) -> list[Spike]:
     """Every spike, each tied to the model (re)load that explains it if one does.
 
     ``events`` come from the server watcher; ``start_ns`` is the measurement's start on
     the same clock. A spike whose window overlaps a model's outage — from leaving READY
     to ``reach_s`` after it is READY again — is a cold start: its slow requests either
-    waited for the load or were the first ones the fresh instance served.
+    waited for the load or were the first ones the fresh instance served. ``outages``:
+    ``model_outages(events, start_ns)`` when the caller has it already.
     """
     typical = typical_p99_ms(timeline) or 0.0
     end_s = timeline[-1].start_s + window_s if timeline else 0.0
-    outages = model_outages(events, start_ns, end_s)
+    if outages is None:
+        outages = model_outages(events, start_ns)
     spikes = []
     for window in spike_windows(timeline):
         lo, hi = window.start_s, window.start_s + window_s

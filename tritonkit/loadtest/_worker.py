@@ -48,7 +48,7 @@ class WorkerPlan:
     duration_ns: int
     window_ns: int
     timeout_s: float
-    grace_s: float = 5.0                # wait this long for answers after the end
+    grace_s: float = 31.0               # wait this long for answers after the end (timeout + margin)
 
 
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
@@ -71,7 +71,7 @@ def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     cpu_s = time.process_time() - cpu_start
     summary = records.summary(plan, t0)
     # CPU this process spent driving the load (warm-up included): what a request costs the client.
-    summary.update(cpu_s=cpu_s, sent_all=len(records.codes))
+    summary.update(cpu_s=cpu_s)
     _tell(conn, ("done", summary))
     conn.close()
 
@@ -98,13 +98,19 @@ def _senders(plan: WorkerPlan) -> list[Send]:
 
 
 class _Records:
-    """Raw per-request records: origin (ns), latency (ns), outcome code (0 = ok)."""
+    """Raw per-request records: origin (ns), latency (ns), outcome code.
+
+    Code 0 is an answer; a positive code an error kind; ``HELD_BACK`` an open-loop
+    arrival never sent because every slot was waiting on the server: not an error of
+    the request, and its latency (at least the time it waited) counts like an answer's.
+    """
 
     def __init__(self) -> None:
         self.origins: list[int] = []
         self.latencies: list[int] = []
         self.codes: list[int] = []
         self.lags: list[int] = []          # open loop: actual send minus scheduled send
+        self.waited: list[bool] = []       # open loop: it fell due while every slot was on the server
         self.kinds: dict[str, int] = {}
 
     def code(self, exc: BaseException) -> int:
@@ -114,35 +120,43 @@ class _Records:
     def summary(self, plan: WorkerPlan, t0: int) -> dict[str, Any]:
         """Histograms (HdrHistogram, encoded) of the measured period, total and per window."""
         start = t0 + plan.warmup_ns
+        all_codes = np.asarray(self.codes, dtype=np.int64)
+        never = all_codes == HELD_BACK
+        if NOT_SENT in self.kinds:
+            never |= all_codes == self.kinds[NOT_SENT]
         origins = np.asarray(self.origins, dtype=np.int64) - start
         latencies = np.maximum(np.asarray(self.latencies, dtype=np.int64) // 1000, LOWEST_US)
-        codes = np.asarray(self.codes, dtype=np.int64)
         keep = (origins >= 0) & (origins < plan.duration_ns)
-        origins, latencies, codes = origins[keep], latencies[keep], codes[keep]
+        origins, latencies, codes = origins[keep], latencies[keep], all_codes[keep]
         names = {code: kind for kind, code in self.kinds.items()}
         ok = codes == 0
+        failed = codes > 0
+        timed = ok | (codes == HELD_BACK)            # what the latency percentiles see
         windows = {}
         window_of = origins // plan.window_ns
         for window in np.unique(window_of):
             here = window_of == window
             windows[int(window)] = {
                 "ok": int(np.count_nonzero(here & ok)),
-                "errors": int(np.count_nonzero(here & ~ok)),
-                "hist": _encode(latencies[here & ok]),
+                "errors": int(np.count_nonzero(here & failed)),
+                "hist": _encode(latencies[here & timed]),
             }
-        not_sent = self.kinds.get(NOT_SENT)
         summary = {
             "sent": int(len(codes)),
-            "not_sent": int(np.count_nonzero(codes == not_sent)) if not_sent else 0,
+            "not_sent": int(np.count_nonzero(never[keep])),
             "ok": int(np.count_nonzero(ok)),
-            "errors": {names[int(c)]: int(n) for c, n in zip(*np.unique(codes[~ok], return_counts=True))},
-            "hist": _encode(latencies[ok]),
+            "errors": {names[int(c)]: int(n) for c, n in zip(*np.unique(codes[failed], return_counts=True))},
+            "hist": _encode(latencies[timed]),
             "windows": windows,
             "lag_hist": None,
+            "saturated": 0,
+            # requests that left (warm-up included, as the CPU is): what the client's CPU went on
+            "sent_all": int(np.count_nonzero(~never)),
         }
         if self.lags:
             lags = np.asarray(self.lags, dtype=np.int64)[keep]
             summary["lag_hist"] = _encode(np.maximum(lags // 1000, LOWEST_US))
+            summary["saturated"] = int(np.count_nonzero(np.asarray(self.waited, dtype=bool)[keep]))
         return summary
 
 
@@ -164,6 +178,7 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     end = t0 + plan.warmup_ns + plan.duration_ns
     inflight: dict[int, int] = {}           # slot -> origin of its unanswered request
     origins, latencies, codes, lags = rec.origins.append, rec.latencies.append, rec.codes.append, rec.lags.append
+    waits = rec.waited.append
     cooperative = _cooperative(plan)
 
     if cooperative:
@@ -186,15 +201,22 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     arrivals = iter((t0 + plan.offsets_ns).tolist()) if open_loop else None
     taken: dict[int, int] = {}              # slot -> arrival it waits to send
     closed = [False]                        # past the deadline: what is still out was counted
+    # Open loop, the first slot back after the end: (when, every slot was on the server then)
+    at_end: list[tuple[int, bool]] = []
 
     def user(slot: int) -> None:
         send = senders[slot]
+        freed, all_out = 0, False           # when this slot last came back; every slot out then
         while not stop.value and not closed[0]:
             if arrivals is None:            # closed loop: the next request leaves at once
                 due = clock()
                 if due >= end:
                     return
-            else:                           # open loop: when the schedule says
+            else:                           # open loop: when the schedule says, never after the end
+                if clock() >= end:
+                    if not at_end:
+                        at_end.append((freed, all_out))
+                    return
                 due = next(arrivals, None)
                 if due is None:
                     return
@@ -213,13 +235,16 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
             finish = clock()
             if closed[0]:                   # given up on at the deadline: counted already
                 return
-            del inflight[slot]
             # Open loop, free of coordinated omission: latency runs from when the request was due.
             origins(due)
             latencies(finish - due)
             codes(code)
             if open_loop:
                 lags(start - due)
+                # It fell due while this slot was out and no other took it: all were out.
+                waits(due < freed and all_out)
+                freed, all_out = finish, len(inflight) == plan.slots
+            del inflight[slot]
             done[index] += 1
 
     wait_until(t0)
@@ -239,28 +264,38 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
         for thread in threads:
             thread.join(timeout=max(0.0, finish_by - time.monotonic()))
         closed[0] = True
-    _give_up_on(inflight, rec, plan, clock())
+    now = clock()
+    # No slot came back before the deadline: each was still out, on the server.
+    back_at, all_out = at_end[0] if at_end else (now, len(inflight) == plan.slots)
+    _give_up_on(inflight, rec, plan, now)
     if arrivals is not None and not stop.value:     # a stopped run sends nothing more, by design
-        _never_sent([*taken.values(), *arrivals], end, rec, clock())
+        _never_sent([*taken.values(), *arrivals], end, rec, back_at, held_back=all_out)
 
 
 NOT_SENT = "not sent: the load generator fell behind its schedule (add --workers or --max-in-flight)"
+HELD_BACK = -1
 
 
-def _never_sent(due: list[int], end: int, rec: _Records, now: int) -> None:
-    """Arrivals of the measured span the generator never sent count as errors, never vanish."""
-    code = rec.kinds.setdefault(NOT_SENT, len(rec.kinds) + 1)
+def _never_sent(due: list[int], end: int, rec: _Records, back_at: int, held_back: bool) -> None:
+    """Arrivals of the measured span that were never sent are counted, never vanish.
+
+    ``held_back``: every slot was waiting on the server when the first came back after
+    the end (``back_at``), so the server held these back; each waited at least until
+    then, and that wait is its latency. Otherwise the load generator fell behind: an error.
+    """
+    code = HELD_BACK if held_back else rec.kinds.setdefault(NOT_SENT, len(rec.kinds) + 1)
     for origin in due:
         if origin < end:
             rec.origins.append(origin)
-            rec.latencies.append(now - origin)
+            rec.latencies.append(max(0, back_at - origin))
             rec.codes.append(code)
-            rec.lags.append(now - origin)
+            rec.lags.append(max(0, back_at - origin))
+            rec.waited.append(held_back)
 
 
 def _give_up_on(inflight: dict[int, int], rec: _Records, plan: WorkerPlan, now: int) -> None:
-    """Requests still unanswered after the grace period count as errors, never vanish."""
-    kind = f"no answer within {plan.grace_s:g} s after the run ended"
+    """Requests still unanswered past their own timeout count as errors, never vanish."""
+    kind = f"no answer within the {plan.timeout_s:g} s request timeout"
     code = rec.kinds.setdefault(kind, len(rec.kinds) + 1)
     for origin in list(inflight.values()):
         rec.origins.append(origin)
@@ -268,4 +303,5 @@ def _give_up_on(inflight: dict[int, int], rec: _Records, plan: WorkerPlan, now: 
         rec.codes.append(code)
         if plan.offsets_ns is not None:
             rec.lags.append(0)
+            rec.waited.append(False)
     inflight.clear()
