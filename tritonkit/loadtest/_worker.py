@@ -201,7 +201,7 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     arrivals = iter((t0 + plan.offsets_ns).tolist()) if open_loop else None
     taken: dict[int, int] = {}              # slot -> arrival it waits to send
     closed = [False]                        # past the deadline: what is still out was counted
-    # Open loop, the first slot back after the end: (when, every slot was on the server then)
+    # Open loop, the first slot free after the end: (when, every slot was on the server till then)
     at_end: list[tuple[int, bool]] = []
 
     def user(slot: int) -> None:
@@ -213,9 +213,10 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
                 if due >= end:
                     return
             else:                           # open loop: when the schedule says, never after the end
-                if clock() >= end:
+                now = clock()
+                if now >= end:
                     if not at_end:
-                        at_end.append((freed, all_out))
+                        at_end.append((now, all_out))
                     return
                 due = next(arrivals, None)
                 if due is None:
