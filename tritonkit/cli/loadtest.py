@@ -94,8 +94,7 @@ def loadtest(
     Exit code: 0 the SLA held, 3 it was missed, 4 requests failed or the server went away;
     1 when the SLA held but a --json/--csv/--plot file could not be written.
     """
-    outputs = ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot"))
-    for path, flag in outputs:
+    for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
         if path is not None:
             refuse_overwrite(path, force=force, what=f"{flag} file")
             _check_writable(path, flag)
