@@ -783,7 +783,9 @@ def test_a_server_that_dies_mid_run_ends_it_with_what_was_measured(tmp_path):
     shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
     deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120,
                               warmup=False)
-    kill = _At(1.5, 0.3, lambda: os.kill(deployment.pid, signal.SIGKILL))
+    # The server's whole process group: a stub orphaned by killing the server alone would
+    # outlive the test.
+    kill = _At(1.5, 0.3, lambda: os.killpg(deployment.pid, signal.SIGKILL))
     try:
         result = run_loadtest(Endpoint.from_deployment(deployment),
                               LoadSpec(model="example", concurrency=(2,), duration_s=8, warmup_s=0.3),
