@@ -77,19 +77,24 @@ class TritonPythonModel:
 
 
 def _servers_of(repo: Path) -> list[int]:
-    """Live tritonserver processes whose command line names ``repo``'s folders."""
-    pids = []
+    """Live tritonserver processes whose command line names ``repo``'s folders.
+
+    A server forking a python-backend stub has a child that still reads as tritonserver
+    until it execs: children of a server found are not servers of their own.
+    """
+    parents = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
         if (b"tritonserver" in argv[0] and any(str(repo).encode() in a for a in argv)
                 and _alive(int(entry.name))):
-            pids.append(int(entry.name))
-    return pids
+            parents[int(entry.name)] = ppid
+    return sorted(pid for pid, ppid in parents.items() if ppid not in parents)
 
 
 def _kill_servers_of(repo: Path) -> None:
