@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
+from tritonkit.errors import UsageError
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 from tritonkit.server.compose import compose_dict, engine_problem
 from tritonkit.server.container import container_spec
@@ -273,3 +274,18 @@ def test_the_wait_for_triton_in_compose_says_what_it_waits_for(deployed):
     said: list[str] = []
     _wait_for("ready", deployed, Deadline(30), logs="(local)", progress=said.append)
     assert said and all("waiting for Triton in compose to be ready" in line for line in said)
+
+
+def test_a_gpu_the_model_has_no_config_for_is_refused_not_served_with_another_cards(tmp_path):
+    from tests import onnx_graphs
+    from tritonkit.model_config import configure
+
+    onnx_graphs.mlp(tmp_path / "repo" / "mlp")
+    configure(tmp_path / "repo", "mlp", gpu="a10")
+    (tmp_path / "repo" / "mlp" / "configs" / "p100.pbtxt").unlink()   # left out: did not fit
+    assert container_spec(tmp_path / "repo", "a10").model_config_name == "a10"
+    with pytest.raises(UsageError) as caught:
+        container_spec(tmp_path / "repo", "p100")
+    assert caught.value.message == ("model 'mlp' has no configs/p100.pbtxt: Triton would serve it "
+                                    "on the p100 with config.pbtxt, made for another GPU")
+    assert f"tritonkit config mlp --repository {tmp_path / 'repo'} --gpu p100" in caught.value.hint

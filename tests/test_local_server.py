@@ -17,8 +17,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ROOT, add_broken_model, load_example_forward, run_cli
-from tritonkit.errors import ServerError
-from tritonkit.server.local import _alive, check_port_free, free_port
+from tritonkit.errors import Interrupted, ServerError
+from tritonkit.server.local import _alive, check_port_free, free_port, signals_interrupt
 from tritonkit.server.state import (
     Deployment,
     load_deployment,
@@ -62,9 +62,10 @@ class TritonPythonModel:
 """
 
 EXECUTES_FOR_A_MINUTE = """
-import time
+import os, pathlib, time
 class TritonPythonModel:
     def execute(self, requests):
+        pathlib.Path(os.path.dirname(__file__), "executing").touch()
         time.sleep(60)
         return []
 """
@@ -136,6 +137,13 @@ def _listening(port: int) -> set[str]:
                 # a v4-mapped address (gRPC's socket) listens on that IPv4 address only
                 found.add(socket.inet_ntop(socket.AF_INET6, words).removeprefix("::ffff:"))
     return found
+
+
+def _wait_for(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def _children(pid: int) -> list[int]:
@@ -439,12 +447,45 @@ def test_down_stops_a_server_that_ignores_sigint_within_its_timeout_stubs_includ
         inp = httpclient.InferInput("X", [1], "FP32")
         inp.set_data_from_numpy(np.ones(1, np.float32))
         client.async_infer("stuck", [inp])    # in flight: Triton waits for it on SIGINT
-        time.sleep(0.5)
+        _wait_for(lambda: list(Path(deployment.extra["served_repository"]).glob(
+            "stuck/*/executing")), "the request to reach the model")
         started = time.monotonic()
         assert run_cli("down", "--repository", example_repository, "--timeout", "3") == 0
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 3 + 1          # the kill at the deadline, then reaped
         assert not _alive(deployment.pid)
-        assert not any(_alive(pid) for pid in stubs)
+        _wait_for(lambda: not any(_alive(pid) for pid in stubs), "the stubs to exit", timeout=5)
     finally:
         client.close()
         _kill_servers_of(example_repository)
+
+
+def test_signals_the_caller_ignores_stay_ignored_and_a_second_one_cannot_cut_the_clean_up():
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)      # as under nohup
+    try:
+        with signals_interrupt():
+            os.kill(os.getpid(), signal.SIGHUP)                  # ignored: no Interrupted
+            with pytest.raises(Interrupted) as caught:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)
+            assert caught.value.signum == signal.SIGTERM
+            os.kill(os.getpid(), signal.SIGINT)                  # during the clean-up: ignored
+            time.sleep(0.1)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_relative_repository_is_recorded_and_served_by_its_absolute_path(
+        example_repository, monkeypatch):
+    monkeypatch.chdir(example_repository.parent)
+    relative = example_repository.name
+    assert run_cli("deploy", "--repository", relative, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--no-warmup") == 0
+    try:
+        deployment = load_deployment(example_repository)
+        served = [a for a in deployment.argv if a.startswith("--model-repository=")]
+        assert served == [f"--model-repository={example_repository.resolve()}/.tritonkit/local"]
+        assert deployment.repository == str(example_repository.resolve())
+    finally:
+        assert run_cli("down", "--repository", relative) == 0

@@ -13,7 +13,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tests import onnx_graphs
 from tests.conftest import run_cli
 from tritonkit.errors import ProfileError, UsageError
-from tritonkit.model_config import config_to_text, configure, read_config
+from tritonkit.model_config import (ORT_TRT_CACHE_ROOT, config_to_text, configure,
+                                    engine_cache_path, read_config)
 from tritonkit.profiles import load_profile
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -24,8 +25,13 @@ def _export_report(model_dir: Path, max_batch_size: int, examples: dict[str, lis
                    verified: list[dict[str, int]] | None = None, **extra) -> None:
     """An export report as `tritonkit export` writes it: example shapes and, when
     ``verified`` is given, one verification case per dict of lengths."""
+    model_file = model_dir / "1" / "model.onnx"
     report = {"max_batch_size": max_batch_size,
-              "inputs": [{"name": n, "example_shape": s} for n, s in examples.items()], **extra}
+              "inputs": [{"name": n, "example_shape": s} for n, s in examples.items()],
+              # a fixed hash keeps the golden files independent of the onnx package's bytes
+              "files": {"1/model.onnx": {"sha256": f"{model_dir.name}-sha256",
+                                          "bytes": model_file.stat().st_size}},
+              **extra}
     if verified is not None:
         report["verification"] = {"passed": True, "cases": [
             {"case": f"case {i}", "batch": 1, "lengths": lengths} for i, lengths in enumerate(verified)]}
@@ -250,6 +256,13 @@ def test_a_tensorrt_plans_profile_bounds_the_warmup_lengths(tmp_path):
     configure(tmp_path, "encoder", gpu="a10")
     config = read_config(tmp_path / "encoder" / "config.pbtxt")
     assert {w.inputs["input_ids"].dims[0] for w in config.model_warmup} == {6, 12}
+    # a plan from elsewhere whose profile ends below every verified length: its own limit
+    shapes = {n: {"min": [1, 1], "opt": [4, 4], "max": [4, 4]} for n in ("input_ids", "attention_mask")}
+    _export_report(tmp_path / "encoder", 4, {"input_ids": [2, 12], "attention_mask": [2, 12]},
+                   verified=[{"seq": 12}, {"seq": 18}], tensorrt_build={"shapes": shapes})
+    configure(tmp_path, "encoder", gpu="a10", force=True)
+    config = read_config(tmp_path / "encoder" / "config.pbtxt")
+    assert {w.inputs["input_ids"].dims[0] for w in config.model_warmup} == {4}
 
 
 def test_without_an_export_report_default_lengths_are_warmed_and_called_unverified(tmp_path):
@@ -321,3 +334,20 @@ def test_bfloat16_tensors_are_triton_bf16():
 
     assert triton_data_type(TensorProto.BFLOAT16) == "TYPE_BF16"
     assert triton_data_type(TensorProto.FLOAT16) == "TYPE_FP16"
+
+
+def test_the_engine_cache_is_kept_per_model_file_and_image(mlp_repo):
+    configure(mlp_repo, "mlp", gpu="a10")
+    path = _engine_cache(mlp_repo / "mlp" / "config.pbtxt")
+    assert path == engine_cache_path("mlp", "mlp-sha256", load_profile("a10").stack.triton_image)
+    assert path.startswith(ORT_TRT_CACHE_ROOT + "/mlp/")
+    assert engine_cache_path("mlp", "mlp-sha256", "nvcr.io/nvidia/tritonserver:26.01-py3") != path
+    # a re-export with other weights: the report's hash no longer describes the file
+    onnx_graphs.mlp(mlp_repo / "mlp", hidden=32)
+    configure(mlp_repo, "mlp", gpu="a10", force=True)
+    assert _engine_cache(mlp_repo / "mlp" / "config.pbtxt") != path
+
+
+def _engine_cache(config_path: Path) -> str:
+    (accel,) = read_config(config_path).optimization.execution_accelerators.gpu_execution_accelerator
+    return accel.parameters["trt_engine_cache_path"]

@@ -39,6 +39,13 @@ def test_integer_and_boolean_outputs_match_exactly_whatever_atol_says(tmp_path):
     big = np.array([2**53 + 1], np.int64)
     assert _compare(big, big - 1, 0, 0) == (1.0, pytest.approx(1 / 2**53), False)
     assert _compare(np.array([True, False]), np.array([True, True]), 0, 0)[2] is False
+    # unsigned and mixed integers keep their magnitude; strings and complex numbers too
+    top = np.array([2**64 - 1], np.uint64)
+    assert _compare(top, np.array([0], np.uint64), 0, 0)[0] == float(2**64 - 1)
+    assert _compare(np.array([2**53 + 1], np.uint64), np.array([2**53], np.int64), 0, 0)[2] is False
+    assert _compare(np.array([1 + 2j]), np.array([1 + 3j]), 1e-4, 1e-3)[:1] == (1.0,)
+    assert _compare(np.array(["a", "b"], object), np.array(["a", "c"], object), 0, 0)[2] is False
+    assert _compare(np.array([b"a"]), np.array([b"a"]), 0, 0)[2] is True
 
 
 def test_an_infinity_matches_only_the_same_infinity():

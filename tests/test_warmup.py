@@ -569,3 +569,18 @@ def test_after_deploy_a_users_first_request_is_within_1_5x_of_steady_p50(example
 
     after, floor = _after_and_floor(after_deploy, on_a_warm_model, trials=3, attempts=2)
     assert after <= _goal_bound(floor), f"after deploy {after:.2f}x p50, floor {floor:.2f}x"
+
+
+def test_a_given_secret_goes_under_the_header_the_recorded_server_was_started_with(tmp_path):
+    from tritonkit.client import resolve_endpoint
+
+    from tritonkit.server.state import new_secret
+
+    new_secret(tmp_path)                  # the recorded one, which the given secret replaces
+    save_deployment(Deployment(target="local", repository=str(tmp_path), host="127.0.0.1",
+                               http_port=1, grpc_port=2, metrics_port=3,
+                               secret_header="x-custom-key", models=[], started_at=0.0))
+    endpoint = resolve_endpoint(tmp_path, secret="from-a-file")
+    assert endpoint.repository_headers == {"x-custom-key": "from-a-file"}
+    assert resolve_endpoint(tmp_path, url="127.0.0.1:1", secret="s").repository_headers == {
+        "x-custom-key": "s"}

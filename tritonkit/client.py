@@ -57,11 +57,17 @@ def resolve_endpoint(repository: Path | None = None, url: str | None = None,
 
     The restricted API's secret: ``secret`` if given, else (with ``--url``) the
     ``TRITONKIT_REPOSITORY_SECRET`` environment variable, else the deployment's own.
-    ``secret_header`` defaults to the server settings' header name.
+    ``secret_header`` defaults to the recorded deployment's header name, else the server
+    settings'.
     """
     if url and not secret:
         secret = os.environ.get(SECRET_ENV, "").strip() or None
     if secret:
+        if not secret_header and repository is not None:
+            try:   # the header the recorded deployment's server was started with
+                secret_header = load_deployment(repository).secret_header or None
+            except UsageError:
+                pass
         if not secret_header:
             from tritonkit.server.settings import load_server_settings
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from tritonkit.client import Endpoint
 from tritonkit.errors import TritonkitError, UsageError
 from tritonkit.profiles import available_profiles, load_profile
-from tritonkit.repository import model_names
+from tritonkit.repository import model_names, refuse_missing_gpu_configs
 from tritonkit.server import compose, k8s
 from tritonkit.server.container import container_spec
 from tritonkit.server.local import Deadline, Progress, refuse_if_recorded, start_local, stop_local
@@ -39,8 +39,11 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
     The server reads a CPU mirror of the repository (ONNX models through the python
     backend adapter); ``gpu`` picks each model's ``configs/<gpu>.pbtxt`` to mirror.
     """
-    repository = Path(repository)
+    # Absolute: the server's --model-repository is how `down` knows its process is ours.
+    repository = Path(repository).resolve()
     models = model_names(repository)
+    if gpu:
+        refuse_missing_gpu_configs(repository, models, load_profile(gpu).name)
     settings = load_server_settings(server_config)
     if gpu:
         settings = load_profile(gpu).server_settings(settings)
@@ -49,16 +52,20 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
         mirror = build_local_repository(repository, state_dir(repository) / "local",
                                         models, model_config_name=gpu)
         deadline = Deadline(timeout)
-        deployment = start_local(repository, settings,
-                                 ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
-                                 models=models, timeout=timeout, serve_from=mirror,
-                                 progress=progress)
-        if not warmup:
-            return deployment
+        deployment = None                    # start_local cleans up after itself
         try:
+            deployment = start_local(repository, settings,
+                                     ports=Ports(http=http_port, grpc=grpc_port,
+                                                 metrics=metrics_port),
+                                     models=models, timeout=timeout, serve_from=mirror,
+                                     progress=progress)
+            if not warmup:
+                return deployment
             results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
                                     deadline=deadline, config_dir=mirror, progress=progress)
         except BaseException as exc:
+            if deployment is None:
+                raise
             stop_local(deployment, timeout=min(5.0, settings.exit_timeout_secs))
             if isinstance(exc, TritonkitError):
                 _add_hint(exc, f"deploy stopped the server (its log: {deployment.log_path}); "

@@ -11,6 +11,7 @@ either card with ``--model-config-name=<gpu>``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ class GraphSpec:
     axis_labels: dict[str, dict[int, str]] = field(default_factory=dict)
     lengths: dict[str, list[int]] = field(default_factory=dict)
     lengths_source: str = ""      # "verified", "example" or "default" (see warmup_lengths)
+    digest: str = ""              # sha256 of the model file (keys ONNX Runtime's engine cache)
 
 
 def triton_data_type(elem_type: int) -> str:
@@ -93,7 +95,20 @@ def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
     labels = _axis_labels(graph, initializers)
     lengths, source = warmup_lengths(report or {}, labels)
     return GraphSpec(inputs, outputs, weight_bytes,
-                     _activation_bytes_per_sample(model, labels, lengths), labels, lengths, source)
+                     _activation_bytes_per_sample(model, labels, lengths), labels, lengths, source,
+                     _digest(onnx_path, report or {}))
+
+
+def _digest(onnx_path: Path, report: dict) -> str:
+    """The model file's sha256: the export report's when it recorded this file, else read."""
+    recorded = (report.get("files") or {}).get(f"{onnx_path.parent.name}/{onnx_path.name}") or {}
+    if recorded.get("sha256") and recorded.get("bytes") == onnx_path.stat().st_size:
+        return recorded["sha256"]
+    digest = hashlib.sha256()
+    with onnx_path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _tensor_bytes(init: onnx.TensorProto) -> int:
@@ -138,10 +153,10 @@ def warmup_lengths(report: dict, labels: dict[str, dict[int, str]]) -> tuple[dic
                 if axis < len(example):
                     found.setdefault(label, set()).add(int(example[axis]))
     if not wanted <= set(found):
-        return {label: list(DEFAULT_BUCKETS) for label in sorted(wanted)}, "default"
+        found, source = {label: set(DEFAULT_BUCKETS) for label in wanted}, "default"
     limit = _plan_limits(report, labels)
     return {label: sorted(n for n in found[label] if n <= limit.get(label, n))
-            or [min(found[label])] for label in sorted(wanted)}, source
+            or [limit[label]] for label in sorted(wanted)}, source
 
 
 def _plan_limits(report: dict, labels: dict[str, dict[int, str]]) -> dict[str, int]:
@@ -288,13 +303,13 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
     notes.append(f"{instances} GPU instance(s)" + (" (no MIG on this card: share it with "
                                                      "instances)" if not profile.mig else ""))
 
-    _add_acceleration(config, profile, use_plan, notes)
+    _add_acceleration(config, profile, use_plan, notes, graph.digest)
     _add_warmup(config, graph, warmup_batch_sizes(config.max_batch_size), notes)
     return config, Tuning(profile=profile.name, notes=tuple(notes))
 
 
 def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: bool,
-                      notes: list[str]) -> None:
+                      notes: list[str], digest: str = "") -> None:
     precision = profile.serving.precision.upper()
     if use_plan:
         if profile.serving.cuda_graphs:
@@ -307,14 +322,27 @@ def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: boo
         accel.parameters["precision_mode"] = precision
         accel.parameters["max_workspace_size_bytes"] = str(1 << 30)
         accel.parameters["trt_engine_cache_enable"] = "1"
-        accel.parameters["trt_engine_cache_path"] = f"{ORT_TRT_CACHE_ROOT}/{config.name}"
-        notes.append(f"ONNX Runtime TensorRT accelerator, {precision}, engine cache on "
-                     "(the first load builds engines)")
+        accel.parameters["trt_engine_cache_path"] = engine_cache_path(config.name, digest,
+                                                                      profile.stack.triton_image)
+        notes.append(f"ONNX Runtime TensorRT accelerator, {precision}, engine cache on, kept "
+                     "across restarts and keyed by the model file and image (the first load "
+                     "builds engines)")
     else:
         why = "" if profile.stack.tensorrt_plans else \
             f"; TensorRT >= 10 cannot target compute capability {profile.cc_key}"
         notes.append(f"ONNX Runtime CUDA provider, {precision}{why}"
                      + ("" if profile.compute.tensor_cores else " (no Tensor Cores)"))
+
+
+def engine_cache_path(name: str, digest: str, image: str) -> str:
+    """Where ONNX Runtime keeps this model's TensorRT engines in the container.
+
+    The cache outlives containers (a volume), and ONNX Runtime names engines from the
+    graph's structure, not its weights, and reuses them across its own and TensorRT's
+    versions only at its peril: a re-export or another image gets a folder of its own.
+    """
+    key = hashlib.sha256(f"{digest}\n{image}".encode()).hexdigest()[:12]
+    return f"{ORT_TRT_CACHE_ROOT}/{name}/{key}"
 
 
 def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],

@@ -32,3 +32,21 @@ def model_names(repository: Path) -> list[str]:
                          hint="export one first: tritonkit export SPEC --name NAME "
                               f"--repository {repository}")
     return names
+
+
+def refuse_missing_gpu_configs(repository: Path, models: list[str], gpu: str) -> None:
+    """A UsageError if a model has per-GPU configs but none for ``gpu``.
+
+    Triton would then serve it with ``config.pbtxt``, made for another card (a TensorRT
+    plan for another compute capability, FP16 the card may lack): ``tritonkit config``
+    leaves a profile out when the model does not fit that card.
+    """
+    for model in models:
+        configs = Path(repository) / model / "configs"
+        if configs.is_dir() and any(configs.glob("*.pbtxt")) and \
+                not (configs / f"{gpu}.pbtxt").is_file():
+            raise UsageError(
+                f"model '{model}' has no configs/{gpu}.pbtxt: Triton would serve it on the {gpu} "
+                "with config.pbtxt, made for another GPU",
+                hint=f"see why with: tritonkit config {model} --repository {repository} --gpu {gpu} "
+                     "--force (a card the model does not fit is left out)")

@@ -340,8 +340,9 @@ def _repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
         if exc.status() == "403":
             if endpoint.repository_headers:
                 what, hint = "a wrong secret", (
-                    "the secret recorded for this deployment is not the server's: redeploy "
-                    "(tritonkit down, then tritonkit deploy) or warm the server's own deployment")
+                    "the secret sent (from --secret-file, " + SECRET_ENV + ", or the "
+                    "deployment's record, in that order) is not the server's: pass the server's "
+                    "own, or redeploy (tritonkit down, then tritonkit deploy)")
             else:
                 what, hint = "no secret", (
                     "pass --repository DIR of the running deployment (its state holds the "

@@ -222,14 +222,23 @@ def _compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float):
     """
     if want.size == 0:
         return 0.0, 0.0, True
-    if not (np.issubdtype(want.dtype, np.floating) or np.issubdtype(got.dtype, np.floating)):
-        differ = want != got
+    kinds = {want.dtype.kind, got.dtype.kind}
+    if kinds & set("OSUV"):              # strings and the like: equal or not
+        equal = bool(np.all(want == got))
+        return (0.0, 0.0, True) if equal else (np.inf, np.inf, False)
+    if "c" in kinds:
+        diff = np.abs(want.astype(np.complex128) - got.astype(np.complex128))
+        scale = np.abs(want.astype(np.complex128))
+        within = bool(np.all(diff <= atol + rtol * scale))
+        return float(diff.max()), float((diff / np.maximum(scale, _REL_FLOOR)).max()), within
+    if not kinds & {"f"}:                # integers and booleans, as Python integers
+        same = want.dtype == got.dtype
+        differ = want != got if same else want.astype(object) != got.astype(object)
         if not differ.any():
             return 0.0, 0.0, True
-        wrong_want = want[differ].astype(np.int64).astype(object)
-        wrong_got = got[differ].astype(np.int64).astype(object)
-        diff = max(abs(int(w) - int(g)) for w, g in zip(wrong_want, wrong_got))
-        scale = max(max(abs(int(w)) for w in wrong_want), 1)
+        pairs = list(zip(want[differ].tolist(), got[differ].tolist()))
+        diff = max(abs(int(w) - int(g)) for w, g in pairs)
+        scale = max(max(abs(int(w)) for w, _ in pairs), 1)
         return float(diff), float(diff) / scale, False
     want64, got64 = want.astype(np.float64), got.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):

@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2
 
 from tritonkit.errors import UsageError
 from tritonkit.profiles import GpuProfile, load_profile
-from tritonkit.repository import model_names
+from tritonkit.repository import model_names, refuse_missing_gpu_configs
 from tritonkit.server.settings import Ports, ServerSettings, load_server_settings, tritonserver_argv
 
 TRITON_BINARY = "tritonserver"
@@ -77,6 +77,7 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
     repository = Path(repository)
     models = model_names(repository)
     profile = load_profile(gpu)
+    refuse_missing_gpu_configs(repository, models, profile.name)
     settings = profile.server_settings(load_server_settings(server_config))
     tensorrt = any(_serves_plans(repository / m, profile.name) for m in models)
     chosen = image or (profile.stack.triton_image_tensorrt if tensorrt else profile.stack.triton_image)

@@ -126,8 +126,12 @@ def fill_pod(name: str) -> dict:
         "metadata": {"name": fill_pod_name(name), "labels": labels},
         "spec": {
             "restartPolicy": "Never",
+            # A shell as PID 1 ignores SIGTERM: exit on it at once, and wait as long as a
+            # large copy takes (the printed steps delete the pod when it is done).
+            "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "fill", "image": FILL_IMAGE,
-                            "command": ["sleep", "3600"],
+                            "command": ["sh", "-c", "trap 'exit 0' TERM; "
+                                        "while :; do sleep 1; done"],
                             "volumeMounts": [{"name": "model-repository",
                                               "mountPath": CONTAINER_REPOSITORY}]}],
             "volumes": [{"name": "model-repository",

@@ -159,11 +159,17 @@ def signals_interrupt() -> Iterator[None]:
         yield
         return
 
+    # A signal the caller ignores stays ignored: `nohup tritonkit deploy` outlives its terminal.
+    caught = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+              if signal.getsignal(sig) is not signal.SIG_IGN]
+
     def interrupt(signum: int, _frame: object) -> None:
+        # The clean-up that follows is bounded: a second Ctrl-C must not cut it short.
+        for sig in caught:
+            signal.signal(sig, signal.SIG_IGN)
         raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, interrupt)
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, interrupt) for sig in caught}
     try:
         yield
     finally:
@@ -235,14 +241,14 @@ def start_local(
             status=STARTING)
         save_deployment(deployment)          # from here on `tritonkit down` can stop it
         _wait_until_ready(proc, deployment, deadline, progress)
+        deployment = dataclasses.replace(deployment, status=RUNNING)
+        save_deployment(deployment)
     except BaseException:
         if proc is not None:
             _terminate(proc.pid, Deadline(min(5.0, settings.exit_timeout_secs)))
             proc.poll()                      # reaped already: settle its return code
             clear_deployment(repository)
         raise
-    deployment = dataclasses.replace(deployment, status=RUNNING)
-    save_deployment(deployment)
     return deployment
 
 
