@@ -62,8 +62,9 @@ def run_theirs(url: str, concurrency: int, seconds: float, protocol: str) -> dic
             "client_cpu_us": cpu / (result.throughput * wall) * 1e6,
             "server_ms": (result.server_us or float("nan")) / 1000,
             "own_client_ms": own_ms,
-            # False: perf_analyzer found no stable window and these are its last one's figures
-            "stable": result.stable,
+            # False: perf_analyzer exited non-zero and these are its last window's figures;
+            # "failure" says why ("no stable window", or what it printed last)
+            "stable": result.stable, "failure": result.failure,
             # closed loop, throughput ∝ 1 / mean latency: its own measured rate, scaled by
             # how much shorter the mean request would be without its client time
             "net_qps": result.throughput * result.avg_us / (result.avg_us - own_ms * 1000),
@@ -93,6 +94,7 @@ def compare(levels: list[int], runs: dict) -> list[dict]:
             row[f"ratio_net_{key}"] = row[f"tritonkit_{key}"] / row[f"perf_analyzer_net_{key}"]
         row["perf_analyzer_own_client_ms"] = statistics.median(r["own_client_ms"] for r in pa)
         row["perf_analyzer_unstable_rounds"] = sum(not r["stable"] for r in pa)
+        row["perf_analyzer_failures"] = sorted({r["failure"] for r in pa if not r["stable"]})
         row["within"] = all(abs(row[f"ratio_{k}"] - 1) <= TOLERANCE for k in ("qps", "p50_ms", "p99_ms"))
         row["within_net"] = all(abs(row[f"ratio_net_{k}"] - 1) <= TOLERANCE
                                 for k in ("qps", "p50_ms", "p99_ms"))
@@ -118,10 +120,13 @@ def show(console: Console, protocol: str, rows: list[dict], rounds: int, pinned:
             f"{r['ratio_net_qps']:.2f} / {r['ratio_net_p50_ms']:.2f} / {r['ratio_net_p99_ms']:.2f}",
             f"{r['perf_analyzer_client_cpu_us']:.0f} / {r['tritonkit_client_cpu_us']:.0f}")
     console.print(table)
-    unstable = [r["concurrency"] for r in rows if r["perf_analyzer_unstable_rounds"]]
-    if unstable:
-        console.print(f"* perf_analyzer found no stable window in some rounds at concurrency {unstable}: "
-                      "its figures there are its last window's (raise --seconds, or quiet the machine)")
+    for r in rows:
+        if r["perf_analyzer_unstable_rounds"]:
+            console.print(f"* concurrency {r['concurrency']}: perf_analyzer exited non-zero in "
+                          f"{r['perf_analyzer_unstable_rounds']} round(s) "
+                          f"({'; '.join(r['perf_analyzer_failures'])}): its figures there are its last "
+                          "window's (no stable window: raise --seconds, or quiet the machine)",
+                          markup=False, highlight=False)
     best_pa = max(r["perf_analyzer_qps"] for r in rows)
     best_ours = max(r["tritonkit_qps"] for r in rows)
     verdict = {"best_qps": {"perf_analyzer": best_pa, "tritonkit": best_ours},

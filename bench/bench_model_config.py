@@ -82,7 +82,8 @@ def _median(results: list[PerfResult]) -> PerfResult:
     return PerfResult(concurrency=results[0].concurrency, **{
         name: statistics.median(getattr(r, name) for r in results)
         for name in ("throughput", "p50_us", "p90_us", "p95_us", "p99_us", "avg_us")},
-        returncode=next((r.returncode for r in results if not r.stable), 0))
+        returncode=next((r.returncode for r in results if not r.stable), 0),
+        failure="; ".join(sorted({r.failure for r in results if not r.stable})) or None)
 
 
 def main() -> int:
@@ -133,9 +134,11 @@ def main() -> int:
                       f"{ratio_qps:.2f}", f"{d.p99_us / 1000:.2f}", f"{t.p99_us / 1000:.2f}",
                       f"{ratio_p99:.2f}")
     Console().print(table)
-    if not all(r.stable for r in rows.values()):
-        Console().print("* perf_analyzer found no stable window in some rounds: those figures are "
-                        "its last window's (raise --stability-pct or --seconds)")
+    failures = sorted({r.failure for r in rows.values() if not r.stable})
+    if failures:
+        Console().print(f"* perf_analyzer exited non-zero in some rounds ({'; '.join(failures)}): those "
+                        "figures are its last window's (no stable window: raise --stability-pct or "
+                        "--seconds)", markup=False, highlight=False)
     at16 = summary[1]
     verdict = at16["throughput_ratio"] >= 2.0 and at16["p99_ratio"] <= 1.0
     Console().print(f"goal (>= 2x throughput at 16, p99 no worse): "

@@ -33,6 +33,8 @@ class PerfResult:
     # perf_analyzer's exit status: not 0 when it found no stable window (it still writes the
     # last window's figures, which are then not the stable measurement asked for)
     returncode: int = 0
+    # why it exited non-zero: "no stable window", or the last line it printed when it was not that
+    failure: str | None = None
 
     @property
     def stable(self) -> bool:
@@ -83,7 +85,10 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
         if shape:
             argv += ["--shape", shape]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-        rows = list(csv.DictReader(report.open())) if report.exists() else []
+        rows = []
+        if report.exists():
+            with report.open(newline="") as figures:
+                rows = list(csv.DictReader(figures))
         if not rows:
             raise RuntimeError(f"perf_analyzer failed ({done.returncode}): "
                                f"{(done.stderr or done.stdout).strip()[-500:]}")
@@ -99,7 +104,25 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
         client_us=_sum(row, ("Client Send", "Client Recv")),
         server_us=_sum(row, ("Server Queue", "Server Compute Input", "Server Compute Infer",
                              "Server Compute Output")),
-        returncode=done.returncode)
+        returncode=done.returncode, failure=_failure(done))
+
+
+_UNSTABLE = "Failed to obtain stable measurement"
+
+
+def _failure(done: subprocess.CompletedProcess) -> str | None:
+    """Why perf_analyzer exited non-zero, in a few words: "no stable window" when it said
+    so, else the last line it printed (stderr first)."""
+    if done.returncode == 0:
+        return None
+    if _UNSTABLE in done.stdout or _UNSTABLE in done.stderr:
+        return "no stable window"
+    said = _lines(done.stderr) or _lines(done.stdout)
+    return f"exit {done.returncode}: {said[-1] if said else 'it printed nothing'}"
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _sum(row: dict, keys: tuple[str, ...]) -> float | None:

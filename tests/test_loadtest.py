@@ -806,11 +806,9 @@ def test_a_server_that_dies_mid_run_ends_it_with_what_was_measured(tmp_path):
 
 # -- the benchmarks -----------------------------------------------------------------------------
 
-def test_perf_analyzer_that_exits_non_zero_after_writing_figures_gives_a_result_marked_unstable(
-        tmp_path, monkeypatch):
-    """perf_analyzer's exit status is kept with the figures it wrote: the benchmarks mark
-    such rounds, never take them for a stable measurement. (A stand-in for the
-    perf_analyzer binary: the real one cannot be made to do this on demand.)"""
+def _stand_in_perf_analyzer(tmp_path, monkeypatch, says: str, code: int):
+    """A stand-in for the perf_analyzer binary (the real one cannot be made to fail on
+    demand): it writes one row of figures, prints ``says`` on stderr and exits ``code``."""
     from bench import perf_analyzer
 
     columns = ("Concurrency,Inferences/Second,Client Send,Client Recv,p50 latency,p90 latency,"
@@ -818,12 +816,35 @@ def test_perf_analyzer_that_exits_non_zero_after_writing_figures_gives_a_result_
     tool = tmp_path / "perf_analyzer"
     tool.write_text("#!/bin/sh\nwhile [ \"$1\" != -f ]; do shift; done\n"
                     f"printf '{columns}\\n1,2000,10,20,400,450,480,900\\n' > \"$2\"\n"
-                    "echo 'Failed to obtain stable measurement.' >&2\nexit 2\n")
+                    f"echo '{says}' >&2\nexit {code}\n")
     tool.chmod(0o755)
     monkeypatch.setattr(perf_analyzer, "perf_analyzer_binary", lambda: tool)
     monkeypatch.setattr(perf_analyzer, "_library_dir", lambda: tmp_path)
-    result = perf_analyzer.run_perf_analyzer("127.0.0.1:1", "m", 1)
+    return perf_analyzer
+
+
+def test_perf_analyzer_that_exits_non_zero_after_writing_figures_gives_a_result_marked_unstable(
+        tmp_path, monkeypatch):
+    """perf_analyzer's exit status is kept with the figures it wrote: the benchmarks mark
+    such rounds, never take them for a stable measurement."""
+    import warnings
+
+    perf_analyzer = _stand_in_perf_analyzer(tmp_path, monkeypatch, code=2, says=(
+        "Failed to obtain stable measurement within 10 measurement windows for concurrency 1."))
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        result = perf_analyzer.run_perf_analyzer("127.0.0.1:1", "m", 1)
     assert result.throughput == 2000.0 and result.returncode == 2 and not result.stable
+    assert result.failure == "no stable window"
+    assert not [w for w in warned if issubclass(w.category, ResourceWarning)]   # its CSV was closed
+
+
+def test_perf_analyzer_that_fails_for_another_reason_says_what_it_printed_last(tmp_path, monkeypatch):
+    perf_analyzer = _stand_in_perf_analyzer(tmp_path, monkeypatch, code=99,
+                                            says="error: failed to get model metadata: m")
+    result = perf_analyzer.run_perf_analyzer("127.0.0.1:1", "m", 1)
+    assert not result.stable
+    assert result.failure == "exit 99: error: failed to get model metadata: m"
 
 
 def test_a_perf_analyzer_library_link_left_dangling_is_pointed_anew(tmp_path, monkeypatch):
