@@ -319,6 +319,36 @@ def test_open_loop_sends_that_left_late_are_warned_about():
     assert any("left late" in w for w in report.judge(result, report.Sla()).warnings)
 
 
+def _saturated_result(workers: int, per_worker: int, client_cpu_us: float) -> LoadTestResult:
+    """Open loop at 1000/s, 900/s sent: 30 arrivals found their process's slots all out."""
+    result = _result()
+    level = result.levels[0]
+    level.mode, level.level, level.workers = "open", 1000.0, workers
+    level.offered_rate, level.achieved_rate = 1000.0, 900.0
+    level.max_in_flight, level.saturated, level.client_cpu_us = workers * per_worker, 30, client_cpu_us
+    return result
+
+
+def test_a_saturated_server_is_named_with_the_requests_each_process_may_have_in_flight():
+    warnings = report.judge(_saturated_result(workers=4, per_worker=64, client_cpu_us=50), report.Sla()).warnings
+    assert warnings == (
+        "rate 1000/s: the server was saturated: 30 requests fell due while every one of the 64 requests "
+        "their load-generating process (one of 4) may have in flight was waiting on it, so they left late "
+        "or never; sent 900.0 requests/s of the 1000 offered; their latencies include that wait "
+        "(--max-in-flight, per process, allows more at once)",)
+    alone = report.judge(_saturated_result(workers=1, per_worker=1, client_cpu_us=50), report.Sla()).warnings
+    assert "every one of the 1 requests the load generator may have in flight was waiting" in alone[0]
+
+
+def test_a_saturated_server_with_a_client_short_of_cpu_still_advises_more_workers():
+    # 4 ms of CPU per request at 900/s over 4 processes: 90 % of a core each
+    warnings = report.judge(_saturated_result(workers=4, per_worker=64, client_cpu_us=4000),
+                            report.Sla()).warnings
+    assert "the server was saturated" in warnings[0]
+    assert warnings[1] == ("rate 1000/s: the load generator was short of CPU as well (90% of a core per "
+                           "process): some requests may have left late on its account (add --workers)")
+
+
 def test_an_error_rate_is_a_fraction():
     with pytest.raises(UsageError, match="fraction"):
         report.Sla(max_error_rate=5)
@@ -544,8 +574,8 @@ def test_arrivals_a_stalled_server_held_back_count_as_its_latency_not_as_client_
     assert level.latency_ms["p90"] > 5000           # each waited ~5-6 s for the slot
     verdict = report.judge(result, report.Sla(p99_ms=100))
     assert verdict.exit_code == EXIT_SLA_MISS       # the server missed the SLA; the run did not fail
-    assert any("the server was saturated" in w and "of the 1 requests allowed in flight" in w
-               for w in verdict.warnings), verdict.warnings
+    assert any("the server was saturated" in w and "of the 1 requests the load generator may have in "
+               "flight" in w for w in verdict.warnings), verdict.warnings
     assert not any("add --workers" in w for w in verdict.warnings), verdict.warnings
 
 

@@ -46,6 +46,7 @@ __all__ = [
 
 PASS, MISS, ERRORS = "pass", "sla-miss", "errors"
 LATE_SEND_MS = 1.0      # open loop: a p99 send lag above this is worth a warning
+CLIENT_CPU_BOUND = 0.8  # open loop: a process busy this share of a core may itself send late
 
 
 @dataclass(frozen=True)
@@ -160,17 +161,28 @@ def _open_loop_warnings(lv: LevelResult) -> list[str]:
     """Open loop: the rate that was not offered on time, and whose doing that was.
 
     Latency runs from the scheduled send, so a late send is in it either way. When every
-    in-flight slot was waiting on the server, the server was saturated: the wait is its
-    latency. Otherwise the client was short of CPU: more workers.
+    in-flight slot of a load-generating process was waiting on the server, the server was
+    saturated: the wait is its latency. Otherwise the client was short of CPU: more workers
+    — said alongside the saturation too when the processes were near a core each.
     """
     behind = (lv.achieved_rate is not None and bool(lv.offered_rate)
               and lv.achieved_rate < 0.95 * lv.offered_rate)
     late = bool(lv.send_lag_ms) and lv.send_lag_ms.get("p99", 0.0) > LATE_SEND_MS
     if lv.saturated:
         sent = f"; sent {lv.achieved_rate:,.1f} requests/s of the {lv.offered_rate:g} offered" if behind else ""
-        return [f"{lv.label}: the server was saturated: {lv.saturated} requests fell due while every one "
-                f"of the {lv.max_in_flight} requests allowed in flight was waiting on it, so they left late "
-                f"or never{sent}; their latencies include that wait (--max-in-flight allows more at once)"]
+        # The slots are each process's own: an arrival found its process's slots all out.
+        per = lv.max_in_flight // max(1, lv.workers) if lv.max_in_flight else "allowed"
+        whose = "the load generator" if lv.workers == 1 else \
+            f"their load-generating process (one of {lv.workers})"
+        warnings = [f"{lv.label}: the server was saturated: {lv.saturated} requests fell due while every one "
+                    f"of the {per} requests {whose} may have in flight was waiting on it, so they left late "
+                    f"or never{sent}; their latencies include that wait (--max-in-flight, per process, "
+                    "allows more at once)"]
+        busy = _client_cores_per_worker(lv)
+        if busy is not None and busy >= CLIENT_CPU_BOUND:
+            warnings.append(f"{lv.label}: the load generator was short of CPU as well ({busy:.0%} of a core "
+                            "per process): some requests may have left late on its account (add --workers)")
+        return warnings
     warnings = []
     if behind:
         warnings.append(f"{lv.label}: sent {lv.achieved_rate:,.1f} requests/s of the {lv.offered_rate:g} "
@@ -180,6 +192,14 @@ def _open_loop_warnings(lv: LevelResult) -> list[str]:
                         "were due) while they could have been in flight: the load generator fell behind "
                         "(add --workers); the latencies include that wait")
     return warnings
+
+
+def _client_cores_per_worker(lv: LevelResult) -> float | None:
+    """Open loop: the share of a core each load-generating process kept busy (its CPU per
+    request sent times the rate it sent)."""
+    if lv.client_cpu_us is None or not lv.achieved_rate or not lv.workers:
+        return None
+    return lv.client_cpu_us * 1e-6 * lv.achieved_rate / lv.workers
 
 
 # -- the terminal ------------------------------------------------------------------------
