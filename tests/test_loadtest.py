@@ -779,32 +779,85 @@ def test_a_worker_that_cannot_start_stops_the_ready_ones_at_once(served, monkeyp
     assert multiprocessing.active_children() == []
 
 
+def _answered(client) -> int:
+    stats = client.get_inference_statistics("example")["model_stats"]
+    return sum(int(m["inference_stats"]["success"]["count"]) for m in stats)
+
+
+def _loadtest_process(deployment, *args) -> subprocess.Popen:
+    """`tritonkit loadtest` in a process group of its own, as a terminal would run it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "loadtest", "--repository", str(deployment.repository),
+         "--model", "example", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+
+
+def _interrupted(run: subprocess.Popen) -> tuple[float, str]:
+    """Ctrl-C as a terminal sends it (to the whole process group): seconds until the run
+    ended, and what it wrote on stderr."""
+    pressed = time.monotonic()
+    os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    return time.monotonic() - pressed, err
+
+
 @pytest.mark.server
-def test_ctrl_c_ends_a_run_without_a_traceback_from_each_worker(served):
+def test_ctrl_c_ends_a_run_whose_requests_stall_in_seconds_without_a_traceback(served):
+    """Every worker is blocked in a request the frozen server will not answer for 30 s
+    (the request timeout): Ctrl-C does not wait for them."""
     client = Endpoint.from_deployment(served).http()
-
-    def answered() -> int:
-        stats = client.get_inference_statistics("example")["model_stats"]
-        return sum(int(m["inference_stats"]["success"]["count"]) for m in stats)
-
-    before = answered()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "tritonkit", "loadtest", "--repository", str(served.repository),
-         "--model", "example", "--concurrency", "3", "--workers", "3", "--duration", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = _loadtest_process(served, "--concurrency", "3", "--workers", "3", "--duration", "60",
+                            "--warmup-s", "0")
     try:
-        deadline = time.monotonic() + 30
-        while answered() < before + 300 and time.monotonic() < deadline:   # the workers are loading
+        before, deadline = _answered(client), time.monotonic() + 30
+        while _answered(client) < before + 300 and time.monotonic() < deadline:   # workers loading
             time.sleep(0.2)
-        os.killpg(run.pid, signal.SIGINT)       # what a terminal does: the whole process group
-        _, err = run.communicate(timeout=30)
+        os.kill(served.pid, signal.SIGSTOP)
+        time.sleep(0.5)                          # every request now out waits on the server
+        took, err = _interrupted(run)
     finally:
+        os.kill(served.pid, signal.SIGCONT)
         if run.poll() is None:
             run.kill()
         client.close()
     assert run.returncode == 130
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert len(err.strip().splitlines()) <= 1            # at most the CLI's own line
+    assert len(err.strip().splitlines()) <= 1, err             # at most the CLI's own line
+    assert took < 6, f"Ctrl-C took {took:.1f} s"      # it was 15 s and more: 5 s per worker
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The spawned load-test workers among a process's children."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    workers = []
+    for child in children:
+        try:
+            if b"multiprocessing.spawn" in Path(f"/proc/{child}/cmdline").read_bytes():
+                workers.append(int(child))
+        except FileNotFoundError:
+            pass
+    return workers
+
+
+@pytest.mark.server
+def test_ctrl_c_while_the_workers_are_still_starting_prints_no_traceback(served):
+    """A worker starts for a second or more (imports): one interrupted then is the
+    parent's to report, once, not a KeyboardInterrupt traceback from each worker."""
+    run = _loadtest_process(served, "--concurrency", "3", "--workers", "3", "--duration", "60")
+    try:
+        deadline = time.monotonic() + 30
+        while len(_workers_of(run.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(_workers_of(run.pid)) == 3, "the workers did not start"
+        time.sleep(0.1)                          # all three started; none imported all it needs
+        took, err = _interrupted(run)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert len(err.strip().splitlines()) <= 1, err             # at most the CLI's own line
+    assert took < 6, f"Ctrl-C took {took:.1f} s"
 
 
 @pytest.mark.server

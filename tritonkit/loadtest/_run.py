@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,11 @@ PROTOCOLS = ("http", "grpc")
 _START_MARGIN_NS = 100_000_000      # workers get t0 this far ahead, so all start together
 _ANSWER_MARGIN_S = 1.0              # after the end, a request gets its own timeout and this much
 _READY_TIMEOUT_S = 60.0
+# How long the workers have to leave, all together, before they are killed: once their
+# summaries are in they only have to exit; an interrupted or failed run waits for nothing
+# (a worker blocked in a request would otherwise hold Ctrl-C up until its request timeout).
+_EXIT_PATIENCE_S = 5.0
+_ABANDON_PATIENCE_S = 2.0
 
 # progress(label, elapsed_s, total_s, requests_done)
 Progress = Callable[[str, float, float, int], None]
@@ -208,12 +216,14 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
     done = ctx.RawArray("q", len(plans))
     pipes, procs = [], []
     watcher: ServerWatcher | None = None
+    finished = False
     try:
         for plan in plans:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=worker_main, args=(plan, child, done, stop),
                                name=f"tritonkit-loadtest-{plan.index}", daemon=True)
-            proc.start()
+            with _sigint_ignored():
+                proc.start()
             child.close()
             pipes.append(parent)
             procs.append(proc)
@@ -247,20 +257,50 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
         if before is None:
             before = watcher.stats()
         after = watcher.stats()
+        finished = True
     finally:
-        if watcher is not None:       # its thread polls until stopped, whatever went wrong
-            watcher.stop()
+        # One deadline for everything below: an interrupt is answered in seconds, not in
+        # a wait per worker.
+        give_up_at = time.monotonic() + (_EXIT_PATIENCE_S if finished else _ABANDON_PATIENCE_S)
         stop.value = 1
         for pipe in pipes:  # a worker still waiting for its start time reads the end and leaves
             pipe.close()
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
+        if watcher is not None:       # its thread polls until stopped, whatever went wrong
+            watcher.stop(abandon_at=None if finished else give_up_at)
+        _end_workers(procs, give_up_at)
     slots = sum(plan.slots for plan in plans) if spec.mode == "open" else None
     return _merge(spec, level, list(summaries.values()), watcher.events, watcher.down_at_ns,
                   after.minus(before), start_ns, slots)
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ctrl-C is the parent's: a spawned worker inherits an ignored SIGINT, so one pressed
+    while it is still starting (a second or more of imports) is no traceback of its own.
+
+    Only the main thread may set a handler; elsewhere the worker ignores SIGINT once it runs.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield           # (None: a handler not set from Python, which could not be put back)
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _end_workers(procs: list, give_up_at: float) -> None:
+    """Every worker leaves by ``give_up_at`` (one deadline for all), or is killed then."""
+    for proc in procs:
+        proc.join(timeout=max(0.0, give_up_at - time.monotonic()))
+    left = [proc for proc in procs if proc.is_alive()]
+    for proc in left:
+        proc.kill()
+    reaped_by = time.monotonic() + 1.0
+    for proc in left:
+        proc.join(timeout=max(0.0, reaped_by - time.monotonic()))
 
 
 def _wait_ready(pipes: list, procs: list) -> None:

@@ -153,8 +153,14 @@ class ServerWatcher:
         self._started.wait(timeout=10)
         return self
 
-    def stop(self) -> None:
+    def stop(self, abandon_at: float | None = None) -> None:
+        """Stop polling; once more for the last figures, unless the run is being abandoned
+        (``abandon_at``, a ``time.monotonic`` deadline: wait no longer, ask nothing more)."""
         self._halt.set()
+        if abandon_at is not None:
+            self._thread.join(timeout=max(0.0, abandon_at - time.monotonic()))
+            self._caller_client.close()
+            return
         self._thread.join(timeout=5)
         if self.down_at_ns is None:
             try:

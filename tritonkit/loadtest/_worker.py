@@ -11,8 +11,9 @@ Protocol with the parent, over a Pipe: worker sends ("ready", None) or ("failed"
 parent sends the start time t0 (``time.perf_counter_ns``, the same monotonic clock in
 every process); worker sends ("done", summary). A parent that gives up closes its end: a
 worker waiting for t0 reads the end of the pipe and leaves at once. Ctrl-C is the
-parent's to handle: workers ignore SIGINT (the terminal sends it to all of them) and
-stop on the shared ``stop`` flag.
+parent's to handle: workers ignore SIGINT (the terminal sends it to all of them) from
+their start — they inherit it ignored — and stop on the shared ``stop`` flag; one
+blocked in a request is killed when the parent stops waiting (about 2 s).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class WorkerPlan:
 
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     """Entry point of a spawned worker process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # inherited so, unless started off the main thread
     try:
         senders = _senders(plan)
     except Exception as exc:  # a bad URL, a refused connection, a missing library: the parent says so
