@@ -205,7 +205,7 @@ def _level_from(records, *, mode="closed", cpu_s=0.0, never_sent=(), held_back=F
         if mode == "open":
             rec.lags.append(0)
             rec.waited.append(False)
-    _never_sent(list(never_sent), 2 * S, rec, back_at, held_back=held_back)
+    _never_sent(list(never_sent), 2 * S, rec, back_at, held_since=0 if held_back else None)
     spec = (LoadSpec(model="m", concurrency=(1,), duration_s=2, window_s=1) if mode == "closed" else
             LoadSpec(model="m", rates=(10.0,), duration_s=2, window_s=1))
     summary = rec.summary(plan, t0=0) | {"cpu_s": cpu_s}
@@ -238,6 +238,107 @@ def test_arrivals_the_load_generator_never_sent_with_slots_free_are_its_errors()
     level = _level_from([(0, MS, None)], mode="open", never_sent=[S], held_back=False, back_at=S)
     assert level.saturated == 0 and list(level.errors) == [
         "not sent: the load generator fell behind its schedule (add --workers or --max-in-flight)"]
+
+
+# -- whose doing a late arrival was: the server's or the load generator's (no server) ---------
+#
+# One arrival slot, driven on a controlled clock: it moves only when the worker sleeps (by
+# exactly what it asked, or more: a load generator that was not scheduled in time) and
+# when a stand-in server answers (1 ms, or once it is no longer frozen).
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0
+        self.oversleep: dict[int, int] = {}     # a sleep due to end at one time ends at another
+
+    def __call__(self) -> int:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += round(seconds * 1e9)
+        self.now = self.oversleep.pop(self.now, self.now)
+
+
+def _served_by(clock: _Clock, frozen_ms: tuple[int, int] | None = None):
+    """A stand-in server: 1 ms per request; one that arrives while it is frozen waits for the thaw."""
+    def send() -> None:
+        if frozen_ms and frozen_ms[0] * MS <= clock.now < frozen_ms[1] * MS:
+            clock.now = frozen_ms[1] * MS
+        clock.now += MS
+    return send
+
+
+def _one_slot_at_100_per_s(clock: _Clock, send):
+    """1 s of arrivals every 10 ms, from one slot; the raw records, in ms, by arrival."""
+    from types import SimpleNamespace
+
+    from tritonkit.loadtest._worker import HELD_BACK, WorkerPlan, _drive, _Records
+
+    plan = WorkerPlan(index=0, protocol="http", url="-", template=None, slots=1,
+                      offsets_ns=(open_loop_schedule(100, 1.0, "constant") * S).round().astype(np.int64),
+                      warmup_ns=0, duration_ns=S, window_ns=S, timeout_s=30.0)
+    rec = _Records()
+    _drive(plan, [send], 0, rec, [0], SimpleNamespace(value=0), clock=clock, sleep=clock.sleep)
+    due = [o // MS for o in rec.origins]
+    return SimpleNamespace(
+        waited=[d for d, w in zip(due, rec.waited) if w],
+        held_back=[d for d, c in zip(due, rec.codes) if c == HELD_BACK],
+        failed=[d for d, c in zip(due, rec.codes) if c > 0],
+        latency_ms={d: lat / MS for d, lat in zip(due, rec.latencies)})
+
+
+def test_arrivals_due_while_the_one_slot_waited_on_a_frozen_server_are_its_saturation():
+    clock = _Clock()
+    run = _one_slot_at_100_per_s(clock, _served_by(clock, frozen_ms=(300, 500)))
+    # due in the freeze, then while the slot caught up on them (1 ms each): 310 ... 520
+    assert run.waited == list(range(310, 530, 10))
+    assert run.failed == [] and run.held_back == []      # all sent, late
+    assert run.latency_ms[310] == 192                    # from when it was due: 502 - 310
+
+
+def test_arrivals_due_after_a_server_frozen_across_the_end_are_held_back_never_sent():
+    clock = _Clock()
+    run = _one_slot_at_100_per_s(clock, _served_by(clock, frozen_ms=(500, 1600)))
+    assert run.held_back == list(range(510, 1000, 10)) == run.waited
+    assert run.failed == []
+    assert run.latency_ms[510] == 1091                   # it waited until the slot came back: 1601 ms
+
+
+def test_a_load_generator_that_overslept_with_its_slot_free_is_late_on_its_own_account():
+    clock = _Clock()
+    clock.oversleep = {500 * MS: 700 * MS}               # its sleep until 500 ms ended at 700 ms
+    run = _one_slot_at_100_per_s(clock, _served_by(clock))
+    # 510 ... 690 fell due while the slot was free, asleep: not the server's doing. Only
+    # those due once it was out again, catching up, found every slot busy.
+    assert run.waited == [700, 710, 720]
+    assert run.failed == [] and run.latency_ms[510] == 192   # all sent, the wait in their latency
+
+
+def test_with_two_slots_only_arrivals_due_once_both_were_out_are_the_servers_saturation():
+    from tritonkit.loadtest._worker import _Slots
+
+    slots = _Slots(2)                                    # times in ms here
+    assert not slots.took(0, 0)
+    slots.sent(0, 0, now=0)                              # slot 0 is out until 500
+    for due in range(10, 200, 10):                       # slot 1 answers the others in 1 ms
+        assert not slots.took(1, due)
+        slots.sent(1, due, now=due)
+        slots.back(1, due + 1)
+    assert not slots.took(1, 200)
+    slots.sent(1, 200, now=200)                          # now slot 1 is out too, until 600
+    slots.back(0, 500)
+    assert slots.took(0, 210)                            # due once both were out: held back
+    slots.sent(0, 210, now=500)
+    slots.back(0, 501)
+    assert slots.took(0, 220)                            # and so on while slot 1 is still out
+
+
+def test_arrivals_a_load_generator_that_overslept_the_end_never_sent_are_its_errors():
+    clock = _Clock()
+    clock.oversleep = {500 * MS: 1200 * MS}
+    run = _one_slot_at_100_per_s(clock, _served_by(clock))
+    assert run.waited == [] and run.held_back == []
+    assert run.failed == list(range(510, 1000, 10))      # "not sent: the load generator fell behind"
 
 
 # -- the verdict (no server) -----------------------------------------------------------------

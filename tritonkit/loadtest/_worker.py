@@ -173,11 +173,75 @@ def _encode(values_us: np.ndarray) -> str | None:
     return hist.encode().decode("ascii")
 
 
-def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: Any, stop: Any) -> None:
-    clock = time.perf_counter_ns
+class _Slots:
+    """Which slots are out, and whether an open-loop arrival fell due while every one was.
+
+    The bookkeeping only, no clock of its own: ``_drive`` says when a slot takes an
+    arrival, sends and comes back. A slot is *busy* from a send until it comes back with
+    no arrival yet due; one that comes back to an arrival already due stays busy (it
+    catches up). An arrival that fell due while every slot was busy found no slot to send
+    it: the server held it back (saturation). One that fell due while a slot was free but
+    not sending — the load generator was not scheduled in time — is late on the client's
+    account, never the server's. Closed loop (``arrivals`` False): which slots are out, no more.
+    """
+
+    def __init__(self, slots: int, arrivals: bool = True) -> None:
+        self.slots = slots
+        self._arrivals = arrivals
+        self.out: dict[int, int] = {}           # slot -> when its unanswered request was due
+        self._busy_since: dict[int, int] = {}   # slot -> when its current busy spell began
+        self._freed = [0] * slots               # when each slot last came back...
+        self._all_busy_since: list[int | None] = [None] * slots   # ...and since when all were busy then
+        self._first_after_end: tuple[int, int | None] | None = None
+
+    def took(self, slot: int, due: int) -> bool:
+        """The slot, free, took the arrival due at ``due``: whether it fell due while every
+        slot was busy (else it is sent on time, or late on the client's account)."""
+        if due >= self._freed[slot]:            # not due yet when the slot came back: it waits
+            self._busy_since.pop(slot, None)
+            return False
+        since = self._all_busy_since[slot]
+        return since is not None and due >= since
+
+    def sent(self, slot: int, due: int, now: int) -> None:
+        self.out[slot] = due
+        if self._arrivals:
+            self._busy_since.setdefault(slot, now)
+
+    def back(self, slot: int, finish: int) -> None:
+        if self._arrivals:
+            self._all_busy_since[slot] = self._all_busy_now()
+            self._freed[slot] = finish
+        del self.out[slot]
+
+    def past_end(self, slot: int, now: int) -> None:
+        """The slot is free at ``now``, after the end; the first one to be is when the
+        arrivals never sent stopped waiting."""
+        if self._first_after_end is None:
+            self._first_after_end = (now, self._all_busy_since[slot])
+
+    def unsent_waited(self, now: int) -> tuple[int, int | None]:
+        """For the arrivals never sent: until when they waited, and since when every slot
+        had been busy by then (None: not all were); those due since then were held back."""
+        return self._first_after_end or (now, self._all_busy_now())
+
+    def _all_busy_now(self) -> int | None:
+        """Since when every slot has been busy, if every one is out now."""
+        all_out = len(self.out) == self.slots and self._busy_since     # (none kept: closed loop)
+        return max(self._busy_since.values()) if all_out else None
+
+
+def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: Any, stop: Any,
+           clock=time.perf_counter_ns, sleep=time.sleep) -> None:
+    """Send as the plan says from ``t0`` to the end, recording every request in ``rec``.
+
+    ``clock`` (ns) and ``sleep`` (s) are a test's to control, with one slot (a thread);
+    several share the process through gevent, on its clock.
+    """
     index = plan.index
     end = t0 + plan.warmup_ns + plan.duration_ns
-    inflight: dict[int, int] = {}           # slot -> origin of its unanswered request
+    open_loop = plan.offsets_ns is not None
+    slots = _Slots(plan.slots, arrivals=open_loop)
     origins, latencies, codes, lags = rec.origins.append, rec.latencies.append, rec.codes.append, rec.lags.append
     waits = rec.waited.append
     cooperative = _cooperative(plan)
@@ -195,19 +259,16 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
         def wait_until(when: int) -> None:
             delta = when - clock()
             if delta > 0:
-                time.sleep(delta / 1e9)
+                sleep(delta / 1e9)
 
-    open_loop = plan.offsets_ns is not None
     # Open loop: the arrivals, shared by the slots (each taken once). Closed loop: none.
     arrivals = iter((t0 + plan.offsets_ns).tolist()) if open_loop else None
     taken: dict[int, int] = {}              # slot -> arrival it waits to send
     closed = [False]                        # past the deadline: what is still out was counted
-    # Open loop, the first slot free after the end: (when, every slot was on the server till then)
-    at_end: list[tuple[int, bool]] = []
 
     def user(slot: int) -> None:
         send = senders[slot]
-        freed, all_out = 0, False           # when this slot last came back; every slot out then
+        waited = False
         while not stop.value and not closed[0]:
             if arrivals is None:            # closed loop: the next request leaves at once
                 due = clock()
@@ -216,19 +277,19 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
             else:                           # open loop: when the schedule says, never after the end
                 now = clock()
                 if now >= end:
-                    if not at_end:
-                        at_end.append((now, all_out))
+                    slots.past_end(slot, now)
                     return
                 due = next(arrivals, None)
                 if due is None:
                     return
+                waited = slots.took(slot, due)
                 taken[slot] = due
                 wait_until(due)
                 if stop.value:
                     return
                 del taken[slot]
             start = clock()
-            inflight[slot] = due
+            slots.sent(slot, due, start)
             try:
                 send()
                 code = 0
@@ -237,16 +298,14 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
             finish = clock()
             if closed[0]:                   # given up on at the deadline: counted already
                 return
+            slots.back(slot, finish)
             # Open loop, free of coordinated omission: latency runs from when the request was due.
             origins(due)
             latencies(finish - due)
             codes(code)
             if open_loop:
                 lags(start - due)
-                # It fell due while this slot was out and no other took it: all were out.
-                waits(due < freed and all_out)
-                freed, all_out = finish, len(inflight) == plan.slots
-            del inflight[slot]
+                waits(waited)
             done[index] += 1
 
     wait_until(t0)
@@ -267,32 +326,32 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
             thread.join(timeout=max(0.0, finish_by - time.monotonic()))
         closed[0] = True
     now = clock()
-    # No slot came back before the deadline: each was still out, on the server.
-    back_at, all_out = at_end[0] if at_end else (now, len(inflight) == plan.slots)
-    _give_up_on(inflight, rec, plan, now)
+    back_at, held_since = slots.unsent_waited(now)
+    _give_up_on(slots.out, rec, plan, now)
     if arrivals is not None and not stop.value:     # a stopped run sends nothing more, by design
-        _never_sent([*taken.values(), *arrivals], end, rec, back_at, held_back=all_out)
+        _never_sent([*taken.values(), *arrivals], end, rec, back_at, held_since)
 
 
 NOT_SENT = "not sent: the load generator fell behind its schedule (add --workers or --max-in-flight)"
 HELD_BACK = -1
 
 
-def _never_sent(due: list[int], end: int, rec: _Records, back_at: int, held_back: bool) -> None:
+def _never_sent(due: list[int], end: int, rec: _Records, back_at: int, held_since: int | None) -> None:
     """Arrivals of the measured span that were never sent are counted, never vanish.
 
-    ``held_back``: every slot was waiting on the server when the first came back after
-    the end (``back_at``), so the server held these back; each waited at least until
-    then, and that wait is its latency. Otherwise the load generator fell behind: an error.
+    Those that fell due since ``held_since`` (every slot was busy from then until the
+    first came back after the end, ``back_at``) were held back by the server: each waited
+    at least until then, and that wait is its latency. The others found a slot free that
+    did not send them: the load generator fell behind, an error.
     """
-    code = HELD_BACK if held_back else rec.kinds.setdefault(NOT_SENT, len(rec.kinds) + 1)
     for origin in due:
         if origin < end:
+            held = held_since is not None and origin >= held_since
             rec.origins.append(origin)
             rec.latencies.append(max(0, back_at - origin))
-            rec.codes.append(code)
+            rec.codes.append(HELD_BACK if held else rec.kinds.setdefault(NOT_SENT, len(rec.kinds) + 1))
             rec.lags.append(max(0, back_at - origin))
-            rec.waited.append(held_back)
+            rec.waited.append(held)
 
 
 def _give_up_on(inflight: dict[int, int], rec: _Records, plan: WorkerPlan, now: int) -> None:
