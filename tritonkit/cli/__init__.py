@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hint: this is a tritonkit bug; rerun with {DEBUG_ENV}=1 for the traceback "
               "and report it", file=sys.stderr)
         return _exit(EXIT_ERROR)
+    if code == 128 + signal.SIGINT:
+        # Typer turns Ctrl-C into a silent exit 130 (no command of ours returns it).
+        print("error: interrupted", file=sys.stderr)
     return _exit(code if isinstance(code, int) else 0)
 
 
