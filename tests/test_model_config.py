@@ -339,9 +339,16 @@ def test_bfloat16_tensors_are_triton_bf16():
 def test_the_engine_cache_is_kept_per_model_file_and_image(mlp_repo):
     configure(mlp_repo, "mlp", gpu="a10")
     path = _engine_cache(mlp_repo / "mlp" / "config.pbtxt")
-    assert path == engine_cache_path("mlp", "mlp-sha256", load_profile("a10").stack.triton_image)
     assert path.startswith(ORT_TRT_CACHE_ROOT + "/mlp/")
-    assert engine_cache_path("mlp", "mlp-sha256", "nvcr.io/nvidia/tritonserver:26.01-py3") != path
+    assert engine_cache_path("mlp", "d", "nvcr.io/nvidia/tritonserver:25.12-py3") != \
+        engine_cache_path("mlp", "d", "nvcr.io/nvidia/tritonserver:26.01-py3")
+    # weights stored beside the graph are part of the model file
+    (mlp_repo / "mlp" / "1" / "model.onnx.data").write_bytes(b"weights")
+    configure(mlp_repo, "mlp", gpu="a10", force=True)
+    assert _engine_cache(mlp_repo / "mlp" / "config.pbtxt") != path
+    (mlp_repo / "mlp" / "1" / "model.onnx.data").unlink()
+    configure(mlp_repo, "mlp", gpu="a10", force=True)
+    assert _engine_cache(mlp_repo / "mlp" / "config.pbtxt") == path
     # a re-export with other weights: the report's hash no longer describes the file
     onnx_graphs.mlp(mlp_repo / "mlp", hidden=32)
     configure(mlp_repo, "mlp", gpu="a10", force=True)

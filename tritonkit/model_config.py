@@ -100,15 +100,21 @@ def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
 
 
 def _digest(onnx_path: Path, report: dict) -> str:
-    """The model file's sha256: the export report's when it recorded this file, else read."""
-    recorded = (report.get("files") or {}).get(f"{onnx_path.parent.name}/{onnx_path.name}") or {}
-    if recorded.get("sha256") and recorded.get("bytes") == onnx_path.stat().st_size:
-        return recorded["sha256"]
-    digest = hashlib.sha256()
-    with onnx_path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """One sha256 for the model's files (the graph, and past 2 GiB its weights beside it):
+    the export report's hash of each file it recorded, else read."""
+    files = report.get("files") or {}
+    combined = hashlib.sha256()
+    for path in sorted(onnx_path.parent.glob(onnx_path.name + "*")):
+        recorded = files.get(f"{path.parent.name}/{path.name}") or {}
+        if recorded.get("sha256") and recorded.get("bytes") == path.stat().st_size:
+            combined.update(recorded["sha256"].encode())
+            continue
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        combined.update(digest.hexdigest().encode())
+    return combined.hexdigest()
 
 
 def _tensor_bytes(init: onnx.TensorProto) -> int:
