@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,22 @@ from tritonkit.server.state import load_deployment
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_REPOSITORY = ROOT / "model_repository"
+
+
+def default_signals() -> None:
+    """For a child the tests signal (``preexec_fn``): Ctrl-C, SIGTERM and SIGHUP at their
+    defaults, as a terminal starts a command. A suite run in the background (``&``,
+    ``nohup``) would hand it ignored ones, which a command rightly keeps ignoring."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+@pytest.fixture
+def default_sigint():
+    """The test process's own Ctrl-C handling as Python sets it up in a terminal."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def run_cli(*args: str) -> int:

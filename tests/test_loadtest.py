@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import EXAMPLE_REPOSITORY, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, default_signals, run_cli
 from tritonkit import report
 from tritonkit.client import Endpoint
 from tritonkit.deploy import deploy_local, down
@@ -918,7 +918,7 @@ def _loadtest_process(deployment, *args) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tritonkit", "loadtest", "--repository", str(deployment.repository),
          "--model", "example", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        start_new_session=True, preexec_fn=default_signals)
 
 
 def _interrupted(run: subprocess.Popen) -> tuple[float, str]:

@@ -16,7 +16,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import ROOT, add_broken_model, load_example_forward, run_cli
+from tests.conftest import ROOT, add_broken_model, default_signals, load_example_forward, run_cli
 from tritonkit.errors import Interrupted, ServerError
 from tritonkit.server.local import _alive, check_port_free, free_port, signals_interrupt
 from tritonkit.server.state import (
@@ -110,7 +110,8 @@ def _deploy_in_background(repo: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tritonkit", "deploy", "--repository", str(repo),
          "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        preexec_fn=default_signals)
 
 
 def _wait_recorded(repo: Path, timeout: float = 30.0) -> Deployment:
@@ -459,7 +460,8 @@ def test_down_stops_a_server_that_ignores_sigint_within_its_timeout_stubs_includ
         _kill_servers_of(example_repository)
 
 
-def test_signals_the_caller_ignores_stay_ignored_and_a_second_one_cannot_cut_the_clean_up():
+def test_signals_the_caller_ignores_stay_ignored_and_a_second_one_cannot_cut_the_clean_up(
+        default_sigint):
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)      # as under nohup
     try:
         with signals_interrupt():

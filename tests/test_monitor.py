@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, default_signals, run_cli
 from tritonkit.errors import ProfileError
 from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, load_thresholds
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
@@ -140,7 +140,8 @@ def test_ctrl_c_is_how_monitor_ends_so_it_exits_0_and_says_what_it_wrote(deploye
     monitor = subprocess.Popen(
         [sys.executable, "-m", "tritonkit", "monitor", "--repository", deployed.repository,
          "--interval", "0.2", "--csv", str(recording)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        preexec_fn=default_signals)
     try:
         end = time.monotonic() + 30
         while not (recording.exists() and len(recording.read_text().splitlines()) >= 3):
