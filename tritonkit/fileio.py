@@ -1,7 +1,9 @@
-"""Writing files so that nothing a user had is lost: atomic writes, no silent overwrite."""
+"""Writing files so that nothing a user had is lost: atomic writes, no silent overwrite;
+and a file's sha256, read in blocks."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -37,3 +39,12 @@ def refuse_overwrite(path: Path, *, force: bool, what: str = "file") -> None:
     if Path(path).exists() and not force:
         raise UsageError(f"{what} {path} already exists",
                          hint="pass --force to replace it, or choose another name/path")
+
+
+def sha256_of(path: Path) -> str:
+    """The hex sha256 of a file, read 1 MiB at a time (model weights may be gigabytes)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -24,7 +24,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import np_to_triton_dtype
 
 from tritonkit.errors import UsageError
-from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.fileio import atomic_write, refuse_overwrite, sha256_of
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 
 DEFAULT_GPU = "a10"
@@ -109,11 +109,7 @@ def _digest(onnx_path: Path, report: dict) -> str:
         if recorded.get("sha256") and recorded.get("bytes") == path.stat().st_size:
             combined.update(recorded["sha256"].encode())
             continue
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        combined.update(digest.hexdigest().encode())
+        combined.update(sha256_of(path).encode())
     return combined.hexdigest()
 
 

@@ -6,7 +6,6 @@ names, dtypes and shapes from the ONNX graph itself so the two can never disagre
 
 from __future__ import annotations
 
-import hashlib
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,6 +14,7 @@ import numpy as np
 import onnx
 
 import tritonkit
+from tritonkit.fileio import sha256_of
 
 REPORT_NAME = "export-report.json"
 
@@ -41,11 +41,7 @@ def tensor_specs(values, example_shapes: dict[str, list[int]] | None = None) -> 
 
 
 def file_record(path: Path) -> dict:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return {"sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+    return {"sha256": sha256_of(path), "bytes": path.stat().st_size}
 
 
 def versions() -> dict:
