@@ -289,3 +289,18 @@ def test_a_gpu_the_model_has_no_config_for_is_refused_not_served_with_another_ca
     assert caught.value.message == ("model 'mlp' has no configs/p100.pbtxt: Triton would serve it "
                                     "on the p100 with config.pbtxt, made for another GPU")
     assert f"tritonkit config mlp --repository {tmp_path / 'repo'} --gpu p100" in caught.value.hint
+
+
+def test_a_wait_for_triton_in_compose_that_times_out_says_the_last_answer(tmp_path):
+    from tritonkit.errors import ServerError
+    from tritonkit.server.compose import _wait_for
+    from tritonkit.server.local import Deadline, free_port
+    from tritonkit.server.state import Deployment
+
+    nobody = Deployment(target="compose", repository=str(tmp_path), host="127.0.0.1",
+                        http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                        secret_header="x", models=[], started_at=0.0, argv=[])
+    with pytest.raises(ServerError) as caught:
+        _wait_for("live", nobody, Deadline(0.6), logs="docker compose logs triton")
+    assert "did not become live within 0.6 s (last: Connection refused)" in str(caught.value)
+    assert "docker compose logs triton" in caught.value.hint

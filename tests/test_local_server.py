@@ -491,3 +491,43 @@ def test_a_relative_repository_is_recorded_and_served_by_its_absolute_path(
         assert deployment.repository == str(example_repository.resolve())
     finally:
         assert run_cli("down", "--repository", relative) == 0
+
+
+def test_health_goes_straight_to_the_server_past_a_proxy_and_says_why_not(deployed, monkeypatch):
+    """A proxy in the environment (common on corporate hosts) must not answer, or fail to
+    answer, for a server on loopback; a miss says why in a few words."""
+    from tritonkit.client import health
+
+    dead = free_port()
+    for variable in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(variable, f"http://127.0.0.1:{dead}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+
+    assert health(deployed.http_url) is None
+    assert health(deployed.http_url, "/v2/models/example/ready") is None
+    assert health(deployed.http_url, "/v2/models/no_such_model/ready") == \
+        "HTTP 400 from /v2/models/no_such_model/ready"
+    assert "refused" in health(f"127.0.0.1:{dead}").lower()
+
+
+def test_a_wait_backs_off_and_ends_on_success_or_with_the_last_reason():
+    from tritonkit.client import wait_until
+    from tritonkit.server.local import Deadline
+
+    answers = iter(["refused", "refused", None])
+    started = time.monotonic()
+    assert wait_until(lambda: next(answers), Deadline(10), first_delay=0.05, max_delay=1) is None
+    assert 0.15 <= time.monotonic() - started < 1.0        # 0.05 s, then 0.1 s
+
+    calls: list[float] = []
+
+    def never() -> str:
+        calls.append(time.monotonic())
+        return f"refused ({len(calls)})"
+
+    started = time.monotonic()
+    assert wait_until(never, Deadline(0.5), first_delay=0.05, max_delay=0.1) == f"refused ({len(calls)})"
+    assert 0.5 <= time.monotonic() - started < 0.8
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert max(gaps) < 0.1 + 0.05                          # capped at max_delay

@@ -7,14 +7,20 @@ A tritonclient client object is not thread-safe: make one per worker with
 from __future__ import annotations
 
 import os
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from tritonkit.errors import ServerError, UsageError
+from tritonkit.errors import UsageError
 from tritonkit.server.state import Deployment, load_deployment
+
+if TYPE_CHECKING:
+    from tritonkit.server.local import Deadline
 
 #: The restricted model-repository API's secret for a server that no state here records
 #: (a Kubernetes Service, say); ``--secret-file`` takes precedence.
@@ -116,19 +122,41 @@ def split_message(text: str) -> tuple[str, str | None]:
     return first.strip(), rest.strip() or None
 
 
-def check_live(endpoint: Endpoint) -> None:
-    """Raise a ServerError if the server does not answer /v2/health/live."""
-    client = endpoint.http()
+def health(http_url: str, path: str = "/v2/health/live", timeout: float = 1.0) -> str | None:
+    """None if ``GET http://<http_url><path>`` answers 200 within ``timeout`` seconds, else
+    why not, in a few words.
+
+    Every poll of a server's health goes through here. It goes straight to the server,
+    past any HTTP(S)_PROXY in the environment (a proxy would answer for a server on
+    127.0.0.1, or not at all), on a connection of its own that is closed at once: one left
+    open holds a stopping Triton for its exit timeout.
+    """
+    url = f"http://{http_url.removeprefix('http://')}{path}"
     try:
-        if client.is_server_live():
-            return
-    except Exception as exc:  # tritonclient raises several transport errors
-        raise ServerError(f"no Triton server answers at {endpoint.http_url} ({triton_message(exc)})",
-                          hint="start one: tritonkit deploy --repository DIR") from None
-    finally:
-        client.close()      # an open connection holds a stopping Triton for its exit timeout
-    raise ServerError(f"the Triton server at {endpoint.http_url} is not live",
-                      hint="check its log")
+        with _DIRECT.open(url, timeout=max(timeout, 0.05)) as response:
+            return None if response.status == 200 else f"HTTP {response.status} from {path}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code} from {path}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return str(getattr(reason, "strerror", None) or reason or exc.__class__.__name__)
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def wait_until(check: Callable[[], str | None], deadline: "Deadline",
+               first_delay: float = 0.05, max_delay: float = 1.0) -> str | None:
+    """Call ``check`` until it says None (→ None) or ``deadline`` passes (→ its last word),
+    waiting ``first_delay`` seconds after the first miss, twice that after the next, up to
+    ``max_delay``. A check may raise to end the wait early (a server process that exited)."""
+    delay = first_delay
+    while True:
+        reason = check()
+        if reason is None or deadline.expired():
+            return reason
+        time.sleep(min(delay, deadline.left()))
+        delay = min(delay * 2, max_delay)
 
 
 def example_input(datatype: str, shape: list[int], rng: np.random.Generator) -> np.ndarray:

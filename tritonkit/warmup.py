@@ -41,9 +41,11 @@ from tritonkit.client import (
     SECRET_ENV,
     Endpoint,
     example_input,
+    health,
     resolve_endpoint,
     split_message,
     triton_message,
+    wait_until,
 )
 from tritonkit.errors import ModelLoadError, ServerError, UsageError
 from tritonkit.server.local import Deadline, Progress
@@ -288,20 +290,6 @@ def _client(endpoint: Endpoint, deadline: Deadline):
     return endpoint.http(connection_timeout=min(5.0, left), network_timeout=left)
 
 
-def _live(endpoint: Endpoint, deadline: Deadline) -> Exception | None:
-    """None if the server answers live now, else the error it gave."""
-    client = None
-    try:
-        client = endpoint.http(connection_timeout=min(1.0, max(0.1, deadline.left())),
-                               network_timeout=min(2.0, max(0.1, deadline.left())))
-        return None if client.is_server_live() else ServerError("not live")
-    except Exception as exc:  # tritonclient raises several transport errors
-        return exc
-    finally:
-        if client is not None:
-            client.close()
-
-
 def wait_live(endpoint: Endpoint, deadline: Deadline,
               rediscover: Callable[[], Endpoint] | None = None,
               progress: Progress | None = None) -> Endpoint:
@@ -309,8 +297,8 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
 
     ``rediscover`` finds the server again on every try (a restarted deployment may have
     new ports or a new secret); the endpoint that answered is returned."""
-    delay = _BACKOFF_START
-    while True:
+    def check() -> str | None:
+        nonlocal endpoint
         if progress:
             progress(f"waiting for the server at {endpoint.http_url} to be live")
         if rediscover is not None:
@@ -318,16 +306,15 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
                 endpoint = rediscover()
             except UsageError:
                 pass  # between a stop and a start there is no state: keep the last one
-        error = _live(endpoint, deadline)
-        if error is None:
-            return endpoint
-        if deadline.expired():
-            raise ServerError(
-                f"no Triton server answers at {endpoint.http_url} "
-                f"(waited {deadline.seconds:g} s; last: {triton_message(error)})",
-                hint="start one: tritonkit deploy --repository DIR, or raise --timeout")
-        time.sleep(min(delay, deadline.left()))
-        delay = min(delay * 2, _BACKOFF_MAX)
+        return health(endpoint.http_url, timeout=min(2.0, max(0.1, deadline.left())))
+
+    last = wait_until(check, deadline, _BACKOFF_START, _BACKOFF_MAX)
+    if last is not None:
+        raise ServerError(
+            f"no Triton server answers at {endpoint.http_url} "
+            f"(waited {deadline.seconds:g} s; last: {last})",
+            hint="start one: tritonkit deploy --repository DIR, or raise --timeout")
+    return endpoint
 
 
 def _repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
@@ -377,7 +364,7 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline) -> float:
         if exc.status() == "403":
             raise UsageError(f"the server refused to load '{name}': {triton_message(exc)}",
                              hint="pass --repository DIR of the running deployment (its secret)") from None
-        if _live(endpoint, deadline) is not None:
+        if _not_live(endpoint, deadline):
             raise _ServerGone(triton_message(exc)) from None
         message, detail = split_message(triton_message(exc))
         raise ModelLoadError(f"Triton could not load '{name}': {message}",
@@ -415,12 +402,16 @@ def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: De
 
 
 def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline) -> Exception:
-    if _live(endpoint, deadline) is not None or not _ready_quietly(endpoint, name, deadline):
+    if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
         return _ServerGone(triton_message(exc))
     message, detail = split_message(triton_message(exc))
     return ServerError(f"a warm-up request to '{name}' failed: {message}",
                        hint="the model is READY but refused an input built from its config",
                        detail=detail)
+
+
+def _not_live(endpoint: Endpoint, deadline: Deadline) -> bool:
+    return health(endpoint.http_url, timeout=min(2.0, max(0.1, deadline.left()))) is not None
 
 
 def _ready_quietly(endpoint: Endpoint, name: str, deadline: Deadline) -> bool:

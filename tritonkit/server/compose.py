@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from tritonkit.client import health, wait_until
 from tritonkit.errors import ModelLoadError, ServerError, UsageError
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.server.container import (
@@ -311,30 +312,19 @@ def _logs_command(deployment: Deployment) -> str:
 def _wait_for(what: str, deployment: Deployment, deadline: Deadline, logs: str,
               progress: Progress | None = None) -> None:
     """Poll /v2/health/<what> ("live" or "ready") until it answers 200 or time runs out."""
-    import tritonclient.http as httpclient
+    def check() -> str | None:
+        if progress:
+            waited = deadline.seconds - deadline.left()
+            progress(f"waiting for Triton in compose to be {what} "
+                     f"({waited:.0f} s of {deadline.seconds:g} s)")
+        return health(deployment.http_url, f"/v2/health/{what}", timeout=2.0)
 
-    client = httpclient.InferenceServerClient(deployment.http_url, connection_timeout=2.0,
-                                              network_timeout=2.0)
-    check = client.is_server_live if what == "live" else client.is_server_ready
-    try:
-        while True:
-            if progress:
-                waited = deadline.seconds - deadline.left()
-                progress(f"waiting for Triton in compose to be {what} "
-                         f"({waited:.0f} s of {deadline.seconds:g} s)")
-            try:
-                if check():
-                    return
-            except Exception:  # not listening yet, or a restart: tritonclient's transport errors
-                pass
-            if deadline.expired():
-                raise ServerError(f"Triton in compose did not become {what} within "
-                                  f"{deadline.seconds:g} s",
-                                  hint=f"raise --timeout, or read: {logs}; "
-                                       f"{left_running(Path(deployment.repository))}")
-            time.sleep(min(1.0, deadline.left()))
-    finally:
-        client.close()
+    last = wait_until(check, deadline, first_delay=0.25)
+    if last is not None:
+        raise ServerError(f"Triton in compose did not become {what} within "
+                          f"{deadline.seconds:g} s (last: {last})",
+                          hint=f"raise --timeout, or read: {logs}; "
+                               f"{left_running(Path(deployment.repository))}")
 
 
 def _run(argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess:

@@ -21,12 +21,11 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from tritonkit.client import health
 from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
 from tritonkit.server.binary import find_install, prepare_backends, server_environment
 from tritonkit.server.settings import Ports, ServerSettings, tritonserver_argv
@@ -264,7 +263,6 @@ def stop_local(deployment: Deployment, timeout: float = 40.0) -> bool:
 
 def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: Deadline,
                       progress: Progress | None = None) -> None:
-    base = f"http://{deployment.host}:{deployment.http_port}"
     pending = list(deployment.models)
     while True:
         if progress:
@@ -273,23 +271,16 @@ def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: 
         code = proc.poll()
         if code is not None:
             raise _startup_failure(deployment, code)
-        if not pending and _http_ok(f"{base}/v2/health/ready"):
+        if not pending and health(deployment.http_url, "/v2/health/ready") is None:
             return
-        pending = [m for m in pending if not _http_ok(f"{base}/v2/models/{m}/ready")]
+        pending = [m for m in pending
+                   if health(deployment.http_url, f"/v2/models/{m}/ready") is not None]
         if deadline.expired():
             what = f"models {', '.join(pending)} not READY" if pending else "server not ready"
             raise ServerError(
                 f"tritonserver did not become ready within {deadline.seconds:g} s ({what})",
                 hint=f"raise --timeout, or read the log: {deployment.log_path}")
         time.sleep(min(0.1, deadline.left()))
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 _MODEL_ERROR = re.compile(r'"(failed to load \'[^\']+\'[^"]*?|Poll failed for model directory[^"]*)"')
