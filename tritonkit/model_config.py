@@ -26,10 +26,9 @@ from tritonclient.utils import np_to_triton_dtype
 from tritonkit.errors import UsageError
 from tritonkit.fileio import atomic_write, refuse_overwrite, sha256_of
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
+from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME
 
 DEFAULT_GPU = "a10"
-ONNX_FILENAME = "model.onnx"
-REPORT_FILENAME = "export-report.json"
 # Dynamic non-batch axes are warmed up at these sizes when the export names none.
 DEFAULT_BUCKETS = (16, 64, 128)
 # Where ONNX Runtime's TensorRT accelerator keeps its engines inside the serving container;

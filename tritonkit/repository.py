@@ -6,6 +6,11 @@ from pathlib import Path
 
 from tritonkit.errors import UsageError
 
+#: What ``tritonkit export`` writes in a model's folder, and what the config generator,
+#: the local mirror and the container recipes read back.
+ONNX_FILENAME = "model.onnx"
+REPORT_FILENAME = "export-report.json"
+
 
 def is_model_dir(path: Path) -> bool:
     """A model folder: not hidden, and holding a config.pbtxt or a numeric version folder."""

@@ -23,16 +23,16 @@ import torch
 
 from tritonkit.errors import ExportError, TritonkitError, UsageError, VerificationError
 from tritonkit.export import onnx_export, reproduce, tensorrt
-from tritonkit.export.report import REPORT_NAME, build_report, file_record
+from tritonkit.export.report import build_report, file_record
 from tritonkit.export.spec import (ModelInputs, default_output_name, load_factory,
                                    normalize_inputs, order_like_forward)
 from tritonkit.export.verify import check_graph, verify_against_torch
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, configure
 from tritonkit.profiles import GpuProfile, load_profile
+from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME
 
 FORMATS = ("onnx", "tensorrt")
-MODEL_FILE = "model.onnx"
 VERSION = "1"
 
 
@@ -196,7 +196,7 @@ def _output_names(result, given: tuple[str, ...] | None) -> tuple[str, ...]:
 
 def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
            options: ExportOptions, profile: GpuProfile | None, spec: str | None) -> ExportResult:
-    model_path = stage / VERSION / MODEL_FILE
+    model_path = stage / VERSION / ONNX_FILENAME
     model, exporter, attempts, verification, saved = _export_verified(
         module, inputs, output_names, options, model_path)
     written = list(saved)   # the graph, and past 2 GiB its weights file beside it
@@ -224,7 +224,7 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
         notes.append(_tensorrt(stage, model_path, report, profile, inputs, options, written))
 
     report["files"] = {str(path.relative_to(stage)): file_record(path) for path in written}
-    written.append(atomic_write(stage / REPORT_NAME, json.dumps(report, indent=2) + "\n"))
+    written.append(atomic_write(stage / REPORT_FILENAME, json.dumps(report, indent=2) + "\n"))
     options_as_flags = reproduce.cli_options(
         name=options.name, repository=options.repository, gpu=options.gpu, fmt=options.format,
         max_batch_size=options.max_batch_size, opset=options.opset, atol=options.atol,
@@ -266,7 +266,7 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
                              "error": _without_prefix(exc.message, exporter),
                              "seconds": round(time.perf_counter() - started, 2)})
             failures.append((exporter, exc))
-            for leftover in model_path.parent.glob(f"{MODEL_FILE}*"):
+            for leftover in model_path.parent.glob(f"{ONNX_FILENAME}*"):
                 leftover.unlink()
             continue
         attempts.append({"exporter": exporter, "ok": True,
@@ -305,11 +305,11 @@ def _tensorrt(stage: Path, model_path: Path, report: dict, profile: GpuProfile,
                 f"{report['tensorrt_build']['tensorrt']}: it loads only in a Triton of that "
                 f"TensorRT release ({profile.stack.triton_image_tensorrt})")
     report["tensorrt_recipe"] = tensorrt.build_recipe(profile, inputs, options.max_batch_size,
-                                                      version=VERSION, onnx_name=MODEL_FILE)
+                                                      version=VERSION, onnx_name=ONNX_FILENAME)
     # The config serves the plan deploy will build; the ONNX file stays for other cards.
     report["plans"] = {profile.cc_key: tensorrt.plan_filename(profile)}
     return (f"{why_not}: the plan must be built on the target ({profile.display_name}); "
-            f"tritonkit deploy runs the recipe in {REPORT_NAME} (tensorrt_recipe) there, "
+            f"tritonkit deploy runs the recipe in {REPORT_FILENAME} (tensorrt_recipe) there, "
             f"in the model's folder: {shlex.join(report['tensorrt_recipe']['command'])}")
 
 

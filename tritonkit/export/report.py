@@ -16,7 +16,6 @@ import onnx
 import tritonkit
 from tritonkit.fileio import sha256_of
 
-REPORT_NAME = "export-report.json"
 
 
 def tensor_specs(values, example_shapes: dict[str, list[int]] | None = None) -> list[dict]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from tritonkit.errors import ExportError, UsageError
 from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
 from tritonkit.profiles import GpuProfile
+from tritonkit.repository import ONNX_FILENAME
 
 # Non-batch dynamic axes need a range too; the recipe allows up to this many times the
 # example's length (edit the recorded command for longer inputs).
@@ -59,7 +60,7 @@ def shape_ranges(inputs: ModelInputs, max_batch_size: int) -> dict[str, tuple[tu
 
 
 def build_recipe(profile: GpuProfile, inputs: ModelInputs, max_batch_size: int, *,
-                 version: str = "1", onnx_name: str = "model.onnx") -> dict:
+                 version: str = "1", onnx_name: str = ONNX_FILENAME) -> dict:
     """The trtexec command that builds this model's plan on the target, for the report.
 
     The command runs in the model's folder (``DIR/NAME``), as ``tritonkit deploy`` runs it

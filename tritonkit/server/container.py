@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2
 
 from tritonkit.errors import UsageError
 from tritonkit.profiles import GpuProfile, load_profile
-from tritonkit.repository import model_names, refuse_missing_gpu_configs
+from tritonkit.repository import REPORT_FILENAME, model_names, refuse_missing_gpu_configs
 from tritonkit.server.settings import Ports, ServerSettings, load_server_settings, tritonserver_argv
 
 TRITON_BINARY = "tritonserver"
@@ -30,7 +30,6 @@ CONTAINER_PORTS = Ports()
 CONTAINER_BIND = "0.0.0.0"
 #: The environment variable that carries the secret header's value into the container.
 SECRET_VARIABLE = "TRITONKIT_REPOSITORY_KEY"
-REPORT_FILENAME = "export-report.json"
 RECIPE_KEY = "tensorrt_recipe"
 
 # Triton 25.01 (2.54.0) and later need compute capability 7.5 (release notes); 24.05 and

@@ -18,7 +18,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritonkit.errors import UsageError
 from tritonkit.fileio import atomic_write
-from tritonkit.model_config import ONNX_FILENAME, config_to_text, read_config
+from tritonkit.model_config import config_to_text, read_config
+from tritonkit.repository import ONNX_FILENAME
 
 ADAPTER = Path(__file__).with_name("onnx_adapter.py")
 ONNX_PLATFORMS = {"onnxruntime_onnx"}
