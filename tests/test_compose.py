@@ -114,6 +114,44 @@ def test_onnx_runtimes_tensorrt_engines_are_cached_in_a_named_volume_across_rest
     # A named volume outlives the container: a restart does not build the engines again.
     assert cache["type"] == "volume" and cache["source"] in config["volumes"]
     assert not cache.get("read_only")
+    # Another serving image gets another volume: engines another TensorRT built do not load.
+    other = tmp_path / "other"
+    assert write(example_repository, other, "--gpu", "a10",
+                 "--image", "nvcr.io/nvidia/tritonserver:26.01-py3") == 0
+    [cache_26] = [v for v in compose_config(other)["services"]["tritonserver"]["volumes"]
+                  if v["target"] == ORT_TRT_CACHE_ROOT]
+    assert cache_26["source"] != cache["source"] and "26.01" in cache_26["source"]
+
+
+@needs_compose
+def test_the_healthcheck_and_deploy_allow_for_loading_and_warming_every_model_first(
+        example_repository, tmp_path, monkeypatch):
+    """Triton answers live only once every --load-model model has loaded and warmed up (on a
+    GPU, engines are built first): the container must not be unhealthy for that."""
+    from tritonkit import deploy as deploy_lib
+    from tritonkit.server.compose import STARTUP_S
+
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    check = compose_config(out)["services"]["tritonserver"]["healthcheck"]
+    assert check["start_period"] in (f"{STARTUP_S}s", "10m")     # as written, as compose says it
+    assert STARTUP_S >= 600
+
+    waited: dict[str, float] = {}
+
+    def deploy_compose(repository, **kwargs):
+        waited["compose"] = kwargs["timeout"]
+        raise UsageError("stop here", hint="-")
+
+    def deploy_local(repository, **kwargs):
+        waited["local"] = kwargs["timeout"]
+        raise UsageError("stop here", hint="-")
+
+    monkeypatch.setattr(deploy_lib, "deploy_compose", deploy_compose)
+    monkeypatch.setattr(deploy_lib, "deploy_local", deploy_local)
+    run_cli("deploy", "--target", "compose", "--gpu", "a10", "--repository", example_repository)
+    run_cli("deploy", "--repository", example_repository)
+    assert waited == {"compose": STARTUP_S, "local": 120}
 
 
 def test_public_publishes_the_ports_on_every_interface(example_repository, tmp_path):

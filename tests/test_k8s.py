@@ -92,6 +92,23 @@ def test_the_deployment_asks_for_a_gpu_probes_live_and_ready_and_reads_the_secre
     assert pod.termination_grace_period_seconds > 30
 
 
+def test_pods_go_only_to_nodes_whose_gpu_the_configs_were_made_for(example_repository, tmp_path):
+    """By GPU Feature Discovery's compute-capability labels: an A10 config on a P100 node
+    would not load. The two fleets of one repository have names of their own."""
+    names = {}
+    for gpu, major, minor in (("p100", "6", "0"), ("a10", "8", "6")):
+        out = tmp_path / gpu
+        assert run_cli("deploy", "--target", "k8s", "--gpu", gpu, "--repository",
+                       example_repository, "--out", out) == 0
+        deployment = parse(out / "k8s" / "deployment.yaml")
+        assert deployment.spec.template.spec.node_selector == {
+            "nvidia.com/gpu.compute.major": major, "nvidia.com/gpu.compute.minor": minor}
+        names[gpu] = {parse(out / "k8s" / f).metadata.name
+                      for f in ("deployment.yaml", "service.yaml", "secret.yaml",
+                                "model-repository-pvc.yaml")}
+    assert not names["p100"] & names["a10"]
+
+
 def test_the_service_exposes_http_grpc_and_metrics_of_the_deployments_pods(manifests):
     directory = manifests("a10")
     service = parse(directory / "service.yaml")

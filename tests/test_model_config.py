@@ -223,6 +223,16 @@ def test_a_profile_cannot_ask_for_a_precision_the_card_lacks(tmp_path):
         load_profile(tmp_path / "p100bf16.toml")
 
 
+def test_a_profile_cannot_set_a_precision_the_cuda_provider_has_no_setting_for(tmp_path):
+    """The P100 has FP16, but the CUDA provider runs the exported graph's precision: an
+    "fp16" there would be written in the notes and served as FP32."""
+    text = Path(load_profile("p100").path).read_text().replace('precision = "fp32"',
+                                                              'precision = "fp16"')
+    (tmp_path / "p100fp16.toml").write_text(text)
+    with pytest.raises(ProfileError, match="'cuda' has no precision setting"):
+        load_profile(tmp_path / "p100fp16.toml")
+
+
 def test_a_user_can_add_a_profile_and_use_it_by_name(mlp_repo, tmp_path, monkeypatch):
     configs = tmp_path / "configs"
     shutil.copytree(Path(load_profile("a10").path).parent.parent, configs)
@@ -339,7 +349,8 @@ def test_bfloat16_tensors_are_triton_bf16():
 def test_the_engine_cache_is_kept_per_model_file_and_image(mlp_repo):
     configure(mlp_repo, "mlp", gpu="a10")
     path = _engine_cache(mlp_repo / "mlp" / "config.pbtxt")
-    assert path.startswith(ORT_TRT_CACHE_ROOT + "/mlp/")
+    # one folder under the volume's root: ONNX Runtime creates the last folder only
+    assert path.startswith(ORT_TRT_CACHE_ROOT + "/mlp-") and path.count("/") == ORT_TRT_CACHE_ROOT.count("/") + 1
     assert engine_cache_path("mlp", "d", "nvcr.io/nvidia/tritonserver:25.12-py3") != \
         engine_cache_path("mlp", "d", "nvcr.io/nvidia/tritonserver:26.01-py3")
     # weights stored beside the graph are part of the model file
@@ -358,3 +369,20 @@ def test_the_engine_cache_is_kept_per_model_file_and_image(mlp_repo):
 def _engine_cache(config_path: Path) -> str:
     (accel,) = read_config(config_path).optimization.execution_accelerators.gpu_execution_accelerator
     return accel.parameters["trt_engine_cache_path"]
+
+
+def test_warm_up_covers_the_smallest_and_the_largest_shape_first(encoder_repo):
+    """ONNX Runtime's TensorRT accelerator builds an engine again for every shape outside
+    the range it has seen: after the two extremes, no warm-up entry grows it."""
+    configure(encoder_repo, "encoder", gpu="a10")
+    config = read_config(encoder_repo / "encoder" / "configs" / "a10.pbtxt")
+
+    def size(warm) -> tuple[int, int]:
+        (length,) = {tuple(i.dims) for i in warm.inputs.values()}
+        return warm.batch_size, length[0]
+
+    sizes = [size(w) for w in config.model_warmup]
+    smallest = (min(b for b, _ in sizes), min(n for _, n in sizes))
+    largest = (config.max_batch_size, max(n for _, n in sizes))
+    assert sizes[:2] == [smallest, largest]
+    assert len(set(sizes)) == len(sizes) > 2        # every shape still warmed, once

@@ -341,9 +341,11 @@ def engine_cache_path(name: str, digest: str, image: str) -> str:
     The cache outlives containers (a volume), and ONNX Runtime names engines from the
     graph's structure, not its weights, and reuses them across its own and TensorRT's
     versions only at its peril: a re-export or another image gets a folder of its own.
+    One level under the root, which the volume provides: ONNX Runtime creates the last
+    folder of the path only, not its parents.
     """
     key = hashlib.sha256(f"{digest}\n{image}".encode()).hexdigest()[:12]
-    return f"{ORT_TRT_CACHE_ROOT}/{name}/{key}"
+    return f"{ORT_TRT_CACHE_ROOT}/{name}-{key}"
 
 
 def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],
@@ -351,34 +353,39 @@ def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],
     """One warm-up entry per batch size and length step: unwarmed shapes are slow.
 
     Step i sets every dynamic label to its i-th warm-up length (its longest once it has
-    no more), so inputs sharing a label always agree.
+    no more), so inputs sharing a label always agree. The smallest shape runs first and
+    the largest second: ONNX Runtime's TensorRT accelerator, given no shape range, builds
+    an engine for the range of shapes it has seen and builds it again whenever a shape
+    falls outside — in ascending order every entry would be a build, this way two are.
     """
     batch_sizes = sorted({1, *sizes}) if config.max_batch_size > 0 else [0]
     steps = max((len(v) for v in graph.lengths.values()), default=0)
     strip = 1 if config.max_batch_size > 0 else 0
-    for batch in batch_sizes:
-        for step in range(steps) if steps else [None]:
-            chosen = {} if step is None else \
-                {label: v[min(step, len(v) - 1)] for label, v in graph.lengths.items()}
-            warm = config.model_warmup.add(name=f"batch_{batch}{_length_suffix(chosen)}",
-                                           batch_size=max(batch, 1), count=1)
-            for spec in graph.inputs:
-                dims = []
-                for axis, d in enumerate(spec.dims[strip:], start=strip):
-                    if d != -1:
-                        dims.append(d)
-                    elif strip == 0 and axis == 0:
-                        dims.append(1)
-                    else:
-                        dims.append(chosen[graph.axis_labels[spec.name][axis]])
-                entry = warm.inputs[spec.name]
-                entry.data_type = mc.DataType.Value(spec.data_type)
-                entry.dims.extend(dims)
-                # Integer inputs are often indices (token ids): zeros are always in range.
-                if spec.data_type.startswith(("TYPE_FP", "TYPE_BF")):
-                    entry.random_data = True
+    shapes = [(batch, step) for batch in batch_sizes
+              for step in (range(steps) if steps else [None])]
+    shapes = [shapes[0], *shapes[-1:], *shapes[1:-1]] if len(shapes) > 1 else shapes
+    for batch, step in shapes:
+        chosen = {} if step is None else \
+            {label: v[min(step, len(v) - 1)] for label, v in graph.lengths.items()}
+        warm = config.model_warmup.add(name=f"batch_{batch}{_length_suffix(chosen)}",
+                                       batch_size=max(batch, 1), count=1)
+        for spec in graph.inputs:
+            dims = []
+            for axis, d in enumerate(spec.dims[strip:], start=strip):
+                if d != -1:
+                    dims.append(d)
+                elif strip == 0 and axis == 0:
+                    dims.append(1)
                 else:
-                    entry.zero_data = True
+                    dims.append(chosen[graph.axis_labels[spec.name][axis]])
+            entry = warm.inputs[spec.name]
+            entry.data_type = mc.DataType.Value(spec.data_type)
+            entry.dims.extend(dims)
+            # Integer inputs are often indices (token ids): zeros are always in range.
+            if spec.data_type.startswith(("TYPE_FP", "TYPE_BF")):
+                entry.random_data = True
+            else:
+                entry.zero_data = True
     spelled = "; ".join(f"{label} {v}" for label, v in graph.lengths.items())
     why = {"verified": "the lengths the export verified",
            "example": "the example's length (the export was not verified)",

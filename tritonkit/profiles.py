@@ -141,6 +141,13 @@ def _validate(profile: GpuProfile) -> None:
         raise ProfileError(f"{where}: field 'serving.accelerator' = "
                            f"'{profile.serving.accelerator}' is not one of {', '.join(ACCELERATORS)}",
                            hint="fix the value")
+    if profile.serving.accelerator == "cuda" and profile.serving.precision != "fp32":
+        # The CUDA provider runs the graph in the precision it was exported in; only the
+        # TensorRT accelerator has a precision to set.
+        raise ProfileError(f"{where}: field 'serving.precision' = '{profile.serving.precision}' "
+                           "but 'serving.accelerator' = 'cuda' has no precision setting "
+                           "(it runs the exported graph's own)",
+                           hint="use precision = \"fp32\", or accelerator = \"tensorrt\"")
     if profile.serving.accelerator == "tensorrt" and not profile.stack.tensorrt_plans:
         raise ProfileError(f"{where}: field 'serving.accelerator' = 'tensorrt' but "
                            "'stack.tensorrt_plans' is false for this card",

@@ -12,11 +12,13 @@ from tritonkit.cli import app
 from tritonkit.cli.options import Repository, Timeout, console, progress_status
 from tritonkit.errors import UsageError
 from tritonkit import deploy as deploy_lib
+from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
 from tritonkit.server.local import signals_interrupt
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import mask
 
 TARGETS = ("local", "compose", "k8s")
+LOCAL_STARTUP_S = 120.0
 
 
 @app.command(epilog="Example: tritonkit deploy --target local --repository model_repository; "
@@ -41,7 +43,10 @@ def deploy(
     force: Annotated[bool, typer.Option(help="compose/k8s: replace files written before.")] = False,
     warmup: Annotated[bool, typer.Option(
         "--warmup/--no-warmup", help="Warm every model up until its latency is steady (local, compose).")] = True,
-    timeout: Timeout = 120.0,
+    timeout: Annotated[Optional[float], typer.Option(
+        help="One deadline in seconds for the whole wait (default: local 120, compose 600 — a "
+             "first start on a GPU builds TensorRT engines before Triton answers).",
+        min=0.1)] = None,
 ) -> None:
     """Start Triton for a model repository, load every model, wait until each is READY, warm it up.
 
@@ -53,6 +58,8 @@ def deploy(
                                          replicas=replicas, server_config=server_config,
                                          storage_class=storage_class))
         return
+    if timeout is None:
+        timeout = float(COMPOSE_STARTUP_S) if target == "compose" else LOCAL_STARTUP_S
     with signals_interrupt(), progress_status(f"deploying {repository}") as progress:
         if target == "compose":
             files, running = deploy_lib.deploy_compose(

@@ -52,6 +52,10 @@ ENV_FILENAME = ".env"
 SERVICE = "tritonserver"
 #: Named volume for ONNX Runtime's TensorRT engine cache: engines survive a container restart.
 TRT_CACHE_VOLUME = "trt-engine-cache"
+# Triton answers /v2/health/live only once every --load-model model has loaded and run
+# its model_warmup (the first start on an A10 builds TensorRT engines): minutes, not
+# seconds. The healthcheck does not count failures for this long; deploy waits as long.
+STARTUP_S = 600
 LOOPBACK = "127.0.0.1"
 # NVIDIA's recommended flags for Triton containers (shared memory, pinned memory, stacks).
 SHM_SIZE = "1gb"
@@ -107,12 +111,12 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
         "deploy": reservation,
         "shm_size": SHM_SIZE,
         "ulimits": dict(ULIMITS),
-        "volumes": [mount, {"type": "volume", "source": TRT_CACHE_VOLUME,
+        "volumes": [mount, {"type": "volume", "source": cache_volume(spec.image),
                             "target": ORT_TRT_CACHE_ROOT}],
         "ports": published,
         "healthcheck": {"test": ["CMD", "curl", "-fsS", "-o", "/dev/null", live],
                         "interval": "10s", "timeout": "5s", "retries": 3,
-                        "start_period": "30s"},
+                        "start_period": f"{STARTUP_S}s"},
         # Triton waits exit_timeout_secs for in-flight requests; Docker must wait longer.
         "stop_signal": "SIGINT",
         "stop_grace_period": f"{spec.settings.exit_timeout_secs + 5}s",
@@ -138,7 +142,15 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
                                 for name in services}
     services[SERVICE] = server
     # No top-level "version": the Compose Specification dropped it (v2 warns about it).
-    return {"services": services, "volumes": {TRT_CACHE_VOLUME: {}}}
+    return {"services": services, "volumes": {cache_volume(spec.image): {}}}
+
+
+def cache_volume(image: str) -> str:
+    """The engine cache's volume, one per serving image: the configs key their cache folders
+    by the profile's image, and an ``--image`` that differs must not find engines another
+    TensorRT built (ONNX Runtime fails to load them)."""
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", image.rsplit("/", 1)[-1]).strip("-.")
+    return f"{TRT_CACHE_VOLUME}-{tag}" if tag else TRT_CACHE_VOLUME
 
 
 def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Ports = Ports(),

@@ -39,6 +39,7 @@ from tritonkit.server.container import (
 
 K8S_DIRNAME = "k8s"
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_LABELS = "nvidia.com/gpu"        # GPU Feature Discovery's node labels: <prefix>.compute.major ...
 SECRET_KEY = "repository-key"
 SHM_SIZE = "1Gi"
 # How long a replica may take to load (and warm) its models before Kubernetes gives up:
@@ -63,10 +64,21 @@ class K8sFiles:
     fill_commands: tuple[str, ...] = ()   # copy the repository into the claim, then apply
 
 
-def app_name(repository: Path) -> str:
-    """A DNS-1123 name for the deployment of a repository."""
+def app_name(repository: Path, gpu: str) -> str:
+    """A DNS-1123 name for the deployment of a repository on one GPU profile (a P100 and an
+    A10 fleet of the same repository can share a namespace)."""
     slug = re.sub(r"[^a-z0-9-]+", "-", Path(repository).resolve().name.lower()).strip("-")
-    return f"tritonkit-{slug or 'models'}"[:53].rstrip("-")
+    card = re.sub(r"[^a-z0-9-]+", "-", gpu.lower()).strip("-")
+    return f"tritonkit-{(slug or 'models')[:40]}-{card}"[:53].rstrip("-")
+
+
+def node_selector(compute_capability: float) -> dict[str, str]:
+    """Nodes whose GPUs have the profile's compute capability, by the labels NVIDIA's GPU
+    Feature Discovery puts on every GPU node (the GPU Operator runs it). A config made for
+    one card (its instances, precision, TensorRT engines, minimum compute capability) must
+    not be scheduled onto another."""
+    major, minor = f"{compute_capability:.1f}".split(".")
+    return {f"{GPU_LABELS}.compute.major": major, f"{GPU_LABELS}.compute.minor": minor}
 
 
 def claim_name(name: str) -> str:
@@ -164,7 +176,7 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
     paths = [directory / f for f in (*FILES, "kustomization.yaml", FILL_FILE)]
     for path in paths:
         refuse_overwrite(path, force=force, what="Kubernetes manifest")
-    name = app_name(repository)
+    name = app_name(repository, spec.gpu)
     secret = secrets.token_urlsafe(24)
     manifests = k8s_manifests(spec, name, secret=secret, replicas=replicas,
                               storage=_storage_request(Path(repository)),
@@ -236,6 +248,7 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         # Triton waits exit_timeout_secs for in-flight requests; Kubernetes must wait longer.
         "terminationGracePeriodSeconds": spec.settings.exit_timeout_secs + 5,
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": node_selector(spec.compute_capability),
     }
     claim_volume = {"name": "model-repository",
                     "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
