@@ -94,12 +94,15 @@ def test_instances_count_per_group_and_per_listed_gpu():
         {"count": 2, "kind": "KIND_GPU", "gpus": [0, 1]}, {"count": 1, "kind": "KIND_CPU"}]}) == 5
 
 
-def test_steady_means_the_last_k_within_x_percent_of_their_median():
+def test_steady_means_two_windows_in_a_row_agree_within_x_percent():
     rule = SteadyRule(window=3, tolerance=0.2)
-    assert not rule.is_steady([30.0, 1.0])                       # too few
-    assert not rule.is_steady([30.0, 1.0, 1.1])                  # the spike is in the window
-    assert rule.is_steady([30.0, 1.0, 1.1, 0.95])
-    assert not rule.is_steady([1.0, 1.0, 1.5])
+    assert not rule.is_steady([1.0] * 5)                                # too few: two windows
+    assert rule.is_steady([30.0, 1.0, 1.1, 0.95, 1.0, 1.05])            # the spike is past
+    assert not rule.is_steady([1.0, 1.0, 1.0, 30.0, 1.0, 1.1])          # ... in the last window
+    assert not rule.is_steady([1.0, 1.0, 1.0, 1.0, 1.0, 1.5])
+    # A plateau still falling: the last window agrees with itself, not with the one before.
+    assert not rule.is_steady([4.0, 3.6, 3.2, 2.0, 1.8, 1.6])
+    assert SteadyRule(window=5, tolerance=0.25).is_steady([21, 10, 9.5, 9.0, 8.6, 8.1]) is False
     with pytest.raises(UsageError):
         SteadyRule(window=1)
 
@@ -198,6 +201,7 @@ def test_deploy_warms_up_and_records_the_figures(warm_server, capsys):
     assert figures["example"]["shapes"] == ["INPUT__0:1x4", "INPUT__0:8x4"]
     # After a server start the first request is the cold one: warm-up paid for it.
     assert figures["example"]["first_ms"] > 5 * figures["example"]["steady_p50_ms"]
+    assert figures["example"]["cold"] and figures["example"]["ratio"] > 5
 
 
 @pytest.mark.server
@@ -211,6 +215,8 @@ def test_warmup_on_a_warm_server_is_quick_harmless_and_writes_json(warm_server, 
     assert [r["model"] for r in records] == ["example", "pipeline"]   # steps first
     assert all(r["steady"] and r["load_s"] is None for r in records)  # nothing reloaded
     assert all(r["first_ms"] < 10 * r["steady_p50_ms"] for r in records)  # it was warm
+    # ... so its first request is no cold start, and no cold-start ratio is claimed
+    assert all(r["cold"] is False and r["ratio"] is None for r in records)
     table = capsys.readouterr().out
     assert "p50 ms" in table and "READY" in table
     assert _ready(warm_server, "example") and _ready(warm_server, "pipeline")
@@ -325,14 +331,28 @@ def test_no_server_running_is_one_clear_line_at_the_deadline(tmp_path, capsys):
 
 
 @pytest.mark.server
-def test_a_model_that_fails_to_load_reports_tritons_message_and_unloads_nothing(deployed, capsys):
-    add_broken_model(_served(deployed))
-    code = run_cli("warmup", "--repository", deployed.repository, "--timeout", "60")
-    err = capsys.readouterr().err
+def test_a_model_that_fails_to_load_reports_tritons_message_and_the_others_are_still_warmed(
+        deployed, tmp_path, capsys):
+    add_broken_model(_served(deployed), name="aaa_broken")        # first in name order
+    out = tmp_path / "warm.json"
+    code = run_cli("warmup", "--repository", deployed.repository, "--model", "aaa_broken",
+                   "--model", "example", "--timeout", "60", "--json", out)
+    captured = capsys.readouterr()
     assert code == 1
-    assert err.startswith("error: Triton could not load 'broken'")
-    assert "weights file is corrupt" in err
+    assert captured.err.startswith("error: Triton could not load 'aaa_broken'")
+    assert "weights file is corrupt" in captured.err
+    assert "the other models were warmed: example" in captured.err
+    [example] = json.loads(out.read_text())["models"]
+    assert example["model"] == "example" and example["steady"] and example["requests"] > 0
     assert _ready(deployed, "example")
+
+
+@pytest.mark.server
+def test_warmup_of_a_deployment_warms_its_own_models_not_whatever_else_its_folder_holds(
+        deployed, capsys):
+    add_broken_model(_served(deployed))
+    assert run_cli("warmup", "--repository", deployed.repository, "--timeout", "60") == 0
+    assert "broken" not in capsys.readouterr().out
 
 
 SLOW_MODEL = '''
@@ -350,6 +370,135 @@ class TritonPythonModel:
 '''
 
 
+def _python_model(repo: Path, name: str, config: str, model_py: str) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + config)
+    (repo / name / "1" / "model.py").write_text(model_py)
+
+
+ECHO_CONFIG = ('max_batch_size: 8\n'
+               'input { name: "INPUT__0" data_type: TYPE_FP32 dims: 4 }\n'
+               'output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: 4 }\n')
+
+
+def _echo_model(body: str = "", init: str = "") -> str:
+    """A python-backend model answering its input, running ``body`` in execute first."""
+    return f"""
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.calls = 0
+{init or "        pass"}
+
+    def execute(self, requests):
+        self.calls += 1
+{body or "        pass"}
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "OUTPUT__0", pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy())])
+            for r in requests]
+"""
+
+
+@pytest.mark.server
+def test_a_server_that_dies_during_deploys_warm_up_fails_the_deploy_at_once(tmp_path):
+    """Deploy started that server: it is not coming back, so waiting the timeout out
+    would only hide Triton's last words."""
+    from tritonkit.errors import ServerError
+
+    repo = tmp_path / "repo"
+    _python_model(repo, "slow", ECHO_CONFIG, _echo_model("        time.sleep(0.05)"))
+    outcome: dict = {}
+
+    def deploy() -> None:
+        try:
+            deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=60)
+        except Exception as exc:  # handed to the test thread
+            outcome["error"], outcome["at"] = exc, time.monotonic()
+
+    thread = threading.Thread(target=deploy)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (state_dir(repo) / "server.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = load_deployment(repo).pid
+        time.sleep(2.0)                                  # the model is READY, warm-up runs
+        killed = time.monotonic()
+        os.killpg(pid, signal.SIGKILL)
+        thread.join(timeout=60)
+    finally:
+        run_cli("down", "--repository", repo)
+    error = outcome.get("error")
+    assert isinstance(error, ServerError), error
+    assert "tritonserver exited with code -9" in str(error)
+    assert outcome["at"] - killed < 10                   # not the 60 s timeout
+    assert not (state_dir(repo) / "server.json").exists()
+
+
+@pytest.mark.server
+def test_a_warm_up_request_that_outlives_the_timeout_is_said_so_not_blamed_on_the_input(
+        tmp_path, capsys):
+    repo = tmp_path / "repo"
+    _python_model(repo, "slowfirst", ECHO_CONFIG,
+                  _echo_model("        if self.calls == 1:\n            time.sleep(6)"))
+    _deploy(repo, "--no-warmup")
+    try:
+        started = time.monotonic()
+        code = run_cli("warmup", "--repository", repo, "--timeout", "3")
+        took = time.monotonic() - started
+    finally:
+        run_cli("down", "--repository", repo)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "'slowfirst' did not answer a warm-up request within" in err
+    assert "raise --timeout" in err and "refused an input" not in err
+    assert took < 5
+
+
+@pytest.mark.server
+def test_every_shape_gets_its_first_request_before_any_shape_spends_the_budget(warm_server):
+    """Three requests cannot make a shape steady, but each shape (batch 1 and 8) meets its
+    cold start: a budget spent on the first shape would leave batch 8 cold."""
+    _touch_model_file(warm_server)
+    [result] = warm_up(Path(warm_server.repository), models=["example"], reload=True,
+                       requests=3, check=False)
+    assert not result.steady and result.requests == 3
+    client = httpclient.InferenceServerClient(warm_server.http_url)
+    try:
+        [stats] = client.get_inference_statistics("example")["model_stats"]
+    finally:
+        client.close()
+    assert {int(b["batch_size"]) for b in stats["batch_stats"]} >= {1, 8}
+    assert "(at INPUT__0:1x4)" in result.note and "(at INPUT__0:8x4)" in result.note
+
+
+@pytest.mark.server
+def test_models_warm_up_cannot_drive_are_skipped_and_said_not_failed(tmp_path, capsys):
+    """A stateful model's requests need a real sequence's correlation IDs; a guessed size
+    for a dynamic dimension the model refuses is skipped, the sizes it takes warmed."""
+    repo = tmp_path / "repo"
+    _python_model(repo, "stateful", ECHO_CONFIG + "sequence_batching { }\n", _echo_model())
+    picky_config = ECHO_CONFIG.replace("dims: 4", "dims: -1")
+    picky = _echo_model("""        for r in requests:
+            if pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy().shape[1] < 4:
+                raise pb_utils.TritonModelException("sequences shorter than 4 are refused")""")
+    _python_model(repo, "picky", picky_config, picky)
+    assert run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--timeout", "60") == 0
+    try:
+        figures = {r["model"]: r for r in load_deployment(repo).extra["warmup"]}
+    finally:
+        run_cli("down", "--repository", repo)
+    assert not figures["stateful"]["warmed"] and "correlation IDs" in figures["stateful"]["note"]
+    assert figures["picky"]["steady"]
+    assert "shape INPUT__0:1x1 skipped" in figures["picky"]["note"]
+    assert "INPUT__0:8x16" in figures["picky"]["shapes"]
+    assert "skipped" in capsys.readouterr().out
+
+
 @pytest.mark.server
 def test_a_server_restarted_mid_warmup_is_waited_for_and_warmed_again(tmp_path):
     repo = tmp_path / "repo"
@@ -364,7 +513,7 @@ def test_a_server_restarted_mid_warmup_is_waited_for_and_warmed_again(tmp_path):
     outcome: dict = {}
 
     def warm() -> None:
-        try:   # 4 shapes x 40 requests x 20 ms: about 3 s, so the restart lands in the middle
+        try:   # 4 shapes x 80 requests x 20 ms: about 6 s, so the restart lands in the middle
             outcome["results"] = warm_up(repo, timeout=60, rule=SteadyRule(window=40, tolerance=1.0))
         except Exception as exc:  # handed to the test thread
             outcome["error"] = exc

@@ -10,6 +10,7 @@ containers run, is left running on a later failure (the error's hint says how to
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from tritonkit.profiles import available_profiles, load_profile
 from tritonkit.repository import model_names, refuse_missing_gpu_configs
 from tritonkit.server import compose, k8s
 from tritonkit.server.container import container_spec
-from tritonkit.server.local import Deadline, Progress, refuse_if_recorded, start_local, stop_local
+from tritonkit.server.local import (Deadline, Progress, refuse_if_recorded, server_exited, start_local,
+                                    stop_local)
 from tritonkit.server.local_repository import build_local_repository
 from tritonkit.server.settings import Ports, load_server_settings
 from tritonkit.server.state import Deployment, deploy_lock, load_deployment, save_deployment, state_dir
@@ -62,7 +64,9 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
             if not warmup:
                 return deployment
             results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
-                                    deadline=deadline, config_dir=mirror, progress=progress)
+                                    deadline=deadline, config_dir=mirror, progress=progress,
+                                    server_exited=functools.partial(server_exited, deployment),
+                                    fresh=True)
         except BaseException as exc:
             if deployment is None:
                 raise

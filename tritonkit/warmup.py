@@ -53,12 +53,15 @@ from tritonkit.server.state import load_deployment
 
 __all__ = [
     "ColdStart",
+    "InputRefused",
+    "LoadFailed",
     "ModelWarmup",
     "SteadyRule",
     "cold_start_figures",
     "load_and_warm",
     "load_order",
     "model_instances",
+    "not_warmable",
     "wait_live",
     "warm_up",
     "warmup_shapes",
@@ -74,8 +77,10 @@ _BACKOFF_START, _BACKOFF_MAX = 0.05, 1.0
 
 @dataclass(frozen=True)
 class SteadyRule:
-    """Latency is steady when each of the last ``window`` requests is within
-    ``tolerance`` (a fraction) of their median."""
+    """Latency is steady when the last ``window`` requests are each within ``tolerance``
+    (a fraction) of their median, and that median is within ``tolerance`` of the median
+    of the ``window`` before them: latency has settled, not merely slowed its fall (as
+    perf_analyzer asks consecutive measurement windows to agree)."""
 
     window: int = 5
     tolerance: float = 0.25
@@ -89,11 +94,14 @@ class SteadyRule:
                              hint="e.g. --steady-tolerance 0.25 for 25 %")
 
     def is_steady(self, latencies: Sequence[float]) -> bool:
-        if len(latencies) < self.window:
+        if len(latencies) < 2 * self.window:
             return False
         last = latencies[-self.window:]
         median = statistics.median(last)
-        return all(abs(x - median) <= self.tolerance * median for x in last)
+        if not all(abs(x - median) <= self.tolerance * median for x in last):
+            return False
+        before = statistics.median(latencies[-2 * self.window:-self.window])
+        return abs(before - median) <= self.tolerance * median
 
 
 @dataclass(frozen=True)
@@ -130,11 +138,16 @@ class ModelWarmup:
     after: ColdStart | None = None      # a fresh client's first request, after warm-up
     shapes: list[str] = field(default_factory=list)
     note: str = ""
+    # The first request was the model's first since it loaded (this call loaded it, or the
+    # server had just started): only then is ``first_ms`` a cold start.
+    cold: bool = True
+    # False: a model warm-up cannot send requests to (decoupled, stateful); ``note`` says why.
+    warmed: bool = True
 
     @property
     def ratio(self) -> float | None:
-        """The cold first request over the steady p50."""
-        if self.first_ms is None or not self.steady_p50_ms:
+        """The cold first request over the steady p50 (None unless it was cold)."""
+        if not self.cold or self.first_ms is None or not self.steady_p50_ms:
             return None
         return self.first_ms / self.steady_p50_ms
 
@@ -158,6 +171,21 @@ class _ServerGone(Exception):
     """The server stopped answering (or lost a model) in the middle: start over."""
 
 
+class LoadFailed(ModelLoadError):
+    """A model failed to load; ``results`` are the figures of the others, warmed anyway."""
+
+    def __init__(self, error: ModelLoadError, results: list[ModelWarmup]) -> None:
+        hint = error.hint or ""
+        if results:
+            hint += f"; the other models were warmed: {', '.join(r.model for r in results)}"
+        super().__init__(error.message, hint, detail=error.detail)
+        self.results = results
+
+
+class InputRefused(ServerError):
+    """A READY model refused a warm-up request built from its config."""
+
+
 # -- which requests -----------------------------------------------------------------------
 
 def _datatype(config_type: str) -> str:
@@ -171,14 +199,26 @@ def _buckets(config: dict) -> list[dict[str, list[int]]]:
     A -1 dimension takes its sizes from the config's ``model_warmup`` entries (one
     bucket per distinct entry), or else from DEFAULT_DYNAMIC_SIZES."""
     inputs = config.get("input", [])
-    dynamic = [i for i in inputs if -1 in [int(d) for d in i.get("dims", [])]]
-    if not dynamic:
+    if not _dynamic(config):
         return [{i["name"]: [int(d) for d in i.get("dims", [])] for i in inputs}]
+    return _entry_buckets(config) or [
+        {i["name"]: [size if int(d) == -1 else int(d) for d in i.get("dims", [])] for i in inputs}
+        for size in DEFAULT_DYNAMIC_SIZES]
+
+
+def _dynamic(config: dict) -> bool:
+    return any(-1 in [int(d) for d in i.get("dims", [])] for i in config.get("input", []))
+
+
+def _entry_buckets(config: dict) -> list[dict[str, list[int]]]:
+    """The buckets the config's ``model_warmup`` entries give every dynamic dimension."""
     buckets: list[dict[str, list[int]]] = []
     for entry in config.get("model_warmup", []):
         listed = entry.get("inputs", {})
         bucket = {}
-        for spec in inputs:
+        for spec in config.get("input", []):
+            if spec.get("optional") and spec["name"] not in listed:
+                continue             # the entry leaves it out, as a request may
             dims = [int(d) for d in spec.get("dims", [])]
             given = [int(d) for d in listed.get(spec["name"], {}).get("dims", [])]
             if -1 in dims and len(given) == len(dims):
@@ -186,10 +226,13 @@ def _buckets(config: dict) -> list[dict[str, list[int]]]:
             bucket[spec["name"]] = dims
         if all(-1 not in d for d in bucket.values()) and bucket not in buckets:
             buckets.append(bucket)
-    if buckets:
-        return buckets
-    return [{i["name"]: [size if int(d) == -1 else int(d) for d in i.get("dims", [])]
-             for i in inputs} for size in DEFAULT_DYNAMIC_SIZES]
+    return buckets
+
+
+def guessed_shapes(config: dict) -> bool:
+    """Whether the shapes to warm are guesses: a dynamic dimension that no ``model_warmup``
+    entry gives a size to takes DEFAULT_DYNAMIC_SIZES, which the model may refuse."""
+    return _dynamic(config) and not _entry_buckets(config)
 
 
 def warmup_shapes(config: dict) -> list[dict[str, tuple[str, list[int]]]]:
@@ -292,13 +335,20 @@ def _client(endpoint: Endpoint, deadline: Deadline):
 
 def wait_live(endpoint: Endpoint, deadline: Deadline,
               rediscover: Callable[[], Endpoint] | None = None,
-              progress: Progress | None = None) -> Endpoint:
+              progress: Progress | None = None,
+              server_exited: Callable[[], Exception | None] | None = None) -> Endpoint:
     """Wait until the server is live, backing off between tries, within ``deadline``.
 
     ``rediscover`` finds the server again on every try (a restarted deployment may have
-    new ports or a new secret); the endpoint that answered is returned."""
+    new ports or a new secret); the endpoint that answered is returned. ``server_exited``
+    (a server this process started) says why it is gone for good: then the wait ends at
+    once with that error instead of running out the deadline."""
+    started = time.monotonic()
+
     def check() -> str | None:
         nonlocal endpoint
+        if server_exited is not None and (error := server_exited()) is not None:
+            raise error
         if progress:
             progress(f"waiting for the server at {endpoint.http_url} to be live")
         if rediscover is not None:
@@ -312,7 +362,7 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
     if last is not None:
         raise ServerError(
             f"no Triton server answers at {endpoint.http_url} "
-            f"(waited {deadline.seconds:g} s; last: {last})",
+            f"(waited {time.monotonic() - started:.1f} s; last: {last})",
             hint="start one: tritonkit deploy --repository DIR, or raise --timeout")
     return endpoint
 
@@ -371,8 +421,24 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline) -> float:
                              hint="read the server's log (tritonkit deploy prints where it is)",
                              detail=detail) from None
     except Exception as exc:
+        if _timed_out(exc):
+            raise _out_of_time(f"loading '{name}' did not finish", started) from None
         raise _ServerGone(triton_message(exc)) from None
     return time.perf_counter() - started
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A client-side timeout: the server took longer than the deadline left, which says
+    nothing about whether it is up (tritonclient raises TimeoutError, "timed out")."""
+    return isinstance(exc, TimeoutError) or "timed out" in str(exc).lower()
+
+
+def _out_of_time(what: str, started: float) -> ServerError:
+    return ServerError(
+        f"{what} within {time.perf_counter() - started:.1f} s, all that was left of the "
+        "timeout (Triton may still be loading or executing it)",
+        hint="raise --timeout (a first request on a GPU can build TensorRT engines for "
+             "minutes), or read the server's log")
 
 
 def _timed_infer(client, endpoint: Endpoint, name: str, inputs: list, deadline: Deadline) -> float:
@@ -380,7 +446,7 @@ def _timed_infer(client, endpoint: Endpoint, name: str, inputs: list, deadline: 
     try:
         client.infer(name, inputs)
     except Exception as exc:
-        raise _infer_failed(exc, endpoint, name, deadline) from None
+        raise _infer_failed(exc, endpoint, name, deadline, started) from None
     return (time.perf_counter() - started) * 1e3
 
 
@@ -390,24 +456,28 @@ def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: De
     left = max(0.5, deadline.left())
     client = endpoint.http(concurrency=count, connection_timeout=min(5.0, left),
                            network_timeout=left)
+    started = time.perf_counter()
     try:
         pending = [client.async_infer(name, inputs) for _ in range(count)]
         for request in pending:
             request.get_result()
     except Exception as exc:
-        raise _infer_failed(exc, endpoint, name, deadline) from None
+        raise _infer_failed(exc, endpoint, name, deadline, started) from None
     finally:
         client.close()
     return count
 
 
-def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline) -> Exception:
+def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline,
+                  started: float) -> Exception:
+    if _timed_out(exc):
+        return _out_of_time(f"'{name}' did not answer a warm-up request", started)
     if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
         return _ServerGone(triton_message(exc))
     message, detail = split_message(triton_message(exc))
-    return ServerError(f"a warm-up request to '{name}' failed: {message}",
-                       hint="the model is READY but refused an input built from its config",
-                       detail=detail)
+    return InputRefused(f"a warm-up request to '{name}' failed: {message}",
+                        hint="the model is READY but refused an input built from its config",
+                        detail=detail)
 
 
 def _not_live(endpoint: Endpoint, deadline: Deadline) -> bool:
@@ -462,6 +532,8 @@ def load_and_warm(
     rediscover: Callable[[], Endpoint] | None = None,
     check: bool = True,
     progress: Progress | None = None,
+    server_exited: Callable[[], Exception | None] | None = None,
+    fresh: bool = False,
 ) -> list[ModelWarmup]:
     """Load ``models`` (default: every model in the server's repository) and warm each up.
 
@@ -471,19 +543,26 @@ def load_and_warm(
     client's first request after the warm-up. ``progress`` is told what is being done
     (waiting, loading, warming which model and shape). A model that never became steady
     comes back with ``steady=False``; a refused load raises ModelLoadError.
+    ``server_exited``, for a server the caller started, tells a crash (raised at once,
+    with what the server said) from a restart (waited for, then warmed again). ``fresh``
+    says the server has just started, so each model's first request is its cold one even
+    though this call did not load it (``ModelWarmup.cold``).
     """
     if requests < 1:
         raise UsageError(f"--requests must be at least 1 (got {requests})")
     deadline = deadline or Deadline(120.0)
     restarts = 0
     while True:
-        endpoint = wait_live(endpoint, deadline, rediscover, progress)
+        endpoint = wait_live(endpoint, deadline, rediscover, progress, server_exited)
         try:
             results = _load_and_warm_once(endpoint, models, requests=requests, deadline=deadline,
                                           rule=rule, reload=reload and restarts == 0,
                                           config_dir=config_dir, check=check,
+                                          fresh=fresh or restarts > 0,
                                           progress=progress or _quiet)
         except _ServerGone as gone:
+            if server_exited is not None and (error := server_exited()) is not None:
+                raise error from None
             restarts += 1
             if restarts > MAX_RESTARTS or deadline.expired():
                 raise ServerError(
@@ -503,8 +582,10 @@ def _quiet(_message: str) -> None:
 
 def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, requests: int,
                         deadline: Deadline, rule: SteadyRule, reload: bool,
-                        config_dir: Path | None, check: bool,
+                        config_dir: Path | None, check: bool, fresh: bool,
                         progress: Progress) -> list[ModelWarmup]:
+    """One pass on one server. A model that fails to load does not keep the others cold:
+    they are loaded and warmed, then the first failure is raised, the figures on it."""
     client = _client(endpoint, deadline)
     try:
         index = _repository_index(client, endpoint)
@@ -520,20 +601,31 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
                    for n in names}
         order = load_order(names, configs)
         load_s: dict[str, float] = {}
+        failed: dict[str, ModelLoadError] = {}
         for name in order:
+            if any(step in failed for step in _ensemble_steps(configs.get(name, {}))):
+                continue         # Triton would refuse it for the step it lacks
             if name not in ready or reload:
                 progress(f"loading {name}")
-                load_s[name] = _load(client, endpoint, name, deadline)
+                try:
+                    load_s[name] = _load(client, endpoint, name, deadline)
+                except ModelLoadError as error:
+                    failed[name] = error
     finally:
         client.close()
     results = []
     for name in order:
+        if name in failed or name not in load_s and name not in ready:
+            continue
         if deadline.expired():
             results.append(ModelWarmup(model=name, steady=False, requests=0,
                                        load_s=load_s.get(name), note="not reached: out of time"))
             continue
         results.append(_warm_one(endpoint, name, load_s.get(name), requests=requests,
-                                 deadline=deadline, rule=rule, check=check, progress=progress))
+                                 deadline=deadline, rule=rule, check=check,
+                                 cold=fresh or name in load_s, progress=progress))
+    if failed:
+        raise LoadFailed(next(iter(failed.values())), results)
     return results
 
 
@@ -544,49 +636,88 @@ def _server_config(client, name: str) -> dict:
         raise _ServerGone(triton_message(exc)) from None
 
 
+def not_warmable(config: dict) -> str:
+    """Why warm-up cannot send a model plain requests, or "" if it can."""
+    if config.get("model_transaction_policy", {}).get("decoupled"):
+        return "decoupled model: not warmed (it needs a streaming client)"
+    if "sequence_batching" in config:
+        return ("stateful model (sequence batching): not warmed (its requests need "
+                "correlation IDs of a real sequence)")
+    return ""
+
+
 def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: int,
-              deadline: Deadline, rule: SteadyRule, check: bool,
+              deadline: Deadline, rule: SteadyRule, check: bool, cold: bool,
               progress: Progress) -> ModelWarmup:
+    """Every shape's first request (the cold ones) before any shape's budget is spent, then
+    each shape until steady on its share of what is left of ``requests``."""
     client = _client(endpoint, deadline)
     try:
         config = _server_config(client, name)
-        if config.get("model_transaction_policy", {}).get("decoupled"):
-            return ModelWarmup(model=name, steady=True, requests=0, load_s=load_s,
-                               note="decoupled model: not warmed (needs a streaming client)")
-        shapes = warmup_shapes(config)
-        instances = model_instances(config)
-        rule = replace(rule, window=max(rule.window, instances))  # a window spans them all
-        rng = np.random.default_rng(0)
-        prepared = [_infer_inputs(shape, rng) for shape in shapes]
-        sent, first, p50, note = 0, None, None, ""
-        for i, inputs in enumerate(prepared):
-            latencies: list[float] = []
-            while not rule.is_steady(latencies):
-                if sent >= requests or deadline.expired():
-                    why = f"{requests} requests" if sent >= requests else "the deadline"
-                    note = f"not steady within {why} (at {_describe(shapes[i])})"
-                    break
-                progress(f"warming {name}: shape {i + 1}/{len(shapes)} ({_describe(shapes[i])}), "
-                         f"{sent} requests sent")
-                latencies.append(_timed_infer(client, endpoint, name, inputs, deadline))
-                sent += 1
-                first = latencies[0] if first is None else first
-                if len(latencies) == 1 and instances > 1:
-                    # Each instance has its own cold start: make every one serve this shape.
-                    sent += _burst(endpoint, name, inputs, instances, deadline)
-            if note:
-                break
-            if i == 0:
-                p50 = statistics.median(latencies[-rule.window:])
     finally:
         client.close()
+    if why := not_warmable(config):
+        return ModelWarmup(model=name, steady=False, requests=0, load_s=load_s, cold=cold,
+                           warmed=False, note=why)
+    shapes = warmup_shapes(config)
+    instances = model_instances(config)
+    rule = replace(rule, window=max(rule.window, instances))  # a window spans them all
+    rng = np.random.default_rng(0)
+    prepared = [_infer_inputs(shape, rng) for shape in shapes]
+    series: list[list[float]] = [[] for _ in shapes]
+    notes: list[str] = []
+    sent = 0
+
+    def send(i: int) -> None:
+        nonlocal sent
+        progress(f"warming {name}: shape {i + 1}/{len(shapes)} ({_describe(shapes[i])}), "
+                 f"{sent} requests sent")
+        series[i].append(_timed_infer(client, endpoint, name, prepared[i], deadline))
+        sent += 1
+
+    usable = []
+    for i in range(len(shapes)):
+        if deadline.expired():
+            break
+        client = _client(endpoint, deadline)     # each call bounded by the time left now
+        try:
+            send(i)
+            if instances > 1:
+                # Each instance has its own cold start: make every one serve this shape.
+                sent += _burst(endpoint, name, prepared[i], instances, deadline)
+            usable.append(i)
+        except InputRefused as refused:
+            if not guessed_shapes(config):
+                raise
+            notes.append(f"shape {_describe(shapes[i])} skipped: refused ({refused}); its size "
+                         "for a dynamic dimension was a guess (no model_warmup entry gives one)")
+        finally:
+            client.close()
+    for position, i in enumerate(usable):
+        share = max(0, requests - sent) // (len(usable) - position)
+        client = _client(endpoint, deadline)
+        try:
+            for _ in range(share):
+                if rule.is_steady(series[i]) or deadline.expired():
+                    break
+                send(i)
+        finally:
+            client.close()
+        if not rule.is_steady(series[i]):
+            why = "the deadline" if deadline.expired() else f"{requests} requests"
+            notes.append(f"not steady within {why} (at {_describe(shapes[i])})")
+    steady = bool(usable) and all(rule.is_steady(series[i]) for i in usable)
+    if not usable and not notes:
+        notes.append("not reached: out of time")
+    first = series[usable[0]][0] if usable else None
+    p50 = statistics.median(series[usable[0]][-rule.window:]) if usable else None
     after = None
-    if check and not note and prepared:
+    if check and steady:
         progress(f"measuring {name}: a fresh client's first request")
-        after = cold_start_figures(endpoint, name, prepared[0], deadline=deadline)
-    return ModelWarmup(model=name, steady=not note, requests=sent, load_s=load_s, first_ms=first,
+        after = cold_start_figures(endpoint, name, prepared[usable[0]], deadline=deadline)
+    return ModelWarmup(model=name, steady=steady, requests=sent, load_s=load_s, first_ms=first,
                        steady_p50_ms=p50, after=after, shapes=[_describe(s) for s in shapes],
-                       note=note)
+                       note="; ".join(notes), cold=cold)
 
 
 def warm_up(repository: Path | None = None, url: str | None = None,
@@ -608,6 +739,8 @@ def warm_up(repository: Path | None = None, url: str | None = None,
         try:
             deployment = load_deployment(repository)
             config_dir = Path(deployment.extra.get("served_repository") or deployment.repository)
+            # The deployment's own models, not whatever else its repository folder holds.
+            models = models or (deployment.models if url is None else None)
         except UsageError:
             config_dir = Path(repository)
     return load_and_warm(endpoint, models, deadline=deadline, rediscover=rediscover,

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
+from rich import box
 from rich.table import Table
 
 from tritonkit import warmup as warmup_lib
@@ -36,29 +37,45 @@ def _ratio(value: float | None) -> str:
 
 def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
     """One row per model: load, the cold first request, steady p50, and a user's first after."""
-    table = Table(title=f"warm-up (after: the median first request of "
-                        f"{warmup_lib.CHECK_CLIENTS} fresh clients, once warm)",
-                  title_justify="left")
-    for column in ("model", "load s", "first ms", "p50 ms", "first/p50", "requests",
-                   "after ms", "after/p50", "steady"):
-        table.add_column(column, justify="left" if column == "model" else "right")
+    table = Table(title=f"warm-up (1st: the model's first request; after: the median first "
+                        f"of {warmup_lib.CHECK_CLIENTS} fresh clients, once warm)",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
+    table.add_column("model", overflow="fold")      # the one column that folds when narrow
+    for column in ("load s", "1st ms", "p50 ms", "1st/p50", "reqs", "after ms", "after/p50",
+                   "steady"):
+        table.add_column(column, justify="right", no_wrap=True)
     for r in results:
         table.add_row(
             r.model, "READY" if r.load_s is None else f"{r.load_s:.2f}", _ms(r.first_ms),
             _ms(r.steady_p50_ms), _ratio(r.ratio), str(r.requests),
             _ms(r.after.first_ms if r.after else None),
             _ratio(r.after.ratio if r.after else None),
-            "[green]yes[/green]" if r.steady else f"[red]no[/red] {r.note}")
+            _steady(r))
     return table
+
+
+def _steady(r: warmup_lib.ModelWarmup) -> str:
+    if not r.warmed:
+        return "[yellow]skipped[/yellow]"
+    return "[green]yes[/green]" if r.steady else "[red]no[/red]"
+
+
+def print_results(results: list[warmup_lib.ModelWarmup]) -> None:
+    """The table, then each model's note on a line of its own (a narrow terminal would
+    fold a note inside the table a word per line)."""
+    console.print(warmup_table(results))
+    for r in results:
+        if r.note:
+            console.print(f"  {escape(r.model)}: {escape(r.note)}", highlight=False, soft_wrap=True)
 
 
 def print_warmup(records: list[dict], repository: Path) -> None:
     """The table for warm-up figures kept as dicts (a deployment's state), and a warning
     for each model that did not become steady: the server is up and serving anyway."""
     results = [warmup_lib.ModelWarmup.from_dict(r) for r in records]
-    console.print(warmup_table(results))
+    print_results(results)
     for r in results:
-        if not r.steady:
+        if r.warmed and not r.steady:
             console.print(f"[yellow]warning:[/yellow] {escape(r.model)} is not steady "
                           f"({escape(r.note)}); run: tritonkit warmup --repository "
                           f"{escape(str(repository))} --model {escape(r.model)}",
@@ -80,7 +97,8 @@ def warmup(
     steady_window: Annotated[int, typer.Option(
         help="Steady means: the last N requests of a shape ...", min=2)] = warmup_lib.SteadyRule.window,
     steady_tolerance: Annotated[float, typer.Option(
-        help="... each within this fraction of their median.", min=0.001)] = warmup_lib.SteadyRule.tolerance,
+        help="... each within this fraction of their median, and that median within it of "
+             "the N before.", min=0.001)] = warmup_lib.SteadyRule.tolerance,
     reload: Annotated[bool, typer.Option(
         "--reload", help="Reload models that are READY too (their cold start comes back).")] = False,
     secret_file: Annotated[Optional[Path], typer.Option(
@@ -96,15 +114,22 @@ def warmup(
     if json_out:
         refuse_overwrite(json_out, force=force, what="warm-up JSON")   # before a 2-minute run
     secret = read_secret_file(secret_file) if secret_file else None
-    with progress_status("warming up") as progress:
-        results = warmup_lib.warm_up(
-            repository, url, model, timeout=timeout, requests=requests, reload=reload,
-            secret=secret, progress=progress,
-            rule=warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance))
-    console.print(warmup_table(results))
+    try:
+        with progress_status("warming up") as progress:
+            results = warmup_lib.warm_up(
+                repository, url, model, timeout=timeout, requests=requests, reload=reload,
+                secret=secret, progress=progress,
+                rule=warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance))
+    except warmup_lib.LoadFailed as failed:   # the models that loaded were warmed: say how
+        if failed.results:
+            print_results(failed.results)
+            if json_out:
+                write_json(json_out, failed.results)
+        raise
+    print_results(results)
     if json_out:
         write_json(json_out, results)
-    unsteady = [f"{r.model}: {r.note}" for r in results if not r.steady]
+    unsteady = [f"{r.model}: {r.note}" for r in results if r.warmed and not r.steady]
     if unsteady:
         raise TritonkitError("; ".join(unsteady),
                              hint="raise --requests or --timeout, or loosen --steady-tolerance")

@@ -302,6 +302,21 @@ def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     return ServerError(f"tritonserver exited with code {code}: {tail or 'no output'}", hint=hint)
 
 
+def server_exited(deployment: Deployment) -> ServerError | None:
+    """The error an exited local server left in its log, or None while it runs."""
+    code: int | str = "unknown"
+    try:
+        done, status = os.waitpid(deployment.pid, os.WNOHANG)   # type: ignore[arg-type]
+        if done == deployment.pid:
+            code = os.waitstatus_to_exitcode(status)
+        elif _alive(deployment.pid):                            # type: ignore[arg-type]
+            return None
+    except ChildProcessError:                                   # not our child (or reaped)
+        if _alive(deployment.pid):                              # type: ignore[arg-type]
+            return None
+    return _startup_failure(deployment, code)
+
+
 def is_our_server(deployment: Deployment) -> bool:
     """Whether the deployment's pid is still its tritonserver: the process is named so and
     serves the deployment's own folder (a pid the OS gave to something else since is
