@@ -51,3 +51,19 @@ def token_encoder(model_dir: Path, vocab: int = 100, width: int = 8) -> Path:
         [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "seq", width])],
         [table, axes])
     return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model_dir)
+
+
+def scorer(model_dir: Path, features: int = 8) -> Path:
+    """One value per sample in and out: weight FP32 [batch] and x FP32 [batch, features] ->
+    score FP32 [batch] (a regression head: x @ w * weight)."""
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((features,)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["s"]),
+             helper.make_node("Mul", ["s", "weight"], ["score"])]
+    graph = helper.make_graph(
+        nodes, "scorer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features]),
+         helper.make_tensor_value_info("weight", TensorProto.FLOAT, ["batch"])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch"])],
+        [w])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model_dir)

@@ -112,3 +112,42 @@ def test_concurrent_requests_are_batched_by_the_server(exported_repo):
 def _stats(url: str) -> dict:
     stats = httpclient.InferenceServerClient(url).get_inference_statistics("mlp")
     return stats["model_stats"][0]
+
+
+def _scorer(repository: Path) -> None:
+    onnx_graphs.scorer(repository / "scorer")
+    (repository / "scorer" / "export-report.json").write_text(json.dumps(
+        {"max_batch_size": 8, "inputs": [{"name": "x", "example_shape": [2, 8]},
+                                         {"name": "weight", "example_shape": [2]}]}))
+    configure(repository, "scorer", gpu="a10")
+
+
+def test_a_model_with_one_value_per_sample_loads_and_answers(tmp_path, capsys):
+    """A [batch] input or output (a regression score): Triton refuses a tensor with no
+    dims, so the config says dims [1] reshaped to [], and the model still sees [batch]."""
+    _scorer(tmp_path)
+    assert run_cli("config", "scorer", "--repository", tmp_path, "--check") == 0
+    assert run_cli("deploy", "--repository", tmp_path, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--timeout", "90") == 0     # warm-up included
+    try:
+        client = httpclient.InferenceServerClient(load_deployment(tmp_path).http_url)
+        rng = np.random.default_rng(3)
+        x = rng.standard_normal((3, 8)).astype(np.float32)
+        weight = rng.standard_normal((3, 1)).astype(np.float32)
+        got = _infer(client, "scorer", {"x": x, "weight": weight}, "score")
+        ref = ort.InferenceSession(str(tmp_path / "scorer" / "1" / "model.onnx")).run(
+            None, {"x": x, "weight": weight[:, 0]})[0]
+        assert got.shape == (3, 1)
+        np.testing.assert_allclose(got[:, 0], ref, rtol=1e-5, atol=1e-6)
+    finally:
+        run_cli("down", "--repository", tmp_path)
+
+
+def test_a_config_with_a_tensor_without_dims_fails_the_check(tmp_path, capsys):
+    _scorer(tmp_path)
+    config = tmp_path / "scorer" / "config.pbtxt"
+    text = config.read_text()
+    config.write_text(text.replace("dims: 1\n  reshape {\n  }\n", "", 1))
+    assert "dims: 1" in text and config.read_text() != text
+    assert run_cli("config", "scorer", "--repository", tmp_path, "--check") == 2
+    assert "has no dims (Triton refuses it)" in capsys.readouterr().err

@@ -280,12 +280,17 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
         notes.append("no batch axis shared by every input and output: max_batch_size 0")
 
     strip = 1 if config.max_batch_size > 0 else 0
-    for spec, target in ((s, config.input.add()) for s in graph.inputs):
-        target.name, target.data_type = spec.name, mc.DataType.Value(spec.data_type)
-        target.dims.extend(spec.dims[strip:])
-    for spec, target in ((s, config.output.add()) for s in graph.outputs):
-        target.name, target.data_type = spec.name, mc.DataType.Value(spec.data_type)
-        target.dims.extend(spec.dims[strip:])
+    for specs, tensors in ((graph.inputs, config.input), (graph.outputs, config.output)):
+        for spec in specs:
+            target = tensors.add(name=spec.name, data_type=mc.DataType.Value(spec.data_type))
+            target.dims.extend(spec.dims[strip:])
+            if not target.dims:
+                # One value per sample ([batch]): Triton wants dims, so [1], and a reshape
+                # to no dims at all so the model still sees (and returns) [batch].
+                target.dims.append(1)
+                target.reshape.SetInParent()
+                notes.append(f"{spec.name}: one value per sample, dims [1] reshaped to [] "
+                             "(the graph's shape is [batch])")
 
     if config.max_batch_size > 1:
         # Triton's recommended start: batches as large as the queue holds, no preferred
@@ -380,7 +385,7 @@ def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],
                     dims.append(chosen[graph.axis_labels[spec.name][axis]])
             entry = warm.inputs[spec.name]
             entry.data_type = mc.DataType.Value(spec.data_type)
-            entry.dims.extend(dims)
+            entry.dims.extend(dims or [1])          # the config's dims (a reshape to [] is [1])
             # Integer inputs are often indices (token ids): zeros are always in range.
             if spec.data_type.startswith(("TYPE_FP", "TYPE_BF")):
                 entry.random_data = True
@@ -427,6 +432,15 @@ def read_config(path: Path) -> mc.ModelConfig:
         raise UsageError(f"{path} is not a valid Triton model config: {exc}",
                          hint="fix the field Triton's schema names (see model_config.proto)") \
             from None
+
+
+def config_problems(config: mc.ModelConfig) -> list[str]:
+    """What Triton would refuse in a config its schema parses: an input or output with no
+    dims (Triton: "must specify 'dims'"; one value per sample is dims [1] reshaped to [])."""
+    return [f"{kind} '{tensor.name}' has no dims (Triton refuses it): give dims [1] and "
+            "reshape { shape: [] } for one value per sample"
+            for kind, tensors in (("input", config.input), ("output", config.output))
+            for tensor in tensors if not tensor.dims]
 
 
 def read_report(model_dir: Path) -> dict:

@@ -9,7 +9,8 @@ import typer
 
 from tritonkit.cli import app
 from tritonkit.cli.options import Repository, console
-from tritonkit.model_config import DEFAULT_GPU, configure, read_config
+from tritonkit.errors import UsageError
+from tritonkit.model_config import DEFAULT_GPU, config_problems, configure, read_config
 
 
 @app.command(epilog="Example: tritonkit config mlp --repository model_repository --gpu a10 --force")
@@ -28,6 +29,9 @@ def config(
         paths = [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]
         for path in paths:
             parsed = read_config(path)
+            if problems := config_problems(parsed):
+                raise UsageError(f"{path}: {problems[0]}",
+                                 hint=f"regenerate it: tritonkit config {name} --force")
             console.print(f"ok  {path}  ({parsed.platform or parsed.backend}, "
                           f"max_batch_size {parsed.max_batch_size})")
         return
