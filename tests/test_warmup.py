@@ -500,6 +500,27 @@ def test_models_warm_up_cannot_drive_are_skipped_and_said_not_failed(tmp_path, c
 
 
 @pytest.mark.server
+def test_every_version_a_model_serves_is_warmed_not_only_the_latest(tmp_path):
+    repo = tmp_path / "repo"
+    cold_first = _echo_model("        if self.calls == 1:\n            time.sleep(0.3)")
+    _python_model(repo, "versioned", ECHO_CONFIG + "version_policy { all { } }\n", cold_first)
+    (repo / "versioned" / "2").mkdir()
+    (repo / "versioned" / "2" / "model.py").write_text(cold_first)
+    deployment = _deploy(repo)
+    try:
+        [figures] = deployment.extra["warmup"]
+        assert {s.split()[0] for s in figures["shapes"]} == {"v1", "v2"}
+        client = httpclient.InferenceServerClient(deployment.http_url)
+        for version in ("1", "2"):
+            started = time.perf_counter()
+            client.infer("versioned", _user_inputs(), model_version=version)
+            assert time.perf_counter() - started < 0.2, f"version {version} was cold"
+        client.close()
+    finally:
+        run_cli("down", "--repository", repo)
+
+
+@pytest.mark.server
 def test_a_server_restarted_mid_warmup_is_waited_for_and_warmed_again(tmp_path):
     repo = tmp_path / "repo"
     (repo / "slow" / "1").mkdir(parents=True)

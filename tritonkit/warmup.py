@@ -441,16 +441,18 @@ def _out_of_time(what: str, started: float) -> ServerError:
              "minutes), or read the server's log")
 
 
-def _timed_infer(client, endpoint: Endpoint, name: str, inputs: list, deadline: Deadline) -> float:
+def _timed_infer(client, endpoint: Endpoint, name: str, inputs: list, deadline: Deadline,
+                 version: str = "") -> float:
     started = time.perf_counter()
     try:
-        client.infer(name, inputs)
+        client.infer(name, inputs, model_version=version)
     except Exception as exc:
         raise _infer_failed(exc, endpoint, name, deadline, started) from None
     return (time.perf_counter() - started) * 1e3
 
 
-def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: Deadline) -> int:
+def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: Deadline,
+           version: str = "") -> int:
     """``count`` requests in flight at once: an instance runs one execution at a time, so
     (unless the dynamic batcher merges them) each of ``count`` instances serves one."""
     left = max(0.5, deadline.left())
@@ -458,7 +460,7 @@ def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: De
                            network_timeout=left)
     started = time.perf_counter()
     try:
-        pending = [client.async_infer(name, inputs) for _ in range(count)]
+        pending = [client.async_infer(name, inputs, model_version=version) for _ in range(count)]
         for request in pending:
             request.get_result()
     except Exception as exc:
@@ -650,10 +652,13 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
               deadline: Deadline, rule: SteadyRule, check: bool, cold: bool,
               progress: Progress) -> ModelWarmup:
     """Every shape's first request (the cold ones) before any shape's budget is spent, then
-    each shape until steady on its share of what is left of ``requests``."""
+    each shape until steady on its share of what is left of ``requests``. A model serving
+    several versions (its version_policy) has each version's shapes warmed: each version
+    is a model of its own, with its own cold start."""
     client = _client(endpoint, deadline)
     try:
         config = _server_config(client, name)
+        versions = _ready_versions(client, name)
     finally:
         client.close()
     if why := not_warmable(config):
@@ -664,49 +669,53 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
     rule = replace(rule, window=max(rule.window, instances))  # a window spans them all
     rng = np.random.default_rng(0)
     prepared = [_infer_inputs(shape, rng) for shape in shapes]
-    series: list[list[float]] = [[] for _ in shapes]
+    targets = [(version, i) for version in (versions if len(versions) > 1 else [""])
+               for i in range(len(shapes))]
+    labels = [f"v{v} {_describe(shapes[i])}" if v else _describe(shapes[i]) for v, i in targets]
+    series: list[list[float]] = [[] for _ in targets]
     notes: list[str] = []
     sent = 0
 
-    def send(i: int) -> None:
+    def send(t: int) -> None:
         nonlocal sent
-        progress(f"warming {name}: shape {i + 1}/{len(shapes)} ({_describe(shapes[i])}), "
+        version, i = targets[t]
+        progress(f"warming {name}: shape {t + 1}/{len(targets)} ({labels[t]}), "
                  f"{sent} requests sent")
-        series[i].append(_timed_infer(client, endpoint, name, prepared[i], deadline))
+        series[t].append(_timed_infer(client, endpoint, name, prepared[i], deadline, version))
         sent += 1
 
     usable = []
-    for i in range(len(shapes)):
+    for t, (version, i) in enumerate(targets):
         if deadline.expired():
             break
         client = _client(endpoint, deadline)     # each call bounded by the time left now
         try:
-            send(i)
+            send(t)
             if instances > 1:
                 # Each instance has its own cold start: make every one serve this shape.
-                sent += _burst(endpoint, name, prepared[i], instances, deadline)
-            usable.append(i)
+                sent += _burst(endpoint, name, prepared[i], instances, deadline, version)
+            usable.append(t)
         except InputRefused as refused:
             if not guessed_shapes(config):
                 raise
-            notes.append(f"shape {_describe(shapes[i])} skipped: refused ({refused}); its size "
+            notes.append(f"shape {labels[t]} skipped: refused ({refused}); its size "
                          "for a dynamic dimension was a guess (no model_warmup entry gives one)")
         finally:
             client.close()
-    for position, i in enumerate(usable):
+    for position, t in enumerate(usable):
         share = max(0, requests - sent) // (len(usable) - position)
         client = _client(endpoint, deadline)
         try:
             for _ in range(share):
-                if rule.is_steady(series[i]) or deadline.expired():
+                if rule.is_steady(series[t]) or deadline.expired():
                     break
-                send(i)
+                send(t)
         finally:
             client.close()
-        if not rule.is_steady(series[i]):
+        if not rule.is_steady(series[t]):
             why = "the deadline" if deadline.expired() else f"{requests} requests"
-            notes.append(f"not steady within {why} (at {_describe(shapes[i])})")
-    steady = bool(usable) and all(rule.is_steady(series[i]) for i in usable)
+            notes.append(f"not steady within {why} (at {labels[t]})")
+    steady = bool(usable) and all(rule.is_steady(series[t]) for t in usable)
     if not usable and not notes:
         notes.append("not reached: out of time")
     first = series[usable[0]][0] if usable else None
@@ -714,10 +723,19 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
     after = None
     if check and steady:
         progress(f"measuring {name}: a fresh client's first request")
-        after = cold_start_figures(endpoint, name, prepared[usable[0]], deadline=deadline)
+        after = cold_start_figures(endpoint, name, prepared[targets[usable[0]][1]],
+                                   deadline=deadline)
     return ModelWarmup(model=name, steady=steady, requests=sent, load_s=load_s, first_ms=first,
-                       steady_p50_ms=p50, after=after, shapes=[_describe(s) for s in shapes],
+                       steady_p50_ms=p50, after=after, shapes=labels,
                        note="; ".join(notes), cold=cold)
+
+
+def _ready_versions(client, name: str) -> list[str]:
+    """The versions of a model the server serves now (its metadata lists the READY ones)."""
+    try:
+        return [str(v) for v in client.get_model_metadata(name).get("versions", [])]
+    except Exception as exc:
+        raise _ServerGone(triton_message(exc)) from None
 
 
 def warm_up(repository: Path | None = None, url: str | None = None,
