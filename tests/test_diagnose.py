@@ -181,10 +181,33 @@ def test_a_json_report_that_cannot_be_written_whole_leaves_the_previous_one(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "fsync", disk_full)
-    assert run_cli("diagnose", csv, "--json", out) == 2
+    assert run_cli("diagnose", csv, "--json", out, "--force") == 2
     assert "cannot write" in capsys.readouterr().err
     assert out.read_text() == '{"diagnoses": []}\n'        # never half a report
     assert sorted(p.name for p in tmp_path.iterdir()) == ["diagnosis.json", "memory.csv"]
+
+
+def test_a_json_report_is_kept_unless_force_and_json_to_stdout_is_json_alone(tmp_path, capsys):
+    csv = record(tmp_path / "memory.csv", **P100, util=35, mem_pct=97,
+                 triton=dict(requests=400, batch=8, queue_us=800, infer_us=20_000))
+    out = tmp_path / "diagnosis.json"
+    out.write_text("earlier\n")
+    assert run_cli("diagnose", csv, "--json", out) == 2
+    assert "already exists" in capsys.readouterr().err and out.read_text() == "earlier\n"
+    assert run_cli("diagnose", csv, "--json", out, "--force") == 0
+    assert json.loads(out.read_text())["diagnoses"]
+    capsys.readouterr()
+    assert run_cli("diagnose", csv, "--json", "-") == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["diagnoses"]                # stdout: the JSON alone
+    assert "what to try" in captured.err                         # the report: on stderr
+
+
+def test_a_recording_that_is_not_text_is_one_line_not_a_traceback(tmp_path, capsys):
+    binary = tmp_path / "gpu.csv"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    assert run_cli("diagnose", binary) == 2
+    assert "is not a text CSV" in capsys.readouterr().err
 
 
 def test_diagnose_needs_a_file_or_live(capsys):

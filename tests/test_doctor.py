@@ -130,3 +130,14 @@ def test_doctor_runs_on_this_host_and_exits_non_zero_on_a_problem(example_reposi
     assert code == (0 if data["ok"] else 1)
     printed = capsys.readouterr().out
     assert all(line.startswith(("ok", "problem")) for line in printed.splitlines() if line)
+
+
+def test_doctor_keeps_an_existing_json_report_unless_force(example_repository, tmp_path, capsys):
+    out = tmp_path / "doctor.json"
+    out.write_text("earlier\n")
+    args = ("doctor", "--repository", example_repository, "--http-port", "1", "--grpc-port", "2",
+            "--metrics-port", "3", "--json", out)
+    assert run_cli(*args) == 2
+    assert "already exists" in capsys.readouterr().err and out.read_text() == "earlier\n"
+    run_cli(*args, "--force")
+    assert "checks" in json.loads(out.read_text())

@@ -354,3 +354,10 @@ def test_the_csv_round_trips_gpu_and_triton_columns(tmp_path):
     assert first.mem_pct == pytest.approx(50.0) and first.timestamp.startswith("2023-11-14T22:13:20")
     assert first.triton == counters
     assert second.gpu is None and second.util_pct is None and second.elapsed_s == 10.0
+
+
+def test_a_csv_path_under_a_file_is_refused_before_sampling(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    assert run_cli("monitor", "--once", "--csv", afile / "gpu.csv") == 2
+    assert "is not a folder we may write to" in capsys.readouterr().err

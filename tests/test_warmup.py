@@ -240,6 +240,19 @@ def test_an_existing_json_file_is_kept_unless_force_before_the_server_is_asked(t
     assert out.read_text() == "earlier figures\n"
 
 
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_warm_up(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("a file, not a folder\n")
+    started = time.monotonic()
+    for path in (afile / "warm.json", tmp_path):
+        code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--timeout", "5",
+                       "--json", path, "--force")
+        assert code == 2
+    assert time.monotonic() - started < 2                    # the server was never asked
+    err = capsys.readouterr().err
+    assert "is not a folder we may write to" in err and "is a folder" in err
+
+
 @pytest.mark.server
 def test_warmup_json_replaces_a_file_with_force(warm_server, tmp_path):
     out = tmp_path / "warm.json"

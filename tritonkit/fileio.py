@@ -41,6 +41,33 @@ def refuse_overwrite(path: Path, *, force: bool, what: str = "file") -> None:
                          hint="pass --force to replace it, or choose another name/path")
 
 
+def check_output(path: Path, *, force: bool, what: str) -> None:
+    """Before long work: an output file that exists is kept unless ``force``, and one that
+    could not be written (a folder at that path, a file where a folder must be, a folder
+    we may not write to) is refused now rather than losing what the work produced."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{what} {path} is a folder", hint="give a file name, e.g. out/run.json")
+    refuse_overwrite(path, force=force, what=what)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:   # atomic_write makes the missing ones
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {what} {path}: {folder} is not a folder we may write to",
+                         hint="choose a path in a folder you can write to")
+
+
+def check_folder(path: Path, *, what: str) -> None:
+    """An output folder: it may not exist yet, but no part of it may be a file."""
+    path = Path(path)
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise UsageError(f"{what} {path}: {part} is a file, not a folder",
+                                 hint="choose another folder")
+            return
+
+
 def sha256_of(path: Path) -> str:
     """The hex sha256 of a file, read 1 MiB at a time (model weights may be gigabytes)."""
     digest = hashlib.sha256()

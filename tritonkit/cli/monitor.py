@@ -26,7 +26,7 @@ from tritonkit.cli.options import (
     err_console,
 )
 from tritonkit.errors import TritonkitError, UsageError
-from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.fileio import atomic_write, check_output
 from tritonkit.monitor import doctor as doctor_lib
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import Diagnosis, choose_profile, diagnose as diagnose_rows
@@ -62,7 +62,7 @@ def monitor(
     """Sample the GPU's vital signs (NVML) and Triton's metrics; alert on thresholds.
     Ctrl-C ends it (the CSV keeps every sample taken)."""
     if csv:
-        refuse_overwrite(csv, force=force, what="monitor CSV")
+        check_output(csv, force=force, what="monitor CSV")
     limits = load_thresholds(thresholds)
     metrics_url = resolve_metrics_url(repository, url, metrics_port)
     sampler, note = open_monitor(metrics_url, limits.alerts)
@@ -158,11 +158,13 @@ def diagnose(
     repository: OptionalRepository = None,
     thresholds: ThresholdsFile = None,
     json_out: JsonOut = None,
+    force: Force = False,
 ) -> None:
     """Name the bottleneck (memory, bandwidth, I/O or scheduling wall) from a monitor CSV."""
     if (file is None) == (not live):
         raise UsageError("give a recorded CSV or --live, not both" if file else
                          "no recording given", hint="tritonkit diagnose gpu.csv, or --live")
+    _check_json(json_out, force)      # before a --live recording, not after it
     limits = load_thresholds(thresholds)
     if live:
         sampler, _ = open_monitor(resolve_metrics_url(repository, url, metrics_port), limits.alerts)
@@ -177,24 +179,25 @@ def diagnose(
     else:
         rows = read_monitor_csv(file)
     results = diagnose_rows(rows, choose_profile(rows, gpu), limits)
+    out = err_console if json_out is not None and str(json_out) == "-" else console
     for result in results:
-        _print_diagnosis(result)
+        _print_diagnosis(result, out)   # with --json -, stdout holds the JSON alone
     if json_out:
         _write_json(json_out, {"diagnoses": [r.to_dict() for r in results]})
 
 
-def _print_diagnosis(d: Diagnosis) -> None:
+def _print_diagnosis(d: Diagnosis, out=console) -> None:
     color = {"none": "green", "idle": "yellow"}.get(d.wall, "red")
-    console.print(f"GPU {d.gpu} ({escape(d.gpu_name or 'unnamed')}, profile {d.profile}): "
-                  f"[bold {color}]{d.title}[/bold {color}]", highlight=False)
-    console.print("  evidence:", highlight=False)
+    out.print(f"GPU {d.gpu} ({escape(d.gpu_name or 'unnamed')}, profile {d.profile}): "
+              f"[bold {color}]{d.title}[/bold {color}]", highlight=False)
+    out.print("  evidence:", highlight=False)
     for line in d.evidence:
-        console.print(f"    - {escape(line)}", highlight=False)
+        out.print(f"    - {escape(line)}", highlight=False)
     for line in d.notes:
-        console.print(f"  note: {escape(line)}", highlight=False)
-    console.print("  what to try:", highlight=False)
+        out.print(f"  note: {escape(line)}", highlight=False)
+    out.print("  what to try:", highlight=False)
     for line in d.advice:
-        console.print(f"    - {escape(line)}", highlight=False)
+        out.print(f"    - {escape(line)}", highlight=False)
 
 
 @app.command(epilog="Example: tritonkit doctor --gpu a10 --repository model_repository")
@@ -208,8 +211,10 @@ def doctor(
     grpc_port: Annotated[int, typer.Option(min=1, max=65535)] = 8001,
     metrics_port: Annotated[int, typer.Option(min=1, max=65535)] = 8002,
     json_out: JsonOut = None,
+    force: Force = False,
 ) -> None:
     """Check a deployment host: driver, compute capability, Docker, ports, repository."""
+    _check_json(json_out, force)
     profile = load_profile(gpu) if gpu else None
     facts = doctor_lib.gather_host_facts(
         host, {"http": http_port, "grpc": grpc_port, "metrics": metrics_port})
@@ -229,6 +234,11 @@ def doctor(
         raise TritonkitError(f"{len(problems)} of {len(checks)} checks found a problem "
                              f"({', '.join(problems)})",
                              hint="apply each fix listed, then rerun tritonkit doctor")
+
+
+def _check_json(path: Path | None, force: bool) -> None:
+    if path is not None and str(path) != "-":
+        check_output(path, force=force, what="JSON report")
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -24,7 +24,7 @@ from tritonkit.cli.options import (
 )
 from tritonkit.client import SECRET_ENV, read_secret_file
 from tritonkit.errors import TritonkitError
-from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.fileio import atomic_write, check_output
 
 
 def _ms(value: float | None) -> str:
@@ -112,7 +112,7 @@ def warmup(
     if repository is None and url is None:
         repository = Path("model_repository")
     if json_out:
-        refuse_overwrite(json_out, force=force, what="warm-up JSON")   # before a 2-minute run
+        check_output(json_out, force=force, what="warm-up JSON")   # before a 2-minute run
     secret = read_secret_file(secret_file) if secret_file else None
     try:
         with progress_status("warming up") as progress:

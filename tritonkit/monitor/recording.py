@@ -25,6 +25,7 @@ missed sample loses nothing.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
@@ -106,9 +107,13 @@ class CsvRecorder:
     def __enter__(self) -> "CsvRecorder":
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:      # a file where a folder must be, no permission
+            raise UsageError(f"cannot write the CSV file {self.path} ({exc.strerror})",
+                             hint="pass --csv with a writable path") from None
+        try:
             self._file = open(self.path, "w" if self.force else "x", newline="")
         except FileExistsError:
-            refuse_overwrite(self.path, force=False, what="monitor CSV")
+            refuse_overwrite(self.path, force=False, what="monitor CSV")   # it raises
         except OSError as exc:
             raise UsageError(f"cannot write the CSV file {self.path} ({exc.strerror})",
                              hint="pass --csv with a writable path") from None
@@ -135,11 +140,15 @@ def read_monitor_csv(path: Path) -> list[MonitorRow]:
     """Read a monitor CSV; UsageError naming the file, line and column on bad input."""
     path = Path(path)
     try:
-        handle = open(path, newline="")
+        with open(path, newline="") as raw:
+            text = raw.read()
     except OSError as exc:
         raise UsageError(f"cannot read the monitor CSV {path} ({exc.strerror})",
                          hint="record one: tritonkit monitor --csv FILE") from None
-    with handle:
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a text CSV (it is not UTF-8)",
+                         hint="give a file recorded by tritonkit monitor --csv FILE") from None
+    with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
