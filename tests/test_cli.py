@@ -61,3 +61,27 @@ def test_only_export_pays_for_importing_torch():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_grpc_url_without_url_is_refused_not_silently_ignored(tmp_path, capsys):
+    assert run_cli("loadtest", "--repository", tmp_path, "--model", "m", "--concurrency", "1",
+                   "--protocol", "grpc", "--grpc-url", "127.0.0.1:1") == 2
+    assert "--grpc-url goes with --url" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["mlp/", "../elsewhere", "a b", ".hidden", ""])
+def test_config_refuses_a_model_name_that_is_not_a_plain_folder_name(tmp_path, capsys, name):
+    assert run_cli("config", name, "--repository", tmp_path / "repo") == 2
+    assert "is not a plain folder name" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "repo").exists()
+
+
+def test_a_path_the_os_refuses_is_bad_input_in_the_os_words_not_an_internal_error(tmp_path,
+                                                                                  capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("a file, not a folder\n")
+    code = run_cli("export", "examples/mlp.py:build", "--name", "mlp", "--repository",
+                   afile / "repo", "--no-verify")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ") and "internal error" not in err and "Traceback" not in err

@@ -342,3 +342,36 @@ def test_a_wait_for_triton_in_compose_that_times_out_says_the_last_answer(tmp_pa
         _wait_for("live", nobody, Deadline(0.6), logs="docker compose logs triton")
     assert "did not become live within 0.6 s (last: Connection refused)" in str(caught.value)
     assert "docker compose logs triton" in caught.value.hint
+
+
+@pytest.mark.parametrize("args,says", [
+    (("--http-port", "8000", "--grpc-port", "8000"), "ports must differ"),
+    (("--device-ids", ""), "no GPU given"),
+    (("--device-ids", "0,0"), "a GPU is listed twice"),
+    (("--device-ids", "0,x"), "'x' is not a GPU index or UUID"),
+])
+def test_settings_that_would_fail_on_the_gpu_host_are_refused_here(example_repository, tmp_path,
+                                                                   capsys, args, says):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "a10", *args) == 2
+    assert says in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_device_given_by_uuid_is_reserved_as_given(example_repository, tmp_path):
+    out = tmp_path / "docker"
+    uuid = "GPU-5a3c8f1e-1b2c-4d5e-8f90-123456789abc"
+    assert write(example_repository, out, "--gpu", "a10", "--device-ids", f"0,{uuid}") == 0
+    assert uuid in (out / "docker-compose.yml").read_text()
+
+
+@pytest.mark.parametrize("target", ["compose", "k8s"])
+def test_an_out_folder_that_is_a_file_is_refused_and_the_file_kept(example_repository, tmp_path,
+                                                                   capsys, target):
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    args = ("--no-up",) if target == "compose" else ()
+    assert run_cli("deploy", "--target", target, "--gpu", "a10", "--repository",
+                   example_repository, "--out", afile, *args) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert afile.read_text() == "mine\n"

@@ -222,3 +222,17 @@ def test_manifests_are_not_overwritten_without_force(example_repository, manifes
                    example_repository, "--out", tmp_path / "docker") == 2
     assert "already exists" in capsys.readouterr().err
     manifests("a10", "--force")
+
+
+@pytest.mark.parametrize("args,says", [
+    (("--image", ""), "is not an image reference"),
+    (("--image", "bad image name"), "is not an image reference"),
+    (("--storage-class", "Bad Name!"), "is not a Kubernetes object name"),
+])
+def test_values_kubernetes_would_refuse_are_refused_before_a_manifest_is_written(
+        example_repository, tmp_path, capsys, args, says):
+    out = tmp_path / "docker"
+    assert run_cli("deploy", "--target", "k8s", "--gpu", "a10", "--repository",
+                   example_repository, "--out", out, *args) == 2
+    assert says in capsys.readouterr().err
+    assert not (out / "k8s").exists()

@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ROOT, add_broken_model, default_signals, load_example_forward, run_cli
-from tritonkit.errors import Interrupted, ServerError
+from tritonkit.errors import Interrupted, UsageError
 from tritonkit.server.local import _alive, check_port_free, free_port, signals_interrupt
 from tritonkit.server.state import (
     Deployment,
@@ -217,7 +217,7 @@ def test_a_port_in_use_is_one_clear_error_and_no_server(example_repository, caps
         code = run_cli("deploy", "--repository", example_repository, "--http-port", port,
                        "--grpc-port", "0", "--metrics-port", "0")
     err = capsys.readouterr().err
-    assert code != 0
+    assert code == 2                      # bad input: a flag fixes it
     assert f"http port {port} on 127.0.0.1 is already in use" in err
     assert "Traceback" not in err
     assert _no_server_for(example_repository)
@@ -353,7 +353,7 @@ def test_connections_in_time_wait_do_not_make_a_port_in_use():
 
 
 def test_a_port_that_cannot_be_bound_says_why_instead_of_in_use():
-    with pytest.raises(ServerError) as raised:
+    with pytest.raises(UsageError) as raised:
         check_port_free("192.0.2.1", free_port(), "http")   # TEST-NET-1: not this host's
     assert "in use" not in raised.value.message
     assert "cannot assign requested address" in raised.value.message
@@ -531,3 +531,30 @@ def test_a_wait_backs_off_and_ends_on_success_or_with_the_last_reason():
     assert 0.5 <= time.monotonic() - started < 0.8
     gaps = [b - a for a, b in zip(calls, calls[1:])]
     assert max(gaps) < 0.1 + 0.05                          # capped at max_delay
+
+
+def test_a_state_file_from_a_later_tritonkit_still_lets_down_stop_its_server(deployed, capsys):
+    import json
+
+    state = state_dir(Path(deployed.repository)) / "server.json"
+    data = json.loads(state.read_text())
+    state.write_text(json.dumps({**data, "a_field_from_the_future": {"x": 1}}))
+    assert run_cli("down", "--repository", deployed.repository) == 0
+    assert not _alive(deployed.pid)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe not json", b'{"target": "local"}', b"[1, 2]"])
+def test_a_corrupt_state_file_is_one_line_naming_it(tmp_path, capsys, content):
+    state = state_dir(tmp_path) / "server.json"
+    state.parent.mkdir(parents=True)
+    state.write_bytes(content)
+    assert run_cli("down", "--repository", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"deployment state {state} is corrupt" in err and "internal error" not in err
+
+
+def test_a_repository_that_is_a_file_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    assert run_cli("down", "--repository", afile) == 2
+    assert f"model repository {afile} is not a folder" in capsys.readouterr().err

@@ -61,3 +61,20 @@ def test_a_bad_model_control_mode_is_refused(tmp_path):
     bad.write_text('model_control_mode = "sometimes"\n[restricted_api]\nheader = "k"\n')
     with pytest.raises(ProfileError, match="model_control_mode"):
         load_server_settings(bad)
+
+
+@pytest.mark.parametrize("make", ["folder", "binary"])
+def test_a_settings_path_that_is_no_toml_file_is_one_line(tmp_path, capsys, make):
+    from tests.conftest import run_cli
+
+    path = tmp_path / "settings.toml"
+    if make == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b"\xff\xfe\x00\x01binary")
+    with pytest.raises(ProfileError):
+        load_server_settings(path)
+    assert run_cli("monitor", "--once", "--thresholds", path) == 2
+    err = capsys.readouterr().err
+    assert ("is a folder" if make == "folder" else "not UTF-8") in err
+    assert "internal error" not in err

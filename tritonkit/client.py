@@ -50,7 +50,7 @@ class Endpoint:
     def grpc(self, **kwargs: Any):
         if not self.grpc_url:
             raise UsageError("no gRPC address known for this server",
-                             hint="pass --grpc-url host:port, or use --protocol http")
+                             hint="pass --grpc-url HOST:PORT with --url, or use --protocol http")
         import tritonclient.grpc as grpcclient
 
         return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
@@ -66,6 +66,10 @@ def resolve_endpoint(repository: Path | None = None, url: str | None = None,
     ``secret_header`` defaults to the recorded deployment's header name, else the server
     settings'.
     """
+    if grpc_url and not url:
+        raise UsageError("--grpc-url goes with --url (a recorded deployment has its own gRPC "
+                         "port, which would be used instead)",
+                         hint="pass --url HOST:PORT --grpc-url HOST:PORT, or only --repository")
     if url and not secret:
         secret = os.environ.get(SECRET_ENV, "").strip() or None
     if secret:

@@ -47,6 +47,15 @@ def load_toml(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ProfileError(f"configuration file {path} does not exist",
                            hint="check the path, or copy one from configs/") from None
+    except IsADirectoryError:
+        raise ProfileError(f"configuration file {path} is a folder",
+                           hint="give the .toml file's path") from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read configuration file {path} ({exc.strerror})",
+                           hint="check the path and its permissions") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path} is not valid TOML: it is not UTF-8 text",
+                           hint="give a TOML file, e.g. one from configs/") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path} is not valid TOML: {exc}",
                            hint="fix the syntax at the line named") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tritonkit.errors import UsageError
@@ -10,6 +11,17 @@ from tritonkit.errors import UsageError
 #: the local mirror and the container recipes read back.
 ONNX_FILENAME = "model.onnx"
 REPORT_FILENAME = "export-report.json"
+
+# A model's name is its folder's, and goes into every request's URL (/v2/models/<name>/...):
+# letters, digits, '_', '.' and '-' only, as the hint promises, not starting with a dot.
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def check_model_name(name: str) -> None:
+    """A UsageError unless ``name`` can name a model folder and sit in a request's URL."""
+    if not _MODEL_NAME.match(name):
+        raise UsageError(f"model name '{name}' is not a plain folder name",
+                         hint="use letters, digits, '_', '.' or '-' (up to 128), e.g. --name mlp")
 
 
 def is_model_dir(path: Path) -> bool:

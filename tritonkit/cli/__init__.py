@@ -63,9 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     except typer.TyperException as exc:  # bad flags: Typer's own usage message
         exc.show()
         return _exit(getattr(exc, "exit_code", EXIT_USAGE))
-    except Exception as exc:  # our bugs
+    except Exception as exc:  # our bugs, and paths no check of ours foresaw
         if _debug():
             traceback.print_exc()
+        if isinstance(exc, OSError) and exc.filename:
+            # A path the user gave that the OS refused (a file where a folder must be, no
+            # permission, a name too long): bad input, said in the OS's words.
+            print(f"error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+            print("hint: check the path: a folder where a file is needed or the other way "
+                  "round, its permissions, its length", file=sys.stderr)
+            return _exit(EXIT_USAGE)
         print(f"error: internal error: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         print(f"hint: this is a tritonkit bug; rerun with {DEBUG_ENV}=1 for the traceback "
               "and report it", file=sys.stderr)

@@ -11,6 +11,7 @@ from tritonkit.cli import app
 from tritonkit.cli.options import Repository, console
 from tritonkit.errors import UsageError
 from tritonkit.model_config import DEFAULT_GPU, config_problems, configure, read_config
+from tritonkit.repository import check_model_name
 
 
 @app.command(epilog="Example: tritonkit config mlp --repository model_repository --gpu a10 --force")
@@ -24,6 +25,7 @@ def config(
     check: Annotated[bool, typer.Option(help="Only parse the existing configs with Triton's schema.")] = False,
 ) -> None:
     """Generate a model's Triton config.pbtxt from its exported graph, tuned per GPU profile."""
+    check_model_name(name)       # "mlp/" or "../x" would write configs Triton refuses, or elsewhere
     model_dir = repository / name
     if check:
         paths = [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]

@@ -28,7 +28,7 @@ from typing import Sequence
 
 from tritonkit.client import health, wait_until
 from tritonkit.errors import ModelLoadError, ServerError, UsageError
-from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.fileio import atomic_write, check_folder, refuse_overwrite
 from tritonkit.server.container import (
     CONTAINER_PORTS,
     CONTAINER_REPOSITORY,
@@ -84,6 +84,19 @@ def project_name(repository: Path) -> str:
     """A Compose project name for a repository (Compose allows [a-z0-9_-])."""
     slug = re.sub(r"[^a-z0-9_-]+", "-", Path(repository).resolve().name.lower()).strip("-_")
     return f"tritonkit-{slug or 'models'}"
+
+
+_DEVICE_ID = re.compile(r"^(\d+|(GPU|MIG)-[0-9A-Za-z/-]+)$")
+
+
+def check_device_ids(device_ids: Sequence[str]) -> None:
+    """GPU indices or UUIDs as ``nvidia-smi -L`` shows them, each once, at least one."""
+    bad = [d for d in device_ids if not _DEVICE_ID.match(d)]
+    if not device_ids or bad or len(set(device_ids)) != len(device_ids):
+        what = (f"'{bad[0]}' is not a GPU index or UUID" if bad else
+                "no GPU given" if not device_ids else "a GPU is listed twice")
+        raise UsageError(f"--device-ids: {what} (got {','.join(device_ids) or 'nothing'})",
+                         hint="e.g. --device-ids 0 or 0,1 (indices from nvidia-smi -L)")
 
 
 def gpu_reservation(device_ids: Sequence[str]) -> dict:
@@ -166,6 +179,9 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
     if any(port == 0 for port in ports.as_dict().values()):
         raise UsageError("a compose deployment needs fixed ports (0 picks one only locally)",
                          hint="pass --http-port/--grpc-port/--metrics-port with real ports")
+    ports.require_distinct()
+    check_device_ids(device_ids)
+    check_folder(out, what="--out")
     refuse_if_running(repository)  # a new secret would lock its own clients out
     if not starting and _recorded_target(repository) == "compose":
         raise UsageError(f"a compose deployment is recorded for {repository}; new files would "

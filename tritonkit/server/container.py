@@ -79,7 +79,8 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
     refuse_missing_gpu_configs(repository, models, profile.name)
     settings = profile.server_settings(load_server_settings(server_config))
     tensorrt = any(_serves_plans(repository / m, profile.name) for m in models)
-    chosen = image or (profile.stack.triton_image_tensorrt if tensorrt else profile.stack.triton_image)
+    chosen = profile.stack.triton_image_tensorrt if tensorrt else profile.stack.triton_image
+    chosen = chosen if image is None else image     # an empty --image is refused, not ignored
     check_image(profile, chosen, tensorrt=tensorrt)
     per_gpu = any((repository / m / "configs" / f"{profile.name}.pbtxt").is_file() for m in models)
     recipes = tuple(r for m in models if _serves_plans(repository / m, profile.name)
@@ -109,8 +110,17 @@ def image_release(image: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+_IMAGE = re.compile(r"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:(?:[._]|__|-+|/)[a-z0-9]+)*"
+                    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+
+
 def check_image(profile: GpuProfile, image: str, *, tensorrt: bool) -> None:
-    """Refuse an image whose Triton cannot use the card (or its plans) at all."""
+    """Refuse an image reference Docker would refuse, or one whose Triton cannot use the
+    card (or its plans) at all."""
+    if not _IMAGE.match(image):
+        raise UsageError(f"--image '{image}' is not an image reference",
+                         hint="e.g. nvcr.io/nvidia/tritonserver:24.10-py3, or leave --image out "
+                              "for the profile's")
     release = image_release(image)
     if release is None:
         return  # a custom tag: the user knows what is inside

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonkit.errors import UsageError
-from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.fileio import atomic_write, check_folder, refuse_overwrite
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 from tritonkit.server.container import (
     CONTAINER_PORTS,
@@ -62,6 +62,9 @@ class K8sFiles:
     claim: str                     # the PersistentVolumeClaim to fill with the repository
     secret: str = field(repr=False)
     fill_commands: tuple[str, ...] = ()   # copy the repository into the claim, then apply
+
+
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 def app_name(repository: Path, gpu: str) -> str:
@@ -172,6 +175,11 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
     """Write ``out/k8s/``: the manifests (the Secret 0600), a kustomization, the fill pod."""
     if replicas < 1:
         raise UsageError(f"--replicas must be at least 1 (got {replicas})", hint="e.g. --replicas 2")
+    if storage_class is not None and not _DNS_SUBDOMAIN.match(storage_class):
+        raise UsageError(f"--storage-class '{storage_class}' is not a Kubernetes object name",
+                         hint="lower-case letters, digits, '-' and '.', as kubectl get "
+                              "storageclass lists them")
+    check_folder(out, what="--out")
     directory = Path(out) / K8S_DIRNAME
     paths = [directory / f for f in (*FILES, "kustomization.yaml", FILL_FILE)]
     for path in paths:

@@ -92,26 +92,26 @@ def port_problem(host: str, port: int) -> str | None:
 
 
 def check_port_free(host: str, port: int, role: str) -> None:
-    """A ServerError, saying what the OS said, unless tritonserver could listen there now."""
+    """A UsageError (a flag fixes it), saying what the OS said, unless tritonserver could
+    listen there now."""
     problem = port_problem(host, port)
     if problem is None:
         return
     flag = f"--{role}-port"
     if problem == IN_USE:
-        raise ServerError(f"{role} port {port} on {host} is already in use",
+        raise UsageError(f"{role} port {port} on {host} is already in use",
                           hint=f"stop what listens there, or pass {flag} with a free port "
                                "(0 picks one)")
-    raise ServerError(f"cannot listen on {host}:{port} for {role}: {problem}",
+    raise UsageError(f"cannot listen on {host}:{port} for {role}: {problem}",
                       hint=f"pass {flag} with another port (0 picks one), or bind an address "
                            "of this host (bind_address in the server settings)")
 
 
 def resolve_ports(host: str, ports: Ports) -> Ports:
     """Replace 0 with a free port, then check every port is free."""
+    ports.require_distinct()
     chosen = Ports(**{role: port or free_port(host) for role, port in ports.as_dict().items()})
-    if len(set(chosen.as_dict().values())) != 3:
-        raise UsageError(f"the HTTP, gRPC and metrics ports must differ (got {chosen})",
-                         hint="pass three different ports")
+    chosen.require_distinct()          # free_port twice may, rarely, pick one port twice
     for role, port in chosen.as_dict().items():
         check_port_free(host, port, role)
     return chosen

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
-from tritonkit.errors import ProfileError
+from tritonkit.errors import ProfileError, UsageError
 
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
 
@@ -67,6 +67,13 @@ class Ports:
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
+
+    def require_distinct(self) -> None:
+        """A UsageError unless the three ports differ (0, "pick one", may repeat)."""
+        chosen = [port for port in self.as_dict().values() if port]
+        if len(set(chosen)) != len(chosen):
+            raise UsageError(f"the HTTP, gRPC and metrics ports must differ (got {self})",
+                             hint="pass three different ports")
 
 
 def load_server_settings(path: Path | None = None) -> ServerSettings:

@@ -22,7 +22,7 @@ import json
 import os
 import secrets
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -106,15 +106,24 @@ def save_deployment(deployment: Deployment) -> Path:
 def load_deployment(repository: Path) -> Deployment:
     """The deployment recorded in ``repository``; UsageError if there is none."""
     path = state_dir(Path(repository)) / STATE_FILENAME
+    if Path(repository).exists() and not Path(repository).is_dir():
+        raise UsageError(f"model repository {repository} is not a folder",
+                         hint="pass --repository with the folder you deployed")
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise UsageError(f"no deployment recorded in {repository}",
                          hint=f"start one: tritonkit deploy --repository {repository}") from None
-    except json.JSONDecodeError as exc:
+    except (ValueError, OSError) as exc:       # bad JSON, bad bytes, unreadable
         raise UsageError(f"deployment state {path} is corrupt ({exc})",
                          hint="stop the server by hand and delete the file") from None
-    return Deployment(**data)
+    # Fields a later tritonkit added are left aside: `down` must still stop its server.
+    known = {f.name for f in fields(Deployment)}
+    try:
+        return Deployment(**{k: v for k, v in data.items() if k in known})
+    except (TypeError, AttributeError) as exc:  # a field missing, or not a JSON object
+        raise UsageError(f"deployment state {path} is corrupt ({exc})",
+                         hint="stop the server by hand and delete the file") from None
 
 
 def clear_deployment(repository: Path) -> None:
