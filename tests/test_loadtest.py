@@ -375,10 +375,23 @@ def test_failed_requests_without_an_error_budget_are_run_errors_not_a_pass():
     assert "3 of 1000 requests failed (most: 3x HTTP 500: boom)" in verdict.reasons[0]
 
 
-def test_failed_requests_within_the_error_budget_pass_and_beyond_it_miss():
-    result = _result(errors={"timeout": 5})
+def test_failed_requests_within_the_error_budget_pass_and_beyond_it_are_run_errors():
+    result = _result(errors={"timeout": 5})                     # 0.5 % of 1000
     assert report.judge(result, report.Sla(max_error_rate=0.01)).exit_code == 0
-    assert report.judge(result, report.Sla(max_error_rate=0.001)).exit_code == EXIT_SLA_MISS
+    beyond = report.judge(result, report.Sla(p99_ms=10, max_error_rate=0.001))
+    assert beyond.exit_code == EXIT_RUN_ERRORS                  # exit 4, as with no budget: not a miss
+    assert beyond.reasons == ("concurrency 4: 5 of 1000 requests failed (most: 5x timeout), "
+                              "more than the 0.1000% allowed",)
+    assert [c.describe() for c in beyond.checks if not c.passed] == [
+        "concurrency 4: error rate 0.5000% > 0.1000%: more requests failed than the budget allows "
+        "(a run error, exit 4)"]
+
+
+def test_an_error_budget_of_zero_is_the_same_as_none():
+    result = _result(errors={"timeout": 1})
+    assert (report.judge(result, report.Sla(max_error_rate=0)).exit_code
+            == report.judge(result, report.Sla()).exit_code == EXIT_RUN_ERRORS)
+    assert report.judge(_result(), report.Sla(max_error_rate=0)).exit_code == 0
 
 
 def test_a_run_cut_short_by_the_server_is_a_run_error_whatever_the_latency():

@@ -5,9 +5,9 @@
     write_json(path, result, verdict); write_csv(path, result); write_plot(path, result)
 
 The verdict is an exit code: 0 the SLA held, ``EXIT_SLA_MISS`` a limit was missed,
-``EXIT_RUN_ERRORS`` the run itself went wrong (requests failed and no error budget was
-given, or the server stopped answering). A failed request is never silently tolerated:
-errors are only acceptable up to ``--sla-max-error-rate``.
+``EXIT_RUN_ERRORS`` the run itself went wrong (requests failed beyond the error budget —
+with none given, any failure — or the server stopped answering). A failed request is
+never silently tolerated: errors are only acceptable up to ``--sla-max-error-rate``.
 """
 
 from __future__ import annotations
@@ -93,8 +93,10 @@ class Check:
             return f"{self.level}: p99 {self.measured:.2f} ms {'<=' if self.passed else '>'} {self.limit:g} ms"
         if self.metric == "qps":
             return f"{self.level}: {self.measured:,.1f} QPS {'>=' if self.passed else '<'} {self.limit:g}"
-        return (f"{self.level}: error rate {self.measured:.4%} "
-                f"{'<=' if self.passed else '>'} {self.limit:.4%}")
+        if self.passed:
+            return f"{self.level}: error rate {self.measured:.4%} <= {self.limit:.4%}"
+        return (f"{self.level}: error rate {self.measured:.4%} > {self.limit:.4%}: "
+                f"more requests failed than the budget allows (a run error, exit {EXIT_RUN_ERRORS})")
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,9 @@ class Verdict:
 def judge(result: LoadTestResult, sla: Sla) -> Verdict:
     """Check every level of ``result`` against ``sla``.
 
-    A run that ended early or had failed requests without an error budget is ERRORS
-    (it says nothing reliable about latency); otherwise any failed check is a MISS.
+    A run that ended early or had more failed requests than the error budget allows
+    (none given: any) is ERRORS (it says nothing reliable about latency), a budget of 0
+    the same as none; otherwise any failed check is a MISS.
     Cold-start spikes never pass silently: they are listed as warnings even when the
     SLA holds, since the next restart brings them back.
     """
@@ -133,13 +136,11 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
             checks.append(Check(lv.label, "p99_ms", p99, sla.p99_ms, p99 is not None and p99 <= sla.p99_ms))
         if sla.min_qps is not None:
             checks.append(Check(lv.label, "qps", lv.qps, sla.min_qps, lv.qps >= sla.min_qps))
-        if sla.max_error_rate is not None:
-            checks.append(Check(lv.label, "error_rate", lv.error_rate, sla.max_error_rate,
-                                lv.error_rate <= sla.max_error_rate))
-        elif lv.error_count:
-            kind, count = next(iter(lv.errors.items()))
-            errors.append(f"{lv.label}: {lv.error_count} of {lv.sent} requests failed "
-                          f"(most: {count}x {kind})")
+        budget = sla.max_error_rate
+        if budget is not None:
+            checks.append(Check(lv.label, "error_rate", lv.error_rate, budget, lv.error_rate <= budget))
+        if lv.error_count and (budget is None or lv.error_rate > budget):
+            errors.append(_failed_requests(lv, budget))
         if lv.sent and not lv.ok:
             errors.append(f"{lv.label}: no request succeeded")
         elif not lv.sent and not result.ended_early:
@@ -155,6 +156,13 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
     outcome = ERRORS if errors else MISS if missed else PASS
     return Verdict(outcome=outcome, checks=tuple(checks), reasons=tuple(errors or missed),
                    warnings=tuple(warnings), sla=sla)
+
+
+def _failed_requests(lv: LevelResult, budget: float | None) -> str:
+    """Why a level's failed requests make the run fail: how many, the commonest kind, the budget."""
+    kind, count = next(iter(lv.errors.items()))
+    beyond = "" if budget is None else f", more than the {budget:.4%} allowed"
+    return f"{lv.label}: {lv.error_count} of {lv.sent} requests failed (most: {count}x {kind}){beyond}"
 
 
 def _open_loop_warnings(lv: LevelResult) -> list[str]:

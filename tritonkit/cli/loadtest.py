@@ -81,8 +81,8 @@ def loadtest(
     sla_min_qps: Annotated[Optional[float], typer.Option(
         "--sla-min-qps", help="SLA: at least this many successful requests/s at every level.")] = None,
     sla_max_error_rate: Annotated[Optional[float], typer.Option(
-        "--sla-max-error-rate", help="SLA: at most this fraction of requests may fail "
-                                     "(default: any failure is an error, exit 4).")] = None,
+        "--sla-max-error-rate", help="SLA: at most this fraction of requests may fail; more "
+                                     "(by default: any) is a run error, exit 4.")] = None,
     json_out: JsonOut = None,
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write the timeline as CSV.")] = None,
     plot: Annotated[Optional[Path], typer.Option(
@@ -91,7 +91,8 @@ def loadtest(
 ) -> None:
     """Load a model closed-loop (--concurrency) or open-loop (--rate) and judge it against an SLA.
 
-    Exit code: 0 the SLA held, 3 it was missed, 4 requests failed or the server went away;
+    Exit code: 0 the SLA held, 3 it was missed, 4 requests failed (beyond --sla-max-error-rate)
+    or the server went away;
     1 when the SLA held but a --json/--csv/--plot file could not be written.
     """
     for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
