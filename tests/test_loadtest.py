@@ -136,6 +136,34 @@ def test_a_lone_slow_request_counts_when_a_reload_explains_it_or_it_is_extreme()
                                                  [], start, 1.0)] == [4]
 
 
+def test_one_reload_seen_by_the_index_and_by_the_statistics_is_one_outage_named_whole():
+    """The index names the version and sees 2.2-3.4 s; the statistics restarting say the
+    model was out from the last answer before (2.0 s) to the first after (3.6 s)."""
+    from tritonkit.loadtest._timeline import model_outages
+
+    start, at = 0, lambda s: int(s * 1e9)
+    events = [ServerEvent(at(2.0), "state", "mlp", "", "UNAVAILABLE", "READY", "statistics restarted"),
+              ServerEvent(at(2.2), "state", "mlp", "1", "UNLOADING", "READY"),
+              ServerEvent(at(3.4), "state", "mlp", "1", "READY", "LOADING"),
+              ServerEvent(at(3.6), "state", "mlp", "", "READY", "UNAVAILABLE", "statistics restarted")]
+    assert model_outages(events, start) == [("mlp", "1", 2.0, 3.6)]
+    spikes = cold_start_windows(_timeline([1.0, 1.0, 30.0, 30.0, 1.0, 1.0]), events, start, 1.0)
+    assert [s.window for s in spikes] == [2, 3] and all(s.cold_start for s in spikes)
+    assert spikes[0].cause == "cold start: model 'mlp' version 1 reloaded, not READY 2.00–3.60 s"
+
+
+def test_outages_of_one_model_apart_in_time_stay_apart():
+    from tritonkit.loadtest._timeline import model_outages
+
+    at = lambda s: int(s * 1e9)     # noqa: E731
+    events = [ServerEvent(at(1.0), "state", "mlp", "1", "UNLOADING", "READY"),
+              ServerEvent(at(1.5), "state", "mlp", "1", "READY", "LOADING"),
+              ServerEvent(at(1.2), "state", "cnn", "1", "UNLOADING", "READY"),
+              ServerEvent(at(4.0), "state", "mlp", "1", "UNLOADING", "READY")]
+    assert model_outages(events, 0) == [("mlp", "1", 1.0, 1.5), ("cnn", "1", 1.2, None),
+                                        ("mlp", "1", 4.0, None)]
+
+
 def test_a_spike_with_no_server_event_near_it_is_not_blamed_on_a_cold_start():
     start = 0
     events = [ServerEvent(int(0.1e9), "state", "mlp", "1", "READY", "LOADING")]
@@ -739,6 +767,38 @@ def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tm
     report.write_json(tmp_path / "cold.json", result, verdict)
     saved = json.loads((tmp_path / "cold.json").read_text())
     assert any(s["cold_start"] for s in saved["levels"][0]["spikes"])
+
+
+@pytest.mark.server
+def test_a_model_out_when_the_watch_begins_is_an_outage_from_then_and_read_once_it_is_back(served):
+    """The model is unloaded when the server watcher starts, and loaded 0.3 s later: its
+    outage runs from the watcher's first poll (not from nowhere to the load), and its
+    statistics, unavailable at that poll, are read once it is back."""
+    from tritonkit.loadtest import ServerWatcher, request_template
+    from tritonkit.loadtest._timeline import model_outages
+    from tritonkit.loadtest._transport import http_sender
+
+    endpoint = Endpoint.from_deployment(served)
+    client = endpoint.http()
+    client.unload_model("example", headers=endpoint.repository_headers)
+    try:
+        began = time.perf_counter_ns()
+        watcher = ServerWatcher(endpoint, "example").start()
+        time.sleep(0.3)
+        client.load_model("example", headers=endpoint.repository_headers)
+        send = http_sender(served.http_url, request_template(endpoint, "example"), 5.0)
+        for _ in range(20):
+            send()
+        send.__self__.close()
+        answered = watcher.stats().count
+        watcher.stop()
+    finally:
+        client.load_model("example", headers=endpoint.repository_headers)     # a no-op once loaded
+        client.close()
+    (model, version, left, ready), = model_outages(watcher.events, began)
+    assert (model, version) == ("example", "1")
+    assert left < 0.2 and ready > 0.3, (left, ready)
+    assert answered == 20
 
 
 @pytest.mark.server

@@ -30,6 +30,11 @@ def _timed_out(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError) or "timed out" in str(exc).lower()
 
 
+def _restricted(exc: BaseException) -> bool:
+    """Triton refuses the endpoint to a client without the deployment's secret header."""
+    return "restricted" in triton_message(exc).lower()
+
+
 @dataclass(frozen=True)
 class ServerEvent:
     """Something the server did during the run, at ``t_ns`` (perf_counter_ns)."""
@@ -224,7 +229,7 @@ class ServerWatcher:
             previous = self._states.get((model, version), "")
             if state != previous:
                 self._states[(model, version)] = state
-                if not initial:
+                if not initial or self._out_at_start(model, state):
                     self.events.append(ServerEvent(now, "state", model, version, state, previous, reason))
         # A model that vanished from the index (or stopped being ready) changed state too.
         seen = set(self._current_keys)
@@ -234,12 +239,18 @@ class ServerWatcher:
                 if not initial:
                     self.events.append(ServerEvent(now, "state", key[0], key[1], "UNAVAILABLE", previous))
 
+    def _out_at_start(self, model: str, state: str) -> bool:
+        """At the first poll: whether a state is an outage already under way (the tested
+        model not READY, or any model loading or unloading), which then runs from the
+        watcher's start. Another model merely not loaded is no outage of anyone's."""
+        return state in ("LOADING", "UNLOADING") or (model == self._model and state != "READY")
+
     def _current_states(self) -> dict[tuple[str, str], tuple[str, str]]:
         if self._use_index:
             try:
                 index = self._client.get_model_repository_index(headers=self._headers)
             except Exception as exc:
-                if "restricted" not in triton_message(exc).lower():
+                if not _restricted(exc):
                     raise
                 self._use_index = self.index_used = False  # wrong or no secret: public readiness only
             else:
@@ -264,10 +275,12 @@ class ServerWatcher:
                 stats = client.get_inference_statistics(self._model, headers=self._headers or None)
             except InferenceServerException as exc:
                 message = triton_message(exc).lower()
-                if self._last_answer_ns is None:
-                    # Never readable (restricted, say): no split, and no outage inferred from it.
+                if _restricted(exc):
+                    # Never readable: no split, and no outage inferred from it. (A model not
+                    # available yet, at the first poll, is read once it is.)
                     self._stats_readable = False
-                elif "not available" in message or "unknown model" in message:
+                elif self._last_answer_ns is not None and ("not available" in message
+                                                           or "unknown model" in message):
                     # The server answered that the model is (being) unloaded.
                     self._rebase(StatsSnapshot(), time.perf_counter_ns(), available=False)
                 return

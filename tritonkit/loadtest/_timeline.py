@@ -86,7 +86,8 @@ def model_outages(events: list[ServerEvent], start_ns: int) -> list[Outage]:
     """(model, version, left READY at, READY again at or None) in seconds from ``start_ns``.
 
     A model that became READY without having been seen leaving it (a fresh load) has
-    an outage that starts at its first non-READY state, or at its READY event.
+    an outage that starts at its first non-READY state, or at its READY event. The
+    outages of one model that overlap are one (see ``_merged``).
     """
     outages = []
     open_since: dict[tuple[str, str], float] = {}
@@ -100,7 +101,27 @@ def model_outages(events: list[ServerEvent], start_ns: int) -> list[Outage]:
         elif event.previous != "READY":
             outages.append((*key, open_since.pop(key, at), at))
     outages.extend((*key, since, None) for key, since in open_since.items())
-    return sorted(outages, key=lambda o: o[2])
+    return _merged(sorted(outages, key=lambda o: o[2]))
+
+
+def _merged(outages: list[Outage]) -> list[Outage]:
+    """Overlapping outages of one model as one, from the first to leave to the last back.
+
+    One outage is often seen twice: the index names its version, and the statistics
+    restarting (or the readiness poll) infer it without one, over a slightly different
+    span. Named apart, a spike took the cause of whichever began last. The versions
+    seen are kept, joined ("1", or "1, 2" when two went out together).
+    """
+    merged: list[Outage] = []
+    for model, version, left, ready in outages:      # by when they began
+        same = next((i for i, o in enumerate(merged) if o[0] == model and (o[3] is None or left <= o[3])), None)
+        if same is None:
+            merged.append((model, version, left, ready))
+            continue
+        _, versions, began, back = merged[same]
+        names = ", ".join(sorted({v for v in (*versions.split(", "), version) if v}))
+        merged[same] = (model, names, began, None if back is None or ready is None else max(back, ready))
+    return merged
 
 
 def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_ns: int,
