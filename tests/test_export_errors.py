@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 from tritonkit.errors import EXIT_ERROR, EXIT_USAGE
+from tritonkit.export import onnx_export
 
 MLP = ROOT / "examples" / "mlp.py"
 
@@ -57,6 +58,79 @@ def call_counter():
 
 def no_singles():
     return NoSingles(), torch.randn(2, 4)
+
+class LstmState(nn.Module):
+    """Returns the LSTM's final hidden state as it comes: [layers, batch, hidden]."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, batch_first=True)
+
+    def forward(self, x):
+        out, (hidden, _) = self.lstm(x)
+        return out, hidden
+
+
+class SumOverBatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x).sum(0)
+
+
+class FlattenedBatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x).view(1, -1)
+
+
+class CentredOnTheBatch(nn.Module):
+    """Subtracts the batch's mean: each sample's output depends on the others."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return y - y.mean(0, keepdim=True)
+
+
+class TimeFirstLstm(nn.Module):
+    """nn.LSTM's default layout, [time, batch, features]: its first axis is time."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6)
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+def lstm_state():
+    return LstmState(), torch.randn(2, 5, 4)
+
+
+def sum_over_batch():
+    return SumOverBatch(), torch.randn(2, 4)
+
+
+def flattened_batch():
+    return FlattenedBatch(), torch.randn(2, 4)
+
+
+def centred_on_the_batch():
+    return CentredOnTheBatch(), torch.randn(2, 4)
+
+
+def time_first_lstm():
+    return TimeFirstLstm(), torch.randn(5, 3, 4)
+
 '''
 
 # An operator of its own, with no ONNX translation; a file of its own, as registering it
@@ -217,3 +291,32 @@ def test_debug_variable_shows_the_traceback(capsys, monkeypatch, repository, bad
     code = run_cli("export", f"{bad_models}:raises", "--name", "m", "--repository", repository)
     assert code == EXIT_USAGE
     assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("factory,output", [
+    ("lstm_state", "OUTPUT__1"), ("sum_over_batch", "OUTPUT__0"), ("flattened_batch", "OUTPUT__0"),
+], ids=["rnn state [layers, batch, hidden]", "sum over the batch", "flattened batch"])
+def test_an_output_whose_first_axis_is_not_the_batch_is_refused_naming_it(
+        capsys, repository, bad_models, factory, output):
+    # The TorchScript exporter, the fallback, had declared every output's first axis the batch.
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:{factory}", "--name", "m",
+                                    "--exporter", "torchscript")
+    assert code == EXIT_ERROR
+    assert line.startswith(f"error: torchscript exporter: output {output}")
+    assert "not the batch" in line
+    assert hint == f"hint: {onnx_export.NOT_BATCH_FIRST_HINT}"
+
+
+@pytest.mark.parametrize("factory", ["centred_on_the_batch", "time_first_lstm"],
+                         ids=["statistics over the batch", "rnn reading the batch as time"])
+def test_an_output_that_depends_on_the_other_samples_of_its_batch_is_refused(
+        capsys, repository, bad_models, factory):
+    # Each matches PyTorch at every batch size; Triton's dynamic batching would change answers.
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:{factory}", "--name", "m",
+                                    "--exporter", "torchscript", "--max-batch-size", "8")
+    assert code == EXIT_ERROR
+    assert line.startswith("error: torchscript exporter: output OUTPUT__0 of one sample depends "
+                           "on the other samples in its batch: sample ")
+    assert "of batch 8 differs from that sample run alone" in line
+    assert "depend on that sample alone" in hint and "batch_first=True" in hint
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ import tritonkit
 from tests.conftest import run_cli
 from tritonkit.errors import EXIT_USAGE, UsageError
 from tritonkit.export import onnx_export
-from tritonkit.export.verify import _compare
+from tritonkit.export.spec import normalize_inputs
+from tritonkit.export.verify import _compare, verification_cases
 
 
 def strict_json(text: str) -> dict:
@@ -139,3 +141,45 @@ def test_bfloat16_refusal_is_one_line_from_the_cli(tmp_path, capsys):
     assert code == EXIT_USAGE
     assert err[0].startswith("error: INPUT__0, OUTPUT__0 are bfloat16")
     assert "Traceback" not in "\n".join(err)
+
+
+class PaddedEncoder(torch.nn.Module):
+    """A stock nn.TransformerEncoder (nested tensors on, the default) fed a padding mask.
+
+    The first position (a [CLS] token) is never padding, so no random mask hides a whole row.
+    """
+
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2)
+
+    def forward(self, x, mask):
+        padding = (mask == 0) & (torch.arange(mask.shape[1]) > 0)
+        return self.encoder(x, src_key_padding_mask=padding)
+
+
+def test_a_transformer_encoder_with_padding_verifies_against_pytorchs_plain_path(tmp_path):
+    # PyTorch's attention fast path (eval, no grad) returns zeros at padded positions,
+    # where the path the exporters trace computes values: the reference must be that path.
+    torch.manual_seed(0)
+    mask = torch.ones(2, 6, dtype=torch.int64)
+    mask[1, 3:] = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = tritonkit.export(PaddedEncoder(), {"x": torch.randn(2, 6, 16), "mask": mask},
+                                  name="encoder", repository=tmp_path, max_batch_size=4,
+                                  dynamic_axes={"x": {1: "sequence"}, "mask": {1: "sequence"}},
+                                  exporters=("dynamo",))
+    assert result.report["verification"]["passed"] is True
+    assert not [w for w in caught if "nested tensors" in str(w.message)]
+    assert torch.backends.mha.get_fastpath_enabled() is True, "the fast path is restored"
+
+
+def test_random_inputs_stay_finite_when_the_example_holds_a_nan():
+    # NaN matches NaN: inputs made all-NaN by one NaN in the example would check nothing.
+    example = torch.tensor([[1.0, float("nan"), 3.0], [2.0, float("inf"), 4.0]])
+    for case in verification_cases(normalize_inputs(example), 8)[1:]:
+        (tensor,) = case.tensors
+        assert torch.isfinite(tensor).all(), case.label
+        assert 0 < float(tensor.mean()) < 5, "spread like the example's finite values"

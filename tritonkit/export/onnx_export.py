@@ -3,7 +3,9 @@
 ``dynamo`` (``torch.export`` based, the modern one) is tried first; ``torchscript``
 (``torch.jit.trace`` based) is the fallback. Whichever is used, the graph comes out
 with the names Triton will see and every dynamic axis a symbolic dim (``dim_param``):
-``batch`` first on every input and output, the declared labels elsewhere.
+``batch`` first on every input and output, the declared labels elsewhere. An output's
+first axis is the batch only where the exporter found it dynamic: one it fixed (an RNN's
+state, a sum over the batch) is refused here, and verification checks the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
 EXPORTERS = ("dynamo", "torchscript")
 # Protobuf cannot hold more than 2 GiB; past this the weights go to an external file.
 _EXTERNAL_DATA_BYTES = 1_800_000_000
+# The fix for an output whose first axis is not the batch (refused here and in verification).
+NOT_BATCH_FIRST_HINT = ("Triton splits every output into one row per sample: return [batch, ...] "
+                        "tensors (transpose an RNN's [layers, batch, hidden] state; reduce over "
+                        "other axes than the first)")
 
 
 def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
@@ -62,8 +68,10 @@ def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_b
 
 
 def _export_torchscript(module, args, inputs: ModelInputs, output_names, opset):
+    # Inputs only: the exporter's shape inference carries the dynamic axes to the outputs.
+    # Declaring the outputs' first axis the batch as well would hide one that is not (an
+    # RNN's [layers, batch, hidden] state, a sum over the batch) behind the batch's name.
     dynamic_axes = {name: inputs.axes_of(name) for name in inputs.names}
-    dynamic_axes.update({name: {0: BATCH_AXIS_NAME} for name in output_names})
     buffer = io.BytesIO()
     torch.onnx.export(module, args, buffer, dynamo=False, input_names=list(inputs.names),
                       output_names=list(output_names), dynamic_axes=dynamic_axes,
@@ -120,7 +128,7 @@ def name_symbolic_dims(model: onnx.ModelProto, inputs: ModelInputs,
                               "first axis", hint="return one value per sample, shape [batch, ...]")
         if dims[0].HasField("dim_value"):
             raise ExportError(f"output {name}'s first axis is fixed at {dims[0].dim_value}, "
-                              "not the batch", hint="return tensors whose first axis is the batch")
+                              "not the batch", hint=NOT_BATCH_FIRST_HINT)
         for axis, dim in enumerate(dims):
             if axis == 0:
                 dim.dim_param = BATCH_AXIS_NAME

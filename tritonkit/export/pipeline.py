@@ -26,7 +26,7 @@ from tritonkit.export import onnx_export, reproduce, tensorrt
 from tritonkit.export.report import build_report, file_record
 from tritonkit.export.spec import (ModelInputs, default_output_name, load_factory,
                                    normalize_inputs, order_like_forward)
-from tritonkit.export.verify import check_graph, verify_against_torch
+from tritonkit.export.verify import check_graph, reference_mode, verify_against_torch
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, configure
 from tritonkit.profiles import GpuProfile, load_profile
@@ -164,7 +164,7 @@ def _check_options(options: ExportOptions) -> None:
 
 def _reference_outputs(module: torch.nn.Module, inputs: ModelInputs):
     try:
-        with torch.no_grad():
+        with reference_mode():
             result = module(*inputs.tensors)
     except Exception as exc:
         raise UsageError(f"the model's forward() raised {type(exc).__name__} on the example "

@@ -4,11 +4,15 @@ First the ONNX checker (with shape inference); then ONNX Runtime against PyTorch
 on random inputs at several batch sizes (1, a middle one, the maximum) and, for dynamic
 axes besides the batch, other lengths than the example's. Each output is compared with
 ``|onnx - torch| <= atol + rtol * |torch|``; the report keeps the largest absolute and
-relative error per output.
+relative error per output. Triton splits every output along its first axis to answer each
+request of a batch, so each output's first axis must be the batch, and each sample's
+output must not depend on the other samples its batch holds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +21,7 @@ import onnx
 import torch
 
 from tritonkit.errors import ExportError, UsageError, VerificationError
+from tritonkit.export.onnx_export import NOT_BATCH_FIRST_HINT
 from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs, one_line
 
 # Defaults by precision: fp32 kernels differ in summation order between frameworks.
@@ -29,6 +34,9 @@ DEFAULT_TOLERANCES = {
 EXACT = (0.0, 0.0)  # integer and boolean outputs must match exactly
 _REL_FLOOR = 1e-6   # relative error is measured against max(|expected|, this)
 PROVIDER = "CPUExecutionProvider"
+# Samples of the largest batch checked against the same samples run alone: enough to find
+# a model that mixes samples (every row but the first usually differs), cheap at any batch.
+INDEPENDENCE_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -86,12 +94,18 @@ def _shape(inputs: ModelInputs, name: str, tensor: torch.Tensor, batch: int,
 
 
 def _random_like(example: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator):
-    """Random values in the example's range: same mean and spread, or the same integer span."""
+    """Random values in the example's range: same mean and spread, or the same integer span.
+
+    The spread comes from the example's finite values only: one NaN or infinity in it
+    would make every random input NaN, and NaN matches NaN, so nothing would be checked.
+    """
     if example.dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=generator).bool()
     if example.is_floating_point():
         sample = example.double()
-        mean, std = float(sample.mean()), float(sample.std()) if sample.numel() > 1 else 1.0
+        sample = sample[torch.isfinite(sample)]
+        mean = float(sample.mean()) if sample.numel() else 0.0
+        std = float(sample.std()) if sample.numel() > 1 else 1.0
         std = std if np.isfinite(std) and std > 0 else 1.0
         values = torch.randn(shape, generator=generator, dtype=torch.float64) * std + mean
         return values.to(example.dtype)
@@ -111,9 +125,29 @@ def tolerance_for(dtype: str, atol: float | None, rtol: float | None) -> tuple[f
     return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
 
 
+@contextlib.contextmanager
+def reference_mode():
+    """PyTorch eager as the exporters trace it: no gradients, and no attention fast path.
+
+    In eval mode without gradients, nn.MultiheadAttention and nn.TransformerEncoder take
+    a fused fast path; given a padding mask it computes on nested tensors and returns
+    zeros at the padded positions, where the plain path, the one both exporters trace,
+    computes values. The reference would differ from every correct graph there. The
+    fast path's multi-line prototype warning about nested tensors goes with it.
+    """
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
+            yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
+
+
 def torch_outputs(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
     """PyTorch eager's outputs, flattened in the order the exporters flatten them."""
-    with torch.no_grad():
+    with reference_mode():
         result = module(*tensors)
     leaves, _ = torch.utils._pytree.tree_flatten(result)
     return [to_numpy(leaf) for leaf in leaves]
@@ -149,6 +183,7 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     tolerances: dict[str, tuple[float, float]] = {}
     worst = {name: {"max_abs_error": 0.0, "max_rel_error": 0.0} for name in output_names}
     cases = []
+    largest: tuple[Case, list[np.ndarray]] | None = None
     for case in verification_cases(inputs, max_batch_size):
         try:
             expected = torch_outputs(module, case.tensors)
@@ -165,6 +200,7 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                                     hint="the graph baked in a size; check the dynamic axes") from exc
         errors = {}
         for name, want, got in zip(output_names, expected, actual):
+            _refuse_unbatched(name, want, case)
             if want.shape != got.shape:
                 raise VerificationError(
                     f"output {name} has shape {list(got.shape)} in ONNX Runtime but "
@@ -192,6 +228,8 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                          "(Python state, data-dependent branches)")
         cases.append({"case": case.label, "batch": case.batch, "lengths": case.lengths,
                       "outputs": errors})
+        if largest is None or case.batch >= largest[0].batch:
+            largest = (case, actual)
     return {
         "passed": True,
         "runtime": f"onnxruntime {ort.__version__}",
@@ -199,7 +237,67 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
         "tolerances": {name: {"atol": a, "rtol": r} for name, (a, r) in tolerances.items()},
         "max_errors": worst,
         "cases": cases,
+        "independent_samples": _check_independent_samples(
+            session, inputs.names, output_names, *largest, tolerances),
     }
+
+
+def _refuse_unbatched(name: str, output: np.ndarray, case: Case) -> None:
+    """A VerificationError unless PyTorch's output has one row per sample of the case.
+
+    Triton hands row i of every output to the request that sent sample i. An output
+    whose first axis is something else (an RNN's state [layers, batch, hidden], a sum
+    over the batch, a flattened batch) cannot be split so, even where ONNX Runtime
+    agrees with PyTorch on it.
+    """
+    first = output.shape[0] if output.ndim else None
+    if first == case.batch:
+        return
+    shape = f"shape {list(output.shape)}" if output.ndim else "a scalar"
+    raise VerificationError(
+        f"output {name} has {shape} at {_where(case)}: its first axis is not the batch "
+        f"({case.batch})",
+        hint=NOT_BATCH_FIRST_HINT)
+
+
+def _check_independent_samples(session, input_names: tuple[str, ...],
+                              output_names: tuple[str, ...], case: Case,
+                              batched: list[np.ndarray],
+                              tolerances: dict[str, tuple[float, float]]) -> dict:
+    """Compare rows of a batched run of the graph with the same samples run alone.
+
+    Triton's dynamic batching runs requests from unrelated clients as one batch. A graph
+    whose sample i depends on the other samples (statistics over the batch, an RNN
+    reading the first axis as time) answers each client according to who else was in
+    the batch, though it matches PyTorch, which does the same. A VerificationError if
+    any checked row differs beyond the output's tolerances; else the report's record.
+    """
+    if case.batch < 2:   # --max-batch-size 1: Triton never puts two requests in one batch
+        return {"batch": case.batch, "rows": []}
+    rows = _rows_to_check(case.batch)
+    for row in rows:
+        feed = {name: to_numpy(tensor[row:row + 1])
+                for name, tensor in zip(input_names, case.tensors)}
+        alone = session.run(list(output_names), feed)
+        for name, together, single in zip(output_names, batched, alone):
+            abs_error, _, within = _compare(single, together[row:row + 1], *tolerances[name])
+            if not within:
+                case_atol, case_rtol = tolerances[name]
+                raise VerificationError(
+                    f"output {name} of one sample depends on the other samples in its batch: "
+                    f"sample {row} of {_where(case)} differs from that sample run alone by up "
+                    f"to {abs_error:.3g} (atol {case_atol:g}, rtol {case_rtol:g})",
+                    hint="Triton batches requests from unrelated clients together: make each "
+                         "sample's output depend on that sample alone (no statistics across "
+                         "the first axis; RNNs with batch_first=True); tritonkit serves "
+                         "every model batched (no --max-batch-size 0)")
+    return {"batch": case.batch, "rows": rows}
+
+
+def _rows_to_check(batch: int) -> list[int]:
+    """Up to INDEPENDENCE_ROWS rows spread over a batch of 2 or more, first and last included."""
+    count = min(batch, INDEPENDENCE_ROWS)
+    return sorted({round(i * (batch - 1) / (count - 1)) for i in range(count)})
 
 
 def _refuse_bfloat16(path: Path) -> None:
