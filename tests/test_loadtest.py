@@ -216,26 +216,30 @@ def test_a_level_ends_where_the_server_first_went_away_even_if_it_comes_back():
 MS, S = 1_000_000, 1_000_000_000
 
 
-def _level_from(records, *, mode="closed", cpu_s=0.0, never_sent=(), held_back=False, back_at=0):
-    """A level merged from one worker's raw records: (origin ns, latency ns, error kind or None)."""
-    from tritonkit.loadtest._run import _merge
+def _level_from(records, *, mode="closed", cpu_s=0.0, never_sent=(), held_back=False, back_at=0,
+                given_up=(), timeout_s=1.0):
+    """A level merged from one worker's raw records: (origin ns, latency ns, None for an
+    answer, else the error's kind or the exception the send raised); 2 s measured from 0,
+    after a warm-up (negative origins); ``given_up``: origins still out at ``back_at``."""
+    from tritonkit.loadtest._run import _merge, _plans
     from tritonkit.loadtest._server import StatsSnapshot
-    from tritonkit.loadtest._worker import WorkerPlan, _never_sent, _Records
+    from tritonkit.loadtest._worker import _give_up_on, _never_sent, _Records
 
-    plan = WorkerPlan(index=0, protocol="http", url="-", template=None, slots=1,
-                      offsets_ns=None if mode == "closed" else np.zeros(1, np.int64),
-                      warmup_ns=0, duration_ns=2 * S, window_ns=S, timeout_s=1.0)
+    spec = (LoadSpec(model="m", concurrency=(1,), duration_s=2, warmup_s=0, window_s=1, timeout_s=timeout_s)
+            if mode == "closed" else
+            LoadSpec(model="m", rates=(10.0,), duration_s=2, warmup_s=0, window_s=1, timeout_s=timeout_s))
+    plan, = _plans(spec, None, "-", spec.levels()[0])
     rec = _Records()
     for origin, latency, kind in records:
         rec.origins.append(origin)
         rec.latencies.append(latency)
-        rec.codes.append(0 if kind is None else rec.kinds.setdefault(kind, len(rec.kinds) + 1))
+        rec.codes.append(0 if kind is None else rec.code(kind) if isinstance(kind, BaseException)
+                         else rec.kind_code(kind))
         if mode == "open":
             rec.lags.append(0)
             rec.waited.append(False)
     _never_sent(list(never_sent), 2 * S, rec, back_at, held_since=0 if held_back else None)
-    spec = (LoadSpec(model="m", concurrency=(1,), duration_s=2, window_s=1) if mode == "closed" else
-            LoadSpec(model="m", rates=(10.0,), duration_s=2, window_s=1))
+    _give_up_on(dict(enumerate(given_up)), rec, plan, back_at)
     summary = rec.summary(plan, t0=0) | {"cpu_s": cpu_s}
     return _merge(spec, 1 if mode == "closed" else 10.0, [summary], [], None, StatsSnapshot(), 0,
                   1 if mode == "open" else None)
@@ -260,6 +264,47 @@ def test_arrivals_the_server_held_back_are_latency_not_errors_and_cost_the_clien
     assert level.latency_ms["max"] == pytest.approx(2_500, rel=0.01)    # at least 4 s - 1.5 s
     assert level.achieved_rate == 5.0                    # 10 sent in 2 s of the 13 due
     assert level.client_cpu_us == pytest.approx(100)    # 1 ms over the 10 that were sent
+
+
+def test_a_request_sent_in_the_warm_up_and_answered_in_the_measurement_counts_in_its_first_window():
+    """Closed loop, the server stalled from 0.1 s before the start until 1.4 s into it: the
+    request it held is the stall's only trace, since nothing else was sent meanwhile. It
+    overlaps the measurement, as one sent before the end and answered after it does (both
+    count); one answered within the warm-up does not."""
+    records = [(-200 * MS, 50 * MS, None),                     # warm-up, answered in the warm-up
+               (-100 * MS, 1_500 * MS, None),                  # warm-up, waited through the stall
+               *[(1_400 * MS + i * 100 * MS, MS, None) for i in range(5)],
+               (1_950 * MS, 400 * MS, None)]                   # answered after the end
+    level = _level_from(records)
+    assert level.ok == 7 and level.histogram.get_total_count() == 7
+    assert level.latency_ms["max"] == pytest.approx(1_500, rel=0.001)
+    assert [w.ok for w in level.timeline] == [1, 6]
+    assert level.timeline[0].max_ms == pytest.approx(1_500, rel=0.001)
+
+
+def test_requests_that_got_no_answer_count_in_the_latencies_and_error_answers_do_not():
+    """An error budget lets 1.5 % of requests time out at 30 s: they are the p99, so the
+    SLA on it sees them. So are requests still out when the run gave up on them. A 400 in
+    1 ms is the model refusing its input, not a latency: an error, out of the percentiles."""
+    answered = [(i * MS, MS, None) for i in range(975)]
+    timed_out = [(1_000 * MS + i * MS, 30 * S, TimeoutError("timed out")) for i in range(10)]
+    refused = [(1_100 * MS + i * MS, MS, "HTTP 400: bad input") for i in range(20)]
+    level = _level_from(answered + timed_out + refused, given_up=[1_500 * MS] * 5, back_at=32 * S,
+                        timeout_s=30.0)
+    assert level.error_count == 35 and level.ok == 975
+    assert level.histogram.get_total_count() == 975 + 10 + 5
+    assert level.latency_ms["p99"] >= 30_000
+    verdict = report.judge(LoadTestResult(spec=LoadSpec(model="m", concurrency=(1,)), server="s",
+                                          request="r", levels=[level]),
+                           report.Sla(p99_ms=100, max_error_rate=0.05))
+    assert verdict.exit_code == EXIT_SLA_MISS
+    assert verdict.reasons[0].startswith("concurrency 1: p99 30")
+
+
+def test_a_latency_longer_than_a_minute_is_measured_not_clipped():
+    # --request-timeout 120: an answer 90 s after its request counts as 90 s
+    level = _level_from([(0, 90 * S, None), (MS, MS, None)], timeout_s=120.0)
+    assert level.latency_ms["max"] == pytest.approx(90_000, rel=0.001)
 
 
 def test_arrivals_the_load_generator_never_sent_with_slots_free_are_its_errors():
@@ -713,6 +758,37 @@ def test_an_answer_that_comes_after_the_end_counts_if_it_comes_within_its_reques
     level = result.levels[0]
     assert level.error_count == 0, level.errors
     assert level.latency_ms["max"] > 5500           # the answer that came ~6 s later is in
+
+
+@pytest.mark.server
+def test_a_stall_that_began_in_the_warm_up_shows_in_the_measurement(served):
+    """Closed loop: the server stops answering 0.4 s before the measurement starts, for
+    1.5 s. The requests it held were sent in the warm-up; nothing else is sent until they
+    are answered, so they are the stall's only trace: they count, in the first window."""
+    freeze = _Frozen(served, 1.5)
+    stall = _At(-0.4, 0.8, freeze)
+    result = _run_with(served, LoadSpec(model="example", concurrency=(2,), duration_s=2.5,
+                                        warmup_s=0.8), stall)
+    level = result.levels[0]
+    # when it began is measured, not assumed: a busy machine starts the stall late
+    before_start_s = stall.left_at(freeze.began) - 2.5
+    assert 0 < before_start_s < 1.0, f"the stall began {before_start_s:.2f} s before the start"
+    assert level.error_count == 0, level.errors
+    assert level.latency_ms["max"] > 1000 * (1.5 - before_start_s) - 50
+    assert level.timeline[0].spike and level.timeline[0].max_ms == level.latency_ms["max"]
+
+
+@pytest.mark.server
+def test_a_request_that_timed_out_counts_in_the_latencies_at_its_timeout(served):
+    """The server stops answering for 1.2 s with a 0.5 s request timeout: the requests
+    that timed out are errors, and in the latencies (at 0.5 s) too."""
+    stall = _At(0.5, 0.3, _Frozen(served, 1.2))
+    result = _run_with(served, LoadSpec(model="example", concurrency=(1,), duration_s=2.5, warmup_s=0.3,
+                                        timeout_s=0.5), stall)
+    level = result.levels[0]
+    assert level.error_count >= 1 and all("timed out" in kind for kind in level.errors), level.errors
+    assert level.histogram.get_total_count() == level.ok + level.error_count
+    assert level.latency_ms["max"] >= 495
 
 
 @pytest.mark.server

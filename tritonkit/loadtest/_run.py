@@ -20,7 +20,7 @@ from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedu
 from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
-from tritonkit.loadtest._worker import DIGITS, HIGHEST_US, LOWEST_US, WorkerPlan, worker_main
+from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 PROTOCOLS = ("http", "grpc")
@@ -324,10 +324,10 @@ def _receive(pipe, proc, what: str = "finish") -> Any:
     return message
 
 
-def _new_histogram():
+def _new_histogram(highest_us: int):
     from hdrh.histogram import HdrHistogram
 
-    return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
+    return HdrHistogram(LOWEST_US, highest_us, DIGITS)
 
 
 def _latency_ms(hist) -> dict[str, float]:
@@ -343,7 +343,8 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
            down_at_ns: int | None, served: StatsSnapshot, start_ns: int,
            max_in_flight: int | None = None) -> LevelResult:
     """One level's result from its workers' summaries, the server's events and statistics."""
-    total, lag = _new_histogram(), _new_histogram()
+    highest_us = max(s["highest_us"] for s in summaries)      # the workers' histograms fit in
+    total, lag = _new_histogram(highest_us), _new_histogram(highest_us)
     errors: dict[str, int] = {}
     per_window: dict[int, dict] = {}
     for s in summaries:
@@ -354,7 +355,7 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
         for kind, n in s["errors"].items():
             errors[kind] = errors.get(kind, 0) + n
         for index, w in s["windows"].items():
-            merged = per_window.setdefault(index, {"ok": 0, "errors": 0, "hist": _new_histogram()})
+            merged = per_window.setdefault(index, {"ok": 0, "errors": 0, "hist": _new_histogram(highest_us)})
             merged["ok"] += w["ok"]
             merged["errors"] += w["errors"]
             if w["hist"]:
@@ -368,7 +369,7 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
     n_windows = max(1, math.ceil(span_s / spec.window_s - 1e-9)) if span_s > 0 else 0
     timeline = []
     for index in range(n_windows):
-        w = per_window.get(index, {"ok": 0, "errors": 0, "hist": _new_histogram()})
+        w = per_window.get(index, {"ok": 0, "errors": 0, "hist": _new_histogram(highest_us)})
         hist, width = w["hist"], min(spec.window_s, span_s - index * spec.window_s)
         has = hist.get_total_count() > 0
         timeline.append(Window(

@@ -29,7 +29,7 @@ import numpy as np
 from tritonkit.loadtest._inputs import RequestTemplate
 from tritonkit.loadtest._transport import Send, error_kind, grpc_sender, http_sender
 
-LOWEST_US, HIGHEST_US, DIGITS = 1, 60_000_000, 3
+LOWEST_US, DIGITS = 1, 3
 # gevent's timer rounds sleeps up to the next millisecond: sleep to within this much of a
 # scheduled send, then yield-spin, so open-loop sends leave on time (within ~50 µs).
 _SPIN_GUARD_NS = 1_100_000
@@ -50,6 +50,14 @@ class WorkerPlan:
     window_ns: int
     timeout_s: float
     grace_s: float = 31.0               # wait this long for answers after the end (timeout + margin)
+
+    @property
+    def highest_us(self) -> int:
+        """The histograms' ceiling: twice the longest latency this worker can record (a
+        request due at the start, answered or given up on ``grace_s`` after the end), so a
+        long ``--request-timeout`` or a server that held arrivals back for minutes is
+        measured, never clipped."""
+        return 2 * ((self.warmup_ns + self.duration_ns) // 1000 + round(self.grace_s * 1e6))
 
 
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
@@ -104,6 +112,10 @@ class _Records:
     Code 0 is an answer; a positive code an error kind; ``HELD_BACK`` an open-loop
     arrival never sent because every slot was waiting on the server: not an error of
     the request, and its latency (at least the time it waited) counts like an answer's.
+    A request that got no answer within its timeout is an error whose latency counts
+    too (the time it was given up on, a lower bound): a server that leaves 1 % of its
+    requests hanging has a p99 of the timeout. An error *answer* (HTTP 400, gRPC
+    NOT_FOUND, in a millisecond) is not a latency of the model's: it is left out.
     """
 
     def __init__(self) -> None:
@@ -113,10 +125,16 @@ class _Records:
         self.lags: list[int] = []          # open loop: actual send minus scheduled send
         self.waited: list[bool] = []       # open loop: it fell due while every slot was on the server
         self.kinds: dict[str, int] = {}
+        self.unanswered: set[int] = set()  # the codes of errors that got no answer in time
 
     def code(self, exc: BaseException) -> int:
-        kind = error_kind(exc)
-        return self.kinds.setdefault(kind, len(self.kinds) + 1)
+        return self.kind_code(error_kind(exc), unanswered=isinstance(exc, TimeoutError))
+
+    def kind_code(self, kind: str, unanswered: bool = False) -> int:
+        code = self.kinds.setdefault(kind, len(self.kinds) + 1)
+        if unanswered:
+            self.unanswered.add(code)
+        return code
 
     def summary(self, plan: WorkerPlan, t0: int) -> dict[str, Any]:
         """Histograms (HdrHistogram, encoded) of the measured period, total and per window."""
@@ -126,28 +144,34 @@ class _Records:
         if NOT_SENT in self.kinds:
             never |= all_codes == self.kinds[NOT_SENT]
         origins = np.asarray(self.origins, dtype=np.int64) - start
-        latencies = np.maximum(np.asarray(self.latencies, dtype=np.int64) // 1000, LOWEST_US)
-        keep = (origins >= 0) & (origins < plan.duration_ns)
-        origins, latencies, codes = origins[keep], latencies[keep], all_codes[keep]
+        latencies_ns = np.asarray(self.latencies, dtype=np.int64)
+        # A request counts if it overlaps the measured span: one sent before the end counts
+        # however late its answer, and so one sent during the warm-up that is answered
+        # after the start (it waited through a stall, say) counts, in the first window.
+        keep = (origins < plan.duration_ns) & ((origins >= 0) | (origins + latencies_ns > 0))
+        origins, codes = origins[keep], all_codes[keep]
+        latencies = np.maximum(latencies_ns[keep] // 1000, LOWEST_US)
         names = {code: kind for kind, code in self.kinds.items()}
         ok = codes == 0
         failed = codes > 0
-        timed = ok | (codes == HELD_BACK)            # what the latency percentiles see
+        # what the latency percentiles see: answers, held-back arrivals, requests never answered
+        timed = ok | (codes == HELD_BACK) | np.isin(codes, list(self.unanswered))
         windows = {}
-        window_of = origins // plan.window_ns
+        window_of = np.maximum(origins, 0) // plan.window_ns
         for window in np.unique(window_of):
             here = window_of == window
             windows[int(window)] = {
                 "ok": int(np.count_nonzero(here & ok)),
                 "errors": int(np.count_nonzero(here & failed)),
-                "hist": _encode(latencies[here & timed]),
+                "hist": _encode(latencies[here & timed], plan.highest_us),
             }
         summary = {
             "sent": int(len(codes)),
             "not_sent": int(np.count_nonzero(never[keep])),
             "ok": int(np.count_nonzero(ok)),
             "errors": {names[int(c)]: int(n) for c, n in zip(*np.unique(codes[failed], return_counts=True))},
-            "hist": _encode(latencies[timed]),
+            "hist": _encode(latencies[timed], plan.highest_us),
+            "highest_us": plan.highest_us,
             "windows": windows,
             "lag_hist": None,
             "saturated": 0,
@@ -156,18 +180,19 @@ class _Records:
         }
         if self.lags:
             lags = np.asarray(self.lags, dtype=np.int64)[keep]
-            summary["lag_hist"] = _encode(np.maximum(lags // 1000, LOWEST_US))
+            summary["lag_hist"] = _encode(np.maximum(lags // 1000, LOWEST_US), plan.highest_us)
             summary["saturated"] = int(np.count_nonzero(np.asarray(self.waited, dtype=bool)[keep]))
         return summary
 
 
-def _encode(values_us: np.ndarray) -> str | None:
+def _encode(values_us: np.ndarray, highest_us: int) -> str | None:
     from hdrh.histogram import HdrHistogram
 
     if not len(values_us):
         return None
-    hist = HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
-    values, counts = np.unique(np.minimum(values_us, HIGHEST_US), return_counts=True)
+    hist = HdrHistogram(LOWEST_US, highest_us, DIGITS)
+    # (over the ceiling only if this process was itself stopped for longer than the run)
+    values, counts = np.unique(np.minimum(values_us, highest_us), return_counts=True)
     for value, count in zip(values.tolist(), counts.tolist()):
         hist.record_value(value, count)
     return hist.encode().decode("ascii")
@@ -349,15 +374,15 @@ def _never_sent(due: list[int], end: int, rec: _Records, back_at: int, held_sinc
             held = held_since is not None and origin >= held_since
             rec.origins.append(origin)
             rec.latencies.append(max(0, back_at - origin))
-            rec.codes.append(HELD_BACK if held else rec.kinds.setdefault(NOT_SENT, len(rec.kinds) + 1))
+            rec.codes.append(HELD_BACK if held else rec.kind_code(NOT_SENT))
             rec.lags.append(max(0, back_at - origin))
             rec.waited.append(held)
 
 
 def _give_up_on(inflight: dict[int, int], rec: _Records, plan: WorkerPlan, now: int) -> None:
-    """Requests still unanswered past their own timeout count as errors, never vanish."""
-    kind = f"no answer within the {plan.timeout_s:g} s request timeout"
-    code = rec.kinds.setdefault(kind, len(rec.kinds) + 1)
+    """Requests still unanswered past their own timeout count as errors, never vanish (and,
+    as any request left without an answer, in the latencies)."""
+    code = rec.kind_code(f"no answer within the {plan.timeout_s:g} s request timeout", unanswered=True)
     for origin in list(inflight.values()):
         rec.origins.append(origin)
         rec.latencies.append(now - origin)
