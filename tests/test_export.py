@@ -238,3 +238,54 @@ def test_reproduce_script_reruns_the_same_export(tmp_path):
     for key in ("inputs", "outputs", "max_batch_size", "opset", "exporter", "source"):
         assert after[key] == before[key], key
     assert after["files"] == before["files"], "the same graph, byte for byte"
+
+
+BRANCHY = '''
+import torch
+from torch import nn
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.mean() > 0:
+            return self.linear(x)
+        return -self.linear(x)
+
+
+def build():
+    torch.manual_seed(0)
+    return Branchy(), torch.randn(2, 4) + 3
+'''
+
+
+def test_a_branch_on_a_tensor_value_is_reported_and_warned_about_with_its_line(tmp_path, capsys):
+    source = tmp_path / "branchy.py"
+    source.write_text(BRANCHY)
+    line = BRANCHY.splitlines().index("        if x.mean() > 0:") + 1
+    code = run_cli("export", f"{source}:build", "--name", "branchy", "--repository",
+                   tmp_path / "repo")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = report_of(tmp_path / "repo" / "branchy")
+    # dynamo refuses the branch; the TorchScript trace freezes it, and says where
+    dynamo, torchscript = report["exporter_attempts"]
+    assert "data-dependent expression" in dynamo["error"]
+    assert "the TorchScript trace keeps only the branch the example inputs took" in dynamo["note"]
+    assert dynamo["note"] in " ".join(out.split())
+    assert report["tracer_warnings"] == [{
+        "file": str(source), "line": line,
+        "message": "Converting a tensor to a Python boolean might cause the trace to be incorrect."}]
+    warned = [text for text in err.splitlines() if text.startswith("warning: ")]
+    assert len(warned) == 1 and f"branchy.py:{line}" in warned[0]
+
+
+def test_torchs_own_tracer_warnings_are_left_out(exported):
+    # The GRU family falls back to TorchScript, whose tracer warns inside torch.nn.
+    report = report_of(exported / "gru")
+    assert report["exporter"] == "torchscript"
+    assert report["tracer_warnings"] == []
+

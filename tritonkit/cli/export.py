@@ -88,8 +88,9 @@ def _render(result: ExportResult) -> None:
     console.print(table)
     for attempt in report["exporter_attempts"]:
         if not attempt["ok"]:
+            note = f": {attempt['note']}" if attempt.get("note") else ""
             console.print(escape(f"the {attempt['exporter']} exporter failed ({attempt['error']}); "
-                                 f"used the {report['exporter']} exporter"))
+                                 f"used the {report['exporter']} exporter{note}"))
     verification = report["verification"]
     if verification.get("passed"):
         batches = sorted({case["batch"] for case in verification["cases"]})
@@ -99,6 +100,8 @@ def _render(result: ExportResult) -> None:
         console.print("[yellow]not verified[/] (--no-verify)")
     for note in result.notes:
         console.print(escape(note))
+    for warning in result.warnings:
+        err_console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     for path in result.written:
         console.print(f"  wrote {escape(str(path))}")
 

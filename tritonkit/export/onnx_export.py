@@ -18,6 +18,7 @@ import re
 import sys
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -29,17 +30,32 @@ from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
 EXPORTERS = ("dynamo", "torchscript")
 # Protobuf cannot hold more than 2 GiB; past this the weights go to an external file.
 _EXTERNAL_DATA_BYTES = 1_800_000_000
+# What the dynamo exporter says when forward() branches on a tensor's value.
+DATA_DEPENDENT = "Could not guard on data-dependent expression"
 # The fix for an output whose first axis is not the batch (refused here and in verification).
 NOT_BATCH_FIRST_HINT = ("Triton splits every output into one row per sample: return [batch, ...] "
                         "tensors (transpose an RNN's [layers, batch, hidden] state; reduce over "
                         "other axes than the first)")
 
 
+@dataclass(frozen=True)
+class ExportedGraph:
+    """The tidied graph, and what the tracer said about the model's own code.
+
+    ``tracer_warnings`` (TorchScript only): each place forward() turned a tensor into a
+    Python value the trace then froze (``{"file", "line", "message"}``). A branch on a
+    tensor's value keeps the example's path; shape arithmetic is usually harmless.
+    """
+
+    model: onnx.ModelProto
+    tracer_warnings: tuple[dict, ...] = ()
+
+
 def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
-                output_names: tuple[str, ...], opset: int, max_batch_size: int) -> onnx.ModelProto:
+                output_names: tuple[str, ...], opset: int, max_batch_size: int) -> ExportedGraph:
     """Export ``module`` with one exporter and return the tidied graph (not yet checked)."""
     args = traceable_inputs(inputs)
-    with _quiet() as captured:
+    with _quiet() as captured, _tracer_warnings() as tracer_warnings:
         try:
             if exporter == "dynamo":
                 model = _export_dynamo(module, args, inputs, output_names, opset, max_batch_size)
@@ -49,7 +65,7 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
             raise ExportError(f"{exporter} exporter: {summarize_exception(exc)}",
                               hint=_hint_for(exc, captured.getvalue())) from exc
     name_symbolic_dims(model, inputs, output_names)
-    return model
+    return ExportedGraph(model, tuple(tracer_warnings))
 
 
 def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_batch_size):
@@ -178,7 +194,45 @@ def _hint_for(exc: BaseException, output: str) -> str:
     if "No ONNX function found" in text or "is not supported" in text:
         return ("the model uses an operator ONNX cannot express: replace it with supported "
                 "ops, or register a custom translation (torch.onnx.export custom_translation_table)")
+    if DATA_DEPENDENT in text:
+        return ("forward() branches on a tensor's value (if/while on a tensor): express the "
+                "branch with torch.where or torch.cond")
     return "rerun with TRITONKIT_DEBUG=1 for the exporter's traceback"
+
+
+def fallback_note(error: str) -> str | None:
+    """What a failed dynamo attempt means for the TorchScript graph used instead, if anything."""
+    if DATA_DEPENDENT in error:
+        return ("forward() branches on a tensor's value, and the TorchScript trace keeps only "
+                "the branch the example inputs took (express it with torch.where or torch.cond)")
+    return None
+
+
+@contextlib.contextmanager
+def _tracer_warnings():
+    """Collect the TorchScript tracer's warnings about the model's code; drop all others.
+
+    Each is a Python value the trace computed from a tensor and then froze: a branch on a
+    tensor's value that would be taken the same way for every input. Torch's own shape
+    code is left out, as torch itself leaves it out (``TracerWarning.ignore_lib_warnings``).
+    The list is filled when the block ends; repeats (a loop) are kept once.
+    """
+    found: list[dict] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("always", category=torch.jit.TracerWarning)
+        torch.jit.TracerWarning.ignore_lib_warnings()
+        try:
+            yield found
+        finally:
+            seen = set()
+            for record in caught:
+                message = str(record.message).split(". ", 1)[0].strip().rstrip(".") + "."
+                key = (record.filename, record.lineno, message)
+                if issubclass(record.category, torch.jit.TracerWarning) and key not in seen:
+                    seen.add(key)
+                    found.append({"file": record.filename, "line": record.lineno,
+                                  "message": message})
 
 
 @contextlib.contextmanager

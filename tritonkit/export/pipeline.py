@@ -57,12 +57,14 @@ class ExportOptions:
 
 @dataclass(frozen=True)
 class ExportResult:
-    """The model folder now in the repository, its report, the files written and any notes."""
+    """The model folder now in the repository, its report, the files written, any notes,
+    and warnings: things that may be wrong with the model, which the export could not check."""
 
     path: Path
     report: dict
     written: list[Path]
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def export_spec(spec: str, options: ExportOptions,
@@ -132,7 +134,8 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
         raise
     shutil.rmtree(staging, ignore_errors=True)
     written = [target / path.relative_to(stage) for path in result.written]
-    return ExportResult(path=target, report=result.report, written=written, notes=result.notes)
+    return ExportResult(path=target, report=result.report, written=written, notes=result.notes,
+                        warnings=result.warnings)
 
 
 def _missing_folders(path: Path) -> list[Path]:
@@ -197,8 +200,9 @@ def _output_names(result, given: tuple[str, ...] | None) -> tuple[str, ...]:
 def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
            options: ExportOptions, profile: GpuProfile | None, spec: str | None) -> ExportResult:
     model_path = stage / VERSION / ONNX_FILENAME
-    model, exporter, attempts, verification, saved = _export_verified(
+    exported, exporter, attempts, verification, saved = _export_verified(
         module, inputs, output_names, options, model_path)
+    model = exported.model
     written = list(saved)   # the graph, and past 2 GiB its weights file beside it
     notes = []
     served = profile or load_profile(DEFAULT_GPU)
@@ -219,6 +223,8 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
     if inputs.dynamic_axes:
         report["declared_dynamic_axes"] = {name: {str(a): label for a, label in axes.items()}
                                            for name, axes in inputs.dynamic_axes.items()}
+    report["tracer_warnings"] = list(exported.tracer_warnings)
+    warnings = [_tracer_warning_line(exported.tracer_warnings)] if exported.tracer_warnings else []
 
     if options.format == "tensorrt":
         notes.append(_tensorrt(stage, model_path, report, profile, inputs, options, written))
@@ -235,15 +241,26 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
     configured = configure(stage.parent, options.name, gpu=options.gpu, force=True)
     written += configured.written
     notes += [f"no config for {gpu}: {why}" for gpu, why in configured.skipped.items()]
-    return ExportResult(path=stage, report=report, written=written, notes=notes)
+    return ExportResult(path=stage, report=report, written=written, notes=notes,
+                        warnings=warnings)
+
+
+def _tracer_warning_line(tracer_warnings) -> str:
+    """One line naming where the TorchScript trace froze a tensor's value (the first three)."""
+    places = [f"{Path(found['file']).name}:{found['line']}" for found in tracer_warnings]
+    more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+    return (f"the TorchScript trace froze a value forward() computed from a tensor at "
+            f"{', '.join(places[:3])}{more} ({tracer_warnings[0]['message'].rstrip('.')}): a "
+            f"branch on it goes the example inputs' way for every input; tracer_warnings in "
+            f"{REPORT_FILENAME} lists each place")
 
 
 def _export_verified(module, inputs: ModelInputs, output_names, options: ExportOptions,
                      model_path: Path):
     """Try each exporter until one's graph passes the checker and the verification.
 
-    Returns (graph, exporter used, every attempt's record, verification section, the files
-    written). If none passes, raises the error of the attempt that got furthest
+    Returns (exported graph, exporter used, every attempt's record, verification section,
+    the files written). If none passes, raises the error of the attempt that got furthest
     (verification beats export).
     """
     attempts: list[dict] = []
@@ -251,10 +268,10 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
     for exporter in options.exporters:
         started = time.perf_counter()
         try:
-            model = onnx_export.export_onnx(module, inputs, exporter=exporter,
-                                            output_names=output_names, opset=options.opset,
-                                            max_batch_size=options.max_batch_size)
-            saved = onnx_export.save_model(model, model_path)
+            exported = onnx_export.export_onnx(module, inputs, exporter=exporter,
+                                               output_names=output_names, opset=options.opset,
+                                               max_batch_size=options.max_batch_size)
+            saved = onnx_export.save_model(exported.model, model_path)
             check_graph(model_path)
             verification = None
             if options.verify:
@@ -265,13 +282,16 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
             attempts.append({"exporter": exporter, "ok": False,
                              "error": _without_prefix(exc.message, exporter),
                              "seconds": round(time.perf_counter() - started, 2)})
+            note = onnx_export.fallback_note(exc.message)
+            if note:
+                attempts[-1]["note"] = note
             failures.append((exporter, exc))
             for leftover in model_path.parent.glob(f"{ONNX_FILENAME}*"):
                 leftover.unlink()
             continue
         attempts.append({"exporter": exporter, "ok": True,
                          "seconds": round(time.perf_counter() - started, 2)})
-        return model, exporter, attempts, verification, saved
+        return exported, exporter, attempts, verification, saved
     raise _furthest(failures)
 
 
