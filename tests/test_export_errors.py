@@ -59,6 +59,7 @@ def call_counter():
 def no_singles():
     return NoSingles(), torch.randn(2, 4)
 
+
 class LstmState(nn.Module):
     """Returns the LSTM's final hidden state as it comes: [layers, batch, hidden]."""
 
@@ -112,6 +113,21 @@ class TimeFirstLstm(nn.Module):
         return self.lstm(x)[0]
 
 
+class Pooled(nn.Module):
+    def forward(self, input_ids, attention_mask):
+        return input_ids * attention_mask
+
+
+class Scaled(nn.Module):
+    def forward(self, x, *, scale=2.0):
+        return x * scale
+
+
+class ScaledNoDefault(nn.Module):
+    def forward(self, x, *, scale):
+        return x * scale
+
+
 def lstm_state():
     return LstmState(), torch.randn(2, 5, 4)
 
@@ -130,6 +146,22 @@ def centred_on_the_batch():
 
 def time_first_lstm():
     return TimeFirstLstm(), torch.randn(5, 3, 4)
+
+
+def keys_partly_parameters():
+    return Pooled(), {"attention_mask": torch.ones(2, 3), "ids": torch.ones(2, 3)}
+
+
+def keyword_only_fed():
+    return Scaled(), {"x": torch.randn(2, 4), "scale": torch.full((2, 1), 3.0)}
+
+
+def keyword_only_without_default():
+    return ScaledNoDefault(), torch.randn(2, 4)
+
+
+def named_x():
+    return nn.Linear(4, 4), {"x": torch.randn(2, 4)}
 
 '''
 
@@ -319,4 +351,36 @@ def test_an_output_that_depends_on_the_other_samples_of_its_batch_is_refused(
                            "on the other samples in its batch: sample ")
     assert "of batch 8 differs from that sample run alone" in line
     assert "depend on that sample alone" in hint and "batch_first=True" in hint
+
+
+def test_dict_keys_that_name_only_some_forward_parameters_are_refused(capsys, repository,
+                                                                      bad_models):
+    # forward(input_ids, attention_mask) given {"attention_mask", "ids"}: fed by position,
+    # the mask would reach input_ids.
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:keys_partly_parameters",
+                                    "--name", "m")
+    assert code == EXIT_USAGE
+    assert line == ("error: forward(input_ids, attention_mask) has no parameter named ids, "
+                    "though the example inputs key attention_mask by its parameters")
+    assert "key every example input by its forward() parameter" in hint
+
+
+def test_an_output_named_like_an_input_is_refused_before_export(capsys, repository, bad_models):
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:named_x", "--name", "m",
+                                    "--output-names", "x")
+    assert code == EXIT_USAGE
+    assert line == "error: x names both an input and an output"
+    assert "--output-names" in hint
+
+
+@pytest.mark.parametrize("factory,says", [
+    ("keyword_only_fed", "example input scale would feed forward()'s keyword-only parameter"),
+    ("keyword_only_without_default", "forward()'s keyword-only parameter scale has no default"),
+], ids=["fed from the dict", "without a default"])
+def test_keyword_only_forward_parameters_are_refused_naming_them(capsys, repository, bad_models,
+                                                                 factory, says):
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:{factory}", "--name", "m")
+    assert code == EXIT_USAGE
+    assert line.startswith(f"error: {says}")
+    assert hint.startswith("hint: make scale a positional parameter of forward()")
 

@@ -117,7 +117,7 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
                          f"--max-batch-size {options.max_batch_size}",
                          hint="use a smaller example batch or a larger --max-batch-size")
     outputs = _reference_outputs(module, inputs)
-    output_names = _output_names(outputs, options.output_names)
+    output_names = _output_names(outputs, options.output_names, inputs.names)
 
     created = _missing_folders(repository)
     repository.mkdir(parents=True, exist_ok=True)
@@ -181,7 +181,9 @@ def _reference_outputs(module: torch.nn.Module, inputs: ModelInputs):
     return result
 
 
-def _output_names(result, given: tuple[str, ...] | None) -> tuple[str, ...]:
+def _output_names(result, given: tuple[str, ...] | None,
+                  input_names: tuple[str, ...]) -> tuple[str, ...]:
+    """The outputs' names: given, else a dict's keys, else OUTPUT__<i>; each its own."""
     leaves, _ = torch.utils._pytree.tree_flatten(result)
     if given:
         if len(given) != len(leaves):
@@ -194,6 +196,11 @@ def _output_names(result, given: tuple[str, ...] | None) -> tuple[str, ...]:
         names = tuple(default_output_name(i) for i in range(len(leaves)))
     if len(set(names)) != len(names):
         raise UsageError(f"output names repeat: {', '.join(names)}", hint="give each its own name")
+    shared = [name for name in names if name in input_names]
+    if shared:   # a graph cannot hold two tensors of one name: the exporters fail obscurely
+        raise UsageError(f"{', '.join(shared)} names both an input and an output",
+                         hint="give the outputs names of their own (--output-names) or rename "
+                              "the inputs (--input-names)")
     return names
 
 

@@ -129,20 +129,33 @@ def order_like_forward(module: torch.nn.Module, example_inputs: Any) -> Any:
 
     The inputs are passed to forward() by position, and Triton clients send them by name:
     ``{"attention_mask": m, "input_ids": i}`` for ``forward(input_ids, attention_mask)``
-    would otherwise feed the mask to ``input_ids`` under the name ``attention_mask``. Other
-    dicts (keys that are not forward()'s parameter names) keep their own order.
+    would otherwise feed the mask to ``input_ids`` under the name ``attention_mask``. A
+    dict whose keys name none of forward()'s parameters keeps its own order; one whose
+    keys name only some is refused, since its other inputs would land by position.
+    Keyword-only parameters cannot be fed by position: giving one is refused, and so is
+    one without a default, whatever the inputs.
     """
-    if not isinstance(example_inputs, Mapping):
-        return example_inputs
     try:
         signature = inspect.signature(module.forward)
     except (TypeError, ValueError):
         return example_inputs
+    keys = [str(key) for key in example_inputs] if isinstance(example_inputs, Mapping) else []
+    _refuse_keyword_only(signature, keys)
+    if not isinstance(example_inputs, Mapping):
+        return example_inputs
     positional = [p.name for p in signature.parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     by_name = {str(key): value for key, value in example_inputs.items()}
-    if not set(by_name) <= set(positional):
+    named = [key for key in by_name if key in positional]
+    if not named:
         return example_inputs
+    strangers = [key for key in by_name if key not in positional]
+    if strangers:
+        raise UsageError(f"forward({', '.join(positional)}) has no parameter named "
+                         f"{', '.join(strangers)}, though the example inputs key "
+                         f"{', '.join(named)} by its parameters",
+                         hint="key every example input by its forward() parameter, or none "
+                              "(keys of their own are fed to forward() in the dict's order)")
     leading = positional[:len(by_name)]
     skipped = [name for name in leading if name not in by_name]
     if skipped:
@@ -150,6 +163,29 @@ def order_like_forward(module: torch.nn.Module, example_inputs: Any) -> Any:
                          f" (forward takes {', '.join(positional)})",
                          hint="give example inputs for forward()'s leading parameters, in any order")
     return {name: by_name[name] for name in leading}
+
+
+def _refuse_keyword_only(signature: inspect.Signature, keys: Sequence[str]) -> None:
+    """Refuse a keyword-only forward() parameter the export would need to feed.
+
+    Both exporters call forward() with the inputs by position (and Triton has no
+    keyword arguments either): an input keyed by a keyword-only parameter would land in
+    the wrong one, and a keyword-only parameter without a default gets nothing.
+    """
+    for parameter in signature.parameters.values():
+        if parameter.kind != parameter.KEYWORD_ONLY:
+            continue
+        if parameter.name in keys:
+            raise UsageError(f"example input {parameter.name} would feed forward()'s "
+                             "keyword-only parameter of that name, and the exporters pass "
+                             "inputs by position only",
+                             hint=f"make {parameter.name} a positional parameter of forward() "
+                                  "(before the *)")
+        if parameter.default is parameter.empty:
+            raise UsageError(f"forward()'s keyword-only parameter {parameter.name} has no "
+                             "default, and the exporters pass inputs by position only",
+                             hint=f"make {parameter.name} a positional parameter of forward() "
+                                  "(before the *), or give it a default")
 
 
 def normalize_inputs(example_inputs: Any, *, input_names: Sequence[str] | None = None,
