@@ -289,3 +289,30 @@ def test_torchs_own_tracer_warnings_are_left_out(exported):
     assert report["exporter"] == "torchscript"
     assert report["tracer_warnings"] == []
 
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")   # torch.compile's own imports
+@pytest.mark.parametrize("wrap,says", [
+    (torch.nn.DataParallel, "inside torch.nn.DataParallel (its .module)"),
+    (torch.compile, "torch.compile wrapped (its ._orig_mod)"),
+], ids=["DataParallel", "torch.compile"])
+def test_a_wrapped_module_is_exported_unwrapped_and_said_so(tmp_path, wrap, says):
+    linear = torch.nn.Linear(4, 3)
+    result = tritonkit.export(wrap(linear), torch.randn(2, 4), name="wrapped",
+                              repository=tmp_path, exporters=("torchscript",))
+    assert result.report["verification"]["passed"] is True
+    assert [note for note in result.notes if says in note]
+    assert result.report["notes"] == [note for note in result.notes if says in note]
+    features = np.ones((3, 4), np.float32)
+    (out,) = session(result.path).run(None, {"INPUT__0": features})
+    np.testing.assert_allclose(out, linear(torch.from_numpy(features)).detach().numpy(),
+                               atol=1e-5)
+
+
+def test_the_python_api_leaves_each_submodule_in_the_mode_it_found_it(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4),
+                                torch.nn.Dropout(0.5))
+    model.train()
+    model[1].eval()      # a frozen batch norm inside a model being trained
+    tritonkit.export(model, torch.randn(2, 4), name="training", repository=tmp_path,
+                     exporters=("torchscript",))
+    assert [m.training for m in model.modules()] == [True, True, False, True]

@@ -163,6 +163,14 @@ def keyword_only_without_default():
 def named_x():
     return nn.Linear(4, 4), {"x": torch.randn(2, 4)}
 
+
+def meta_weights():
+    with torch.device("meta"):
+        return nn.Linear(4, 4), torch.randn(2, 4)
+
+
+def meta_inputs():
+    return nn.Linear(4, 4), torch.randn(2, 4, device="meta")
 '''
 
 # An operator of its own, with no ONNX translation; a file of its own, as registering it
@@ -374,6 +382,18 @@ def test_an_output_named_like_an_input_is_refused_before_export(capsys, reposito
 
 
 @pytest.mark.parametrize("factory,says", [
+    ("meta_weights", "the model's weights are on the meta device (weight and 1 more): they were "
+                     "never loaded"),
+    ("meta_inputs", "example input INPUT__0 is on the meta device: it holds no values"),
+], ids=["weights", "inputs"])
+def test_tensors_on_the_meta_device_are_refused_up_front(capsys, repository, bad_models,
+                                                         factory, says):
+    code, line, _ = export_fails(capsys, repository, f"{bad_models}:{factory}", "--name", "m")
+    assert code == EXIT_USAGE
+    assert line == f"error: {says}"
+
+
+@pytest.mark.parametrize("factory,says", [
     ("keyword_only_fed", "example input scale would feed forward()'s keyword-only parameter"),
     ("keyword_only_without_default", "forward()'s keyword-only parameter scale has no default"),
 ], ids=["fed from the dict", "without a default"])
@@ -384,3 +404,12 @@ def test_keyword_only_forward_parameters_are_refused_naming_them(capsys, reposit
     assert line.startswith(f"error: {says}")
     assert hint.startswith("hint: make scale a positional parameter of forward()")
 
+
+def test_only_an_operator_the_exporters_name_is_called_one_onnx_cannot_express():
+    operator = onnx_export._hint_for(RuntimeError(
+        "Exporting the operator 'aten::linalg_eig' to ONNX opset version 18 is not supported"), "")
+    assert "operator ONNX cannot express" in operator
+    wrapper = onnx_export._hint_for(RuntimeError(
+        "torch.nn.DataParallel is not supported by ONNX exporter, please use 'attribute' module "
+        "to unwrap model from torch.nn.DataParallel"), "")
+    assert "operator" not in wrapper

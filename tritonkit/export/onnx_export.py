@@ -36,6 +36,10 @@ DATA_DEPENDENT = "Could not guard on data-dependent expression"
 NOT_BATCH_FIRST_HINT = ("Triton splits every output into one row per sample: return [batch, ...] "
                         "tensors (transpose an RNN's [layers, batch, hidden] state; reduce over "
                         "other axes than the first)")
+_UNSUPPORTED_OPERATOR = re.compile(
+    r"No ONNX function found for"  # dynamo
+    r"|Exporting the operator \S+ to ONNX opset version \d+ is not supported"  # torchscript
+    r"|Unsupported: ONNX export of operator")
 
 
 @dataclass(frozen=True)
@@ -190,8 +194,8 @@ def summarize_exception(exc: BaseException) -> str:
 
 
 def _hint_for(exc: BaseException, output: str) -> str:
-    text = str(exc)
-    if "No ONNX function found" in text or "is not supported" in text:
+    text = _ANSI.sub("", str(exc))
+    if _UNSUPPORTED_OPERATOR.search(text):
         return ("the model uses an operator ONNX cannot express: replace it with supported "
                 "ops, or register a custom translation (torch.onnx.export custom_translation_table)")
     if DATA_DEPENDENT in text:

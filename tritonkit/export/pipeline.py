@@ -13,9 +13,11 @@ import json
 import os
 import shlex
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -89,7 +91,10 @@ def export_spec(spec: str, options: ExportOptions,
 def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOptions, *,
                  dynamic_axes: Mapping[str, Mapping[int, str]] | None = None,
                  spec: str | None = None) -> ExportResult:
-    """Export ``module`` to ``options.repository/options.name``, verified against PyTorch."""
+    """Export ``module`` to ``options.repository/options.name``, verified against PyTorch.
+
+    The module is in eval mode meanwhile, and afterwards in the modes the caller had it in.
+    """
     _check_options(options)
     if not isinstance(module, torch.nn.Module):
         raise UsageError(f"the model is a {type(module).__name__}, not a torch.nn.Module",
@@ -108,34 +113,101 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
         raise UsageError(f"model repository {repository} is not a folder",
                          hint="pass --repository with a folder (it is created if missing)")
 
-    module.eval()  # dropout and batch-norm statistics must not move while tracing
-    inputs = normalize_inputs(order_like_forward(module, example_inputs),
-                              input_names=options.input_names,
-                              dynamic_axes=dynamic_axes)
-    if inputs.batch_size > options.max_batch_size:
-        raise UsageError(f"the example batch ({inputs.batch_size}) is larger than "
-                         f"--max-batch-size {options.max_batch_size}",
-                         hint="use a smaller example batch or a larger --max-batch-size")
-    outputs = _reference_outputs(module, inputs)
-    output_names = _output_names(outputs, options.output_names, inputs.names)
+    with _eval_mode(module):
+        model, unwrapped = _unwrap(module)
+        inputs = normalize_inputs(order_like_forward(model, example_inputs),
+                                  input_names=options.input_names,
+                                  dynamic_axes=dynamic_axes)
+        _refuse_meta(model, inputs)
+        if inputs.batch_size > options.max_batch_size:
+            raise UsageError(f"the example batch ({inputs.batch_size}) is larger than "
+                             f"--max-batch-size {options.max_batch_size}",
+                             hint="use a smaller example batch or a larger --max-batch-size")
+        outputs = _reference_outputs(model, inputs)
+        output_names = _output_names(outputs, options.output_names, inputs.names)
 
-    created = _missing_folders(repository)
-    repository.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=repository, prefix=f".{options.name}.export-"))
-    try:
-        stage = staging / options.name
-        result = _build(stage, module, inputs, output_names, outputs, options, profile, spec)
-        _move_into_place(stage, target, staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        for folder in created:  # a repository this export created goes with it
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        raise
+        created = _missing_folders(repository)
+        repository.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=repository, prefix=f".{options.name}.export-"))
+        try:
+            stage = staging / options.name
+            result = _build(stage, model, inputs, output_names, outputs, options, profile, spec,
+                            unwrapped)
+            _move_into_place(stage, target, staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            for folder in created:  # a repository this export created goes with it
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
     shutil.rmtree(staging, ignore_errors=True)
     written = [target / path.relative_to(stage) for path in result.written]
     return ExportResult(path=target, report=result.report, written=written, notes=result.notes,
                         warnings=result.warnings)
+
+
+@contextlib.contextmanager
+def _eval_mode(module: torch.nn.Module):
+    """``module`` in eval mode for the export; every submodule back in its own mode after.
+
+    Dropout and batch-norm statistics must not move while tracing. The module is the
+    caller's (the Python API): one being trained must come back training, each submodule
+    as it was (a frozen batch norm inside a training model stays frozen).
+    """
+    modes = [(submodule, submodule.training) for submodule in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for submodule, training in modes:
+            submodule.training = training
+
+
+def _unwrap(module: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
+    """The model inside (Distributed)DataParallel and torch.compile wrappers, and a note each.
+
+    Neither exporter takes a wrapper (DataParallel's scatter, a compiled module's frame
+    hooks), and what Triton serves is the model inside: its batches and GPUs are Triton's.
+    """
+    notes = []
+    while True:
+        if isinstance(module, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+            notes.append(f"exported the module inside torch.nn.{type(module).__name__} (its "
+                         ".module): Triton spreads batches over GPUs with its instance groups")
+            module = module.module
+        elif _is_compiled(module):
+            notes.append("exported the module torch.compile wrapped (its ._orig_mod): the "
+                         "ONNX graph takes the place of the compiled code")
+            module = module._orig_mod
+        else:
+            return module, notes
+
+
+def _is_compiled(module: torch.nn.Module) -> bool:
+    # torch.compile imports torch._dynamo itself; importing it here for models that were
+    # never compiled would cost every export a second.
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return eval_frame is not None and isinstance(module, eval_frame.OptimizedModule)
+
+
+def _refuse_meta(module: torch.nn.Module, inputs: ModelInputs) -> None:
+    """Refuse weights or inputs on the meta device before anything runs: they hold no values.
+
+    A model built under ``torch.device("meta")`` (to be loaded later) would otherwise fail
+    deep inside forward() or an exporter with a message about devices.
+    """
+    meta = [name for name, tensor in chain(module.named_parameters(), module.named_buffers())
+            if tensor.is_meta]
+    if meta:
+        more = f" and {len(meta) - 1} more" if len(meta) > 1 else ""
+        raise UsageError(f"the model's weights are on the meta device ({meta[0]}{more}): they "
+                         "were never loaded",
+                         hint="load them before exporting, e.g. model.to_empty(device='cpu') "
+                              "then model.load_state_dict(state_dict)")
+    meta_inputs = [name for name, tensor in zip(inputs.names, inputs.tensors) if tensor.is_meta]
+    if meta_inputs:
+        raise UsageError(f"example input {', '.join(meta_inputs)} is on the meta device: it "
+                         "holds no values", hint="give real tensors, e.g. torch.randn(4, 16)")
 
 
 def _missing_folders(path: Path) -> list[Path]:
@@ -205,13 +277,14 @@ def _output_names(result, given: tuple[str, ...] | None,
 
 
 def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
-           options: ExportOptions, profile: GpuProfile | None, spec: str | None) -> ExportResult:
+           options: ExportOptions, profile: GpuProfile | None, spec: str | None,
+           unwrapped: list[str]) -> ExportResult:
     model_path = stage / VERSION / ONNX_FILENAME
     exported, exporter, attempts, verification, saved = _export_verified(
         module, inputs, output_names, options, model_path)
     model = exported.model
     written = list(saved)   # the graph, and past 2 GiB its weights file beside it
-    notes = []
+    notes = list(unwrapped)
     served = profile or load_profile(DEFAULT_GPU)
     if verification and served.serving.precision != "fp32":
         verification["served_precision"] = (
@@ -231,6 +304,8 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
         report["declared_dynamic_axes"] = {name: {str(a): label for a, label in axes.items()}
                                            for name, axes in inputs.dynamic_axes.items()}
     report["tracer_warnings"] = list(exported.tracer_warnings)
+    if unwrapped:
+        report["notes"] = list(unwrapped)
     warnings = [_tracer_warning_line(exported.tracer_warnings)] if exported.tracer_warnings else []
 
     if options.format == "tensorrt":
