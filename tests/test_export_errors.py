@@ -413,3 +413,14 @@ def test_only_an_operator_the_exporters_name_is_called_one_onnx_cannot_express()
         "torch.nn.DataParallel is not supported by ONNX exporter, please use 'attribute' module "
         "to unwrap model from torch.nn.DataParallel"), "")
     assert "operator" not in wrapper
+
+
+@pytest.mark.parametrize("name", ["a b", "é", "a:b", "a\nb", "x" * 200])
+def test_a_name_that_cannot_sit_in_a_request_url_is_refused_before_anything_runs(tmp_path,
+                                                                                  capsys, name):
+    """The name is the model's folder and goes into every request's URL: deploy would
+    fail on it later with an internal error."""
+    code = run_cli("export", "examples/mlp.py:build", "--name", name, "--repository", tmp_path)
+    assert code == 2
+    assert "is not a plain folder name" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

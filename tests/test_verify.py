@@ -144,10 +144,8 @@ def test_bfloat16_refusal_is_one_line_from_the_cli(tmp_path, capsys):
 
 
 class PaddedEncoder(torch.nn.Module):
-    """A stock nn.TransformerEncoder (nested tensors on, the default) fed a padding mask.
-
-    The first position (a [CLS] token) is never padding, so no random mask hides a whole row.
-    """
+    """A stock nn.TransformerEncoder (nested tensors on, the default) fed a padding mask,
+    as users write it."""
 
     def __init__(self):
         super().__init__()
@@ -155,8 +153,7 @@ class PaddedEncoder(torch.nn.Module):
         self.encoder = torch.nn.TransformerEncoder(layer, 2)
 
     def forward(self, x, mask):
-        padding = (mask == 0) & (torch.arange(mask.shape[1]) > 0)
-        return self.encoder(x, src_key_padding_mask=padding)
+        return self.encoder(x, src_key_padding_mask=mask == 0)
 
 
 def test_a_transformer_encoder_with_padding_verifies_against_pytorchs_plain_path(tmp_path):
@@ -183,3 +180,14 @@ def test_random_inputs_stay_finite_when_the_example_holds_a_nan():
         (tensor,) = case.tensors
         assert torch.isfinite(tensor).all(), case.label
         assert 0 < float(tensor.mean()) < 5, "spread like the example's finite values"
+
+
+def test_random_masks_never_hide_a_whole_row_when_the_examples_never_do():
+    """A row that is all padding makes attention divide by zero (NaN in the graph, not
+    always in PyTorch): no real input has one, so no random one may."""
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    for case in verification_cases(normalize_inputs(mask), 64)[1:]:
+        (tensor,) = case.tensors
+        assert set(tensor.unique().tolist()) <= {0, 1}
+        assert (tensor != 0).any(dim=-1).all(), case.label
+        assert (tensor == 0).any(), "still random: padding is checked too"

@@ -16,7 +16,7 @@ from tritonkit.repository import check_model_name
 
 @app.command(epilog="Example: tritonkit config mlp --repository model_repository --gpu a10 --force")
 def config(
-    name: Annotated[str, typer.Argument(help="Model folder name inside the repository.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Model folder name inside the repository.")],
     repository: Repository = Path("model_repository"),
     gpu: Annotated[str, typer.Option(help="GPU profile for config.pbtxt (configs/gpus/<name>.toml); "
                                           "every profile also gets configs/<gpu>.pbtxt.")] = DEFAULT_GPU,

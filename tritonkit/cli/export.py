@@ -23,7 +23,7 @@ def _names(text: Optional[str]) -> Optional[tuple[str, ...]]:
 @app.command(epilog="Example: tritonkit export examples/mlp.py:build --name mlp "
                     "--repository model_repository --gpu a10")
 def export(
-    spec: Annotated[str, typer.Argument(
+    spec: Annotated[str, typer.Argument(metavar="SPEC",
         help="The model factory: path/to/file.py:factory or package.module:factory; it "
              "returns (module, example_inputs[, dynamic_axes]).")],
     name: Annotated[str, typer.Option("--name", "-n", help="Model name (its folder in the repository).")],

@@ -145,7 +145,7 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
 
 @app.command(epilog="Example: tritonkit diagnose gpu.csv --gpu a10")
 def diagnose(
-    file: Annotated[Optional[Path], typer.Argument(
+    file: Annotated[Optional[Path], typer.Argument(metavar="FILE",
         help="A CSV recorded by tritonkit monitor --csv.", show_default=False)] = None,
     gpu: Gpu = None,
     live: Annotated[bool, typer.Option(

@@ -32,7 +32,7 @@ from tritonkit.export.verify import check_graph, reference_mode, verify_against_
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, configure
 from tritonkit.profiles import GpuProfile, load_profile
-from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME
+from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME, check_model_name
 
 FORMATS = ("onnx", "tensorrt")
 VERSION = "1"
@@ -221,10 +221,7 @@ def _missing_folders(path: Path) -> list[Path]:
 
 
 def _check_options(options: ExportOptions) -> None:
-    name = options.name
-    if not name or name.startswith(".") or "/" in name or "\\" in name or name != name.strip():
-        raise UsageError(f"model name '{name}' is not a plain folder name",
-                         hint="use letters, digits, '_' or '-', e.g. --name mlp")
+    check_model_name(options.name)
     if options.format not in FORMATS:
         raise UsageError(f"--format {options.format} is not one of {', '.join(FORMATS)}",
                          hint="use --format onnx (or tensorrt on a GPU that runs plans)")
