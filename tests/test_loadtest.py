@@ -922,11 +922,17 @@ def _object_array_npz(path: Path) -> None:
     ("latin1.json", b'{"INPUT__0": [1, 2, 3, 4], "caf\xe9": 1}', "is not UTF-8 text"),
     ("corrupt.npz", b"PK\x03\x04 not really a zip archive", "is not a readable .npz archive"),
     ("objects.npz", _object_array_npz, "input data for INPUT__0 in .* cannot be read"),
-], ids=["ragged rows", "strings for a number", "not UTF-8", "corrupt npz", "object array npz"])
+    ("short.json", b'{"INPUT__0": [1, 2]}', r"INPUT__0 has shape \[2\]; the model takes 4 per sample"),
+    ("folder", None, "input data file .* is a folder"),
+], ids=["ragged rows", "strings for a number", "not UTF-8", "corrupt npz", "object array npz",
+        "wrong sample shape", "a folder"])
 def test_input_data_the_model_cannot_take_is_a_usage_error_that_names_it(served, tmp_path, capsys,
                                                                          name, content, says):
     path = tmp_path / name
-    content(path) if callable(content) else path.write_bytes(content)
+    if content is None:
+        path.mkdir()
+    else:
+        content(path) if callable(content) else path.write_bytes(content)
     code = _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data", path)
     err = capsys.readouterr().err
     assert code == EXIT_USAGE, err
@@ -978,7 +984,7 @@ def test_an_output_file_that_could_not_be_written_is_refused_before_the_run(tmp_
                    "--concurrency", "1", flag, target)
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
-    assert err.startswith(f"error: cannot write {flag} {target}")
+    assert err.startswith(f"error: cannot write {flag} file {target}")
 
 
 @pytest.mark.server
@@ -1246,3 +1252,32 @@ def test_a_benchmarks_json_lands_whole_in_a_folder_that_did_not_exist(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert [row["batch"] for row in json.loads(target.read_text())["results"]] == [1, 32]
     assert [p.name for p in target.parent.iterdir()] == ["bench_export.json"]   # no temporary left
+
+
+@pytest.mark.parametrize("args,says", [
+    (("--rate", "1e9"), "more than one level may schedule"),
+    (("--concurrency", "100000"), "more than one load generator holds"),
+    (("--concurrency", "1", "--duration", "inf"), "--duration inf is not a time of at most a day"),
+    (("--concurrency", "1", "--request-timeout", "1e10"), "--request-timeout 1e+10 is not a time"),
+])
+def test_a_load_no_single_load_generator_can_hold_is_refused_at_once(tmp_path, capsys, args, says):
+    """At once and as bad input (exit 2): not minutes of building a schedule or starting
+    sockets, then a run error that blames the server."""
+    from tritonkit.server.local import free_port
+
+    started = time.monotonic()
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "m", *args)
+    assert code == EXIT_USAGE
+    assert says in capsys.readouterr().err
+    assert time.monotonic() - started < 2
+
+
+def test_two_outputs_on_one_path_are_refused_before_the_run(tmp_path, capsys):
+    from tritonkit.server.local import free_port
+
+    same = tmp_path / "same.json"
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "m",
+                   "--concurrency", "1", "--json", same, "--csv", same)
+    assert code == EXIT_USAGE
+    assert "--json and --csv name the same file" in capsys.readouterr().err
+    assert not same.exists()

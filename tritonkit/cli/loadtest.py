@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,7 +14,7 @@ from tritonkit.cli import app
 from tritonkit.cli.options import JsonOut, OptionalRepository, Url, console, err_console
 from tritonkit.client import resolve_endpoint
 from tritonkit.errors import EXIT_ERROR, EXIT_OK, UsageError
-from tritonkit.fileio import refuse_overwrite
+from tritonkit.fileio import check_output
 
 
 def _numbers(text: Optional[str], kind: type, flag: str) -> tuple:
@@ -95,10 +94,15 @@ def loadtest(
     or the server went away;
     1 when the SLA held but a --json/--csv/--plot file could not be written.
     """
-    for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
-        if path is not None:
-            refuse_overwrite(path, force=force, what=f"{flag} file")
-            _check_writable(path, flag)
+    outputs = {flag: path for flag, path in (("--json", json_out), ("--csv", csv_out),
+                                             ("--plot", plot)) if path is not None}
+    for flag, path in outputs.items():
+        check_output(path, force=force, what=f"{flag} file")
+    same = [flag for flag, path in outputs.items()
+            if [p.resolve() for p in outputs.values()].count(path.resolve()) > 1]
+    if same:
+        raise UsageError(f"{' and '.join(same)} name the same file ({outputs[same[0]]}): one "
+                         "would overwrite the other", hint="give each its own path")
     if plot is not None and plot.suffix.lower() != ".png":
         raise UsageError(f"--plot writes a PNG; {plot} does not end in .png", hint="e.g. --plot out/run.png")
     if repository is None and url is None:
@@ -134,15 +138,3 @@ def loadtest(
     for line in unwritten:
         err_console.print(line, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(verdict.exit_code or (EXIT_ERROR if unwritten else EXIT_OK))
-
-
-def _check_writable(path: Path, flag: str) -> None:
-    """Before the run: a file that could not be written would lose what was measured."""
-    if path.is_dir():
-        raise UsageError(f"{flag} {path} is a folder", hint="give a file name, e.g. out/run.json")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:   # atomic_write makes the missing ones
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write {flag} {path}: {folder} is not a folder we may write to",
-                         hint="choose a path in a folder you can write to")

@@ -60,7 +60,7 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
             dims = dims[1:]
         shape = ([batch_size] if max_batch else []) + [d if d > 0 else 1 for d in dims]
         if name in given:
-            data = _fit(given.pop(name), name, datatype, shape, bool(max_batch), batch_size)
+            data = _fit(given.pop(name), name, datatype, dims, bool(max_batch), batch_size)
         else:
             data = example_input(datatype, shape, rng)
         inputs.append((name, datatype, data))
@@ -78,6 +78,9 @@ def _read_input_data(path: Path) -> dict[str, np.ndarray]:
     that names the file or the input, never raised as our own error.
     """
     path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"input data file {path} is a folder",
+                         hint="give the .npz or .json file inside it")
     if not path.is_file():
         raise UsageError(f"input data file {path} does not exist")
     if path.suffix == ".npz":
@@ -131,8 +134,11 @@ def _read_json(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _fit(array: np.ndarray, name: str, datatype: str, shape: list[int], batches: bool,
+def _fit(array: np.ndarray, name: str, datatype: str, dims: list[int], batches: bool,
          batch_size: int) -> np.ndarray:
+    """The given data as the request's tensor: ``dims`` are the model's per-sample dims
+    (-1: any size); a lone sample is repeated to the batch. Data the model would refuse is
+    a usage error now, not a failed first request (a run error) later."""
     from tritonclient.utils import triton_to_np_dtype
 
     if datatype == "BYTES":
@@ -143,10 +149,17 @@ def _fit(array: np.ndarray, name: str, datatype: str, shape: list[int], batches:
         except (ValueError, TypeError) as exc:
             raise UsageError(f"input data for {name} cannot be read as {datatype} ({exc})",
                              hint=f"the model takes {datatype} for {name}: give numbers") from None
-    if batches and array.ndim == len(shape) - 1:  # one sample: repeat it to the batch
+    wanted = ([batch_size] if batches else []) + dims
+    given = list(array.shape)
+    if batches and array.ndim == len(dims):       # one sample: repeat it to the batch
         array = np.repeat(array[None, ...], batch_size, axis=0)
-    if batches and array.ndim == len(shape) and array.shape[0] != batch_size:
+    if batches and array.ndim == len(wanted) and array.shape[0] != batch_size:
         raise UsageError(f"input data for {name} has batch {array.shape[0]}, not --batch-size {batch_size}")
-    if array.ndim != len(shape):
-        raise UsageError(f"input data for {name} has shape {list(array.shape)}; the model wants {shape}")
+    fits = array.ndim == len(wanted) and all(w < 0 or w == got for w, got in zip(wanted, array.shape))
+    if not fits:
+        spelled = "x".join("N" if d < 0 else str(d) for d in dims) or "a scalar"
+        raise UsageError(f"input data for {name} has shape {given}; the model takes {spelled}"
+                         + (f" per sample (one sample, or {batch_size} of them: --batch-size)"
+                            if batches else ""),
+                         hint=f"give {name} a shape the model takes (N: any size)")
     return array

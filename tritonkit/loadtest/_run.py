@@ -32,6 +32,12 @@ _READY_TIMEOUT_S = 60.0
 # (a worker blocked in a request would otherwise hold Ctrl-C up until its request timeout).
 _EXIT_PATIENCE_S = 5.0
 _ABANDON_PATIENCE_S = 2.0
+# What one load generator on one host can hold: more is a distributed test. The limits
+# turn a typo (--rate 1e9, -c 100000) into a usage error at once, not minutes of
+# building a schedule gigabytes long or starting sockets, then a run error blaming the server.
+MAX_CONCURRENCY = 4096
+MAX_ARRIVALS = 20_000_000           # per level: the open-loop schedule is held in memory
+MAX_SECONDS = 86_400.0              # --duration, --warmup-s, --request-timeout, the window
 
 # progress(label, elapsed_s, total_s, requests_done)
 Progress = Callable[[str, float, float, int], None]
@@ -72,6 +78,22 @@ class LoadSpec:
             raise UsageError(f"unknown protocol '{self.protocol}'", hint="use http or grpc")
         if self.duration_s <= 0 or self.warmup_s < 0 or self.window_s <= 0:
             raise UsageError("--duration and the window must be > 0, --warmup-s >= 0")
+        for flag, seconds in (("--duration", self.duration_s), ("--warmup-s", self.warmup_s),
+                              ("--window-s", self.window_s), ("--request-timeout", self.timeout_s)):
+            if not seconds <= MAX_SECONDS:
+                raise UsageError(f"{flag} {seconds:g} is not a time of at most a day ({MAX_SECONDS:g} s)",
+                                 hint=f"give {flag} in seconds, e.g. {flag} 30")
+        if any(c > MAX_CONCURRENCY for c in self.concurrency):
+            raise UsageError(f"--concurrency {max(self.concurrency)} is more than one load "
+                             f"generator holds ({MAX_CONCURRENCY} requests in flight)",
+                             hint="run several tritonkit loadtest processes, on several hosts")
+        for rate in self.rates:
+            if rate * (self.warmup_s + self.duration_s) > MAX_ARRIVALS:
+                raise UsageError(
+                    f"--rate {rate:g} for {self.warmup_s + self.duration_s:g} s is "
+                    f"{rate * (self.warmup_s + self.duration_s):.3g} requests, more than one "
+                    f"level may schedule ({MAX_ARRIVALS:,})",
+                    hint="lower --rate or --duration, or run several load generators")
 
     @property
     def mode(self) -> str:
