@@ -102,7 +102,8 @@ def test_steady_means_two_windows_in_a_row_agree_within_x_percent():
     assert not rule.is_steady([1.0, 1.0, 1.0, 1.0, 1.0, 1.5])
     # A plateau still falling: the last window agrees with itself, not with the one before.
     assert not rule.is_steady([4.0, 3.6, 3.2, 2.0, 1.8, 1.6])
-    assert SteadyRule(window=5, tolerance=0.25).is_steady([21, 10, 9.5, 9.0, 8.6, 8.1]) is False
+    assert not SteadyRule(window=3, tolerance=0.25).is_steady([21, 10, 9.5, 9.0, 8.6, 8.1,
+                                                                7.0, 6.0, 5.5])
     with pytest.raises(UsageError):
         SteadyRule(window=1)
 
@@ -438,7 +439,10 @@ def test_a_server_that_dies_during_deploys_warm_up_fails_the_deploy_at_once(tmp_
         while not (state_dir(repo) / "server.json").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         pid = load_deployment(repo).pid
-        time.sleep(2.0)                                  # the model is READY, warm-up runs
+        # Killed once every model is READY (the warm-up runs), not while it starts.
+        while (load_deployment(repo).status != "running" or not _ready(load_deployment(repo), "slow")) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
         killed = time.monotonic()
         os.killpg(pid, signal.SIGKILL)
         thread.join(timeout=60)
@@ -446,7 +450,7 @@ def test_a_server_that_dies_during_deploys_warm_up_fails_the_deploy_at_once(tmp_
         run_cli("down", "--repository", repo)
     error = outcome.get("error")
     assert isinstance(error, ServerError), error
-    assert "tritonserver exited with code -9" in str(error)
+    assert "tritonserver exited with code -9 after it started" in str(error)
     assert outcome["at"] - killed < 10                   # not the 60 s timeout
     assert not (state_dir(repo) / "server.json").exists()
 
@@ -479,6 +483,8 @@ def test_every_shape_gets_its_first_request_before_any_shape_spends_the_budget(w
     [result] = warm_up(Path(warm_server.repository), models=["example"], reload=True,
                        requests=3, check=False)
     assert not result.steady and result.requests == 3
+    # no steady p50 to speak of, so no cold-start ratio (a p50 of the cold request reads 1.0x)
+    assert result.steady_p50_ms is None and result.ratio is None
     client = httpclient.InferenceServerClient(warm_server.http_url)
     try:
         [stats] = client.get_inference_statistics("example")["model_stats"]
@@ -510,6 +516,52 @@ def test_models_warm_up_cannot_drive_are_skipped_and_said_not_failed(tmp_path, c
     assert "shape INPUT__0:1x1 skipped" in figures["picky"]["note"]
     assert "INPUT__0:8x16" in figures["picky"]["shapes"]
     assert "skipped" in capsys.readouterr().out
+
+
+@pytest.mark.server
+def test_a_model_that_refuses_every_guessed_shape_fails_the_deploy(tmp_path, capsys):
+    """Skipping a refused guess is for a model that takes some other size: one that takes
+    none refuses what its own config describes."""
+    repo = tmp_path / "repo"
+    _python_model(repo, "refuses", ECHO_CONFIG.replace("dims: 4", "dims: -1"), _echo_model(
+        '        raise pb_utils.TritonModelException("this model takes no input at all")'))
+    code = run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--timeout", "60")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "a warm-up request to 'refuses' failed" in err and "takes no input" in err
+    assert not (state_dir(repo) / "server.json").exists()
+
+
+def test_a_peer_that_does_not_speak_http_is_no_server_not_an_internal_error(capsys):
+    import socket as socketlib
+
+    with socketlib.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def greet() -> None:
+            for _ in range(20):
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                conn.close()
+
+        threading.Thread(target=greet, daemon=True).start()
+        code = run_cli("warmup", "--url", f"127.0.0.1:{port}", "--timeout", "1")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"error: no Triton server answers at 127.0.0.1:{port}")
+    assert "internal error" not in err
+
+
+@pytest.mark.parametrize("url", ["localhost:80a", "localhost", "http://h:1/path", "h:70000"])
+def test_a_url_that_is_not_host_and_port_is_bad_input(url, capsys):
+    assert run_cli("warmup", "--url", url, "--timeout", "1") == 2
+    assert "is not HOST:PORT" in capsys.readouterr().err
 
 
 @pytest.mark.server

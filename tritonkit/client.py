@@ -6,6 +6,7 @@ A tritonclient client object is not thread-safe: make one per worker with
 
 from __future__ import annotations
 
+import http.client
 import os
 import time
 import urllib.error
@@ -84,7 +85,9 @@ def resolve_endpoint(repository: Path | None = None, url: str | None = None,
             secret_header = load_server_settings().restricted_api.header
         headers = {secret_header: secret}
     if url:
-        url = url.removeprefix("http://")
+        url = check_address(url.removeprefix("http://"), "--url")
+        if grpc_url:
+            check_address(grpc_url, "--grpc-url")
         if not secret:
             headers = {}
             if repository is not None:
@@ -97,6 +100,15 @@ def resolve_endpoint(repository: Path | None = None, url: str | None = None,
         raise UsageError("no server given", hint="pass --repository DIR (of a deployment) or --url host:port")
     endpoint = Endpoint.from_deployment(load_deployment(repository))
     return replace(endpoint, repository_headers=headers) if secret else endpoint
+
+
+def check_address(address: str, flag: str) -> str:
+    """``address`` if it is HOST:PORT (a port 1-65535), else a UsageError naming ``flag``."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address:
+        raise UsageError(f"{flag} {address} is not HOST:PORT",
+                         hint=f"e.g. {flag} 127.0.0.1:8000")
+    return address
 
 
 def read_secret_file(path: Path) -> str:
@@ -144,6 +156,8 @@ def health(http_url: str, path: str = "/v2/health/live", timeout: float = 1.0) -
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         return str(getattr(reason, "strerror", None) or reason or exc.__class__.__name__)
+    except (http.client.HTTPException, ValueError) as exc:   # not HTTP there, or a bad address
+        return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
 
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))

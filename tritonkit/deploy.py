@@ -110,7 +110,7 @@ def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docke
             if warmup:      # loads every model that is not READY, then warms each
                 results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
                                         deadline=deadline, config_dir=repository,
-                                        progress=progress)
+                                        progress=progress, fresh=True)
                 deployment = dataclasses.replace(
                     deployment,
                     extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})

@@ -429,8 +429,11 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline) -> float:
 
 def _timed_out(exc: BaseException) -> bool:
     """A client-side timeout: the server took longer than the deadline left, which says
-    nothing about whether it is up (tritonclient raises TimeoutError, "timed out")."""
-    return isinstance(exc, TimeoutError) or "timed out" in str(exc).lower()
+    nothing about whether it is up. By type (tritonclient's sockets raise TimeoutError,
+    gevent its Timeout): a model's own error may well say "timed out"."""
+    from gevent import Timeout
+
+    return isinstance(exc, (TimeoutError, Timeout))
 
 
 def _out_of_time(what: str, started: float) -> ServerError:
@@ -696,8 +699,8 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
                 sent += _burst(endpoint, name, prepared[i], instances, deadline, version)
             usable.append(t)
         except InputRefused as refused:
-            if not guessed_shapes(config):
-                raise
+            if not guessed_shapes(config) or (t == len(targets) - 1 and not usable):
+                raise            # not a guess, or no shape at all was taken: the model refuses
             notes.append(f"shape {labels[t]} skipped: refused ({refused}); its size "
                          "for a dynamic dimension was a guess (no model_warmup entry gives one)")
         finally:
@@ -719,7 +722,10 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
     if not usable and not notes:
         notes.append("not reached: out of time")
     first = series[usable[0]][0] if usable else None
-    p50 = statistics.median(series[usable[0]][-rule.window:]) if usable else None
+    # A p50 only from a steady series: one still holding its cold request would read the
+    # cold start as the norm (first / p50 = 1.0 on a model that was cold).
+    p50 = (statistics.median(series[usable[0]][-rule.window:])
+           if usable and rule.is_steady(series[usable[0]]) else None)
     after = None
     if check and steady:
         progress(f"measuring {name}: a fresh client's first request")

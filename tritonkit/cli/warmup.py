@@ -93,7 +93,8 @@ def warmup(
     model: Annotated[Optional[list[str]], typer.Option(
         "--model", "-m", help="A model to warm (repeat for several; default: all).")] = None,
     requests: Annotated[int, typer.Option(
-        help="Most warm-up requests per model, all shapes together.", min=1)] = warmup_lib.DEFAULT_REQUESTS,
+        help="Warm-up requests per model, all shapes together, after each shape's first "
+             "(cold) one and its burst of one per instance.", min=1)] = warmup_lib.DEFAULT_REQUESTS,
     steady_window: Annotated[int, typer.Option(
         help="Steady means: the last N requests of a shape ...", min=2)] = warmup_lib.SteadyRule.window,
     steady_tolerance: Annotated[float, typer.Option(

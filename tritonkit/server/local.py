@@ -302,19 +302,28 @@ def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     return ServerError(f"tritonserver exited with code {code}: {tail or 'no output'}", hint=hint)
 
 
+def _exit_failure(deployment: Deployment, code: int | str) -> ServerError:
+    """A server that started and then died: its last words, never taken for a failed load."""
+    log = Path(deployment.log_path).read_text(errors="replace") if deployment.log_path else ""
+    errors = _SERVER_ERROR.findall(log)
+    last = errors[-1] if errors else " | ".join(log.strip().splitlines()[-3:]) or "no output"
+    return ServerError(f"tritonserver exited with code {code} after it started: {last}",
+                       hint=f"full server log: {deployment.log_path}")
+
+
 def server_exited(deployment: Deployment) -> ServerError | None:
-    """The error an exited local server left in its log, or None while it runs."""
+    """Why a local server that had started is gone, from its log, or None while it runs."""
+    pid: int = deployment.pid      # type: ignore[assignment]
     code: int | str = "unknown"
     try:
-        done, status = os.waitpid(deployment.pid, os.WNOHANG)   # type: ignore[arg-type]
-        if done == deployment.pid:
-            code = os.waitstatus_to_exitcode(status)
-        elif _alive(deployment.pid):                            # type: ignore[arg-type]
+        done, status = os.waitpid(pid, os.WNOHANG)      # one call: it reaps, so never twice
+        if done == 0:
+            return None                                 # our child, running
+        code = os.waitstatus_to_exitcode(status)
+    except ChildProcessError:                           # not our child, or reaped elsewhere
+        if _running(pid):
             return None
-    except ChildProcessError:                                   # not our child (or reaped)
-        if _alive(deployment.pid):                              # type: ignore[arg-type]
-            return None
-    return _startup_failure(deployment, code)
+    return _exit_failure(deployment, code)
 
 
 def is_our_server(deployment: Deployment) -> bool:
@@ -360,6 +369,11 @@ def _alive(pid: int) -> bool:
             return False
     except ChildProcessError:
         pass
+    return _running(pid)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (reaps nothing)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

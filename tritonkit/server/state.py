@@ -114,7 +114,11 @@ def load_deployment(repository: Path) -> Deployment:
     except FileNotFoundError:
         raise UsageError(f"no deployment recorded in {repository}",
                          hint=f"start one: tritonkit deploy --repository {repository}") from None
-    except (ValueError, OSError) as exc:       # bad JSON, bad bytes, unreadable
+    except OSError as exc:
+        raise UsageError(f"cannot read deployment state {path} ({exc.strerror or exc})",
+                         hint="run as the user who deployed it, or check the file's permissions") \
+            from None
+    except ValueError as exc:                  # bad JSON, bad bytes
         raise UsageError(f"deployment state {path} is corrupt ({exc})",
                          hint="stop the server by hand and delete the file") from None
     # Fields a later tritonkit added are left aside: `down` must still stop its server.
