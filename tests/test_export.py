@@ -283,6 +283,21 @@ def test_a_branch_on_a_tensor_value_is_reported_and_warned_about_with_its_line(t
     assert len(warned) == 1 and f"branchy.py:{line}" in warned[0]
 
 
+def test_a_model_module_named_like_torch_keeps_its_tracer_warnings(tmp_path, monkeypatch):
+    """torch leaves its own warnings out by module name "torch." + anything, which would
+    drop torchvision's and a user's "torchy_model" too: the file decides, not the name."""
+    import importlib
+
+    (tmp_path / "torchy_model.py").write_text(BRANCHY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    factory = importlib.import_module("torchy_model").build
+    module, example = factory()
+    result = tritonkit.export(module, example, name="torchy", repository=tmp_path / "repo",
+                              exporters=("torchscript",))
+    assert [w["file"] for w in result.report["tracer_warnings"]] == [
+        str(tmp_path / "torchy_model.py")]
+
+
 def test_torchs_own_tracer_warnings_are_left_out(exported):
     # The GRU family falls back to TorchScript, whose tracer warns inside torch.nn.
     report = report_of(exported / "gru")

@@ -411,7 +411,7 @@ def test_only_an_operator_the_exporters_name_is_called_one_onnx_cannot_express()
     assert "operator" not in wrapper
 
 
-@pytest.mark.parametrize("name", ["a b", "é", "a:b", "a\nb", "x" * 200])
+@pytest.mark.parametrize("name", ["a b", "é", "a:b", "a\nb", "ab\n", "x" * 200])
 def test_a_name_that_cannot_sit_in_a_request_url_is_refused_before_anything_runs(tmp_path,
                                                                                   capsys, name):
     """The name is the model's folder and goes into every request's URL: deploy would

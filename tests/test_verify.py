@@ -182,12 +182,31 @@ def test_random_inputs_stay_finite_when_the_example_holds_a_nan():
         assert 0 < float(tensor.mean()) < 5, "spread like the example's finite values"
 
 
-def test_random_masks_never_hide_a_whole_row_when_the_examples_never_do():
+@pytest.mark.parametrize("mask,kept", [
+    (torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]), 1),                  # 1 = keep (attention_mask)
+    (torch.tensor([[False, False, True], [False, False, False]]), False),  # True = padded
+], ids=["attention mask", "key padding mask"])
+def test_random_masks_never_hide_a_whole_row_when_the_examples_never_do(mask, kept):
     """A row that is all padding makes attention divide by zero (NaN in the graph, not
-    always in PyTorch): no real input has one, so no random one may."""
-    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    always in PyTorch): no real input has one, so no random one may, in either convention."""
     for case in verification_cases(normalize_inputs(mask), 64)[1:]:
         (tensor,) = case.tensors
-        assert set(tensor.unique().tolist()) <= {0, 1}
-        assert (tensor != 0).any(dim=-1).all(), case.label
-        assert (tensor == 0).any(), "still random: padding is checked too"
+        assert (tensor == kept).any(dim=-1).all(), case.label
+        assert (tensor != kept).any(), "still random: padding is checked too"
+
+
+class PyTorchPaddedEncoder(PaddedEncoder):
+    def forward(self, x, padded):
+        return self.encoder(x, src_key_padding_mask=padded)
+
+
+def test_a_transformer_encoder_fed_pytorchs_own_padding_mask_verifies(tmp_path):
+    torch.manual_seed(0)
+    padded = torch.zeros(2, 6, dtype=torch.bool)
+    padded[0, -1:] = True
+    padded[1, -2:] = True
+    result = tritonkit.export(PyTorchPaddedEncoder(), {"x": torch.randn(2, 6, 16), "padded": padded},
+                              name="encoder", repository=tmp_path, max_batch_size=4,
+                              dynamic_axes={"x": {1: "sequence"}, "padded": {1: "sequence"}},
+                              exporters=("dynamo",))
+    assert result.report["verification"]["passed"] is True

@@ -19,7 +19,7 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 def check_model_name(name: str) -> None:
     """A UsageError unless ``name`` can name a model folder and sit in a request's URL."""
-    if not _MODEL_NAME.match(name):
+    if not _MODEL_NAME.fullmatch(name):
         raise UsageError(f"model name '{name}' is not a plain folder name",
                          hint="use letters, digits, '_', '.' or '-' (up to 128), e.g. --name mlp")
 

@@ -218,14 +218,16 @@ def _tracer_warnings():
 
     Each is a Python value the trace computed from a tensor and then froze: a branch on a
     tensor's value that would be taken the same way for every input. Torch's own shape
-    code is left out, as torch itself leaves it out (``TracerWarning.ignore_lib_warnings``).
+    code is left out by the file that warned, under torch's own folder (not torch/jit), as
+    torch means to; not by module name as ``TracerWarning.ignore_lib_warnings`` does, whose
+    pattern also drops torchvision's and any user module named torch-something.
     The list is filled when the block ends; repeats (a loop) are kept once.
     """
     found: list[dict] = []
+    torch_dir = str(Path(torch.__file__).resolve().parent) + os.sep
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("ignore")
         warnings.filterwarnings("always", category=torch.jit.TracerWarning)
-        torch.jit.TracerWarning.ignore_lib_warnings()
         try:
             yield found
         finally:
@@ -233,7 +235,11 @@ def _tracer_warnings():
             for record in caught:
                 message = str(record.message).split(". ", 1)[0].strip().rstrip(".") + "."
                 key = (record.filename, record.lineno, message)
-                if issubclass(record.category, torch.jit.TracerWarning) and key not in seen:
+                filename = str(Path(record.filename).resolve())
+                torchs_own = (filename.startswith(torch_dir)
+                              and not filename.startswith(torch_dir + "jit" + os.sep))
+                if issubclass(record.category, torch.jit.TracerWarning) and not torchs_own \
+                        and key not in seen:
                     seen.add(key)
                     found.append({"file": record.filename, "line": record.lineno,
                                   "message": message})

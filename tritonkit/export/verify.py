@@ -115,14 +115,18 @@ def _random_like(example: torch.Tensor, shape: tuple[int, ...], generator: torch
 
 
 def _keep_rows_unmasked(example: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """A 0/1 example with a 1 in every row is a mask (attention, padding): no real row is
-    all padding, and one that is makes attention divide by zero — NaN in the graph where
-    PyTorch's plain path may not be — a false failure. Such rows keep their first place."""
-    mask_like = (example.dim() >= 2 and example.numel() and bool(((example == 0) | (example == 1)).all())
-                 and bool((example != 0).any(dim=-1).all()))
-    if mask_like and values.numel():
+    """A 0/1 example whose rows all begin alike is a mask (attention, padding), in either
+    convention: 1 = keep (Hugging Face's attention_mask) or True = padded (PyTorch's
+    key_padding_mask), the first place being a kept token either way. No real row is all
+    padding, and one that is makes attention divide by zero — NaN in the graph where
+    PyTorch's plain path may not be — a false failure: random rows begin as the example's."""
+    if example.dim() < 2 or not example.numel() or not values.numel():
+        return values
+    binary = bool(((example == 0) | (example == 1)).all())
+    first = example[..., 0]
+    if binary and bool((first == first.flatten()[0]).all()):
         values = values.clone()
-        values[..., 0] = 1
+        values[..., 0] = first.flatten()[0]
     return values
 
 
