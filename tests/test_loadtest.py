@@ -1281,3 +1281,51 @@ def test_two_outputs_on_one_path_are_refused_before_the_run(tmp_path, capsys):
     assert code == EXIT_USAGE
     assert "--json and --csv name the same file" in capsys.readouterr().err
     assert not same.exists()
+
+
+def test_a_version_retired_by_a_roll_to_the_next_is_no_outage():
+    """Triton keeps a retired version in its index as UNAVAILABLE ("unloaded"): while
+    another version serves, the model is not out, at the first poll or later."""
+    from tritonkit.loadtest._timeline import model_outages
+
+    at = lambda s: int(s * 1e9)     # noqa: E731
+    rolled = [ServerEvent(at(1.0), "state", "mlp", "2", "LOADING", ""),
+              ServerEvent(at(1.4), "state", "mlp", "2", "READY", "LOADING"),
+              ServerEvent(at(1.5), "state", "mlp", "1", "UNAVAILABLE", "READY", "unloaded")]
+    assert model_outages(rolled, 0) == [("mlp", "2", 1.0, 1.4)]      # v2's load, nothing open
+    # v1 out, then v2 (a new version) READY: the model serves again, the outage ends there
+    swapped = [ServerEvent(at(1.0), "state", "mlp", "1", "UNAVAILABLE", "READY"),
+               ServerEvent(at(2.0), "state", "mlp", "2", "READY", "LOADING")]
+    assert model_outages(swapped, 0) == [("mlp", "1, 2", 1.0, 2.0)]
+
+
+@pytest.mark.server
+def test_a_version_retired_before_the_run_is_not_an_outage_for_the_whole_run(served):
+    """After a roll from version 1 to 2 the index lists 1 as UNAVAILABLE: the watcher's
+    first poll must not open an outage that never ends (every spike would be named after it)."""
+    import shutil as sh
+
+    from tritonkit.loadtest import ServerWatcher
+    from tritonkit.loadtest._timeline import model_outages
+
+    served_repo = Path(served.extra["served_repository"])
+    endpoint = Endpoint.from_deployment(served)
+    client = endpoint.http()
+    sh.copytree(served_repo / "example" / "1", served_repo / "example" / "2")
+    try:
+        client.load_model("example", headers=endpoint.repository_headers)
+        retired = {"name": "example", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+        deadline = time.monotonic() + 10
+        while retired not in client.get_model_repository_index(
+                headers=endpoint.repository_headers) and time.monotonic() < deadline:
+            time.sleep(0.05)                                  # version 1 is still UNLOADING
+        assert retired in client.get_model_repository_index(headers=endpoint.repository_headers)
+        began = time.perf_counter_ns()
+        watcher = ServerWatcher(endpoint, "example").start()
+        time.sleep(0.3)
+        watcher.stop()
+    finally:                        # the module's server as it was: version 1 alone
+        sh.rmtree(served_repo / "example" / "2")
+        client.load_model("example", headers=endpoint.repository_headers)
+        client.close()
+    assert model_outages(watcher.events, began) == []

@@ -225,11 +225,13 @@ class ServerWatcher:
 
     def _poll_states(self, initial: bool = False) -> None:
         now = time.perf_counter_ns()
-        for (model, version), (state, reason) in self._current_states().items():
+        current = self._current_states()
+        serving = {model for (model, _), (state, _) in current.items() if state == "READY"}
+        for (model, version), (state, reason) in current.items():
             previous = self._states.get((model, version), "")
             if state != previous:
                 self._states[(model, version)] = state
-                if not initial or self._out_at_start(model, state):
+                if not initial or self._out_at_start(model, state, reason, serving):
                     self.events.append(ServerEvent(now, "state", model, version, state, previous, reason))
         # A model that vanished from the index (or stopped being ready) changed state too.
         seen = set(self._current_keys)
@@ -239,11 +241,15 @@ class ServerWatcher:
                 if not initial:
                     self.events.append(ServerEvent(now, "state", key[0], key[1], "UNAVAILABLE", previous))
 
-    def _out_at_start(self, model: str, state: str) -> bool:
+    def _out_at_start(self, model: str, state: str, reason: str, serving: set[str]) -> bool:
         """At the first poll: whether a state is an outage already under way (the tested
-        model not READY, or any model loading or unloading), which then runs from the
-        watcher's start. Another model merely not loaded is no outage of anyone's."""
-        return state in ("LOADING", "UNLOADING") or (model == self._model and state != "READY")
+        model with no version READY, or any model loading or unloading), which then runs
+        from the watcher's start. Another model merely not loaded is no outage of anyone's,
+        nor is a version retired by a roll to the next (UNAVAILABLE, "unloaded", while
+        another version serves)."""
+        if state in ("LOADING", "UNLOADING"):
+            return True
+        return model == self._model and state != "READY" and model not in serving
 
     def _current_states(self) -> dict[tuple[str, str], tuple[str, str]]:
         if self._use_index:

@@ -91,15 +91,29 @@ def model_outages(events: list[ServerEvent], start_ns: int) -> list[Outage]:
     """
     outages = []
     open_since: dict[tuple[str, str], float] = {}
+    ready: dict[str, set[str]] = {}                  # model -> versions READY now
     # In time order: an outage inferred from statistics is recorded after the fact.
     for event in sorted(events, key=lambda e: e.t_ns):
         if event.kind != "state":
             continue
         key, at = (event.model, event.version), (event.t_ns - start_ns) / 1e9
+        serving = ready.setdefault(event.model, set())
         if event.state != "READY":
-            open_since.setdefault(key, at)
+            serving.discard(event.version)
+            # A version leaving while another serves (a roll retiring it) is no outage;
+            # statistics restarting (no version) always is: the model was reloaded.
+            if not (event.version and serving - {event.version, ""}):
+                open_since.setdefault(key, at)
         elif event.previous != "READY":
+            serving.add(event.version)
+            # Any version READY again: the model serves, whichever version left (the
+            # statistics' own outage, no version, ends with their own event).
+            for other in [k for k in open_since
+                          if k[0] == event.model and k != key and k[1] and event.version]:
+                outages.append((*other, open_since.pop(other), at))
             outages.append((*key, open_since.pop(key, at), at))
+        else:
+            serving.add(event.version)
     outages.extend((*key, since, None) for key, since in open_since.items())
     return _merged(sorted(outages, key=lambda o: o[2]))
 
