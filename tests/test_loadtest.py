@@ -270,15 +270,17 @@ def test_a_request_sent_in_the_warm_up_and_answered_in_the_measurement_counts_in
     """Closed loop, the server stalled from 0.1 s before the start until 1.4 s into it: the
     request it held is the stall's only trace, since nothing else was sent meanwhile. It
     overlaps the measurement, as one sent before the end and answered after it does (both
-    count); one answered within the warm-up does not."""
+    are in the latencies); one answered within the warm-up is not. The counts (QPS) take
+    only what was sent inside the span: a level must not gain what was in flight at its start."""
     records = [(-200 * MS, 50 * MS, None),                     # warm-up, answered in the warm-up
                (-100 * MS, 1_500 * MS, None),                  # warm-up, waited through the stall
                *[(1_400 * MS + i * 100 * MS, MS, None) for i in range(5)],
                (1_950 * MS, 400 * MS, None)]                   # answered after the end
     level = _level_from(records)
-    assert level.ok == 7 and level.histogram.get_total_count() == 7
+    assert level.histogram.get_total_count() == 7
     assert level.latency_ms["max"] == pytest.approx(1_500, rel=0.001)
-    assert [w.ok for w in level.timeline] == [1, 6]
+    assert level.ok == 6 and level.qps == 3.0                   # 6 sent in the 2 s measured
+    assert [w.ok for w in level.timeline] == [0, 6]
     assert level.timeline[0].max_ms == pytest.approx(1_500, rel=0.001)
 
 

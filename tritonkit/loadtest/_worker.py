@@ -173,14 +173,18 @@ class _Records:
         # A request counts if it overlaps the measured span: one sent before the end counts
         # however late its answer, and so one sent during the warm-up that is answered
         # after the start (it waited through a stall, say) counts, in the first window.
+        # The latencies see it; the counts (QPS, errors, the rate achieved) see only what
+        # was sent inside the span, or each level would gain the requests in flight at its
+        # start (concurrency / duration more QPS than the server gave).
         keep = (origins < plan.duration_ns) & ((origins >= 0) | (origins + latencies_ns > 0))
         origins, codes = origins[keep], all_codes[keep]
+        counted = origins >= 0
         latencies = np.maximum(latencies_ns[keep] // 1000, LOWEST_US)
         names = {code: kind for kind, code in self.kinds.items()}
-        ok = codes == 0
-        failed = codes > 0
+        ok = (codes == 0) & counted
+        failed = (codes > 0) & counted
         # what the latency percentiles see: answers, held-back arrivals, requests never answered
-        timed = ok | (codes == HELD_BACK) | np.isin(codes, list(self.unanswered))
+        timed = (codes == 0) | (codes == HELD_BACK) | np.isin(codes, list(self.unanswered))
         windows = {}
         window_of = np.maximum(origins, 0) // plan.window_ns
         for window in np.unique(window_of):
@@ -191,8 +195,8 @@ class _Records:
                 "hist": _encode(latencies[here & timed], plan.highest_us),
             }
         summary = {
-            "sent": int(len(codes)),
-            "not_sent": int(np.count_nonzero(never[keep])),
+            "sent": int(np.count_nonzero(counted)),
+            "not_sent": int(np.count_nonzero(never[keep] & counted)),
             "ok": int(np.count_nonzero(ok)),
             "errors": {names[int(c)]: int(n) for c, n in zip(*np.unique(codes[failed], return_counts=True))},
             "hist": _encode(latencies[timed], plan.highest_us),
@@ -206,7 +210,7 @@ class _Records:
         if self.lags:
             lags = np.asarray(self.lags, dtype=np.int64)[keep]
             summary["lag_hist"] = _encode(np.maximum(lags // 1000, LOWEST_US), plan.highest_us)
-            summary["saturated"] = int(np.count_nonzero(np.asarray(self.waited, dtype=bool)[keep]))
+            summary["saturated"] = int(np.count_nonzero(np.asarray(self.waited, dtype=bool)[keep] & counted))
         return summary
 
 
