@@ -35,9 +35,13 @@ _ABANDON_PATIENCE_S = 2.0
 # What one load generator on one host can hold: more is a distributed test. The limits
 # turn a typo (--rate 1e9, -c 100000) into a usage error at once, not minutes of
 # building a schedule gigabytes long or starting sockets, then a run error blaming the server.
-MAX_CONCURRENCY = 4096
+MAX_CONCURRENCY = 4096              # requests in flight: --concurrency, --max-in-flight x workers
+MAX_WORKERS = 64
 MAX_ARRIVALS = 20_000_000           # per level: the open-loop schedule is held in memory
-MAX_SECONDS = 86_400.0              # --duration, --warmup-s, --request-timeout, the window
+MAX_SECONDS = 86_400.0              # --warmup-s, --request-timeout
+MAX_DURATION_S = 3_600.0            # per level: every request's record is held in memory...
+MAX_WINDOWS = 1_000                 # ...and a histogram per timeline window (~0.2 MB each)
+_SPARE_FILES = 64                   # descriptors a worker needs besides its sockets
 
 # progress(label, elapsed_s, total_s, requests_done)
 Progress = Callable[[str, float, float, int], None]
@@ -78,11 +82,26 @@ class LoadSpec:
             raise UsageError(f"unknown protocol '{self.protocol}'", hint="use http or grpc")
         if self.duration_s <= 0 or self.warmup_s < 0 or self.window_s <= 0:
             raise UsageError("--duration and the window must be > 0, --warmup-s >= 0")
-        for flag, seconds in (("--duration", self.duration_s), ("--warmup-s", self.warmup_s),
-                              ("--window-s", self.window_s), ("--request-timeout", self.timeout_s)):
-            if not seconds <= MAX_SECONDS:
-                raise UsageError(f"{flag} {seconds:g} is not a time of at most a day ({MAX_SECONDS:g} s)",
-                                 hint=f"give {flag} in seconds, e.g. {flag} 30")
+        for flag, seconds, most in (("--duration", self.duration_s, MAX_DURATION_S),
+                                    ("--warmup-s", self.warmup_s, MAX_SECONDS),
+                                    ("--window-s", self.window_s, MAX_SECONDS),
+                                    ("--request-timeout", self.timeout_s, MAX_SECONDS)):
+            if not seconds <= most:
+                raise UsageError(f"{flag} {seconds:g} is not a time of at most {most:g} s",
+                                 hint=f"give {flag} in seconds, e.g. {flag} 30 (for a longer soak, "
+                                      "run levels one after the other)")
+        if self.duration_s / self.window_s > MAX_WINDOWS:
+            raise UsageError(f"--duration {self.duration_s:g} in windows of {self.window_s:g} s is "
+                             f"more than {MAX_WINDOWS} timeline windows",
+                             hint=f"raise --window-s to {self.duration_s / MAX_WINDOWS:g} or more")
+        if self.workers is not None and self.workers > MAX_WORKERS:
+            raise UsageError(f"--workers {self.workers} is more than {MAX_WORKERS} processes",
+                             hint="one per CPU is plenty; run several load generators for more")
+        in_flight = (self.max_in_flight or 0) * (self.workers or 1)
+        if in_flight > MAX_CONCURRENCY:
+            raise UsageError(f"--max-in-flight {self.max_in_flight} x {self.workers or 1} worker(s) "
+                             f"is more than one load generator holds ({MAX_CONCURRENCY} in flight)",
+                             hint="lower --max-in-flight; run several load generators for more")
         if any(c > MAX_CONCURRENCY for c in self.concurrency):
             raise UsageError(f"--concurrency {max(self.concurrency)} is more than one load "
                              f"generator holds ({MAX_CONCURRENCY} requests in flight)",
@@ -179,6 +198,8 @@ def default_workers(spec: LoadSpec, level: float) -> int:
 
 def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None) -> LoadTestResult:
     """Run every level of ``spec`` against the server at ``endpoint``, one after the other."""
+    for level in spec.levels():
+        _check_open_files(max(plan_slots(spec, level)))
     template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed)
     url = _protocol_url(endpoint, spec.protocol)
     _probe(url, spec.protocol, template, spec.timeout_s)
@@ -215,19 +236,37 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
                             hint="is the server up? tritonkit deploy --repository DIR") from None
 
 
-def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float) -> list[WorkerPlan]:
+def plan_slots(spec: LoadSpec, level: float) -> list[int]:
+    """Connections each worker holds at ``level``: its virtual users, or its open-loop slots."""
     workers = default_workers(spec, level)
+    if spec.mode == "closed":
+        return closed_loop(int(level), workers)
+    return [spec.max_in_flight or (64 if spec.protocol == "http" else 32)] * workers
+
+
+def _check_open_files(sockets: int) -> None:
+    """A worker raises its open-files limit to the hard one; more sockets than that allows
+    is a usage error now, not a worker failing to start ("Too many open files", exit 4)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and sockets + _SPARE_FILES > hard:
+        raise UsageError(f"a worker would hold {sockets} connections; this host allows a process "
+                         f"{hard} open files (ulimit -Hn)",
+                         hint="add --workers to spread them, or raise the limit (ulimit -n)")
+
+
+def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float) -> list[WorkerPlan]:
+    slots = plan_slots(spec, level)
     common = dict(protocol=spec.protocol, url=url, template=template,
                   warmup_ns=int(spec.warmup_s * 1e9), duration_ns=int(spec.duration_s * 1e9),
                   window_ns=int(spec.window_s * 1e9), timeout_s=spec.timeout_s,
                   grace_s=spec.timeout_s + _ANSWER_MARGIN_S)
     if spec.mode == "closed":
-        users = closed_loop(int(level), workers)
-        return [WorkerPlan(index=i, slots=n, offsets_ns=None, **common) for i, n in enumerate(users)]
+        return [WorkerPlan(index=i, slots=n, offsets_ns=None, **common) for i, n in enumerate(slots)]
     schedule = open_loop_schedule(level, spec.warmup_s + spec.duration_s, spec.arrivals, spec.seed)
-    slots = spec.max_in_flight or (64 if spec.protocol == "http" else 32)
-    return [WorkerPlan(index=i, slots=slots, offsets_ns=(part * 1e9).astype("int64"), **common)
-            for i, part in enumerate(split_schedule(schedule, workers))]
+    return [WorkerPlan(index=i, slots=slots[i], offsets_ns=(part * 1e9).astype("int64"), **common)
+            for i, part in enumerate(split_schedule(schedule, len(slots)))]
 
 
 def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTemplate,

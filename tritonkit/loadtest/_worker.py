@@ -63,6 +63,7 @@ class WorkerPlan:
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # inherited so, unless started off the main thread
+    _raise_open_files()
     if plan.offsets_ns is not None:
         _precise_sleeps(_cooperative(plan))
     try:
@@ -85,6 +86,19 @@ def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     summary.update(cpu_s=cpu_s)
     _tell(conn, ("done", summary))
     conn.close()
+
+
+def _raise_open_files() -> None:
+    """The soft open-files limit up to the hard one: a worker holds a socket per slot, and
+    the usual soft 1024 is less than the hard limit the parent checked the plan against."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass                                    # the check in the parent stands anyway
 
 
 def _tell(conn: Any, message: tuple) -> bool:
