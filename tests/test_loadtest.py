@@ -1304,6 +1304,12 @@ def test_a_version_retired_by_a_roll_to_the_next_is_no_outage():
     swapped = [ServerEvent(at(1.0), "state", "mlp", "1", "UNAVAILABLE", "READY"),
                ServerEvent(at(2.0), "state", "mlp", "2", "READY", "LOADING")]
     assert model_outages(swapped, 0) == [("mlp", "1, 2", 1.0, 2.0)]
+    # both versions serving since before the run (the first poll says so): retiring one is
+    # no outage either, though the other sends no READY event during the run
+    both = [ServerEvent(at(-0.5), "serving", "mlp", "1", "READY"),
+            ServerEvent(at(-0.5), "serving", "mlp", "2", "READY"),
+            ServerEvent(at(5.0), "state", "mlp", "1", "UNAVAILABLE", "READY", "unloaded")]
+    assert model_outages(both, 0) == []
 
 
 @pytest.mark.server
@@ -1331,6 +1337,7 @@ def test_a_version_retired_before_the_run_is_not_an_outage_for_the_whole_run(ser
         watcher = ServerWatcher(endpoint, "example").start()
         time.sleep(0.3)
         watcher.stop()
+        assert [(e.kind, e.version) for e in watcher.events if e.kind == "serving"] == [("serving", "2")]
     finally:                        # the module's server as it was: version 1 alone
         sh.rmtree(served_repo / "example" / "2")
         client.load_model("example", headers=endpoint.repository_headers)
@@ -1352,3 +1359,17 @@ def test_more_connections_per_worker_than_the_open_files_limit_is_refused_up_fro
     assert code == EXIT_USAGE
     assert "a worker would hold 1050 connections; this host allows a process 1024 open files" \
         in capsys.readouterr().err
+
+
+def test_in_flight_over_the_workers_the_cpus_give_is_refused_up_front(monkeypatch, capsys):
+    """--max-in-flight is per worker; without --workers the CPUs decide how many."""
+    import os
+
+    from tritonkit.server.local import free_port
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "m",
+                   "--rate", "20000", "--max-in-flight", "4000")
+    assert code == EXIT_USAGE
+    assert "4 workers x 4000 requests in flight at rate 20000/s is more than one load " \
+        "generator holds" in capsys.readouterr().err

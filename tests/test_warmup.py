@@ -558,10 +558,18 @@ def test_a_peer_that_does_not_speak_http_is_no_server_not_an_internal_error(caps
     assert "internal error" not in err
 
 
-@pytest.mark.parametrize("url", ["localhost:80a", "localhost", "http://h:1/path", "h:70000"])
+@pytest.mark.parametrize("url", ["localhost:80a", "localhost", "http://h:1/path", "h:70000", "::1"])
 def test_a_url_that_is_not_host_and_port_is_bad_input(url, capsys):
     assert run_cli("warmup", "--url", url, "--timeout", "1") == 2
     assert "is not HOST:PORT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url", ["h:8000", "http://h:8000/", "[::1]:8000", "10.0.0.1:8000"])
+def test_host_and_port_in_the_usual_spellings_is_taken(url):
+    from tritonkit.client import check_address
+
+    assert check_address(url.removeprefix("http://"), "--url") == \
+        url.removeprefix("http://").removesuffix("/")
 
 
 @pytest.mark.server

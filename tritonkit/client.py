@@ -103,9 +103,12 @@ def resolve_endpoint(repository: Path | None = None, url: str | None = None,
 
 
 def check_address(address: str, flag: str) -> str:
-    """``address`` if it is HOST:PORT (a port 1-65535), else a UsageError naming ``flag``."""
+    """``address`` if it is HOST:PORT (a port 1-65535; an IPv6 host in brackets, one
+    trailing slash allowed), else a UsageError naming ``flag``."""
+    address = address.removesuffix("/")
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address:
+    bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
+    if not host or bare_ipv6 or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address:
         raise UsageError(f"{flag} {address} is not HOST:PORT",
                          hint=f"e.g. {flag} 127.0.0.1:8000")
     return address

@@ -199,7 +199,13 @@ def default_workers(spec: LoadSpec, level: float) -> int:
 def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None) -> LoadTestResult:
     """Run every level of ``spec`` against the server at ``endpoint``, one after the other."""
     for level in spec.levels():
-        _check_open_files(max(plan_slots(spec, level)))
+        slots = plan_slots(spec, level)
+        if sum(slots) > MAX_CONCURRENCY:     # --max-in-flight times the workers the CPUs gave
+            raise UsageError(f"{len(slots)} workers x {max(slots)} requests in flight at "
+                             f"{level_label(spec.mode, level)} is more than one load generator "
+                             f"holds ({MAX_CONCURRENCY})",
+                             hint="lower --max-in-flight or --workers")
+        _check_open_files(max(slots))
     template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed)
     url = _protocol_url(endpoint, spec.protocol)
     _probe(url, spec.protocol, template, spec.timeout_s)

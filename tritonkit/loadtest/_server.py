@@ -41,6 +41,7 @@ class ServerEvent:
 
     t_ns: int
     kind: str        # "state" (a model changed state) | "down" (server stopped answering) | "up"
+                     # | "serving" (a version READY at the first poll: no change, a fact to start from)
     model: str = ""
     version: str = ""
     state: str = ""  # READY, LOADING, UNLOADING, UNAVAILABLE, ...
@@ -229,6 +230,8 @@ class ServerWatcher:
         serving = {model for (model, _), (state, _) in current.items() if state == "READY"}
         for (model, version), (state, reason) in current.items():
             previous = self._states.get((model, version), "")
+            if initial and state == "READY":
+                self.events.append(ServerEvent(now, "serving", model, version, state))
             if state != previous:
                 self._states[(model, version)] = state
                 if not initial or self._out_at_start(model, state, reason, serving):

@@ -94,6 +94,9 @@ def model_outages(events: list[ServerEvent], start_ns: int) -> list[Outage]:
     ready: dict[str, set[str]] = {}                  # model -> versions READY now
     # In time order: an outage inferred from statistics is recorded after the fact.
     for event in sorted(events, key=lambda e: e.t_ns):
+        if event.kind == "serving":              # READY before the run: a version to count on
+            ready.setdefault(event.model, set()).add(event.version)
+            continue
         if event.kind != "state":
             continue
         key, at = (event.model, event.version), (event.t_ns - start_ns) / 1e9
