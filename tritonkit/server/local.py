@@ -289,7 +289,7 @@ _SERVER_ERROR = re.compile(r"^error: (.*)$", re.MULTILINE)
 
 def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     """Turn an exited server's log into one error that carries Triton's own message."""
-    log = Path(deployment.log_path or "").read_text(errors="replace") if deployment.log_path else ""
+    log = _log_of(deployment)
     model_errors = [m.group(1).split("\\n")[0] for m in _MODEL_ERROR.finditer(log)
                     if "version" in m.group(1) or "Poll failed" in m.group(1)]
     server_errors = _SERVER_ERROR.findall(log)
@@ -298,15 +298,23 @@ def _startup_failure(deployment: Deployment, code: int) -> ServerError:
         return ModelLoadError(f"Triton could not load a model: {model_errors[0]}", hint=hint)
     if server_errors:
         return ServerError(f"tritonserver exited ({code}): {server_errors[-1]}", hint=hint)
-    tail = " | ".join(line for line in log.strip().splitlines()[-3:])
-    return ServerError(f"tritonserver exited with code {code}: {tail or 'no output'}", hint=hint)
+    return ServerError(f"tritonserver exited with code {code}: {_tail(log)}", hint=hint)
+
+
+def _log_of(deployment: Deployment) -> str:
+    return Path(deployment.log_path).read_text(errors="replace") if deployment.log_path else ""
+
+
+def _tail(log: str) -> str:
+    """A log's last three lines as one, for an error that has nothing better to quote."""
+    return " | ".join(log.strip().splitlines()[-3:]) or "no output"
 
 
 def _exit_failure(deployment: Deployment, code: int | str) -> ServerError:
     """A server that started and then died: its last words, never taken for a failed load."""
-    log = Path(deployment.log_path).read_text(errors="replace") if deployment.log_path else ""
+    log = _log_of(deployment)
     errors = _SERVER_ERROR.findall(log)
-    last = errors[-1] if errors else " | ".join(log.strip().splitlines()[-3:]) or "no output"
+    last = errors[-1] if errors else _tail(log)
     return ServerError(f"tritonserver exited with code {code} after it started: {last}",
                        hint=f"full server log: {deployment.log_path}")
 
