@@ -356,7 +356,7 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
                 endpoint = rediscover()
             except UsageError:
                 pass  # between a stop and a start there is no state: keep the last one
-        return health(endpoint.http_url, timeout=min(2.0, max(0.1, deadline.left())))
+        return _why_not_live(endpoint, deadline)
 
     last = wait_until(check, deadline, _BACKOFF_START, _BACKOFF_MAX)
     if last is not None:
@@ -486,7 +486,12 @@ def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadl
 
 
 def _not_live(endpoint: Endpoint, deadline: Deadline) -> bool:
-    return health(endpoint.http_url, timeout=min(2.0, max(0.1, deadline.left()))) is not None
+    return _why_not_live(endpoint, deadline) is not None
+
+
+def _why_not_live(endpoint: Endpoint, deadline: Deadline) -> str | None:
+    """One liveness poll, bounded by what is left of the deadline (at most 2 s)."""
+    return health(endpoint.http_url, timeout=min(2.0, max(0.1, deadline.left())))
 
 
 def _ready_quietly(endpoint: Endpoint, name: str, deadline: Deadline) -> bool:
