@@ -360,4 +360,4 @@ def test_a_csv_path_under_a_file_is_refused_before_sampling(tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("not a folder\n")
     assert run_cli("monitor", "--once", "--csv", afile / "gpu.csv") == 2
-    assert "is not a folder we may write to" in capsys.readouterr().err
+    assert "is a file, not a folder" in capsys.readouterr().err

@@ -251,7 +251,7 @@ def test_a_json_path_that_cannot_be_written_is_refused_before_the_warm_up(tmp_pa
         assert code == 2
     assert time.monotonic() - started < 2                    # the server was never asked
     err = capsys.readouterr().err
-    assert "is not a folder we may write to" in err and "is a folder" in err
+    assert "is a file, not a folder" in err and f"{tmp_path} is a folder" in err
 
 
 @pytest.mark.server

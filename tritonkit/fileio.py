@@ -49,23 +49,26 @@ def check_output(path: Path, *, force: bool, what: str) -> None:
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder", hint="give a file name, e.g. out/run.json")
     refuse_overwrite(path, force=force, what=what)
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:   # atomic_write makes the missing ones
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write {what} {path}: {folder} is not a folder we may write to",
-                         hint="choose a path in a folder you can write to")
+    _check_writable_folder(path.parent, what=what, target=path)
 
 
 def check_folder(path: Path, *, what: str) -> None:
-    """An output folder: it may not exist yet, but no part of it may be a file."""
+    """An output folder: it may not exist yet, but no part of it may be a file, and the
+    nearest part that exists must be a folder we may write to."""
     path = Path(path)
-    for part in (path, *path.parents):
-        if part.exists():
-            if not part.is_dir():
-                raise UsageError(f"{what} {path}: {part} is a file, not a folder",
-                                 hint="choose another folder")
-            return
+    _check_writable_folder(path, what=what, target=path)
+
+
+def _check_writable_folder(folder: Path, *, what: str, target: Path) -> None:
+    """The nearest existing part of ``folder`` (atomic_write makes the missing ones) must be
+    a folder we may write to."""
+    existing = next(part for part in (folder, *folder.parents) if part.exists())  # "." or "/" at worst
+    if not existing.is_dir():
+        raise UsageError(f"cannot write {what} {target}: {existing} is a file, not a folder",
+                         hint="choose another folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {what} {target}: {existing} is not a folder we may write to",
+                         hint="choose a path in a folder you can write to")
 
 
 def sha256_of(path: Path) -> str:
