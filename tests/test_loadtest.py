@@ -408,12 +408,21 @@ def test_with_two_slots_only_arrivals_due_once_both_were_out_are_the_servers_sat
     assert slots.took(0, 220)                            # and so on while slot 1 is still out
 
 
-def test_arrivals_a_load_generator_that_overslept_the_end_never_sent_are_its_errors():
+def test_a_load_generator_that_overslept_the_end_sends_nothing_after_it_and_its_unsent_arrivals_are_its_errors():
     clock = _Clock()
-    clock.oversleep = {500 * MS: 1200 * MS}
-    run = _one_slot_at_100_per_s(clock, _served_by(clock))
-    assert run.waited == [] and run.held_back == []
-    assert run.failed == list(range(510, 1000, 10))      # "not sent: the load generator fell behind"
+    clock.oversleep = {500 * MS: 1200 * MS}              # asleep for the arrival due at 500 ms
+    serve, sent_at = _served_by(clock), []
+
+    def send() -> None:
+        sent_at.append(clock.now)
+        serve()
+
+    run = _one_slot_at_100_per_s(clock, send)
+    assert max(sent_at) < S                              # the measurement ended at 1 s
+    assert run.waited == [] and run.held_back == []      # its slot was free: not the server's doing
+    # the arrival it overslept and every one after: "not sent: the load generator fell behind"
+    assert run.failed == list(range(500, 1000, 10))
+    assert run.latency_ms[500] == 700                    # it waited until the worker woke
 
 
 # -- the verdict (no server) -----------------------------------------------------------------

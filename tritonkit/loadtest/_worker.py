@@ -284,9 +284,11 @@ class _Slots:
 
     def past_end(self, slot: int, now: int) -> None:
         """The slot is free at ``now``, after the end; the first one to be is when the
-        arrivals never sent stopped waiting."""
+        arrivals never sent stopped waiting. One that overslept its arrival past the end
+        was free all the while: nothing it would have sent was the server's doing."""
         if self._first_after_end is None:
-            self._first_after_end = (now, self._all_busy_since[slot])
+            busy = slot in self._busy_since
+            self._first_after_end = (now, self._all_busy_since[slot] if busy else None)
 
     def unsent_waited(self, now: int) -> tuple[int, int | None]:
         """For the arrivals never sent: until when they waited, and since when every slot
@@ -352,6 +354,9 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
                 taken[slot] = due
                 wait_until(due)
                 if stop.value:
+                    return
+                if (now := clock()) >= end:     # it overslept past the end: nothing leaves after it
+                    slots.past_end(slot, now)
                     return
                 del taken[slot]
             start = clock()
