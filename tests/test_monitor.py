@@ -361,3 +361,13 @@ def test_a_csv_path_under_a_file_is_refused_before_sampling(tmp_path, capsys):
     afile.write_text("not a folder\n")
     assert run_cli("monitor", "--once", "--csv", afile / "gpu.csv") == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_an_interval_no_sleep_can_take_is_refused_as_bad_input(monkeypatch, capsys):
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    for flags in (("monitor", "--interval", "inf"), ("monitor", "--interval", "1e12"),
+                  ("diagnose", "--live", "--interval", "inf"),
+                  ("diagnose", "--live", "--duration", "inf")):
+        assert run_cli(*flags) == 2, flags
+        err = capsys.readouterr().err
+        assert flags[-2] in err and "internal error" not in err

@@ -41,12 +41,16 @@ ThresholdsFile = Annotated[Optional[Path], typer.Option(
     "--thresholds", help="Alert and wall thresholds TOML (default configs/alerts.toml).")]
 Gpu = Annotated[Optional[str], typer.Option(
     "--gpu", help="GPU profile (p100, a10, or a .toml path).")]
+# A day: longer is no sampling interval (time.sleep overflows at inf), and a --live
+# recording is held in memory until it is diagnosed.
+DAY_S = 86_400.0
 
 
 @app.command(epilog="Example: tritonkit monitor --interval 10 --csv gpu.csv "
                     "--repository model_repository")
 def monitor(
-    interval: Annotated[float, typer.Option(help="Seconds between samples.", min=0.05)] = 10.0,
+    interval: Annotated[float, typer.Option(help="Seconds between samples.", min=0.05,
+                                            max=DAY_S)] = 10.0,
     duration: Annotated[Optional[float], typer.Option(
         help="Stop after this many seconds (default: until Ctrl-C).", min=0)] = None,
     csv: Annotated[Optional[Path], typer.Option(
@@ -150,9 +154,10 @@ def diagnose(
     gpu: Gpu = None,
     live: Annotated[bool, typer.Option(
         "--live", help="Record now for --duration seconds instead of reading a file.")] = False,
-    duration: Annotated[float, typer.Option(help="Seconds to record with --live.", min=1)] = 60.0,
+    duration: Annotated[float, typer.Option(help="Seconds to record with --live.", min=1,
+                                            max=DAY_S)] = 60.0,
     interval: Annotated[float, typer.Option(help="Seconds between samples with --live.",
-                                            min=0.05)] = 1.0,
+                                            min=0.05, max=DAY_S)] = 1.0,
     url: Url = None,
     metrics_port: MetricsPort = DEFAULT_METRICS_PORT,
     repository: OptionalRepository = None,
