@@ -22,11 +22,14 @@ INTERVAL = 10.0
 
 
 def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: float,
-           rx_gb_s: float = 0.5, tx_gb_s: float = 0.2, triton: dict | None = None) -> Path:
+           rx_gb_s: float = 0.5, tx_gb_s: float = 0.2, triton: dict | None = None,
+           restart_at: int | None = None) -> Path:
     """Write a monitor CSV as `tritonkit monitor --csv` does, for a steady pattern.
 
     ``triton`` gives per-interval increments of Triton's counters (requests, batch, and
     µs per request of queue / input / infer time); None records no Triton columns.
+    ``restart_at``: the server restarts (its counters start from zero again) just
+    before that sample is taken, and the traffic goes on.
     """
     total_mib = total_gib * 1024
     counters = ModelCounters() if triton else None
@@ -38,6 +41,8 @@ def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: flo
             recorder.write(rows_for(1_767_225_600 + i * INTERVAL, i * INTERVAL, [gpu], counters))
             if triton:
                 requests = triton["requests"]
+                if restart_at is not None and i + 1 == restart_at:
+                    counters = ModelCounters()
                 counters = counters + ModelCounters(
                     request_success=requests, inference_count=requests * triton["batch"],
                     exec_count=requests,
@@ -213,3 +218,13 @@ def test_a_recording_that_is_not_text_is_one_line_not_a_traceback(tmp_path, caps
 def test_diagnose_needs_a_file_or_live(capsys):
     assert run_cli("diagnose") == 2
     assert "no recording given" in capsys.readouterr().err
+
+
+def test_a_server_restart_mid_recording_counts_the_traffic_after_it(tmp_path):
+    pattern = dict(requests=300, batch=8, queue_us=500, infer_us=25_000)
+    result = verdict(record(tmp_path / "restart.csv", **A10, util=90, mem_pct=60,
+                            triton=pattern, restart_at=SAMPLES // 2), "a10")
+    intervals = SAMPLES - 1                # every interval carried the same traffic
+    assert result.figures.loaded_samples == intervals
+    assert result.figures.inferences == intervals * pattern["requests"] * pattern["batch"]
+    assert result.figures.avg_batch == pytest.approx(pattern["batch"])

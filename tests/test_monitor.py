@@ -93,6 +93,21 @@ def test_a_server_restart_reads_as_no_traffic_not_negative_rates():
     assert r.inferences_per_s == 0 and r.avg_batch is None
 
 
+def test_after_a_server_restart_rates_count_from_zero_for_every_counter_alike():
+    # a fast model served 1,000 single requests; the server restarts and serves 40
+    # requests of batch 8 with longer compute: some counters fell, others rose
+    before = ModelCounters(request_success=1000, inference_count=1000, exec_count=1000,
+                           queue_duration_us=50_000, compute_infer_duration_us=100_000)
+    after = ModelCounters(request_success=40, inference_count=320, exec_count=40,
+                          queue_duration_us=80_000, compute_infer_duration_us=400_000)
+    r = rates(before, after, seconds=10.0)
+    assert r.requests_per_s == after.request_success / 10.0
+    assert r.inferences_per_s == after.inference_count / 10.0
+    assert r.avg_batch == after.inference_count / after.exec_count
+    assert r.queue_us == after.queue_duration_us / after.request_success
+    assert r.compute_us == after.compute_infer_duration_us / after.request_success
+
+
 def _send_requests(deployment, count: int, batch: int) -> None:
     import tritonclient.http as httpclient
 

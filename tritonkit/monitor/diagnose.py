@@ -24,7 +24,7 @@ from statistics import fmean
 from tritonkit.errors import UsageError
 from tritonkit.monitor.alerts import Thresholds
 from tritonkit.monitor.recording import MonitorRow
-from tritonkit.monitor.triton_metrics import ModelCounters
+from tritonkit.monitor.triton_metrics import ModelCounters, increase
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 
 WALLS = ("memory", "bandwidth", "scheduling", "io", "none", "idle")
@@ -123,19 +123,9 @@ def _triton_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
     times = sorted(series)
     deltas = {}
     for before, after in zip(times, times[1:]):
-        a, b = series[before], series[after]
-        deltas[after] = ModelCounters(**{
-            name: max(0.0, getattr(b, name) - getattr(a, name))
-            for name in ModelCounters.__dataclass_fields__})
-        # a gauge, not a counter: keep the value at the end of the interval
-        deltas[after] = _replace_pending(deltas[after], b.pending_request_count)
+        # a server restart in between: counted from zero (pending, a gauge, is kept)
+        deltas[after] = increase(series[before], series[after])
     return deltas
-
-
-def _replace_pending(counters: ModelCounters, pending: float) -> ModelCounters:
-    values = asdict(counters)
-    values["pending_request_count"] = pending
-    return ModelCounters(**values)
 
 
 def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile: GpuProfile,

@@ -4,13 +4,18 @@ Triton's ``nv_inference_*`` counters are cumulative per model and version; what 
 person reads is their change between two scrapes: requests and inferences per
 second, inferences per execution (the batch the scheduler actually formed), and the
 queue and compute time per request. ``nv_gpu_*`` gauges appear only on a GPU server.
+
+A counter that went down means the server restarted between the two scrapes (Triton
+keeps a model's counters across an unload and a reload): as Prometheus' ``increase()``
+does, the counters are then taken as counted from zero, all of a model's together, so
+no rate mixes the old server's figures with the new one's.
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -96,10 +101,30 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
                          gpus=gpus)
 
 
+_GAUGES = ("pending_request_count",)
+
+
+def increase(before: ModelCounters, after: ModelCounters) -> ModelCounters:
+    """What the counters counted between two scrapes; gauges keep their later value.
+
+    If any counter went down the server restarted in between: everything ``after``
+    holds was counted since then (one decision for all counters: a field-by-field
+    floor at zero mixed two servers' figures into one interval)."""
+    names = [f.name for f in fields(ModelCounters) if f.name not in _GAUGES]
+    if any(getattr(after, n) < getattr(before, n) for n in names):
+        return after
+    return ModelCounters(**{n: getattr(after, n) - getattr(before, n) for n in names},
+                         **{n: getattr(after, n) for n in _GAUGES})
+
+
 def rates(before: ModelCounters, after: ModelCounters, seconds: float) -> ModelRates:
-    """The change between two scrapes ``seconds`` apart (a restart reads as no traffic)."""
-    delta = {f.name: max(0.0, getattr(after, f.name) - getattr(before, f.name))
-             for f in fields(ModelCounters)}
+    """The change between two scrapes ``seconds`` apart (over a restart: since the restart)."""
+    return rates_of(increase(before, after), seconds)
+
+
+def rates_of(counted: ModelCounters, seconds: float) -> ModelRates:
+    """Rates and per-request times from what was counted in ``seconds``."""
+    delta = asdict(counted)
     seconds = max(seconds, 1e-9)
     requests = delta["request_success"]
     compute = (delta["compute_input_duration_us"] + delta["compute_infer_duration_us"]
@@ -113,7 +138,7 @@ def rates(before: ModelCounters, after: ModelCounters, seconds: float) -> ModelR
         queue_us=delta["queue_duration_us"] / requests if requests else None,
         compute_us=compute / requests if requests else None,
         compute_input_us=delta["compute_input_duration_us"] / requests if requests else None,
-        pending=after.pending_request_count,
+        pending=counted.pending_request_count,
     )
 
 

@@ -16,7 +16,8 @@ from tritonkit.errors import ServerError, TritonkitError
 from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import MonitorRow, rows_for
-from tritonkit.monitor.triton_metrics import ModelRates, TritonMetrics, rates, scrape
+from tritonkit.monitor.triton_metrics import (ModelCounters, ModelRates, TritonMetrics, increase,
+                                               rates_of, scrape)
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,11 @@ class Monitor:
         previous = self._previous
         if triton and previous:
             seconds = triton.at - previous.at
-            model_rates = {name: rates(previous.models.get(name, counters.__class__()),
-                                       counters, seconds)
-                           for name, counters in triton.models.items()}
-            total_rates = rates(previous.total(), triton.total(), seconds)
+            # model by model (a counter reset is a model's), then summed
+            counted = {name: increase(previous.models.get(name, ModelCounters()), counters)
+                       for name, counters in triton.models.items()}
+            model_rates = {name: rates_of(c, seconds) for name, c in counted.items()}
+            total_rates = rates_of(sum(counted.values(), ModelCounters()), seconds)
         if triton:
             self._previous = triton
         inferences = None
