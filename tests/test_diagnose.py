@@ -23,13 +23,15 @@ INTERVAL = 10.0
 
 def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: float,
            rx_gb_s: float = 0.5, tx_gb_s: float = 0.2, triton: dict | None = None,
-           restart_at: int | None = None) -> Path:
+           restart_at: int | None = None, batch_counts: bool = True) -> Path:
     """Write a monitor CSV as `tritonkit monitor --csv` does, for a steady pattern.
 
     ``triton`` gives per-interval increments of Triton's counters (requests, batch, and
     µs per request of queue / input / infer time); None records no Triton columns.
     ``restart_at``: the server restarts (its counters start from zero again) just
-    before that sample is taken, and the traffic goes on.
+    before that sample is taken, and the traffic goes on. ``batch_counts=False``: a
+    server with its latency counters off, whose inferences, executions and pending
+    requests monitor records as unknown.
     """
     total_mib = total_gib * 1024
     counters = ModelCounters() if triton else None
@@ -52,6 +54,9 @@ def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: flo
                     compute_output_duration_us=requests * 20)
                 # a gauge, not a counter: the queue's length at the sample
                 counters = replace(counters, pending_request_count=triton.get("pending", 0))
+                if not batch_counts:
+                    counters = replace(counters, inference_count=None, exec_count=None,
+                                       pending_request_count=None)
     return path
 
 
@@ -228,3 +233,15 @@ def test_a_server_restart_mid_recording_counts_the_traffic_after_it(tmp_path):
     assert result.figures.loaded_samples == intervals
     assert result.figures.inferences == intervals * pattern["requests"] * pattern["batch"]
     assert result.figures.avg_batch == pytest.approx(pattern["batch"])
+
+
+def test_without_batch_counts_the_load_and_times_still_count_and_the_gap_is_said(tmp_path):
+    # what monitor records from a server with --metrics-config counter_latencies=false
+    csv = record(tmp_path / "summaries.csv", **A10, util=45, mem_pct=30, batch_counts=False,
+                 triton=dict(requests=5000, batch=1, queue_us=150, input_us=30, infer_us=350))
+    result = verdict(csv, "a10")
+    assert result.wall != "idle" and result.figures.loaded_samples == SAMPLES - 1
+    assert result.figures.has_triton and result.figures.avg_batch is None
+    assert any("compute 0.40 ms, queue 0.15 ms per request" in e for e in result.evidence)
+    assert any("batch sizes could not be checked" in n for n in result.notes)
+    assert not any("no Triton columns" in n for n in result.notes)

@@ -108,6 +108,64 @@ def test_after_a_server_restart_rates_count_from_zero_for_every_counter_alike():
     assert r.compute_us == after.compute_infer_duration_us / after.request_success
 
 
+def _summaries_only(requests: int, request_us: int, queue_us: int, input_us: int, infer_us: int,
+                    output_us: int, p50_us: int) -> str:
+    """tritonserver 2.51.0 started with --metrics-config counter_latencies=false
+    --metrics-config summary_latencies=true, as it served its metrics here (quantiles but
+    one left out): its counters stay at 0 however many requests it serves (#8125)."""
+    text = """\
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="example",version="1"} 0
+# TYPE nv_inference_request_failure counter
+nv_inference_request_failure{model="example",reason="OTHER",version="1"} 0
+nv_inference_request_failure{model="example",reason="BACKEND",version="1"} 0
+# TYPE nv_inference_count counter
+nv_inference_count{model="example",version="1"} 0
+# TYPE nv_inference_exec_count counter
+nv_inference_exec_count{model="example",version="1"} 0
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{model="example",version="1"} 0
+"""
+    for family, total in (("request", request_us), ("queue", queue_us), ("compute_input", input_us),
+                          ("compute_infer", infer_us), ("compute_output", output_us)):
+        name = f"nv_inference_{family}_summary_us"
+        text += (f"# TYPE {name} summary\n"
+                 f'{name}_count{{model="example",version="1"}} {requests}\n'
+                 f'{name}_sum{{model="example",version="1"}} {total}\n')
+        if family == "request":
+            text += f'{name}{{model="example",version="1",quantile="0.5"}} {p50_us}\n'
+    return text
+
+
+# Two scrapes of one such server: after 3 requests of batch 2, then 5 more of batch 4.
+SUMMARIES_BEFORE = _summaries_only(3, 156543, 198, 411, 154018, 1893, p50_us=950)
+SUMMARIES_AFTER = _summaries_only(8, 165676, 1067, 538, 159825, 4200, p50_us=1208)
+
+
+def test_with_triton_latency_counters_off_requests_and_times_come_from_its_summaries():
+    before, after = parse_metrics(SUMMARIES_BEFORE), parse_metrics(SUMMARIES_AFTER)
+    r = rates(before.models["example"], after.models["example"], seconds=1.0)
+    assert r.requests_per_s == 5                      # 8 - 3 served, not the counters' 0
+    assert r.queue_us == pytest.approx((1067 - 198) / 5)
+    assert r.compute_us == pytest.approx(((538 - 411) + (159825 - 154018) + (4200 - 1893)) / 5)
+    # what Triton did not count is unknown, not 0 (no batch of 0, no idle server)
+    assert r.avg_batch is None and r.inferences_per_s is None and r.pending is None
+    assert any("counter_latencies=false" in note for note in after.notes)
+
+
+def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch, capsys):
+    scrapes = iter([SUMMARIES_BEFORE, SUMMARIES_AFTER, SUMMARIES_AFTER])
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape",   # the module, not
+                        lambda url, at: parse_metrics(next(scrapes), at=at))  # watch()
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.05",
+                   "--duration", "0.1") == 0
+    out = capsys.readouterr()
+    assert out.err.count("counter_latencies=false") == 1          # one warning, not per sample
+    example = [line.split() for line in out.out.splitlines() if line.split()[:1] == ["example"]]
+    assert example[1][1] == "8" and example[1][2] == "—"          # requests, inferences unknown
+
+
 def _send_requests(deployment, count: int, batch: int) -> None:
     import tritonclient.http as httpclient
 

@@ -72,7 +72,7 @@ def monitor(
     sampler, note = open_monitor(metrics_url, limits.alerts)
     if note:
         err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
-    samples = 0
+    samples, said = 0, set()
     with ExitStack() as stack:
         stack.callback(sampler.close)
         recorder = stack.enter_context(CsvRecorder(csv, force=force)) if csv else None
@@ -92,6 +92,10 @@ def monitor(
                 for alert in snapshot.alerts:
                     console.print(f"[bold red]ALERT[/bold red] {escape(alert.message)}",
                                   highlight=False)
+                for line in set(snapshot.triton.notes if snapshot.triton else ()) - said:
+                    said.add(line)      # once: what the server cannot report stays so
+                    err_console.print(f"warning: {escape(line)}", highlight=False,
+                                      soft_wrap=True)
         except KeyboardInterrupt:
             pass    # Ctrl-C is how a monitor without --duration ends: not an error
     if csv:
@@ -134,11 +138,11 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
         for name, c in snapshot.triton.models.items():
             r = snapshot.model_rates.get(name)
             ms = lambda us: None if us is None else us / 1000  # noqa: E731
-            rows.append([name, f"{c.request_success:.0f}", f"{c.inference_count:.0f}",
-                         f"{c.exec_count:.0f}", f"{c.request_failure:.0f}",
+            rows.append([name, _fmt(c.request_success), _fmt(c.inference_count),
+                         _fmt(c.exec_count), _fmt(c.request_failure),
                          _fmt(r and r.requests_per_s, ".1f"), _fmt(r and r.inferences_per_s, ".1f"),
                          _fmt(r and r.avg_batch, ".2f"), _fmt(r and ms(r.queue_us), ".2f"),
-                         _fmt(r and ms(r.compute_us), ".2f"), f"{c.pending_request_count:.0f}"])
+                         _fmt(r and ms(r.compute_us), ".2f"), _fmt(c.pending_request_count)])
         parts.append(_table(f"Triton {at}", (
             "model", "req", "infer", "exec", "fail", "req/s", "inf/s", "batch", "queue ms",
             "comp ms", "pend"), rows))

@@ -74,7 +74,8 @@ class AlertTracker:
         self._starved_since: dict[int, float] = {}
 
     def under_load(self, sample: GpuSample, triton_inferences: float | None) -> bool:
-        """Triton ran inferences since the last sample, or (no Triton) the GPU is not idle."""
+        """Triton ran inferences (or, where it does not count them, requests) since the last
+        sample, or (no Triton) the GPU is not idle."""
         if triton_inferences is not None:
             return triton_inferences > 0
         return (sample.utilization_pct or 0.0) > self.thresholds.idle_utilization_pct

@@ -24,7 +24,7 @@ from statistics import fmean
 from tritonkit.errors import UsageError
 from tritonkit.monitor.alerts import Thresholds
 from tritonkit.monitor.recording import MonitorRow
-from tritonkit.monitor.triton_metrics import ModelCounters, increase
+from tritonkit.monitor.triton_metrics import ModelCounters, increase, plus, ratio
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 
 WALLS = ("memory", "bandwidth", "scheduling", "io", "none", "idle")
@@ -52,6 +52,7 @@ class Figures:
     pcie_rx_mean_gb_s: float | None
     pcie_tx_mean_gb_s: float | None
     link_gb_s: float
+    requests: float | None = None
     inferences: float | None = None
     executions: float | None = None
     avg_batch: float | None = None
@@ -68,7 +69,7 @@ class Figures:
 
     @property
     def has_triton(self) -> bool:
-        return self.inferences is not None
+        return self.requests is not None
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
              thresholds: Thresholds) -> Figures:
     idle = thresholds.alerts.idle_utilization_pct
     if triton:
-        loaded = [r for r in rows if r.elapsed_s in triton and triton[r.elapsed_s].inference_count > 0]
+        loaded = [r for r in rows if (triton.get(r.elapsed_s) or ModelCounters()).served]
         windows = [triton[r.elapsed_s] for r in loaded]
     else:
         loaded = [r for r in rows if (r.util_pct or 0.0) > idle]
@@ -150,21 +151,18 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
         pcie_rx_mean_gb_s=mean(rx), pcie_tx_mean_gb_s=mean(tx),
         link_gb_s=profile.bus.link_gb_s)
     if windows:
-        total = ModelCounters()
-        for w in windows:
-            total = total + w
-        compute = (total.compute_input_duration_us + total.compute_infer_duration_us
-                   + total.compute_output_duration_us)
-        requests = total.request_success or None
+        total = sum(windows, ModelCounters())
+        compute = total.compute_duration_us
+        requests = total.request_success
+        pending = [w.pending_request_count for w in windows]
         figures.update(
-            inferences=total.inference_count, executions=total.exec_count,
-            avg_batch=total.inference_count / total.exec_count if total.exec_count else None,
-            compute_us=compute / requests if requests else None,
-            queue_us=total.queue_duration_us / requests if requests else None,
-            queue_share=(total.queue_duration_us / (total.queue_duration_us + compute)
-                         if total.queue_duration_us + compute else None),
-            input_share=total.compute_input_duration_us / compute if compute else None,
-            pending_max=max(w.pending_request_count for w in windows))
+            requests=requests, inferences=total.inference_count, executions=total.exec_count,
+            avg_batch=ratio(total.inference_count, total.exec_count),
+            compute_us=ratio(compute, requests), queue_us=ratio(total.queue_duration_us, requests),
+            queue_share=ratio(total.queue_duration_us,
+                             plus(total.queue_duration_us, compute)),
+            input_share=ratio(total.compute_input_duration_us, compute),
+            pending_max=None if None in pending else max(pending))
     return Figures(**figures)
 
 
@@ -204,6 +202,12 @@ def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCou
     if not figures.has_triton and wall not in ("idle",):
         notes.append("no Triton columns in the recording: batches and queueing could not be "
                      "checked (record with --url or --repository)")
+    elif figures.has_triton and figures.avg_batch is None:
+        notes.append("Triton did not count inferences and executions (it runs with "
+                     "--metrics-config counter_latencies=false): batch sizes could not be checked")
+    if figures.has_triton and figures.compute_us is None:
+        notes.append("Triton reported no queue or compute times (its latency counters and "
+                     "summaries are off): queueing could not be checked")
     if (wall != "memory" and figures.mem_peak_pct is not None
             and figures.mem_peak_pct > thresholds.alerts.memory_pct):
         notes.append(f"memory peaked at {figures.mem_peak_pct:.1f} %: OOM risk at a larger "
@@ -231,6 +235,8 @@ def _evidence(f: Figures, profile: GpuProfile) -> list[str]:
     if f.avg_batch is not None:
         lines.append(f"Triton: {f.inferences:.0f} inferences in {f.executions:.0f} executions "
                      f"= {f.avg_batch:.2f} per execution")
+    elif f.requests is not None:
+        lines.append(f"Triton: {f.requests:.0f} requests")
     if f.compute_us is not None:
         lines.append(f"Triton: compute {f.compute_us / 1000:.2f} ms, queue "
                      f"{(f.queue_us or 0) / 1000:.2f} ms per request "

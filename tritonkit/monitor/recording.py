@@ -12,7 +12,8 @@ Columns (units in the names; an empty cell is a value the card or server did not
     pcie_rx_mb_s, pcie_tx_mb_s host->GPU (rx) and GPU->host (tx), decimal MB/s
     request_success ...        Triton's cumulative nv_inference_* counters, summed over
                                models (the same on every GPU row of one sample); empty
-                               without --url/--repository:
+                               without --url/--repository, and each one Triton does not
+                               report (batch counts under counter_latencies=false):
                                request_success, request_failure, inference_count,
                                exec_count, request_duration_us, queue_duration_us,
                                compute_input_duration_us, compute_infer_duration_us,
@@ -156,14 +157,13 @@ def read_monitor_csv(path: Path) -> list[MonitorRow]:
             raise UsageError(f"{path} has no column '{missing[0]}' (it has: "
                              f"{', '.join(header) or 'no header'})",
                              hint="record it with tritonkit monitor --csv FILE")
-        has_triton = all(c in header for c in ("inference_count", "exec_count"))
+        has_triton = "request_success" in header
         rows = []
         for line, record in enumerate(reader, start=2):
             number = lambda column: _number(record.get(column), path, line, column)  # noqa: E731
             counters = None
-            if has_triton and (record.get("inference_count") or "").strip():
-                counters = ModelCounters(**{c: number(c) or 0.0 for c in TRITON_COLUMNS
-                                            if c in header})
+            if has_triton and (record.get("request_success") or "").strip():
+                counters = ModelCounters(**{c: number(c) for c in TRITON_COLUMNS})
             gpu = number("gpu")
             rows.append(MonitorRow(
                 elapsed_s=number("elapsed_s") or 0.0,

@@ -9,13 +9,21 @@ A counter that went down means the server restarted between the two scrapes (Tri
 keeps a model's counters across an unload and a reload): as Prometheus' ``increase()``
 does, the counters are then taken as counted from zero, all of a model's together, so
 no rate mixes the old server's figures with the new one's.
+
+A figure Triton does not report is None, never 0: a server started with
+``--metrics-config counter_latencies=false`` has no duration counters (their
+``*_summary_us`` summaries, when on, give the same sums), and Triton 2.51 then leaves
+its request, inference and execution counters and the pending gauge at 0 however much
+it serves (triton-inference-server/server#8125). Read as zeros they made a busy server
+idle and every request 0 µs long; here requests and times come from the summaries
+and batch sizes are unknown.
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,27 +34,61 @@ DEFAULT_METRICS_PORT = 8002
 
 @dataclass(frozen=True)
 class ModelCounters:
-    """Triton's cumulative counters for one model (all versions summed)."""
+    """Triton's cumulative counters for one model (all versions summed); None: not reported."""
 
-    request_success: float = 0.0
-    request_failure: float = 0.0
-    inference_count: float = 0.0
-    exec_count: float = 0.0
-    request_duration_us: float = 0.0
-    queue_duration_us: float = 0.0
-    compute_input_duration_us: float = 0.0
-    compute_infer_duration_us: float = 0.0
-    compute_output_duration_us: float = 0.0
-    pending_request_count: float = 0.0      # a gauge: requests waiting right now
+    request_success: float | None = 0.0
+    request_failure: float | None = 0.0
+    inference_count: float | None = 0.0
+    exec_count: float | None = 0.0
+    request_duration_us: float | None = 0.0
+    queue_duration_us: float | None = 0.0
+    compute_input_duration_us: float | None = 0.0
+    compute_infer_duration_us: float | None = 0.0
+    compute_output_duration_us: float | None = 0.0
+    pending_request_count: float | None = 0.0      # a gauge: requests waiting right now
 
     def __add__(self, other: "ModelCounters") -> "ModelCounters":
-        return ModelCounters(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+        return ModelCounters(**{f.name: plus(getattr(self, f.name), getattr(other, f.name))
                                 for f in fields(self)})
+
+    @property
+    def compute_duration_us(self) -> float | None:
+        """Input + infer + output time."""
+        return _sum(self.compute_input_duration_us, self.compute_infer_duration_us,
+                    self.compute_output_duration_us)
+
+    @property
+    def served(self) -> float | None:
+        """What Triton ran: inferences where it counts them, else successful requests."""
+        return self.inference_count if self.inference_count is not None else self.request_success
+
+
+def plus(a: float | None, b: float | None) -> float | None:
+    """``a + b``; None when either is unknown."""
+    return None if a is None or b is None else a + b
+
+
+def _sum(*values: float | None) -> float | None:
+    return None if any(v is None for v in values) else sum(values)
+
+
+def ratio(value: float | None, count: float | None) -> float | None:
+    """``value / count``; None when either is unknown or nothing was counted."""
+    return None if value is None or not count else value / count
 
 
 # Triton metric family -> ModelCounters field (every field has one).
 _COUNTERS = {f"nv_inference_{f.name}": f.name for f in fields(ModelCounters)}
 _COUNTERS["nv_inference_count"] = _COUNTERS.pop("nv_inference_inference_count")
+# The duration counters' summaries (--metrics-config summary_latencies=true): sums in µs.
+_SUMMARIES = {"nv_inference_request_summary_us": "request_duration_us",
+              "nv_inference_queue_summary_us": "queue_duration_us",
+              "nv_inference_compute_input_summary_us": "compute_input_duration_us",
+              "nv_inference_compute_infer_summary_us": "compute_infer_duration_us",
+              "nv_inference_compute_output_summary_us": "compute_output_duration_us"}
+# What Triton 2.51 stops counting (reads 0) when its latency counters are off.
+_UNCOUNTED_WITHOUT_LATENCY_COUNTERS = ("request_failure", "inference_count", "exec_count",
+                                       "pending_request_count")
 
 
 @dataclass(frozen=True)
@@ -56,6 +98,7 @@ class TritonMetrics:
     at: float
     models: dict[str, ModelCounters]
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()     # what this server's metrics cannot tell
 
     def total(self) -> ModelCounters:
         result = ModelCounters()
@@ -68,20 +111,21 @@ class TritonMetrics:
 class ModelRates:
     """What changed between two scrapes; times are averages per request in µs."""
 
-    requests_per_s: float
-    inferences_per_s: float
-    executions_per_s: float
-    failures: float
+    requests_per_s: float | None
+    inferences_per_s: float | None
+    executions_per_s: float | None
+    failures: float | None
     avg_batch: float | None              # inferences per execution
     queue_us: float | None               # queue time per request
     compute_us: float | None             # input + infer + output time per request
     compute_input_us: float | None
-    pending: float
+    pending: float | None
 
 
 def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
     """Parse Triton's Prometheus text exposition into per-model counters and GPU gauges."""
-    models: dict[str, dict[str, float]] = {}
+    counters: dict[str, dict[str, float]] = {}
+    summaries: dict[str, dict[str, float]] = {}
     gpus: dict[str, dict[str, float]] = {}
     try:
         families = list(text_string_to_metric_families(text))
@@ -90,15 +134,51 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
                           hint="point --metrics-port/--url at Triton's metrics port (8002)") from None
     for family in families:
         target = _COUNTERS.get(family.name)
+        summary = _SUMMARIES.get(family.name)
         for sample in family.samples:
-            if target and "model" in sample.labels:
-                row = models.setdefault(sample.labels["model"], {})
+            model = sample.labels.get("model")
+            if target and model is not None:
+                row = counters.setdefault(model, {})
                 row[target] = row.get(target, 0.0) + float(sample.value)
+            elif summary and model is not None and "quantile" not in sample.labels:
+                kind = sample.name.removeprefix(family.name)          # _sum or _count
+                row = summaries.setdefault(model, {})
+                row[summary + kind] = row.get(summary + kind, 0.0) + float(sample.value)
             elif family.name.startswith("nv_gpu_") or family.name.startswith("nv_energy_"):
                 uuid = sample.labels.get("gpu_uuid", "")
                 gpus.setdefault(uuid, {})[family.name] = float(sample.value)
-    return TritonMetrics(at=at, models={m: ModelCounters(**v) for m, v in sorted(models.items())},
-                         gpus=gpus)
+    models, notes = {}, []
+    for name in sorted(set(counters) | set(summaries)):
+        model, note = _model_counters(counters.get(name, {}), summaries.get(name, {}))
+        models[name] = model
+        if note and note not in notes:
+            notes.append(note)
+    return TritonMetrics(at=at, models=models, gpus=gpus, notes=tuple(notes))
+
+
+def _model_counters(counted: dict[str, float], summed: dict[str, float]
+                    ) -> tuple[ModelCounters, str | None]:
+    """One model's counters: Triton's counters, else its summaries; None where neither."""
+    values: dict[str, float | None] = {f.name: counted.get(f.name) for f in fields(ModelCounters)}
+    if "request_duration_us" in counted:
+        return ModelCounters(**values), None
+    # The latency counters are off (--metrics-config counter_latencies=false).
+    if "request_duration_us_count" not in summed:
+        return ModelCounters(**values), (
+            "Triton's latency counters are off (--metrics-config counter_latencies=false) "
+            "and so are its summaries: no queue or compute times, and Triton 2.51 then "
+            "counts no requests either; start it with --metrics-config summary_latencies=true")
+    for name in _SUMMARIES.values():
+        values[name] = summed.get(name + "_sum")
+    requests = summed["request_duration_us_count"]
+    if requests > (values["request_success"] or 0.0):
+        # Triton served requests its counters did not count: none of them can be trusted
+        values["request_success"] = requests
+        values.update(dict.fromkeys(_UNCOUNTED_WITHOUT_LATENCY_COUNTERS))
+    return ModelCounters(**values), (
+        "Triton runs with --metrics-config counter_latencies=false: requests and times come "
+        "from its summaries, and batch sizes, failures and pending requests are unknown "
+        "(Triton 2.51 leaves those counters at 0)")
 
 
 _GAUGES = ("pending_request_count",)
@@ -109,11 +189,14 @@ def increase(before: ModelCounters, after: ModelCounters) -> ModelCounters:
 
     If any counter went down the server restarted in between: everything ``after``
     holds was counted since then (one decision for all counters: a field-by-field
-    floor at zero mixed two servers' figures into one interval)."""
+    floor at zero mixed two servers' figures into one interval). A counter either
+    scrape lacks is None."""
     names = [f.name for f in fields(ModelCounters) if f.name not in _GAUGES]
-    if any(getattr(after, n) < getattr(before, n) for n in names):
+    pairs = {n: (getattr(before, n), getattr(after, n)) for n in names}
+    if any(old is not None and new is not None and new < old for old, new in pairs.values()):
         return after
-    return ModelCounters(**{n: getattr(after, n) - getattr(before, n) for n in names},
+    return ModelCounters(**{n: None if old is None or new is None else new - old
+                            for n, (old, new) in pairs.items()},
                          **{n: getattr(after, n) for n in _GAUGES})
 
 
@@ -124,20 +207,18 @@ def rates(before: ModelCounters, after: ModelCounters, seconds: float) -> ModelR
 
 def rates_of(counted: ModelCounters, seconds: float) -> ModelRates:
     """Rates and per-request times from what was counted in ``seconds``."""
-    delta = asdict(counted)
     seconds = max(seconds, 1e-9)
-    requests = delta["request_success"]
-    compute = (delta["compute_input_duration_us"] + delta["compute_infer_duration_us"]
-               + delta["compute_output_duration_us"])
+    requests = counted.request_success
+    per_second = lambda value: None if value is None else value / seconds  # noqa: E731
     return ModelRates(
-        requests_per_s=requests / seconds,
-        inferences_per_s=delta["inference_count"] / seconds,
-        executions_per_s=delta["exec_count"] / seconds,
-        failures=delta["request_failure"],
-        avg_batch=delta["inference_count"] / delta["exec_count"] if delta["exec_count"] else None,
-        queue_us=delta["queue_duration_us"] / requests if requests else None,
-        compute_us=compute / requests if requests else None,
-        compute_input_us=delta["compute_input_duration_us"] / requests if requests else None,
+        requests_per_s=per_second(requests),
+        inferences_per_s=per_second(counted.inference_count),
+        executions_per_s=per_second(counted.exec_count),
+        failures=counted.request_failure,
+        avg_batch=ratio(counted.inference_count, counted.exec_count),
+        queue_us=ratio(counted.queue_duration_us, requests),
+        compute_us=ratio(counted.compute_duration_us, requests),
+        compute_input_us=ratio(counted.compute_input_duration_us, requests),
         pending=counted.pending_request_count,
     )
 

@@ -63,7 +63,7 @@ class Monitor:
         gpus = self.nvml.sample() if self.nvml else []
         triton, error = self._scrape(elapsed)
         model_rates: dict[str, ModelRates] = {}
-        total_rates = None
+        total_rates, served = None, None     # served: what Triton ran since the last sample
         previous = self._previous
         if triton and previous:
             seconds = triton.at - previous.at
@@ -71,13 +71,11 @@ class Monitor:
             counted = {name: increase(previous.models.get(name, ModelCounters()), counters)
                        for name, counters in triton.models.items()}
             model_rates = {name: rates_of(c, seconds) for name, c in counted.items()}
-            total_rates = rates_of(sum(counted.values(), ModelCounters()), seconds)
+            total = sum(counted.values(), ModelCounters())
+            total_rates, served = rates_of(total, seconds), total.served
         if triton:
             self._previous = triton
-        inferences = None
-        if total_rates is not None:
-            inferences = total_rates.inferences_per_s * (triton.at - previous.at)
-        alerts = [a for g in gpus for a in self.tracker.observe(elapsed, g, inferences)]
+        alerts = [a for g in gpus for a in self.tracker.observe(elapsed, g, served)]
         return Snapshot(timestamp=self._wall_clock(), elapsed_s=elapsed, gpus=gpus,
                         triton=triton, model_rates=model_rates, total_rates=total_rates,
                         triton_error=error, alerts=alerts)
