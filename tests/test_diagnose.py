@@ -89,6 +89,17 @@ def test_utilization_high_and_pcie_near_the_gen3_link_is_the_bandwidth_wall(tmp_
     assert any("PCIe Gen4" in a and "--gpu a10" in a for a in result.advice)
 
 
+@pytest.mark.parametrize("util", [40, 70])
+def test_a_saturated_link_is_the_bandwidth_wall_while_the_gpu_waits_on_it(tmp_path, util):
+    # copies are not kernels: the GPU waiting on PCIe reads low utilization; feeding it
+    # faster (the I/O wall's advice) cannot help when the link itself is full
+    csv = record(tmp_path / "waiting.csv", **P100, util=util, mem_pct=40, rx_gb_s=13.8,
+                 triton=dict(requests=300, batch=8, queue_us=500, infer_us=4_000))
+    result = verdict(csv, "p100")
+    assert result.wall == "bandwidth"
+    assert any("move less over PCIe" in a for a in result.advice)
+
+
 def test_the_same_traffic_on_the_a10s_gen4_link_is_no_wall(tmp_path):
     csv = record(tmp_path / "a10.csv", **A10, util=96, mem_pct=55, rx_gb_s=13.8,
                  triton=dict(requests=300, batch=8, queue_us=500, infer_us=25_000))

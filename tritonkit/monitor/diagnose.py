@@ -4,7 +4,10 @@ The four walls of the field notes, checked in this order (the first that fits wi
 because the earlier ones make the later ones' symptoms):
 
     memory       memory near full while utilization stays low (OOM is next)
-    bandwidth    utilization high and PCIe rx or tx near the profile's link limit
+    bandwidth    PCIe rx or tx near the profile's link limit, whatever the utilization:
+                 NVML's utilization counts time a kernel runs, not copies, so a GPU
+                 waiting on a saturated link reads low (the field notes' "utilization
+                 near 100 %" missed it, called it the I/O wall or no wall at all)
     scheduling   Triton runs about one inference per execution with short compute
                  times: launch and scheduling overhead dominate
     io           utilization low with memory to spare: the GPU is not fed (requests
@@ -183,8 +186,7 @@ def _classify(f: Figures, t: Thresholds) -> str:
     if f.mem_peak_pct is not None and f.mem_peak_pct >= w.memory_full_pct and low_util:
         return "memory"
     pcie = f.pcie_peak_direction_gb_s
-    if (f.util_mean_pct >= w.high_utilization_pct and pcie is not None
-            and pcie >= w.pcie_link_fraction * f.link_gb_s):
+    if pcie is not None and pcie >= w.pcie_link_fraction * f.link_gb_s:
         return "bandwidth"
     if (f.avg_batch is not None and f.avg_batch <= w.small_batch
             and f.compute_us is not None and f.compute_us <= w.short_compute_us):
