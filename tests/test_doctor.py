@@ -66,6 +66,22 @@ def test_a_gpu_that_is_not_the_profiles_card_names_the_right_profile():
     assert not gpu.ok and gpu.fix == "--gpu a10"
 
 
+def test_a_card_of_the_profiles_compute_capability_with_less_memory_is_not_that_card():
+    a10 = load_profile("a10")
+    # an NVIDIA A2 is compute capability 8.6 too, with 16 GB (NVML: 15,356 MiB)
+    a2 = by_name(check_host(host(driver="580.65.06", gpus=((0, "NVIDIA A2", 8.6, 15_356),)),
+                            a10))["gpu 0"]
+    assert not a2.ok and "15.0 GiB, not 24" in a2.detail and "a10.toml" in a2.fix
+    # a real A10 reads less than its 24 GiB with ECC on (23,028 MiB): still the A10
+    real = by_name(check_host(host(driver="580.65.06", gpus=((0, "NVIDIA A10", 8.6, 23_028),)),
+                              a10))["gpu 0"]
+    assert real.ok
+    # the P100 PCIe 12 GB is the p100's compute capability with three quarters of its memory
+    p100_12 = by_name(check_host(host(gpus=((0, "Tesla P100-PCIE-12GB", 6.0, 12_193),)),
+                                 load_profile("p100")))["gpu 0"]
+    assert not p100_12.ok and "not 16" in p100_12.detail
+
+
 def test_without_gpu_flag_the_gpu_found_picks_the_profile():
     checks = run_doctor(None, host(gpus=((0, "NVIDIA A10", 8.6),), driver="580.1"))
     assert by_name(checks)["gpu 0"].ok

@@ -300,6 +300,7 @@ def test_nvml_samples_are_converted_to_mib_watts_and_decimal_mb_per_s():
         (identity,) = nvml.identities()
         assert nvml.driver_version() == "535.104.05"
     assert identity.name == "Tesla P100-PCIE-16GB" and identity.compute_capability == 6.0
+    assert identity.memory_total_mib == 16 * 1024
     assert gpu.utilization_pct == 93 and gpu.memory_pct == 75.0
     assert gpu.memory_used_mib == 12 * 1024 and gpu.power_w == 187.5
     assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.temperature_c) == (1328, 715, 71)

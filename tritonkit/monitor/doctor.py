@@ -23,6 +23,11 @@ from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 # (release notes); the CUDA toolkit release notes give each major's minimum driver.
 CUDA13_FROM = (25, 8)
 MIN_DRIVER = {12: 525, 13: 580}
+# A card of the profile's compute capability with less memory than this share of the
+# profile's is another card (an A2 or A16 is 8.6 like the A10; a P100 comes in 12 GB):
+# configs sized for the profile's memory would not fit it. NVML reports a little less
+# than the datasheet: an A10 with ECC on shows 22.5 of its 24 GiB.
+MIN_MEMORY_SHARE = 0.9
 NVIDIA_CONTAINER_TOOLS = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 
@@ -221,6 +226,15 @@ def _check_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> lis
                                 f"profile is for {profile.cc_key}",
                                 f"--gpu {other}" if other else
                                 f"add a profile for it: copy configs/gpus/{profile.name}.toml"))
+        elif (gpu.memory_total_mib is not None
+              and gpu.memory_total_mib < MIN_MEMORY_SHARE * profile.memory.gib * 1024):
+            checks.append(Check(name, False,
+                                f"{gpu.name} is compute capability {cc} like the "
+                                f"{profile.display_name} but has {gpu.memory_total_mib / 1024:.1f} "
+                                f"GiB, not {profile.memory.gib:g}: the {profile.name} profile's "
+                                "configs size batches and instances for memory it does not have",
+                                f"add a profile for it: copy configs/gpus/{profile.name}.toml "
+                                "with its own memory, bus and power, and pass --gpu with it"))
         else:
             checks.append(Check(name, True, f"{gpu.name}, compute capability {cc} "
                                             f"matches the {profile.name} profile"))

@@ -52,6 +52,7 @@ class GpuIdentity:
     index: int
     name: str
     compute_capability: float
+    memory_total_mib: float | None = None
 
 
 def _load_pynvml() -> ModuleType:
@@ -116,8 +117,10 @@ class Nvml:
         found = []
         for index, handle in enumerate(self._handles):
             major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
+            memory = _optional(nv, lambda: nv.nvmlDeviceGetMemoryInfo(handle))
             found.append(GpuIdentity(index, _text(nv.nvmlDeviceGetName(handle)),
-                                     float(f"{major}.{minor}")))
+                                     float(f"{major}.{minor}"),
+                                     None if memory is None else memory.total / 2**20))
         return found
 
     def sample(self) -> list[GpuSample]:
