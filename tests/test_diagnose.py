@@ -23,7 +23,8 @@ INTERVAL = 10.0
 
 def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: float,
            rx_gb_s: float = 0.5, tx_gb_s: float = 0.2, triton: dict | None = None,
-           restart_at: int | None = None, batch_counts: bool = True) -> Path:
+           restart_at: int | None = None, batch_counts: bool = True,
+           link: tuple[int, int] | None = None) -> Path:
     """Write a monitor CSV as `tritonkit monitor --csv` does, for a steady pattern.
 
     ``triton`` gives per-interval increments of Triton's counters (requests, batch, and
@@ -31,7 +32,8 @@ def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: flo
     ``restart_at``: the server restarts (its counters start from zero again) just
     before that sample is taken, and the traffic goes on. ``batch_counts=False``: a
     server with its latency counters off, whose inferences, executions and pending
-    requests monitor records as unknown.
+    requests monitor records as unknown. ``link``: the PCIe (generation, lanes) the card
+    ran on.
     """
     total_mib = total_gib * 1024
     counters = ModelCounters() if triton else None
@@ -39,7 +41,8 @@ def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: flo
         for i in range(SAMPLES):
             wobble = (-2.0, 0.0, 2.0)[i % 3]        # real samples are never flat
             gpu = GpuSample(0, name, "GPU-1", max(0.0, util + wobble), total_mib * mem_pct / 100,
-                            total_mib, 70.0, 120.0, 1400.0, 700.0, rx_gb_s * 1000, tx_gb_s * 1000)
+                            total_mib, 70.0, 120.0, 1400.0, 700.0, rx_gb_s * 1000, tx_gb_s * 1000,
+                            *(link or (None, None)))
             recorder.write(rows_for(1_767_225_600 + i * INTERVAL, i * INTERVAL, [gpu], counters))
             if triton:
                 requests = triton["requests"]
@@ -106,6 +109,21 @@ def test_the_same_traffic_on_the_a10s_gen4_link_is_no_wall(tmp_path):
     result = verdict(csv, "a10")
     assert result.wall == "none"
     assert any("44 % of the a10 link" in e for e in result.evidence)
+
+
+def test_an_a10_on_a_gen3_slot_is_judged_by_the_link_it_ran_on(tmp_path):
+    # the same 13.8 GB/s that is 44 % of the A10's Gen4 x16 fills a Gen3 x16 link
+    csv = record(tmp_path / "a10-gen3.csv", **A10, util=70, mem_pct=55, rx_gb_s=13.8, link=(3, 16),
+                 triton=dict(requests=300, batch=8, queue_us=500, infer_us=25_000))
+    result = verdict(csv, "a10")
+    assert result.wall == "bandwidth"
+    assert any("88 % of the card's link as recorded (PCIe Gen3 x16, 15.75 GB/s" in e
+               for e in result.evidence)
+    assert "PCIe Gen3 x16" in result.advice[0] and "Gen4 x16" in result.advice[0]
+    # on the Gen4 link it is rated for, the same traffic is no wall
+    rated = record(tmp_path / "a10-gen4.csv", **A10, util=70, mem_pct=55, rx_gb_s=13.8,
+                   link=(4, 16), triton=dict(requests=300, batch=8, queue_us=500, infer_us=25_000))
+    assert verdict(rated, "a10").wall == "none"
 
 
 def test_low_utilization_and_memory_while_requests_queue_is_the_io_wall(tmp_path):

@@ -291,6 +291,8 @@ def _fake_pynvml(power_supported: bool = True) -> SimpleNamespace:
         nvmlDeviceGetPowerUsage=power,
         nvmlDeviceGetClockInfo=lambda h, clock: {1: 1328, 2: 715}[clock],
         nvmlDeviceGetPcieThroughput=lambda h, counter: {1: 12_000_000, 0: 500_000}[counter],
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 3,
+        nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
     )
 
 
@@ -306,6 +308,7 @@ def test_nvml_samples_are_converted_to_mib_watts_and_decimal_mb_per_s():
     assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.temperature_c) == (1328, 715, 71)
     assert gpu.pcie_rx_mb_s == pytest.approx(12_288.0)   # 12e6 KB/s * 1024 B
     assert gpu.pcie_tx_mb_s == pytest.approx(512.0)
+    assert (gpu.pcie_gen, gpu.pcie_width) == (3, 16)
 
 
 def test_a_reading_the_card_does_not_support_is_empty_not_an_error():
@@ -320,7 +323,7 @@ def test_monitor_with_a_gpu_prints_the_table_and_writes_one_row_per_gpu(monkeypa
     out = tmp_path / "gpu.csv"
     assert run_cli("monitor", "--interval", "0.05", "--duration", "0.1", "--csv", out) == 0
     printed = capsys.readouterr().out
-    assert "Tesla P100-PCIE-16GB" in printed and "12288/16384" in printed
+    assert "Tesla P100-PCIE-16GB (PCIe Gen3 x16)" in printed and "12288/16384" in printed
     with out.open() as handle:
         header = next(csv.reader(handle))
     assert tuple(header) == COLUMNS

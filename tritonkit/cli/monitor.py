@@ -130,7 +130,10 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
                 _fmt(g.temperature_c), _fmt(g.power_w), _fmt(g.sm_clock_mhz),
                 _fmt(g.memory_clock_mhz), _fmt(g.pcie_rx_mb_s), _fmt(g.pcie_tx_mb_s)]
                 for g in snapshot.gpus])
-        table.caption = ", ".join(f"{g.index} = {g.name}" for g in snapshot.gpus)
+        table.caption = ", ".join(
+            f"{g.index} = {g.name}" + (f" (PCIe Gen{g.pcie_gen} x{g.pcie_width})"
+                                       if g.pcie_gen and g.pcie_width else "")
+            for g in snapshot.gpus)
         table.caption_justify = "left"
         parts.append(table)
     if snapshot.triton:

@@ -26,6 +26,7 @@ from statistics import fmean
 
 from tritonkit.errors import UsageError
 from tritonkit.monitor.alerts import Thresholds
+from tritonkit.monitor.nvml import pcie_link_gb_s
 from tritonkit.monitor.recording import MonitorRow
 from tritonkit.monitor.triton_metrics import ModelCounters, increase, plus, ratio
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
@@ -54,7 +55,9 @@ class Figures:
     mem_total_mib: float | None
     pcie_rx_mean_gb_s: float | None
     pcie_tx_mean_gb_s: float | None
-    link_gb_s: float
+    link_gb_s: float                     # the link the card ran on (at most the profile's)
+    link: str = ""                       # "PCIe Gen3 x16"
+    link_below_profile: bool = False     # the host gave it a slower link than it is rated for
     requests: float | None = None
     inferences: float | None = None
     executions: float | None = None
@@ -152,7 +155,7 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
         mem_peak_pct=max(mem) if mem else None,
         mem_total_mib=max((r.mem_total_mib or 0.0 for r in rows), default=None) or None,
         pcie_rx_mean_gb_s=mean(rx), pcie_tx_mean_gb_s=mean(tx),
-        link_gb_s=profile.bus.link_gb_s)
+        **_link(loaded, profile))
     if windows:
         total = sum(windows, ModelCounters())
         compute = total.compute_duration_us
@@ -167,6 +170,22 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
             input_share=ratio(total.compute_input_duration_us, compute),
             pending_max=None if None in pending else max(pending))
     return Figures(**figures)
+
+
+def _link(loaded: list[MonitorRow], profile: GpuProfile) -> dict:
+    """The link the card ran on under load, as recorded, where slower than the profile's
+    (a Gen4 card in a Gen3 slot, or on eight lanes); else the profile's."""
+    rated = dict(link_gb_s=profile.bus.link_gb_s,
+                 link=f"PCIe Gen{profile.bus.pcie_gen} x{profile.bus.pcie_lanes}")
+    links = [(pcie_link_gb_s(r.pcie_gen, r.pcie_width), r) for r in loaded]
+    links = [(speed, r) for speed, r in links if speed is not None]
+    if not links:
+        return rated
+    speed, row = max(links, key=lambda pair: pair[0])   # an idle moment may train down
+    if speed >= profile.bus.link_gb_s:
+        return rated
+    return dict(link_gb_s=speed, link=f"PCIe Gen{row.pcie_gen:.0f} x{row.pcie_width:.0f}",
+                link_below_profile=True)
 
 
 def _seconds_covered(rows: list[MonitorRow], loaded: list[MonitorRow]) -> float:
@@ -210,6 +229,10 @@ def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCou
     if figures.has_triton and figures.compute_us is None:
         notes.append("Triton reported no queue or compute times (its latency counters and "
                      "summaries are off): queueing could not be checked")
+    if figures.link_below_profile and wall != "bandwidth":
+        notes.append(f"the card ran on {figures.link} ({figures.link_gb_s:g} GB/s), slower than "
+                     f"the {profile.name}'s PCIe Gen{profile.bus.pcie_gen} "
+                     f"x{profile.bus.pcie_lanes}: the slot, a riser or the BIOS limits it")
     if (wall != "memory" and figures.mem_peak_pct is not None
             and figures.mem_peak_pct > thresholds.alerts.memory_pct):
         notes.append(f"memory peaked at {figures.mem_peak_pct:.1f} %: OOM risk at a larger "
@@ -231,9 +254,12 @@ def _evidence(f: Figures, profile: GpuProfile) -> list[str]:
     pcie = f.pcie_peak_direction_gb_s
     if pcie is not None:
         lines.append(f"PCIe rx {f.pcie_rx_mean_gb_s or 0:.1f} / tx {f.pcie_tx_mean_gb_s or 0:.1f} "
-                     f"GB/s (mean) = {100 * pcie / f.link_gb_s:.0f} % of the {profile.name} link "
-                     f"(PCIe Gen{profile.bus.pcie_gen} x{profile.bus.pcie_lanes}, "
-                     f"{f.link_gb_s:g} GB/s)")
+                     f"GB/s (mean) = {100 * pcie / f.link_gb_s:.0f} % of the "
+                     + (f"card's link as recorded ({f.link}, {f.link_gb_s:g} GB/s; the "
+                        f"{profile.name} is rated for PCIe Gen{profile.bus.pcie_gen} "
+                        f"x{profile.bus.pcie_lanes}, {profile.bus.link_gb_s:g} GB/s)"
+                        if f.link_below_profile else
+                        f"{profile.name} link ({f.link}, {f.link_gb_s:g} GB/s)"))
     if f.avg_batch is not None:
         lines.append(f"Triton: {f.inferences:.0f} inferences in {f.executions:.0f} executions "
                      f"= {f.avg_batch:.2f} per execution")
@@ -287,6 +313,11 @@ def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[s
             "raise the pinned memory pool (server.toml pinned_memory_pool_byte_size): copies "
             "from pageable memory are slower and serialize",
             "batch on the server (dynamic_batching) so each copy is large, and keep outputs small"]
+        if f.link_below_profile:
+            advice.insert(0, f"give the card the link it is rated for: it ran on {f.link}, the "
+                             f"{profile.name} takes PCIe Gen{profile.bus.pcie_gen} "
+                             f"x{profile.bus.pcie_lanes} ({profile.bus.link_gb_s:g} GB/s) — another "
+                             "slot, the riser, or the BIOS's PCIe setting")
         faster = [p for p in _other_profiles(profile) if p.bus.link_gb_s > profile.bus.link_gb_s]
         if faster:
             best = max(faster, key=lambda p: p.bus.link_gb_s)

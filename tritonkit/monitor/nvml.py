@@ -1,8 +1,9 @@
 """The GPU's vital signs through NVML (``nvidia-ml-py``, imported as ``pynvml``).
 
 One ``GpuSample`` per GPU per call: utilization, memory, temperature, power, SM and
-memory clocks, PCIe rx/tx. A field the card or driver does not report (power on some
-boards, PCIe counters under some hypervisors) is ``None`` rather than an error.
+memory clocks, PCIe rx/tx and the link they run on. A field the card or driver does not
+report (power on some boards, PCIe counters under some hypervisors) is ``None`` rather
+than an error.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class GpuSample:
     memory_clock_mhz: float | None
     pcie_rx_mb_s: float | None
     pcie_tx_mb_s: float | None
+    # The link as it runs now: an idle card may train down to save power; under load it
+    # is what the slot gives (an A10 in a Gen3 slot runs Gen3, half its rated link).
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
 
     @property
     def memory_pct(self) -> float | None:
@@ -152,7 +157,21 @@ class Nvml:
                                                                            nv.NVML_CLOCK_MEM))),
             pcie_rx_mb_s=None if rx is None else rx * 1024 / 1e6,
             pcie_tx_mb_s=None if tx is None else tx * 1024 / 1e6,
+            pcie_gen=read(lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+            pcie_width=read(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(handle)),
         )
+
+
+# PCIe bandwidth per lane and direction in decimal GB/s, after line encoding
+# (Gen3 x16 = 15.75, Gen4 x16 = 31.5, as the profiles rate their links).
+PCIE_LANE_GB_S = {1: 0.25, 2: 0.5, 3: 0.984375, 4: 1.96875, 5: 3.9375, 6: 7.875}
+
+
+def pcie_link_gb_s(gen: int | None, width: int | None) -> float | None:
+    """One direction's bandwidth of a PCIe link; None for a link NVML did not report."""
+    if not gen or not width or int(gen) not in PCIE_LANE_GB_S:
+        return None
+    return PCIE_LANE_GB_S[int(gen)] * int(width)
 
 
 def _optional(nv: Any, read: Callable[[], Any]) -> Any:

@@ -10,6 +10,7 @@ Columns (units in the names; an empty cell is a value the card or server did not
     temp_c, power_w
     sm_clock_mhz, mem_clock_mhz
     pcie_rx_mb_s, pcie_tx_mb_s host->GPU (rx) and GPU->host (tx), decimal MB/s
+    pcie_gen, pcie_width       the PCIe link the card runs on now (generation, lanes)
     request_success ...        Triton's cumulative nv_inference_* counters, summed over
                                models (the same on every GPU row of one sample); empty
                                without --url/--repository, and each one Triton does not
@@ -39,7 +40,8 @@ from tritonkit.monitor.nvml import GpuSample
 from tritonkit.monitor.triton_metrics import ModelCounters
 
 GPU_COLUMNS = ("util_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
-               "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s")
+               "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s", "pcie_gen",
+               "pcie_width")
 TRITON_COLUMNS = tuple(f.name for f in fields(ModelCounters))
 COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", *GPU_COLUMNS, *TRITON_COLUMNS)
 REQUIRED_COLUMNS = ("elapsed_s", "util_pct", "mem_used_mib", "mem_total_mib")
@@ -62,6 +64,8 @@ class MonitorRow:
     mem_clock_mhz: float | None = None
     pcie_rx_mb_s: float | None = None
     pcie_tx_mb_s: float | None = None
+    pcie_gen: float | None = None
+    pcie_width: float | None = None
     triton: ModelCounters | None = None
 
     @property
@@ -82,7 +86,8 @@ def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
         util_pct=g.utilization_pct, mem_used_mib=g.memory_used_mib,
         mem_total_mib=g.memory_total_mib, temp_c=g.temperature_c, power_w=g.power_w,
         sm_clock_mhz=g.sm_clock_mhz, mem_clock_mhz=g.memory_clock_mhz,
-        pcie_rx_mb_s=g.pcie_rx_mb_s, pcie_tx_mb_s=g.pcie_tx_mb_s, triton=triton) for g in gpus]
+        pcie_rx_mb_s=g.pcie_rx_mb_s, pcie_tx_mb_s=g.pcie_tx_mb_s, pcie_gen=g.pcie_gen,
+        pcie_width=g.pcie_width, triton=triton) for g in gpus]
 
 
 def _cell(value: object) -> str:
