@@ -4,6 +4,7 @@ SLA verdict and its exit code — and on the real local Triton that all of it ho
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
@@ -217,17 +218,17 @@ MS, S = 1_000_000, 1_000_000_000
 
 
 def _level_from(records, *, mode="closed", cpu_s=0.0, never_sent=(), held_back=False, back_at=0,
-                given_up=(), timeout_s=1.0):
+                given_up=(), timeout_s=1.0, duration_s=2):
     """A level merged from one worker's raw records: (origin ns, latency ns, None for an
-    answer, else the error's kind or the exception the send raised); 2 s measured from 0,
-    after a warm-up (negative origins); ``given_up``: origins still out at ``back_at``."""
+    answer, else the error's kind or the exception the send raised); ``duration_s`` (2)
+    measured from 0 in 1 s windows, after a warm-up (negative origins); ``given_up``:
+    origins still out at ``back_at``."""
     from tritonkit.loadtest._run import _merge, _plans
     from tritonkit.loadtest._server import StatsSnapshot
     from tritonkit.loadtest._worker import _give_up_on, _never_sent, _Records
 
-    spec = (LoadSpec(model="m", concurrency=(1,), duration_s=2, warmup_s=0, window_s=1, timeout_s=timeout_s)
-            if mode == "closed" else
-            LoadSpec(model="m", rates=(10.0,), duration_s=2, warmup_s=0, window_s=1, timeout_s=timeout_s))
+    common = dict(model="m", duration_s=duration_s, warmup_s=0, window_s=1, timeout_s=timeout_s)
+    spec = LoadSpec(concurrency=(1,), **common) if mode == "closed" else LoadSpec(rates=(10.0,), **common)
     plan, = _plans(spec, None, "-", spec.levels()[0])
     rec = _Records()
     for origin, latency, kind in records:
@@ -238,7 +239,7 @@ def _level_from(records, *, mode="closed", cpu_s=0.0, never_sent=(), held_back=F
         if mode == "open":
             rec.lags.append(0)
             rec.waited.append(False)
-    _never_sent(list(never_sent), 2 * S, rec, back_at, held_since=0 if held_back else None)
+    _never_sent(list(never_sent), duration_s * S, rec, back_at, held_since=0 if held_back else None)
     _give_up_on(dict(enumerate(given_up)), rec, plan, back_at)
     summary = rec.summary(plan, t0=0) | {"cpu_s": cpu_s}
     return _merge(spec, 1 if mode == "closed" else 10.0, [summary], [], None, StatsSnapshot(), 0,
@@ -307,6 +308,118 @@ def test_a_latency_longer_than_a_minute_is_measured_not_clipped():
     # --request-timeout 120: an answer 90 s after its request counts as 90 s
     level = _level_from([(0, 90 * S, None), (MS, MS, None)], timeout_s=120.0)
     assert level.latency_ms["max"] == pytest.approx(90_000, rel=0.001)
+
+
+def _stalled_then_idle():
+    """Open loop, 6 s: answers in 1 ms in second 0; one request due at 1.0 s that the server
+    held until 3.5 s, nothing else due until 5 s; answers again in second 5."""
+    return _level_from([*[(i * 100 * MS, MS, None) for i in range(10)],
+                        (1_000 * MS, 2_500 * MS, None),
+                        *[(5_000 * MS + i * 100 * MS, MS, None) for i in range(10)]],
+                       mode="open", duration_s=6)
+
+
+def test_a_window_where_requests_were_out_and_none_came_back_is_a_stall_and_one_with_none_out_is_idle():
+    level = _stalled_then_idle()
+    by_index = {w.index: w for w in level.timeline}
+    assert [w.index for w in level.timeline if w.stall] == [1, 2]
+    assert [w.index for w in level.timeline if w.spike] == [1, 2]
+    # second 2: no request was sent in it, so no latency, yet one was out all through it
+    assert by_index[2].p99_ms is None and by_index[2].came_back == 0
+    assert by_index[2].waiting_ms == pytest.approx(2_000)     # out since 1.0 s at its end
+    assert by_index[3].came_back == 1 and not by_index[3].stall   # the held request came back
+    # second 4: nothing due and nothing out: idle, not a stall
+    assert by_index[4].came_back == 0 and by_index[4].waiting_ms is None and not by_index[4].spike
+    stalls = [s for s in level.spikes if s.stall]
+    assert [s.window for s in stalls] == [1, 2] and not any(s.cold_start for s in stalls)
+    assert stalls[1].p99_ms is None and stalls[1].waiting_ms == pytest.approx(2_000)
+    assert stalls[1].cause.startswith("stall: nothing came back while requests were out (the oldest for 2.00 s)")
+
+
+def test_a_stall_that_began_in_the_warm_up_reaches_into_the_first_windows():
+    """Closed loop: the request sent 0.5 s before the start came back 1.7 s into the
+    measurement; nothing else was sent meanwhile."""
+    level = _level_from([(-500 * MS, 2_200 * MS, None), *[(1_700 * MS + i * 100 * MS, MS, None) for i in range(23)]],
+                        duration_s=4)
+    assert [w.stall for w in level.timeline] == [True, False, False, False]
+    assert level.timeline[0].waiting_ms == pytest.approx(1_500)
+
+
+def test_requests_given_up_on_are_no_answer_and_an_error_answer_is_one():
+    """A window whose only request timed out in it got nothing back: a stall. One whose
+    request was refused at once (HTTP 400) got an answer, if not a good one."""
+    timed_out = _level_from([(i * 100 * MS, MS, None) for i in range(10)]
+                            + [(1_000 * MS, 500 * MS, TimeoutError("timed out"))]
+                            + [(3_000 * MS + i * 100 * MS, MS, None) for i in range(10)],
+                            mode="open", duration_s=4, timeout_s=0.5)
+    assert [w.stall for w in timed_out.timeline] == [False, True, False, False]
+    assert timed_out.timeline[1].waiting_ms == pytest.approx(500)
+    refused = _level_from([(i * 100 * MS, MS, None) for i in range(10)]
+                          + [(1_000 * MS, MS, "HTTP 400: bad input")]
+                          + [(3_000 * MS + i * 100 * MS, MS, None) for i in range(10)],
+                          mode="open", duration_s=4)
+    assert not any(w.stall for w in refused.timeline) and refused.timeline[1].came_back == 1
+
+
+def test_a_model_slower_than_a_window_leaves_windows_without_answers_that_are_no_stall():
+    """Closed loop: a model that takes 1.5 s a request leaves every other 1 s window with
+    nothing back. That is its normal pace, not a stall."""
+    records = [(i * 1_500 * MS, 1_500 * MS, None) for i in range(4)]
+    level = _level_from(records, duration_s=6)
+    assert [w.came_back for w in level.timeline][:4] == [0, 1, 0, 1]
+    assert not any(w.stall or w.spike for w in level.timeline)
+
+
+def test_a_stall_during_a_model_outage_is_named_a_cold_start():
+    at = lambda s: int(s * 1e9)     # noqa: E731
+    timeline = _timeline([1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    timeline[3] = Window(index=3, start_s=3.0, ok=0, errors=0, qps=0.0, p50_ms=None, p99_ms=None,
+                         max_ms=None, came_back=0, waiting_ms=900.0)
+    reload = [ServerEvent(at(2.9), "state", "mlp", "1", "UNLOADING", "READY"),
+              ServerEvent(at(4.1), "state", "mlp", "1", "READY", "LOADING")]
+    spike, = cold_start_windows(timeline, reload, 0, 1.0)
+    assert spike.window == 3 and spike.stall and spike.cold_start
+    assert spike.cause == ("cold start: model 'mlp' version 1 reloaded, not READY 2.90–4.10 s; "
+                           "nothing came back while requests were out (the oldest for 0.90 s)")
+    alone, = cold_start_windows(timeline, [], 0, 1.0)
+    assert alone.stall and not alone.cold_start and alone.cause.startswith("stall: ")
+
+
+def test_a_stall_is_in_the_json_the_csv_the_spikes_table_the_warnings_and_the_plot(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    from rich.console import Console
+
+    level = _stalled_then_idle()
+    result = LoadTestResult(spec=LoadSpec(model="m", rates=(10.0,), duration_s=6, window_s=1), server="s",
+                            request="r", levels=[level])
+    verdict = report.judge(result, report.Sla())
+    stalls = [w for w in verdict.warnings if w.startswith("rate 10/s: stall: nothing came back")]
+    assert [re.search(r" at (\d) s \(", w)[1] for w in stalls] == ["1", "2"]
+    assert "(p99 2500" in stalls[0] and "(typical p99 1.00 ms)" in stalls[1]    # second 2 sent nothing
+    report.write_json(tmp_path / "run.json", result, verdict)
+    saved = json.loads((tmp_path / "run.json").read_text())["levels"][0]
+    assert [w["stall"] for w in saved["timeline"]] == [False, True, True, False, False, False]
+    assert saved["timeline"][4]["waiting_ms"] is None and saved["timeline"][2]["waiting_ms"] == 2000
+    assert [(s["window"], s["stall"], s["p99_ms"] is None) for s in saved["spikes"]] == [
+        (1, True, False), (2, True, True)]            # (second 1 has the held request's latency)
+    rows = list(csv.DictReader(io.StringIO(report.timeline_csv(result))))
+    assert [(r["stall"], r["came_back"], r["waiting_ms"]) for r in rows[1:5]] == [
+        ("1", "0", "1000.000"), ("1", "0", "2000.000"), ("0", "1", ""), ("0", "0", "")]
+    console = Console(width=250, record=True)
+    console.print(report.spikes_table(result))
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in console.export_text().splitlines()
+            if "stall: nothing came back" in line]
+    assert [(at, p99 == "-", cause.startswith("stall: ")) for _, at, p99, _, _, cause in rows] == [
+        ("1", False, True), ("2", True, True)]
+    # the plot: the stalled seconds shaded, and the latency line broken where no latency was
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    report.write_plot(tmp_path / "run.png", result)
+    top = kept[0].axes[0]
+    shaded = [p for p in top.patches if p.get_label() == "stall (none came back)"]
+    assert [(p.get_x(), p.get_x() + p.get_width()) for p in shaded] == [(1.0, 3.0)]
+    p99_line = next(line for line in top.get_lines() if line.get_label() == "rate 10/s p99")
+    assert np.isnan(p99_line.get_ydata()).tolist() == [False, False, True, True, True, False]
 
 
 def test_arrivals_the_load_generator_never_sent_with_slots_free_are_its_errors():
@@ -806,6 +919,32 @@ def test_a_stall_that_began_in_the_warm_up_shows_in_the_measurement(served):
 
 
 @pytest.mark.server
+def test_windows_in_which_a_frozen_server_answered_nothing_are_flagged_as_stalls(served, tmp_path):
+    """Closed loop, the server stopped for 1.5 s: no request is sent during it (each user
+    waits on its own), so the windows inside it have no latency of their own. Every one
+    is a stall, in the spikes, the JSON and the CSV; the windows well before it are not."""
+    freeze = _Frozen(served, 1.5)
+    stall = _At(1.0, 0.3, freeze)
+    result = _run_with(served, LoadSpec(model="example", concurrency=(2,), duration_s=3.5, warmup_s=0.3,
+                                        window_s=0.25), stall)
+    level = result.levels[0]
+    began = 3.5 - stall.left_at(freeze.began)      # measured: a busy machine starts it late
+    assert 0.5 < began < 1.75, f"the stall began {began:.2f} s into the measurement"
+    inside = [w for w in level.timeline if began + 0.05 <= w.start_s and w.start_s + 0.25 <= began + 1.45]
+    assert len(inside) >= 3
+    assert all(w.stall and w.spike and w.came_back == 0 for w in inside), inside
+    assert any(w.p99_ms is None for w in inside)   # the windows that sent nothing at all
+    assert not any(w.stall for w in level.timeline if w.start_s + 0.25 <= began - 0.1)
+    assert {w.index for w in inside} <= {s.window for s in level.spikes if s.stall}
+    assert level.error_count == 0
+    report.write_json(tmp_path / "run.json", result, report.judge(result, report.Sla()))
+    saved = json.loads((tmp_path / "run.json").read_text())["levels"][0]
+    assert all(saved["timeline"][w.index]["stall"] for w in inside)
+    rows = list(csv.DictReader(io.StringIO(report.timeline_csv(result))))
+    assert all(rows[w.index]["stall"] == "1" for w in inside)
+
+
+@pytest.mark.server
 def test_a_request_that_timed_out_counts_in_the_latencies_at_its_timeout(served):
     """The server stops answering for 1.2 s with a 0.5 s request timeout: the requests
     that timed out are errors, and in the latencies (at 0.5 s) too."""
@@ -845,22 +984,27 @@ def test_arrivals_a_stalled_server_held_back_count_as_its_latency_not_as_client_
     assert not any("add --workers" in w for w in verdict.warnings), verdict.warnings
 
 
-@pytest.mark.server
-def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tmp_path):
-    endpoint = Endpoint.from_deployment(served)
+def _reloaded_at(deployment, second: float, spec: LoadSpec) -> LoadTestResult:
+    """``spec`` run with the example model unloaded and loaded again ``second`` s into the measurement."""
+    endpoint = Endpoint.from_deployment(deployment)
 
     def bounce():
         client = endpoint.http()
         client.unload_model("example", headers=endpoint.repository_headers)
         client.load_model("example", headers=endpoint.repository_headers)
 
-    reload = _At(1.5, 0.3, bounce)
+    reload = _At(second, spec.warmup_s, bounce)
     try:
-        result = run_loadtest(endpoint, LoadSpec(model="example", concurrency=(2,), duration_s=5,
-                                                 warmup_s=0.3), progress=reload)
+        result = run_loadtest(endpoint, spec, progress=reload)
     finally:
         reload.join()
     assert reload.ran
+    return result
+
+
+@pytest.mark.server
+def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tmp_path):
+    result = _reloaded_at(served, 1.5, LoadSpec(model="example", concurrency=(2,), duration_s=5, warmup_s=0.3))
     level = result.levels[0]
     cold = [s for s in level.spikes if s.cold_start]
     assert cold, f"no cold-start spike among {level.spikes} (events {level.events})"
@@ -872,6 +1016,21 @@ def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tm
     report.write_json(tmp_path / "cold.json", result, verdict)
     saved = json.loads((tmp_path / "cold.json").read_text())
     assert any(s["cold_start"] for s in saved["levels"][0]["spikes"])
+
+
+@pytest.mark.server
+def test_windows_that_answered_nothing_while_a_model_reloaded_are_named_cold_starts(served):
+    """Over HTTP, Triton 2.51 holds every request while it loads a model: the windows of
+    the load get nothing back, and the watcher's outage names them."""
+    result = _reloaded_at(served, 1.0, LoadSpec(model="example", concurrency=(2,), duration_s=3.5,
+                                                warmup_s=0.3, window_s=0.25))
+    level = result.levels[0]
+    stalls = [s for s in level.spikes if s.stall]
+    assert stalls, f"no stall among {level.timeline} (events {level.events})"
+    assert all(s.cold_start and s.cause.startswith("cold start: model 'example'")
+               and "nothing came back" in s.cause for s in stalls), stalls
+    outage, = level.outages
+    assert all(outage["from_s"] - 0.25 <= s.start_s <= outage["to_s"] for s in stalls), (stalls, outage)
 
 
 @pytest.mark.server

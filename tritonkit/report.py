@@ -26,7 +26,7 @@ from rich.table import Table
 
 from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError
 from tritonkit.fileio import atomic_write
-from tritonkit.loadtest import PERCENTILES, LevelResult, LoadTestResult
+from tritonkit.loadtest import PERCENTILES, LevelResult, LoadTestResult, Spike
 
 __all__ = [
     "Check",
@@ -148,14 +148,20 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
                           "(lengthen --duration, or --warmup-s may swallow the run)")
     if result.ended_early:
         errors.insert(0, result.ended_early)
-    warnings = [f"{lv.label}: {s.cause} at {s.start_s:g} s (p99 {s.p99_ms:.2f} ms, max {s.max_ms:.2f} ms, "
-                f"typical p99 {s.typical_p99_ms:.2f} ms)"
-                for lv in result.levels for s in lv.spikes]
+    warnings = [f"{lv.label}: {s.cause} at {s.start_s:g} s ({_spike_figures(s)}typical p99 "
+                f"{s.typical_p99_ms:.2f} ms)" for lv in result.levels for s in lv.spikes]
     warnings += [w for lv in result.levels for w in _open_loop_warnings(lv)]
     missed = [c.describe() for c in checks if not c.passed]
     outcome = ERRORS if errors else MISS if missed else PASS
     return Verdict(outcome=outcome, checks=tuple(checks), reasons=tuple(errors or missed),
                    warnings=tuple(warnings), sla=sla)
+
+
+def _spike_figures(spike: Spike) -> str:
+    """A spike's own latencies, for a warning line; a stall in which no request was sent has none."""
+    if spike.p99_ms is None:
+        return ""
+    return f"p99 {spike.p99_ms:.2f} ms, max {spike.max_ms:.2f} ms, "
 
 
 def _failed_requests(lv: LevelResult, budget: float | None) -> str:
@@ -258,7 +264,8 @@ def spikes_table(result: LoadTestResult) -> Table | None:
     rows = [(_short(lv), s) for lv in result.levels for s in lv.spikes]
     if not rows:
         return None
-    table = Table(title="latency spikes (windows far above the run's typical p99)", title_justify="left")
+    table = Table(title="latency spikes (windows far above the run's typical p99) and stalls (requests "
+                        "out, none back)", title_justify="left")
     for name in ("level", "at s", "p99 ms", "max ms", "typical p99", "cause"):
         table.add_column(name, justify="left" if name in ("level", "cause") else "right")
     for label, s in rows:
@@ -336,8 +343,9 @@ def _finite(value: Any) -> Any:
     return value
 
 
+# (came_back, waiting_ms and stall last: files read by position keep their columns)
 CSV_COLUMNS = ("level", "window", "start_s", "qps", "ok", "errors", "p50_ms", "p99_ms", "max_ms",
-               "spike", "cause")
+               "spike", "cause", "came_back", "waiting_ms", "stall")
 
 
 def timeline_csv(result: LoadTestResult) -> str:
@@ -350,7 +358,9 @@ def timeline_csv(result: LoadTestResult) -> str:
             writer.writerow([lv.label, w.index, f"{w.start_s:g}", f"{w.qps:.3f}", w.ok, w.errors,
                              "" if w.p50_ms is None else f"{w.p50_ms:.3f}",
                              "" if w.p99_ms is None else f"{w.p99_ms:.3f}",
-                             "" if w.max_ms is None else f"{w.max_ms:.3f}", int(w.spike), w.cause])
+                             "" if w.max_ms is None else f"{w.max_ms:.3f}", int(w.spike), w.cause,
+                             w.came_back, "" if w.waiting_ms is None else f"{w.waiting_ms:.3f}",
+                             int(w.stall)])
     return out.getvalue()
 
 
@@ -359,8 +369,9 @@ def write_csv(path: Path, result: LoadTestResult) -> Path:
 
 
 def write_plot(path: Path, result: LoadTestResult) -> Path:
-    """A PNG: the latency timeline of each level (spikes marked, model outages shaded) above
-    the latency histogram of each level."""
+    """A PNG: the latency timeline of each level (spikes marked, stalls and model outages
+    shaded, a window with no latency a gap in its line) above the latency histogram of each
+    level."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -369,18 +380,25 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), constrained_layout=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    legend = {"spike (window max)", "model not READY"}    # each named once in the legend
+    legend = {"spike (window max)", "model not READY", "stall (none came back)"}  # each named once
     for i, lv in enumerate(result.levels):
         color = colors[i % len(colors)]
-        windows = [w for w in lv.timeline if w.p99_ms is not None]
         half = result.spec.window_s / 2          # each point in the middle of its window
-        xs = [w.start_s + half for w in windows]
-        top.plot(xs, [w.p99_ms for w in windows], "-", color=color, label=f"{lv.label} p99")
-        top.plot(xs, [w.p50_ms for w in windows], ":", color=color, label=f"{lv.label} p50")
-        spiked = [w for w in windows if w.spike]
+        # Every window, None as NaN: a window without latencies breaks the line rather than
+        # being bridged (a stall drawn as a straight line looked like a quiet spell); a dot
+        # on each window keeps one alone between two gaps visible.
+        xs = [w.start_s + half for w in lv.timeline]
+        if any(w.p99_ms is not None for w in lv.timeline):
+            top.plot(xs, [_nan(w.p99_ms) for w in lv.timeline], ".-", markersize=3, color=color,
+                     label=f"{lv.label} p99")
+            top.plot(xs, [_nan(w.p50_ms) for w in lv.timeline], ".:", markersize=3, color=color,
+                     label=f"{lv.label} p50")
+        spiked = [w for w in lv.timeline if w.spike and w.max_ms is not None]
         if spiked:
             top.scatter([w.start_s + half for w in spiked], [w.max_ms for w in spiked], marker="v", s=70,
                         color="red", zorder=5, label=_once(legend, "spike (window max)"))
+        for left, right in _stalls(lv, result.spec.window_s):
+            top.axvspan(left, right, color="red", alpha=0.15, label=_once(legend, "stall (none came back)"))
         for left, right in _outages(lv):
             top.axvspan(left, right, color="orange", alpha=0.2, label=_once(legend, "model not READY"))
         _histogram(bottom, lv, color)
@@ -419,6 +437,24 @@ def _once(unused: set[str], label: str) -> str | None:
         unused.discard(label)
         return label
     return None
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _stalls(lv: LevelResult, window_s: float) -> list[tuple[float, float]]:
+    """Spans of consecutive stalled windows, clipped to the measurement."""
+    spans: list[tuple[float, float]] = []
+    for w in lv.timeline:
+        if not w.stall:
+            continue
+        right = min(w.start_s + window_s, lv.duration_s)
+        if spans and spans[-1][1] >= w.start_s - 1e-9:      # the window just before: one span
+            spans[-1] = (spans[-1][0], right)
+        else:
+            spans.append((w.start_s, right))
+    return spans
 
 
 def _outages(lv: LevelResult) -> list[tuple[float, float]]:

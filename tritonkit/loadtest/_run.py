@@ -414,6 +414,8 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
     total, lag = _new_histogram(highest_us), _new_histogram(highest_us)
     errors: dict[str, int] = {}
     per_window: dict[int, dict] = {}
+    came_back = [sum(back) for back in zip(*(s["came_back"] for s in summaries))]
+    waiting_us = [max(wait) for wait in zip(*(s["waiting_us"] for s in summaries))]
     for s in summaries:
         if s["hist"]:
             total.decode_and_add(s["hist"])
@@ -444,7 +446,9 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
             qps=w["ok"] / width if width > 0 else 0.0,        # answered, as the level's QPS
             p50_ms=hist.get_value_at_percentile(50) / 1000 if has else None,
             p99_ms=hist.get_value_at_percentile(99) / 1000 if has else None,
-            max_ms=hist.get_max_value() / 1000 if has else None))
+            max_ms=hist.get_max_value() / 1000 if has else None,
+            came_back=came_back[index] if index < len(came_back) else 0,
+            waiting_ms=waiting_us[index] / 1000 if index < len(waiting_us) and waiting_us[index] else None))
     all_outages = model_outages(events, start_ns)
     spikes = cold_start_windows(timeline, events, start_ns, spec.window_s, outages=all_outages)
     outages = [{"version": version, "from_s": round(left, 3), "to_s": None if ready is None else round(ready, 3)}

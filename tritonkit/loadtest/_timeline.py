@@ -3,11 +3,16 @@
 A window is a spike when its tail stands far above the run's typical window: its p99
 above ``factor`` times the median window p99, or a single request slower than
 ``max_factor`` times that median (one cold request among a thousand does not move a
-p99, yet it is exactly what a user behind it waits for). A spike that overlaps a
-model's outage (from leaving READY until ``reach_s`` after it is READY again) is named
-a cold start. A lone slow request that no outage explains is reported only beyond
-``SPIKE_LONE_MAX_FACTOR``: a busy host's scheduler makes single 8x outliers every few
-seconds, and a report that cries wolf on each gets ignored.
+p99, yet it is exactly what a user behind it waits for). A window's latencies are those
+of the requests sent in it, so a server that stops answering leaves the windows after
+its stall with none: such a window is a **stall** when requests were out and none came
+back in it, the oldest out longer than ``max_factor`` times that median — flagged like
+a spike — and merely idle when nothing was out (an open loop between arrivals). A spike
+that overlaps a model's outage (from leaving READY until ``reach_s`` after it is READY
+again) is named a cold start. A lone slow request that no outage explains is reported
+only beyond ``SPIKE_LONE_MAX_FACTOR``: a busy host's scheduler makes single 8x outliers
+every few seconds, and a report that cries wolf on each gets ignored. A stall is no lone
+request: nothing at all came back for it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ class Window:
     max_ms: float | None
     spike: bool = False
     cause: str = ""           # "cold start: ..." when tied to a model load, else ""
+    came_back: int = 0        # requests that came back in it (answers, error answers), when they did
+    # the longest a request had been out without an answer by its end (None: none was out)
+    waiting_ms: float | None = None
+    stall: bool = False       # requests were out, none came back (a spike too)
 
 
 @dataclass(frozen=True)
@@ -47,12 +56,14 @@ class Spike:
 
     window: int
     start_s: float
-    p99_ms: float
-    max_ms: float
+    p99_ms: float | None       # None: no request sent in the window got a latency (a stall)
+    max_ms: float | None
     typical_p99_ms: float
     cold_start: bool
     cause: str
     events: tuple[dict, ...] = field(default_factory=tuple)
+    stall: bool = False        # requests were out and none came back in the window
+    waiting_ms: float | None = None
 
 
 def typical_p99_ms(timeline: list[Window]) -> float | None:
@@ -63,17 +74,19 @@ def typical_p99_ms(timeline: list[Window]) -> float | None:
 
 def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
                   max_factor: float = SPIKE_MAX_FACTOR, floor_ms: float = SPIKE_FLOOR_MS) -> list[Window]:
-    """Mark and return the windows whose tail stands far above the run's typical window."""
+    """Mark and return the windows whose tail stands far above the run's typical window,
+    and the stalls: requests out, none back, the oldest out as long as a spike's slowest."""
     typical = typical_p99_ms(timeline)
-    if typical is None:
-        return []
+    slowest = max(max_factor * (typical or 0.0), (typical or 0.0) + floor_ms)
     flagged = []
     for window in timeline:
-        if window.p99_ms is None:
-            continue
-        high_p99 = window.p99_ms > max(factor * typical, typical + floor_ms)
-        high_max = window.max_ms > max(max_factor * typical, typical + floor_ms)
-        window.spike = high_p99 or high_max
+        window.stall = (not window.came_back and window.waiting_ms is not None
+                        and window.waiting_ms > slowest)
+        high_p99 = high_max = False
+        if window.p99_ms is not None and typical is not None:
+            high_p99 = window.p99_ms > max(factor * typical, typical + floor_ms)
+            high_max = window.max_ms > slowest
+        window.spike = high_p99 or high_max or window.stall
         if window.spike:
             flagged.append(window)
     return flagged
@@ -160,20 +173,27 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
     for window in spike_windows(timeline):
         lo, hi = window.start_s, window.start_s + window_s
         near = [o for o in outages if o[2] < hi and lo <= (o[3] if o[3] is not None else end_s) + reach_s]
-        lone = window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS)
+        lone = (not window.stall
+                and window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS))
         if lone and not near and window.max_ms <= SPIKE_LONE_MAX_FACTOR * typical:
             window.spike = False
             continue
+        stalled = (f"nothing came back while requests were out (the oldest for "
+                   f"{window.waiting_ms / 1000:.2f} s)" if window.stall else "")
         if near:
             model, version, left, ready = near[-1]
             what = f"model '{model}'{' version ' + version if version else ''}"
             window.cause = (f"cold start: {what} reloaded, not READY {left:.2f}–{ready:.2f} s"
                             if ready is not None else f"{what} unavailable from {left:.2f} s")
+            window.cause += f"; {stalled}" if stalled else ""
+        else:
+            window.cause = f"stall: {stalled}; no server event explains it" if stalled else ""
         spikes.append(Spike(
-            window=window.index, start_s=window.start_s, p99_ms=window.p99_ms or 0.0,
-            max_ms=window.max_ms or 0.0, typical_p99_ms=typical,
+            window=window.index, start_s=window.start_s, p99_ms=window.p99_ms,
+            max_ms=window.max_ms, typical_p99_ms=typical,
             cold_start=bool(near) and near[-1][3] is not None,
             cause=window.cause or "no server event explains it",
             events=tuple(e.as_dict(start_ns) for e in events
-                         if e.kind == "state" and any(e.model == o[0] for o in near))))
+                         if e.kind == "state" and any(e.model == o[0] for o in near)),
+            stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None))
     return spikes

@@ -184,6 +184,11 @@ class _Records:
             never |= all_codes == self.kinds[NOT_SENT]
         origins = np.asarray(self.origins, dtype=np.int64) - start
         latencies_ns = np.asarray(self.latencies, dtype=np.int64)
+        left = ~never                               # requests that went to the server
+        # when each left: its origin, and an open-loop one (due at its origin) its lag later
+        sent_at = origins + (np.asarray(self.lags, dtype=np.int64) if self.lags else 0)
+        came_back, waiting = _returns(sent_at[left], (origins + latencies_ns)[left],
+                                      ~np.isin(all_codes[left], list(self.unanswered)), plan)
         # A request counts if it overlaps the measured span: one sent before the end counts
         # however late its answer, and so one sent during the warm-up that is answered
         # after the start (it waited through a stall, say) counts, in the first window.
@@ -216,6 +221,9 @@ class _Records:
             "hist": _encode(latencies[timed], plan.highest_us),
             "highest_us": plan.highest_us,
             "windows": windows,
+            # per window, by when things happened rather than when requests were sent
+            "came_back": came_back.tolist(),
+            "waiting_us": (waiting // 1000).tolist(),
             "lag_hist": None,
             "saturated": 0,
             # requests that left (warm-up included, as the CPU is): what the client's CPU went on
@@ -226,6 +234,36 @@ class _Records:
             summary["lag_hist"] = _encode(np.maximum(lags // 1000, LOWEST_US), plan.highest_us)
             summary["saturated"] = int(np.count_nonzero(np.asarray(self.waited, dtype=bool)[keep] & counted))
         return summary
+
+
+def _returns(sent: np.ndarray, finish: np.ndarray, answered: np.ndarray,
+             plan: WorkerPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Per window of the measurement: how many requests came back in it (an answer, or an
+    error answer), and the longest any request had been out without one by its end — one
+    still out then, or given up on within it (0: none was out). A window where requests
+    were out and none came back is a stall; one where none was out, idle.
+
+    ``sent`` and ``finish`` (ns from the start) of the requests that went to the server,
+    warm-up included (a stall that began in it reaches into the measurement);
+    ``answered``: whether each came back, as opposed to being given up on at ``finish``.
+    """
+    n = -(-plan.duration_ns // plan.window_ns)
+    ends = np.minimum(np.arange(1, n + 1, dtype=np.int64) * plan.window_ns, plan.duration_ns)
+    inside = (finish >= 0) & (finish < plan.duration_ns)
+    came_back = np.bincount(finish[answered & inside] // plan.window_ns, minlength=n)
+    waiting = np.zeros(n, dtype=np.int64)
+    if len(sent):
+        order = np.argsort(sent, kind="stable")
+        sent, finish = sent[order], finish[order]
+        # The oldest request out at each end is the first sent whose finish is at or after
+        # it: where the running maximum of the finishes (in the order sent) first reaches it.
+        first = np.searchsorted(np.maximum.accumulate(finish), ends)
+        out = first < len(sent)
+        out[out] = sent[first[out]] < ends[out]
+        waiting[out] = ends[out] - sent[first[out]]
+        given_up = ~answered[order] & (finish >= 0) & (finish < plan.duration_ns)
+        np.maximum.at(waiting, finish[given_up] // plan.window_ns, (finish - sent)[given_up])
+    return came_back, waiting
 
 
 def _encode(values_us: np.ndarray, highest_us: int) -> str | None:
