@@ -24,7 +24,7 @@ INTERVAL = 10.0
 def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: float,
            rx_gb_s: float = 0.5, tx_gb_s: float = 0.2, triton: dict | None = None,
            restart_at: int | None = None, batch_counts: bool = True,
-           link: tuple[int, int] | None = None) -> Path:
+           link: tuple[int, int] | None = None, clock_events=lambda i: None) -> Path:
     """Write a monitor CSV as `tritonkit monitor --csv` does, for a steady pattern.
 
     ``triton`` gives per-interval increments of Triton's counters (requests, batch, and
@@ -33,7 +33,7 @@ def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: flo
     before that sample is taken, and the traffic goes on. ``batch_counts=False``: a
     server with its latency counters off, whose inferences, executions and pending
     requests monitor records as unknown. ``link``: the PCIe (generation, lanes) the card
-    ran on.
+    ran on. ``clock_events(i)``: NVML's clocks-event bitmask at sample i.
     """
     total_mib = total_gib * 1024
     counters = ModelCounters() if triton else None
@@ -42,7 +42,7 @@ def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: flo
             wobble = (-2.0, 0.0, 2.0)[i % 3]        # real samples are never flat
             gpu = GpuSample(0, name, "GPU-1", max(0.0, util + wobble), total_mib * mem_pct / 100,
                             total_mib, 70.0, 120.0, 1400.0, 700.0, rx_gb_s * 1000, tx_gb_s * 1000,
-                            *(link or (None, None)))
+                            *(link or (None, None)), clock_events(i))
             recorder.write(rows_for(1_767_225_600 + i * INTERVAL, i * INTERVAL, [gpu], counters))
             if triton:
                 requests = triton["requests"]
@@ -274,3 +274,17 @@ def test_without_batch_counts_the_load_and_times_still_count_and_the_gap_is_said
     assert any("compute 0.40 ms, queue 0.15 ms per request" in e for e in result.evidence)
     assert any("batch sizes could not be checked" in n for n in result.notes)
     assert not any("no Triton columns" in n for n in result.notes)
+
+
+def test_clocks_held_down_under_load_are_named_with_how_often(tmp_path):
+    import pynvml
+
+    thermal = pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    every_third = lambda i: thermal if i % 3 == 0 else pynvml.nvmlClocksEventReasonGpuIdle  # noqa: E731
+    csv = record(tmp_path / "hot.csv", **A10, util=90, mem_pct=60, clock_events=every_third,
+                 triton=dict(requests=600, batch=6, queue_us=900, infer_us=8_000))
+    result = verdict(csv, "a10")
+    held = sum(1 for i in range(1, SAMPLES) if every_third(i) == thermal)   # loaded samples
+    assert result.figures.slowdown_samples == {"hw_thermal": held}
+    (note,) = [n for n in result.notes if "clocks were held down" in n]
+    assert f"hw_thermal in {held} of {SAMPLES - 1}" in note and "cooling" in note

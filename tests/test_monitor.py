@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -268,8 +269,9 @@ class _FakeNvmlError(Exception):
     pass
 
 
-def _fake_pynvml(power_supported: bool = True) -> SimpleNamespace:
-    """pynvml's surface as a Tesla P100 under load would answer it (no GPU on CI)."""
+def _fake_pynvml(power_supported: bool = True, clock_events: int = 0) -> SimpleNamespace:
+    """pynvml's surface as a Tesla P100 under load would answer it (no GPU on CI);
+    ``clock_events``: NVML's clocks-event reasons bitmask."""
 
     def power(_handle):
         if not power_supported:
@@ -293,6 +295,7 @@ def _fake_pynvml(power_supported: bool = True) -> SimpleNamespace:
         nvmlDeviceGetPcieThroughput=lambda h, counter: {1: 12_000_000, 0: 500_000}[counter],
         nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 3,
         nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: clock_events,
     )
 
 
@@ -309,6 +312,19 @@ def test_nvml_samples_are_converted_to_mib_watts_and_decimal_mb_per_s():
     assert gpu.pcie_rx_mb_s == pytest.approx(12_288.0)   # 12e6 KB/s * 1024 B
     assert gpu.pcie_tx_mb_s == pytest.approx(512.0)
     assert (gpu.pcie_gen, gpu.pcie_width) == (3, 16)
+
+
+def test_clock_event_reasons_are_a_bitmask_of_which_only_slowdowns_count():
+    import pynvml
+
+    held = (pynvml.nvmlClocksEventReasonGpuIdle | pynvml.nvmlClocksEventReasonSwPowerCap
+            | pynvml.nvmlClocksEventReasonHwThermalSlowdown)
+    with Nvml(_fake_pynvml(clock_events=held)) as nvml:
+        (gpu,) = nvml.sample()
+    assert gpu.clock_events == held
+    assert gpu.slowdowns == ("sw_power_cap", "hw_thermal")     # idle is no slowdown
+    with Nvml(_fake_pynvml(clock_events=pynvml.nvmlClocksEventReasonGpuIdle)) as nvml:
+        assert nvml.sample()[0].slowdowns == ()
 
 
 def test_a_reading_the_card_does_not_support_is_empty_not_an_error():
@@ -355,6 +371,19 @@ def test_a_hot_card_alerts_once_until_it_cools_down():
     kinds = [[a.kind for a in f] for f in fired]
     assert kinds == [[], ["temperature"], [], [], [], ["temperature"]]
     assert "88 °C" in fired[1][0].message
+
+
+def test_clocks_held_by_heat_or_the_power_brake_alert_once_and_the_power_cap_does_not():
+    import pynvml
+
+    power_cap, thermal = (pynvml.nvmlClocksEventReasonSwPowerCap,
+                          pynvml.nvmlClocksEventReasonHwThermalSlowdown)
+    tracker = AlertTracker(LIMITS)
+    events = [power_cap, power_cap | thermal, thermal, 0, pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown]
+    fired = [tracker.observe(t, replace(_gpu(), clock_events=e)) for t, e in enumerate(events)]
+    assert [[a.kind for a in f] for f in fired] == [[], ["clocks"], [], [], ["clocks"]]
+    assert "hw_thermal" in fired[1][0].message and "sw_power_cap" not in fired[1][0].message
+    assert "hw_power_brake" in fired[4][0].message
 
 
 def test_memory_above_95_percent_alerts():
@@ -424,12 +453,13 @@ def test_the_csv_round_trips_gpu_and_triton_columns(tmp_path):
     counters = ModelCounters(request_success=3, inference_count=6, exec_count=3,
                              queue_duration_us=120.5)
     with CsvRecorder(path) as recorder:
-        recorder.write(rows_for(1_700_000_000, 0.0, [_gpu(util=42)], counters))
+        recorder.write(rows_for(1_700_000_000, 0.0, [replace(_gpu(util=42), clock_events=0x44)],
+                                counters))
         recorder.write(rows_for(1_700_000_010, 10.0, [], counters))
     first, second = read_monitor_csv(path)
     assert first.util_pct == 42 and first.gpu == 0 and first.name == "NVIDIA A10"
     assert first.mem_pct == pytest.approx(50.0) and first.timestamp.startswith("2023-11-14T22:13:20")
-    assert first.triton == counters
+    assert first.triton == counters and first.slowdowns == ("sw_power_cap", "hw_thermal")
     assert second.gpu is None and second.util_pct is None and second.elapsed_s == 10.0
 
 

@@ -133,6 +133,7 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
         table.caption = ", ".join(
             f"{g.index} = {g.name}" + (f" (PCIe Gen{g.pcie_gen} x{g.pcie_width})"
                                        if g.pcie_gen and g.pcie_width else "")
+            + (f"; clocks held down by {'+'.join(g.slowdowns)}" if g.slowdowns else "")
             for g in snapshot.gpus)
         table.caption_justify = "left"
         parts.append(table)

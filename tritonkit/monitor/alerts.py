@@ -1,7 +1,9 @@
 """Thresholds (``configs/alerts.toml``) and the alerts ``tritonkit monitor`` raises.
 
 An alert fires when a threshold is crossed and again only after the value has come
-back: a card at 90 °C for an hour is one alert, not 360. Low utilization fires only
+back: a card at 90 °C for an hour is one alert, not 360. Clocks held down by heat or
+by the board's power brake (NVML's clocks-event reasons) alert the same way: each
+request takes longer while they are, a P99 spike no model change explains. Low utilization fires only
 when it has lasted ``low_utilization_minutes`` while the GPU was under load; an idle
 card is not starved.
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
 from tritonkit.errors import ProfileError
-from tritonkit.monitor.nvml import GpuSample
+from tritonkit.monitor.nvml import ALARMING_SLOWDOWNS, GpuSample
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ def load_thresholds(path: Path | None = None) -> Thresholds:
 @dataclass(frozen=True)
 class Alert:
     gpu: int
-    kind: str            # "temperature" | "memory" | "low_utilization"
+    kind: str            # "temperature" | "memory" | "clocks" | "low_utilization"
     message: str
 
 
@@ -95,6 +97,13 @@ class AlertTracker:
             fired.append(Alert(sample.index, "memory",
                                f"GPU {sample.index} memory {memory:.1f} % full (> {t.memory_pct:g} %):"
                                " the next larger batch or model will run out of memory"))
+        alarming = [r for r in sample.slowdowns if r in ALARMING_SLOWDOWNS]
+        if self._crossed(sample.index, "clocks", bool(alarming)):
+            clock = "" if sample.sm_clock_mhz is None else f" (SM at {sample.sm_clock_mhz:.0f} MHz)"
+            fired.append(Alert(sample.index, "clocks",
+                               f"GPU {sample.index} clocks held down by {', '.join(alarming)}"
+                               f"{clock}: every request is slower while they are; check cooling "
+                               "and airflow, and the board's power cables and supply"))
         util = sample.utilization_pct
         starved = (util is not None and util < t.low_utilization_pct
                    and self.under_load(sample, triton_inferences))

@@ -21,6 +21,7 @@ at all: ``idle``. Every verdict carries its evidence numbers and what to try.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
 
@@ -67,6 +68,8 @@ class Figures:
     queue_share: float | None = None
     input_share: float | None = None
     pending_max: float | None = None
+    # loaded samples whose clocks something held down, by reason (NVML's clocks events)
+    slowdown_samples: dict[str, int] = field(default_factory=dict)
 
     @property
     def pcie_peak_direction_gb_s(self) -> float | None:
@@ -155,6 +158,7 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
         mem_peak_pct=max(mem) if mem else None,
         mem_total_mib=max((r.mem_total_mib or 0.0 for r in rows), default=None) or None,
         pcie_rx_mean_gb_s=mean(rx), pcie_tx_mean_gb_s=mean(tx),
+        slowdown_samples=dict(Counter(r for row in loaded for r in row.slowdowns)),
         **_link(loaded, profile))
     if windows:
         total = sum(windows, ModelCounters())
@@ -229,6 +233,15 @@ def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCou
     if figures.has_triton and figures.compute_us is None:
         notes.append("Triton reported no queue or compute times (its latency counters and "
                      "summaries are off): queueing could not be checked")
+    if figures.slowdown_samples:
+        held = ", ".join(f"{reason} in {count}" for reason, count in
+                         sorted(figures.slowdown_samples.items(), key=lambda kv: -kv[1]))
+        notes.append(f"clocks were held down in samples under load ({held} of "
+                     f"{figures.loaded_samples}): requests are slower while they are, P99 "
+                     "spikes no wall explains" + (
+                         "; the power cap is where a busy card runs, heat or the power brake "
+                         "is not: check cooling, airflow and the board's power"
+                         if set(figures.slowdown_samples) - {"sw_power_cap"} else ""))
     if figures.link_below_profile and wall != "bandwidth":
         notes.append(f"the card ran on {figures.link} ({figures.link_gb_s:g} GB/s), slower than "
                      f"the {profile.name}'s PCIe Gen{profile.bus.pcie_gen} "

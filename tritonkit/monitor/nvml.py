@@ -1,14 +1,15 @@
 """The GPU's vital signs through NVML (``nvidia-ml-py``, imported as ``pynvml``).
 
 One ``GpuSample`` per GPU per call: utilization, memory, temperature, power, SM and
-memory clocks, PCIe rx/tx and the link they run on. A field the card or driver does not
-report (power on some boards, PCIe counters under some hypervisors) is ``None`` rather
-than an error.
+memory clocks and what holds them down, PCIe rx/tx and the link they run on. A field the
+card or driver does not report (power on some boards, PCIe counters under some
+hypervisors) is ``None`` rather than an error.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from types import ModuleType
 from typing import Any, Callable
 
@@ -42,6 +43,14 @@ class GpuSample:
     # is what the slot gives (an A10 in a Gen3 slot runs Gen3, half its rated link).
     pcie_gen: int | None = None
     pcie_width: int | None = None
+    # NVML's clocks-event ("throttle") reasons: a bitmask, several at once (nvidia-smi's
+    # clocks_event_reasons.active); see slowdowns.
+    clock_events: int | None = None
+
+    @property
+    def slowdowns(self) -> tuple[str, ...]:
+        """What holds the clocks below what the load asks for, now (an idle card is not)."""
+        return slowdowns(self.clock_events)
 
     @property
     def memory_pct(self) -> float | None:
@@ -159,7 +168,42 @@ class Nvml:
             pcie_tx_mb_s=None if tx is None else tx * 1024 / 1e6,
             pcie_gen=read(lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
             pcie_width=read(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+            clock_events=read(lambda: _clock_events_reader(nv)(handle)),
         )
+
+
+# The clocks-event reasons that slow a loaded GPU, by pynvml's constant names. Not
+# among them: GpuIdle (no load), ApplicationsClocksSetting, SyncBoost and
+# DisplayClockSetting (settings, not slowdowns).
+SLOWDOWN_REASONS = {"sw_power_cap": "SwPowerCap", "hw_slowdown": "HwSlowdown",
+                    "sw_thermal": "SwThermalSlowdown", "hw_thermal": "HwThermalSlowdown",
+                    "hw_power_brake": "HwPowerBrakeSlowdown"}
+# Those a card should never show: heat, or the board's power supply pulling the brake.
+# (The power cap is where a busy card runs by design: shown and counted, not alerted.)
+ALARMING_SLOWDOWNS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+
+
+@cache
+def _reason_bits() -> dict[str, int]:
+    import pynvml as nv     # its constants only: the bits are NVML's ABI, whatever the driver
+
+    return {name: getattr(nv, f"nvmlClocksEventReason{suffix}",
+                          getattr(nv, f"nvmlClocksThrottleReason{suffix}", 0))
+            for name, suffix in SLOWDOWN_REASONS.items()}
+
+
+def slowdowns(clock_events: float | None) -> tuple[str, ...]:
+    """The slowdown reasons set in an NVML clocks-event bitmask."""
+    if clock_events is None:
+        return ()
+    mask = int(clock_events)
+    return tuple(name for name, bit in _reason_bits().items() if bit and mask & bit)
+
+
+def _clock_events_reader(nv: Any) -> Callable[[Any], int]:
+    # the "throttle" names were renamed "event" in NVML 12.2; older bindings have only them
+    return getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        nv.nvmlDeviceGetCurrentClocksThrottleReasons
 
 
 # PCIe bandwidth per lane and direction in decimal GB/s, after line encoding

@@ -11,6 +11,9 @@ Columns (units in the names; an empty cell is a value the card or server did not
     sm_clock_mhz, mem_clock_mhz
     pcie_rx_mb_s, pcie_tx_mb_s host->GPU (rx) and GPU->host (tx), decimal MB/s
     pcie_gen, pcie_width       the PCIe link the card runs on now (generation, lanes)
+    clock_events               NVML's clocks-event reasons, the bitmask as an integer
+                               (nvidia-smi's clocks_event_reasons.active): 4 = power
+                               cap, 8 = hardware slowdown, 32/64 = thermal, 128 = power brake
     request_success ...        Triton's cumulative nv_inference_* counters, summed over
                                models (the same on every GPU row of one sample); empty
                                without --url/--repository, and each one Triton does not
@@ -36,12 +39,12 @@ from typing import IO
 
 from tritonkit.errors import UsageError
 from tritonkit.fileio import refuse_overwrite
-from tritonkit.monitor.nvml import GpuSample
+from tritonkit.monitor.nvml import GpuSample, slowdowns
 from tritonkit.monitor.triton_metrics import ModelCounters
 
 GPU_COLUMNS = ("util_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
                "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s", "pcie_gen",
-               "pcie_width")
+               "pcie_width", "clock_events")
 TRITON_COLUMNS = tuple(f.name for f in fields(ModelCounters))
 COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", *GPU_COLUMNS, *TRITON_COLUMNS)
 REQUIRED_COLUMNS = ("elapsed_s", "util_pct", "mem_used_mib", "mem_total_mib")
@@ -66,6 +69,7 @@ class MonitorRow:
     pcie_tx_mb_s: float | None = None
     pcie_gen: float | None = None
     pcie_width: float | None = None
+    clock_events: float | None = None
     triton: ModelCounters | None = None
 
     @property
@@ -73,6 +77,10 @@ class MonitorRow:
         if self.mem_used_mib is None or not self.mem_total_mib:
             return None
         return 100.0 * self.mem_used_mib / self.mem_total_mib
+
+    @property
+    def slowdowns(self) -> tuple[str, ...]:
+        return slowdowns(self.clock_events)
 
 
 def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
@@ -87,7 +95,7 @@ def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
         mem_total_mib=g.memory_total_mib, temp_c=g.temperature_c, power_w=g.power_w,
         sm_clock_mhz=g.sm_clock_mhz, mem_clock_mhz=g.memory_clock_mhz,
         pcie_rx_mb_s=g.pcie_rx_mb_s, pcie_tx_mb_s=g.pcie_tx_mb_s, pcie_gen=g.pcie_gen,
-        pcie_width=g.pcie_width, triton=triton) for g in gpus]
+        pcie_width=g.pcie_width, clock_events=g.clock_events, triton=triton) for g in gpus]
 
 
 def _cell(value: object) -> str:
