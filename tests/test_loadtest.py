@@ -165,6 +165,20 @@ def test_outages_of_one_model_apart_in_time_stay_apart():
                                         ("mlp", "1", 4.0, None)]
 
 
+def test_a_request_sent_before_an_outage_began_and_held_by_it_is_explained_by_it():
+    """Windows hold the requests sent in them. One sent at the end of second 2 waited 1.5 s
+    for a reload that began at 3.1 s: the outage explains its window too. A request of
+    30 ms in second 1 was back long before the reload: nothing explains it."""
+    at = lambda s: int(s * 1e9)     # noqa: E731
+    timeline = _timeline([1.0] * 6, maxes=[1.2, 30.0, 1_500.0, 40.0, 1.2, 1.2])
+    reload = [ServerEvent(at(3.1), "state", "mlp", "1", "UNLOADING", "READY"),
+              ServerEvent(at(4.3), "state", "mlp", "1", "READY", "LOADING")]
+    spikes = {s.window: s for s in cold_start_windows(timeline, reload, 0, 1.0)}
+    assert sorted(spikes) == [1, 2, 3]
+    assert spikes[2].cold_start and spikes[3].cold_start
+    assert not spikes[1].cold_start and spikes[1].cause == "no server event explains it"
+
+
 def test_a_spike_with_no_server_event_near_it_is_not_blamed_on_a_cold_start():
     start = 0
     events = [ServerEvent(int(0.1e9), "state", "mlp", "1", "READY", "LOADING")]

@@ -160,10 +160,12 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
     """Every spike, each tied to the model (re)load that explains it if one does.
 
     ``events`` come from the server watcher; ``start_ns`` is the measurement's start on
-    the same clock. A spike whose window overlaps a model's outage — from leaving READY
-    to ``reach_s`` after it is READY again — is a cold start: its slow requests either
-    waited for the load or were the first ones the fresh instance served. ``outages``:
-    ``model_outages(events, start_ns)`` when the caller has it already.
+    the same clock. A spike whose requests were out during a model's outage — from leaving
+    READY to ``reach_s`` after it is READY again — is a cold start: its slow requests either
+    waited for the load or were the first ones the fresh instance served. A window holds
+    the requests sent in it, so they were out from its start until its slowest came back,
+    ``max_ms`` after its end at the latest. ``outages``: ``model_outages(events, start_ns)``
+    when the caller has it already.
     """
     typical = typical_p99_ms(timeline) or 0.0
     end_s = timeline[-1].start_s + window_s if timeline else 0.0
@@ -171,7 +173,7 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
         outages = model_outages(events, start_ns)
     spikes = []
     for window in spike_windows(timeline):
-        lo, hi = window.start_s, window.start_s + window_s
+        lo, hi = window.start_s, window.start_s + window_s + (window.max_ms or 0.0) / 1000
         near = [o for o in outages if o[2] < hi and lo <= (o[3] if o[3] is not None else end_s) + reach_s]
         lone = (not window.stall
                 and window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS))
