@@ -144,9 +144,13 @@ def test_low_utilization_without_triton_columns_is_still_named_with_a_note(tmp_p
     assert any("no Triton columns" in n for n in result.notes)
 
 
+# 500 requests/s of one inference each, 0.4 ms of compute, while 16 clients keep the
+# queue full: 30 ms queued each, 15 requests waiting on average
+SCHEDULING = dict(requests=5000, batch=1, queue_us=30_000, input_us=30, infer_us=350)
+
+
 def test_one_inference_per_execution_with_short_compute_is_the_scheduling_wall(tmp_path):
-    csv = record(tmp_path / "scheduling.csv", **A10, util=45, mem_pct=30,
-                 triton=dict(requests=5000, batch=1, queue_us=150, input_us=30, infer_us=350))
+    csv = record(tmp_path / "scheduling.csv", **A10, util=45, mem_pct=30, triton=SCHEDULING)
     result = verdict(csv, "a10")
     assert result.wall == "scheduling"
     assert any("= 1.00 per execution" in e for e in result.evidence)
@@ -157,10 +161,23 @@ def test_one_inference_per_execution_with_short_compute_is_the_scheduling_wall(t
 
 def test_on_a_p100_the_scheduling_advice_is_batching_not_cuda_graphs(tmp_path):
     csv = record(tmp_path / "scheduling-p100.csv", **P100, util=45, mem_pct=30,
-                 triton=dict(requests=5000, batch=1, queue_us=150, input_us=30, infer_us=350))
+                 triton=SCHEDULING)
     result = verdict(csv, "p100")
     assert result.wall == "scheduling"
     assert any("does not use: batching is the lever" in a for a in result.advice)
+
+
+def test_single_requests_that_never_wait_are_the_client_wall_not_scheduling(tmp_path):
+    # the same batches of one and short compute, but each request finds the queue empty
+    # (0.15 ms queued at 500/s: 0.08 waiting on average): nothing to batch; the client
+    # sends one request at a time
+    lone = dict(SCHEDULING, queue_us=150)
+    result = verdict(record(tmp_path / "lone.csv", **A10, util=45, mem_pct=30, triton=lone),
+                     "a10")
+    assert result.wall == "io"
+    assert result.figures.queue_depth < 1
+    advice = " ".join(result.advice)
+    assert "more concurrency" in advice and "batching" not in advice
 
 
 def test_a_busy_gpu_with_room_and_large_batches_is_healthy(tmp_path):

@@ -9,7 +9,10 @@ because the earlier ones make the later ones' symptoms):
                  waiting on a saturated link reads low (the field notes' "utilization
                  near 100 %" missed it, called it the I/O wall or no wall at all)
     scheduling   Triton runs about one inference per execution with short compute
-                 times: launch and scheduling overhead dominate
+                 times while requests wait in its queue (at least one at a time on
+                 average): launch and scheduling overhead dominate. With nothing waiting
+                 there is nothing to batch: a client that sends one request at a time
+                 is the I/O or client wall, and batching advice would not help it
     io           utilization low with memory to spare: the GPU is not fed (requests
                  queue in Triton, the input copy dominates, or the client sends too little)
 
@@ -33,6 +36,9 @@ from tritonkit.monitor.triton_metrics import ModelCounters, increase, plus, rati
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 
 WALLS = ("memory", "bandwidth", "scheduling", "io", "none", "idle")
+# Requests waiting in Triton's queue on average for small batches to be the scheduler's
+# doing: below one, most requests found no other to be batched with.
+BATCHABLE_QUEUE_DEPTH = 1.0
 
 TITLES = {
     "memory": "memory wall",
@@ -68,6 +74,7 @@ class Figures:
     queue_share: float | None = None
     input_share: float | None = None
     pending_max: float | None = None
+    queue_depth: float | None = None     # requests waiting in Triton's queue, on average
     # loaded samples whose clocks something held down, by reason (NVML's clocks events)
     slowdown_samples: dict[str, int] = field(default_factory=dict)
 
@@ -172,7 +179,9 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
             queue_share=ratio(total.queue_duration_us,
                              plus(total.queue_duration_us, compute)),
             input_share=ratio(total.compute_input_duration_us, compute),
-            pending_max=None if None in pending else max(pending))
+            pending_max=None if None in pending else max(pending),
+            # Little's law: the time requests spent queued over the time it took
+            queue_depth=ratio(total.queue_duration_us, seconds * 1e6))
     return Figures(**figures)
 
 
@@ -212,7 +221,8 @@ def _classify(f: Figures, t: Thresholds) -> str:
     if pcie is not None and pcie >= w.pcie_link_fraction * f.link_gb_s:
         return "bandwidth"
     if (f.avg_batch is not None and f.avg_batch <= w.small_batch
-            and f.compute_us is not None and f.compute_us <= w.short_compute_us):
+            and f.compute_us is not None and f.compute_us <= w.short_compute_us
+            and f.queue_depth is not None and f.queue_depth >= BATCHABLE_QUEUE_DEPTH):
         return "scheduling"
     if low_util:
         return "io"
@@ -283,6 +293,8 @@ def _evidence(f: Figures, profile: GpuProfile) -> list[str]:
                      f"{(f.queue_us or 0) / 1000:.2f} ms per request "
                      f"(queue {100 * (f.queue_share or 0):.0f} % of server time, input copy "
                      f"{100 * (f.input_share or 0):.0f} % of compute)")
+    if f.queue_depth is not None:
+        lines.append(f"Triton: {f.queue_depth:.2f} requests waiting in its queue on average")
     if f.pending_max:
         lines.append(f"Triton: up to {f.pending_max:.0f} requests pending")
     return lines
