@@ -179,6 +179,16 @@ def test_a_request_sent_before_an_outage_began_and_held_by_it_is_explained_by_it
     assert not spikes[1].cold_start and spikes[1].cause == "no server event explains it"
 
 
+def test_a_cold_start_lists_the_events_of_its_own_reload_not_every_reload_of_the_model():
+    at = lambda s: int(s * 1e9)     # noqa: E731
+    reloads = [ServerEvent(at(t), "state", "mlp", "1", state, previous)
+               for t, state, previous in ((1.1, "UNLOADING", "READY"), (1.4, "READY", "LOADING"),
+                                          (6.1, "UNLOADING", "READY"), (6.5, "READY", "LOADING"))]
+    spikes = cold_start_windows(_timeline([1.0, 30.0, 1.0, 1.0, 1.0, 1.0, 30.0, 1.0]), reloads, 0, 1.0)
+    assert [s.window for s in spikes] == [1, 6] and all(s.cold_start for s in spikes)
+    assert [[e["t_s"] for e in s.events] for s in spikes] == [[1.1, 1.4], [6.1, 6.5]]
+
+
 def test_a_spike_with_no_server_event_near_it_is_not_blamed_on_a_cold_start():
     start = 0
     events = [ServerEvent(int(0.1e9), "state", "mlp", "1", "READY", "LOADING")]

@@ -196,6 +196,13 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             cold_start=bool(near) and near[-1][3] is not None,
             cause=window.cause or "no server event explains it",
             events=tuple(e.as_dict(start_ns) for e in events
-                         if e.kind == "state" and any(e.model == o[0] for o in near)),
+                         if e.kind == "state" and any(_during(e, o, start_ns) for o in near)),
             stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None))
     return spikes
+
+
+def _during(event: ServerEvent, outage: Outage, start_ns: int) -> bool:
+    """Whether ``event`` is one of ``outage``'s own: its model's, from leaving READY to back."""
+    model, _, left, ready = outage
+    at = (event.t_ns - start_ns) / 1e9
+    return event.model == model and left <= at and (ready is None or at <= ready)
