@@ -95,8 +95,19 @@ def test_docker_absent_engine_down_and_no_nvidia_runtime_are_problems_with_fixes
     down = by_name(check_host(host(docker=DockerFacts(cli="/usr/bin/docker", error="refused")), p100))
     assert not down["docker"].ok and "systemctl start docker" in down["docker"].fix
     toolkit = DockerFacts(cli="/usr/bin/docker", server_version="27", runtimes=("runc",),
-                          nvidia_tools=("nvidia-ctk",))
+                          nvidia_tools=("nvidia-container-runtime-hook", "nvidia-ctk"))
     assert by_name(check_host(host(docker=toolkit), p100))["nvidia runtime"].ok
+
+
+def test_nvidia_tools_without_the_hook_docker_runs_for_gpus_are_a_problem():
+    # nvidia-container-toolkit-base (nvidia-ctk) or libnvidia-container-tools
+    # (nvidia-container-cli) alone: docker run --gpus fails 'could not select device driver'
+    for tools in (("nvidia-ctk", "nvidia-container-runtime"), ("nvidia-container-cli",)):
+        facts = host(docker=DockerFacts(cli="/usr/bin/docker", server_version="27",
+                                        runtimes=("runc",), nvidia_tools=tools))
+        check = by_name(check_host(facts, load_profile("p100")))["nvidia runtime"]
+        assert not check.ok and "nvidia-container-runtime-hook" in check.detail
+        assert "install nvidia-container-toolkit" in check.fix
 
 
 def test_docker_info_is_read_for_version_and_runtimes():

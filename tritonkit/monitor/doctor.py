@@ -28,7 +28,13 @@ MIN_DRIVER = {12: 525, 13: 580}
 # configs sized for the profile's memory would not fit it. NVML reports a little less
 # than the datasheet: an A10 with ECC on shows 22.5 of its 24 GiB.
 MIN_MEMORY_SHARE = 0.9
-NVIDIA_CONTAINER_TOOLS = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli")
+# Docker's --gpus, and the compose file's GPU device request (driver: nvidia), run this
+# hook; without it on PATH the engine says 'could not select device driver "nvidia"'.
+# nvidia-ctk and nvidia-container-cli come in packages without it (the toolkit's -base,
+# libnvidia-container-tools).
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
+NVIDIA_CONTAINER_TOOLS = (NVIDIA_HOOK, "nvidia-ctk", "nvidia-container-runtime",
+                          "nvidia-container-cli")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 
 
@@ -256,12 +262,16 @@ def _check_nvidia_runtime(docker: DockerFacts) -> Check:
            "--runtime=docker && sudo systemctl restart docker")
     if "nvidia" in docker.runtimes:
         return Check("nvidia runtime", True, "the docker engine has the nvidia runtime")
-    if docker.nvidia_tools:
+    if NVIDIA_HOOK in docker.nvidia_tools:
         if docker.server_version:
             return Check("nvidia runtime", True, "NVIDIA container toolkit installed "
                                                  f"({', '.join(docker.nvidia_tools)}; --gpus works)")
         return Check("nvidia runtime", True,
                      f"NVIDIA container toolkit installed ({', '.join(docker.nvidia_tools)})")
+    if docker.nvidia_tools:
+        return Check("nvidia runtime", False,
+                     f"{', '.join(docker.nvidia_tools)} found, but not {NVIDIA_HOOK}, which "
+                     "Docker's --gpus and the compose file's GPU request run", fix)
     return Check("nvidia runtime", False, "no NVIDIA container runtime or toolkit found", fix)
 
 
