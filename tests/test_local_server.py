@@ -558,3 +558,16 @@ def test_a_repository_that_is_a_file_is_one_line(tmp_path, capsys):
     afile.write_text("x\n")
     assert run_cli("down", "--repository", afile) == 2
     assert f"model repository {afile} is not a folder" in capsys.readouterr().err
+
+
+def test_a_python_without_a_shared_libpython_is_told_which_package_or_build_gives_one(
+        monkeypatch, tmp_path):
+    from tritonkit.server import binary
+    monkeypatch.setattr(binary.sysconfig, "get_config_var",
+                        lambda name: str(tmp_path) if name == "LIBDIR" else None)
+    with pytest.raises(binary.ServerError) as raised:
+        binary.server_environment(binary.TritonInstall.__new__(binary.TritonInstall))
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"libpython{version}.so.1.0" in str(raised.value) and str(tmp_path) in str(raised.value)
+    assert f"apt install libpython{version}" in raised.value.hint
+    assert "PYTHON_CONFIGURE_OPTS=--enable-shared" in raised.value.hint

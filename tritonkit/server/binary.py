@@ -105,7 +105,9 @@ def server_environment(install: TritonInstall) -> dict[str, str]:
     if not (Path(libdir) / soname).exists():
         raise ServerError(
             f"the python backend needs {soname} in {libdir or 'LIBDIR'}, and it is not there",
-            hint="use a Python built with --enable-shared (pyenv's and Debian's are)")
+            hint=f"on Debian/Ubuntu `apt install libpython{sys.version_info.major}.{sys.version_info.minor}`; "
+                 "with pyenv reinstall with PYTHON_CONFIGURE_OPTS=--enable-shared; "
+                 "or use another Python built with --enable-shared")
     env = dict(os.environ)
     env.pop("PYTHONHOME", None)
     env.pop("PYTHONPATH", None)
