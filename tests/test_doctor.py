@@ -42,8 +42,21 @@ def test_p100_with_a_25_01_image_is_refused_for_compute_capability_7_5():
 
 
 def test_a_driver_older_than_525_fails_a_cuda_12_image():
-    driver = by_name(check_host(host(driver="470.223.02"), load_profile("p100")))["driver"]
+    driver = by_name(check_host(host(driver="510.108.03"), load_profile("p100")))["driver"]
     assert not driver.ok and "≥ 525 (CUDA 12" in driver.detail
+
+
+def test_an_r470_driver_runs_a_cuda_12_image_in_forward_compatibility_mode():
+    # NGC: on a data-center GPU the 24.10 image runs on 470.57 or a later R470
+    p100 = load_profile("p100")
+    lts = by_name(check_host(host(driver="470.223.02"), p100))["driver"]
+    assert lts.ok and "forward-compatibility mode" in lts.detail
+    early = by_name(check_host(host(driver="470.42.01"), p100))["driver"]
+    assert not early.ok and "≥ 525" in early.fix
+    # not a CUDA 13 image: the A10's 25.12 needs 580
+    a10 = by_name(check_host(host(driver="470.223.02", gpus=((0, "NVIDIA A10", 8.6),)),
+                             load_profile("a10")))["driver"]
+    assert not a10.ok
 
 
 def test_a_cuda_13_image_needs_driver_580_and_a_525_driver_is_pointed_at_cuda_12():

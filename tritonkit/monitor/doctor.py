@@ -23,6 +23,10 @@ from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 # (release notes); the CUDA toolkit release notes give each major's minimum driver.
 CUDA13_FROM = (25, 8)
 MIN_DRIVER = {12: 525, 13: 580}
+# NGC images carry CUDA's forward-compatibility package: on a data-center GPU (the P100
+# and the A10 are) a CUDA 12 image also runs on these older branches, each from the
+# release given (Triton 24.10 release notes, "Driver Requirements": R470 from 470.57).
+FORWARD_COMPATIBLE = {12: {470: (470, 57)}}
 # A card of the profile's compute capability with less memory than this share of the
 # profile's is another card (an A2 or A16 is 8.6 like the A10; a P100 comes in 12 GB):
 # configs sized for the profile's memory would not fit it. NVML reports a little less
@@ -177,12 +181,27 @@ def _driver_major(version: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
+def _driver_release(version: str) -> tuple[int, int] | None:
+    """(branch, release) of a driver version: 470.223.02 -> (470, 223)."""
+    parts = version.split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
 def _check_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
     want = f"≥ {needs.min_driver} (CUDA {needs.cuda_major}, needed by {needs.image})"
     if facts.driver_version is None:
         return Check("driver", False, facts.driver_error or "no NVIDIA driver",
                      f"install NVIDIA driver {want}")
     major = _driver_major(facts.driver_version)
+    release = _driver_release(facts.driver_version)
+    since = FORWARD_COMPATIBLE.get(needs.cuda_major, {}).get(major or 0)
+    if major is not None and major < needs.min_driver and since and release and release >= since:
+        return Check("driver", True,
+                     f"driver {facts.driver_version} is older than {want}, which runs it in "
+                     f"forward-compatibility mode on data-center GPUs (R{major} from "
+                     f"{since[0]}.{since[1]}; NGC release notes)")
     if major is None or major < needs.min_driver:
         older = ("or use an image of 25.07 or earlier (CUDA 12, driver ≥ 525)"
                  if needs.cuda_major == 13 and (major or 0) >= MIN_DRIVER[12] else "")
