@@ -189,6 +189,21 @@ def test_a_cold_start_lists_the_events_of_its_own_reload_not_every_reload_of_the
     assert [[e["t_s"] for e in s.events] for s in spikes] == [[1.1, 1.4], [6.1, 6.5]]
 
 
+def test_another_model_unloaded_for_good_explains_only_the_spikes_near_its_unload():
+    """On a shared server 'cnn' is unloaded at 1.0 s and stays away while 'mlp' is tested:
+    the spike at 1 s may be its doing, the one at 7 s is not, and the lone 9x request at
+    5 s stays the scheduler noise it is. 'mlp' itself gone for good explains all after it."""
+    at = lambda s: int(s * 1e9)     # noqa: E731
+    timeline = lambda: _timeline([1.0, 30.0, 1.0, 1.0, 1.0, 1.0, 1.0, 30.0],   # noqa: E731
+                                 maxes=[1.2, 36.0, 1.2, 1.2, 1.2, 9.0, 1.2, 36.0])
+    gone = [ServerEvent(at(1.0), "state", "cnn", "1", "UNAVAILABLE", "READY", "unloaded")]
+    spikes = cold_start_windows(timeline(), gone, 0, 1.0, model="mlp")
+    assert [(s.window, s.cause) for s in spikes] == [
+        (1, "model 'cnn' version 1 unavailable from 1.00 s"), (7, "no server event explains it")]
+    ours = [ServerEvent(at(1.0), "state", "mlp", "1", "UNAVAILABLE", "READY", "unloaded")]
+    assert [s.window for s in cold_start_windows(timeline(), ours, 0, 1.0, model="mlp")] == [1, 5, 7]
+
+
 def test_a_spike_with_no_server_event_near_it_is_not_blamed_on_a_cold_start():
     start = 0
     events = [ServerEvent(int(0.1e9), "state", "mlp", "1", "READY", "LOADING")]

@@ -450,7 +450,7 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
             came_back=came_back[index] if index < len(came_back) else 0,
             waiting_ms=waiting_us[index] / 1000 if index < len(waiting_us) and waiting_us[index] else None))
     all_outages = model_outages(events, start_ns)
-    spikes = cold_start_windows(timeline, events, start_ns, spec.window_s, outages=all_outages)
+    spikes = cold_start_windows(timeline, events, start_ns, spec.window_s, outages=all_outages, model=spec.model)
     outages = [{"version": version, "from_s": round(left, 3), "to_s": None if ready is None else round(ready, 3)}
                for model, version, left, ready in all_outages if model == spec.model]
     sent = sum(s["sent"] for s in summaries)

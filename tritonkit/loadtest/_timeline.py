@@ -156,7 +156,7 @@ def _merged(outages: list[Outage]) -> list[Outage]:
 
 def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_ns: int,
                        window_s: float, reach_s: float = COLD_START_REACH_S,
-                       outages: list[Outage] | None = None) -> list[Spike]:
+                       outages: list[Outage] | None = None, model: str | None = None) -> list[Spike]:
     """Every spike, each tied to the model (re)load that explains it if one does.
 
     ``events`` come from the server watcher; ``start_ns`` is the measurement's start on
@@ -165,16 +165,25 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
     waited for the load or were the first ones the fresh instance served. A window holds
     the requests sent in it, so they were out from its start until its slowest came back,
     ``max_ms`` after its end at the latest. ``outages``: ``model_outages(events, start_ns)``
-    when the caller has it already.
+    when the caller has it already. ``model``, the one under test: another model that
+    leaves for good (unloaded on a shared server) explains only what is near its leaving,
+    not every spike after it; one that comes back may be a step of the tested ensemble.
     """
     typical = typical_p99_ms(timeline) or 0.0
     end_s = timeline[-1].start_s + window_s if timeline else 0.0
     if outages is None:
         outages = model_outages(events, start_ns)
+
+    def until(outage: Outage) -> float:
+        name, _, left, ready = outage
+        if ready is not None:
+            return ready
+        return end_s if model is None or name == model else left
+
     spikes = []
     for window in spike_windows(timeline):
         lo, hi = window.start_s, window.start_s + window_s + (window.max_ms or 0.0) / 1000
-        near = [o for o in outages if o[2] < hi and lo <= (o[3] if o[3] is not None else end_s) + reach_s]
+        near = [o for o in outages if o[2] < hi and lo <= until(o) + reach_s]
         lone = (not window.stall
                 and window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS))
         if lone and not near and window.max_ms <= SPIKE_LONE_MAX_FACTOR * typical:
@@ -183,8 +192,8 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
         stalled = (f"nothing came back while requests were out (the oldest for "
                    f"{window.waiting_ms / 1000:.2f} s)" if window.stall else "")
         if near:
-            model, version, left, ready = near[-1]
-            what = f"model '{model}'{' version ' + version if version else ''}"
+            name, version, left, ready = near[-1]
+            what = f"model '{name}'{' version ' + version if version else ''}"
             window.cause = (f"cold start: {what} reloaded, not READY {left:.2f}–{ready:.2f} s"
                             if ready is not None else f"{what} unavailable from {left:.2f} s")
             window.cause += f"; {stalled}" if stalled else ""
