@@ -305,3 +305,24 @@ def test_clocks_held_down_under_load_are_named_with_how_often(tmp_path):
     assert result.figures.slowdown_samples == {"hw_thermal": held}
     (note,) = [n for n in result.notes if "clocks were held down" in n]
     assert f"hw_thermal in {held} of {SAMPLES - 1}" in note and "cooling" in note
+
+
+def test_ctrl_c_ends_a_live_recording_early_and_what_it_sampled_is_diagnosed(monkeypatch, capsys):
+    from tests.test_monitor import _fake_pynvml
+
+    fake = _fake_pynvml()
+    samples = iter(range(1_000))
+    busy = fake.nvmlDeviceGetUtilizationRates
+
+    def utilization(handle):
+        if next(samples) == 3:
+            raise KeyboardInterrupt          # Ctrl-C while the fourth sample is taken
+        return busy(handle)
+
+    fake.nvmlDeviceGetUtilizationRates = utilization
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: fake)
+    assert run_cli("diagnose", "--live", "--gpu", "p100", "--interval", "0.05",
+                   "--duration", "60") == 0
+    out = capsys.readouterr()
+    assert "stopped by Ctrl-C" in out.err and "interrupted" not in out.err
+    assert "3 of 3 samples under load" in out.out and "profile p100" in out.out

@@ -161,7 +161,8 @@ def diagnose(
         help="A CSV recorded by tritonkit monitor --csv.", show_default=False)] = None,
     gpu: Gpu = None,
     live: Annotated[bool, typer.Option(
-        "--live", help="Record now for --duration seconds instead of reading a file.")] = False,
+        "--live", help="Record now for --duration seconds instead of reading a file "
+                       "(Ctrl-C stops it early; what was sampled is diagnosed).")] = False,
     duration: Annotated[float, typer.Option(help="Seconds to record with --live.", min=1,
                                             max=DAY_S)] = 60.0,
     interval: Annotated[float, typer.Option(help="Seconds between samples with --live.",
@@ -186,9 +187,12 @@ def diagnose(
             raise UsageError("diagnose --live needs the GPU's samples and NVML is unavailable",
                              hint="run it on the GPU host")
         try:
-            rows = record(sampler, interval, duration)
+            rows, interrupted = record(sampler, interval, duration)
         finally:
             sampler.close()
+        if interrupted:
+            err_console.print(f"recording stopped by Ctrl-C after {rows[-1].elapsed_s:.0f} s: "
+                              "diagnosing the samples taken", highlight=False)
     else:
         rows = read_monitor_csv(file)
     results = diagnose_rows(rows, choose_profile(rows, gpu), limits)

@@ -132,7 +132,16 @@ def watch(monitor: Monitor, interval: float, duration: float | None = None,
 
 
 def record(monitor: Monitor, interval: float, duration: float,
-           sleep: Callable[[float], None] = time.sleep) -> list[MonitorRow]:
-    """Sample for ``duration`` seconds and return the rows (``diagnose --live``)."""
-    return [row for snapshot in watch(monitor, interval, duration, sleep=sleep)
-            for row in snapshot.rows()]
+           sleep: Callable[[float], None] = time.sleep) -> tuple[list[MonitorRow], bool]:
+    """Sample for ``duration`` seconds (``diagnose --live``): the rows, and whether Ctrl-C
+    ended the recording early. What was sampled before Ctrl-C is kept, to be diagnosed:
+    it is how a user stops a recording that has shown enough."""
+    rows: list[MonitorRow] = []
+    try:
+        for snapshot in watch(monitor, interval, duration, sleep=sleep):
+            rows += snapshot.rows()
+    except KeyboardInterrupt:
+        if not rows:
+            raise
+        return rows, True
+    return rows, False
