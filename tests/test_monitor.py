@@ -155,9 +155,7 @@ def test_with_triton_latency_counters_off_requests_and_times_come_from_its_summa
 
 
 def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch, capsys):
-    scrapes = iter([SUMMARIES_BEFORE, SUMMARIES_AFTER, SUMMARIES_AFTER])
-    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape",   # the module, not
-                        lambda url, at: parse_metrics(next(scrapes), at=at))  # watch()
+    _scraping(monkeypatch, SUMMARIES_BEFORE, SUMMARIES_AFTER, SUMMARIES_AFTER)
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
     assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.05",
                    "--duration", "0.1") == 0
@@ -165,6 +163,67 @@ def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch
     assert out.err.count("counter_latencies=false") == 1          # one warning, not per sample
     example = [line.split() for line in out.out.splitlines() if line.split()[:1] == ["example"]]
     assert example[1][1] == "8" and example[1][2] == "—"          # requests, inferences unknown
+
+
+# A Triton server's GPU gauges as it served them on an A100 40 GB (a scrape quoted in a
+# public issue thread), with the example model's counters.
+A100_SERVER = TRITON_2_51_METRICS.split("# TYPE nv_gpu_utilization")[0] + """\
+# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)
+# TYPE nv_gpu_utilization gauge
+nv_gpu_utilization{gpu_uuid="GPU-c06bbf33-c250-ca45-579b-19134b518844"} 0.000000
+# HELP nv_gpu_memory_total_bytes GPU total memory, in bytes
+# TYPE nv_gpu_memory_total_bytes gauge
+nv_gpu_memory_total_bytes{gpu_uuid="GPU-c06bbf33-c250-ca45-579b-19134b518844"} 42949672960.000000
+# HELP nv_gpu_memory_used_bytes GPU used memory, in bytes
+# TYPE nv_gpu_memory_used_bytes gauge
+nv_gpu_memory_used_bytes{gpu_uuid="GPU-c06bbf33-c250-ca45-579b-19134b518844"} 33763098624.000000
+# HELP nv_gpu_power_usage GPU power usage in watts
+# TYPE nv_gpu_power_usage gauge
+nv_gpu_power_usage{gpu_uuid="GPU-c06bbf33-c250-ca45-579b-19134b518844"} 51.091000
+# HELP nv_gpu_power_limit GPU power management limit in watts
+# TYPE nv_gpu_power_limit gauge
+nv_gpu_power_limit{gpu_uuid="GPU-c06bbf33-c250-ca45-579b-19134b518844"} 400.000000
+nv_energy_consumption{gpu_uuid="GPU-c06bbf33-c250-ca45-579b-19134b518844"} 3594017.400000
+"""
+A100_UUID = "GPU-c06bbf33-c250-ca45-579b-19134b518844"
+
+
+def _scraping(monkeypatch, *texts: str) -> None:
+    """Triton's metrics endpoint answering these recorded texts, one per scrape."""
+    answers = iter(texts)
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape",   # the module, not
+                        lambda url, at: parse_metrics(next(answers), at=at))  # watch()
+
+
+def test_a_server_watched_from_another_gpu_host_shows_the_servers_gpus(monkeypatch):
+    _scraping(monkeypatch, A100_SERVER)
+    with Nvml(_fake_pynvml()) as nvml:         # this host's own card: a P100, GPU-abc
+        snapshot = Monitor(nvml, "http://gpu-host:8002/metrics", LIMITS).snapshot()
+    (gpu,) = snapshot.gpus
+    assert gpu.uuid == A100_UUID and gpu.memory_total_mib == 40 * 1024
+    assert gpu.utilization_pct == 0.0 and gpu.power_w == pytest.approx(51.091)
+    assert gpu.memory_pct == pytest.approx(100 * 33763098624 / 42949672960)
+    assert any("not the server's" in note for note in snapshot.notes)
+    # the server's GPU is this host's: NVML's sample stays, with its temperature and clocks
+    _scraping(monkeypatch, A100_SERVER.replace(A100_UUID, "GPU-abc"))
+    with Nvml(_fake_pynvml()) as nvml:
+        (own,) = Monitor(nvml, "http://127.0.0.1:8002/metrics", LIMITS).snapshot().gpus
+    assert own.name == "Tesla P100-PCIE-16GB" and own.temperature_c == 71
+
+
+def test_without_a_driver_here_the_servers_gpu_gauges_are_recorded_and_diagnosed(
+        monkeypatch, tmp_path, capsys):
+    no_driver = _fake_pynvml()
+    no_driver.nvmlInit = lambda: (_ for _ in ()).throw(_FakeNvmlError("Driver Not Loaded"))
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: no_driver)
+    _scraping(monkeypatch, A100_SERVER)
+    recording = tmp_path / "remote.csv"
+    assert run_cli("monitor", "--url", "gpu-host:8000", "--once", "--csv", recording) == 0
+    (row,) = read_monitor_csv(recording)
+    assert row.gpu == 0 and row.util_pct == 0.0 and row.mem_total_mib == 40 * 1024
+    assert row.triton.request_success == 5
+    capsys.readouterr()
+    assert run_cli("diagnose", recording, "--gpu", "a10") == 0      # a GPU sample to read
 
 
 def _send_requests(deployment, count: int, batch: int) -> None:

@@ -92,7 +92,7 @@ def monitor(
                 for alert in snapshot.alerts:
                     console.print(f"[bold red]ALERT[/bold red] {escape(alert.message)}",
                                   highlight=False)
-                for line in set(snapshot.triton.notes if snapshot.triton else ()) - said:
+                for line in [n for n in snapshot.notes if n not in said]:
                     said.add(line)      # once: what the server cannot report stays so
                     err_console.print(f"warning: {escape(line)}", highlight=False,
                                       soft_wrap=True)
@@ -131,7 +131,7 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
                 _fmt(g.memory_clock_mhz), _fmt(g.pcie_rx_mb_s), _fmt(g.pcie_tx_mb_s)]
                 for g in snapshot.gpus])
         table.caption = ", ".join(
-            f"{g.index} = {g.name}" + (f" (PCIe Gen{g.pcie_gen} x{g.pcie_width})"
+            f"{g.index} = {g.name or g.uuid}" + (f" (PCIe Gen{g.pcie_gen} x{g.pcie_width})"
                                        if g.pcie_gen and g.pcie_width else "")
             + (f"; clocks held down by {'+'.join(g.slowdowns)}" if g.slowdowns else "")
             for g in snapshot.gpus)
@@ -182,10 +182,6 @@ def diagnose(
     limits = load_thresholds(thresholds)
     if live:
         sampler, _ = open_monitor(resolve_metrics_url(repository, url, metrics_port), limits.alerts)
-        if sampler.nvml is None:
-            sampler.close()
-            raise UsageError("diagnose --live needs the GPU's samples and NVML is unavailable",
-                             hint="run it on the GPU host")
         try:
             rows, interrupted = record(sampler, interval, duration)
         finally:

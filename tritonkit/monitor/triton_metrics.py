@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from prometheus_client.parser import text_string_to_metric_families
 
 from tritonkit.errors import ServerError
+from tritonkit.monitor.nvml import GpuSample
 
 DEFAULT_METRICS_PORT = 8002
 
@@ -221,6 +222,25 @@ def rates_of(counted: ModelCounters, seconds: float) -> ModelRates:
         compute_input_us=ratio(counted.compute_input_duration_us, requests),
         pending=counted.pending_request_count,
     )
+
+
+def server_gpus(metrics: TritonMetrics) -> list[GpuSample]:
+    """The server's GPUs as Triton's own gauges report them (nv_gpu_*: utilization 0-1,
+    memory in bytes, power in watts), in the order Triton lists them; what Triton does not
+    report (temperature, clocks, PCIe) is None. Empty on a server without GPU metrics."""
+    samples = []
+    for index, (uuid, gauges) in enumerate(metrics.gpus.items()):
+        read = gauges.get
+        mib = lambda name: None if read(name) is None else read(name) / 2**20  # noqa: E731
+        samples.append(GpuSample(
+            index=index, name="", uuid=uuid,
+            utilization_pct=None if read("nv_gpu_utilization") is None
+            else 100.0 * read("nv_gpu_utilization"),
+            memory_used_mib=mib("nv_gpu_memory_used_bytes"),
+            memory_total_mib=mib("nv_gpu_memory_total_bytes"), temperature_c=None,
+            power_w=read("nv_gpu_power_usage"), sm_clock_mhz=None, memory_clock_mhz=None,
+            pcie_rx_mb_s=None, pcie_tx_mb_s=None))
+    return samples
 
 
 def normalize_metrics_url(address: str) -> str:

@@ -4,6 +4,11 @@ Every sample shares one clock. NVML is optional when Triton's metrics are watche
 host without a driver still shows what the server counts); a Triton scrape that fails
 after the first one is reported on the sample, not raised, so a server restart does
 not end a day's recording.
+
+The GPUs are the server's: NVML's where this host is the server's, else (no driver
+here, or none of the GPUs NVML sees is among those Triton reports, by UUID: a server
+watched from another host) Triton's own GPU gauges. Pairing one host's GPUs with
+another's traffic would diagnose a card that serves nothing.
 """
 
 from __future__ import annotations
@@ -12,12 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from tritonkit.errors import ServerError, TritonkitError
+from tritonkit.errors import ServerError, TritonkitError, UsageError
 from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import MonitorRow, rows_for
 from tritonkit.monitor.triton_metrics import (ModelCounters, ModelRates, TritonMetrics, increase,
-                                               rates_of, scrape)
+                                               rates_of, scrape, server_gpus)
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class Snapshot:
     total_rates: ModelRates | None = None
     triton_error: str | None = None
     alerts: list[Alert] = field(default_factory=list)
+    notes: tuple[str, ...] = ()      # what this sample cannot tell, or where it comes from
 
     def rows(self) -> list[MonitorRow]:
         return rows_for(self.timestamp, self.elapsed_s, self.gpus,
@@ -62,6 +68,13 @@ class Monitor:
         elapsed = now - self._start
         gpus = self.nvml.sample() if self.nvml else []
         triton, error = self._scrape(elapsed)
+        notes = list(triton.notes) if triton else []
+        if triton and triton.gpus and not {g.uuid for g in gpus} & set(triton.gpus):
+            if gpus:
+                notes.append("the GPUs NVML sees on this host are not the server's (no UUID "
+                             "in common with Triton's GPU metrics): showing the server's GPUs "
+                             "from Triton's own gauges (no temperature, clocks or PCIe)")
+            gpus = server_gpus(triton)
         model_rates: dict[str, ModelRates] = {}
         total_rates, served = None, None     # served: what Triton ran since the last sample
         previous = self._previous
@@ -78,7 +91,7 @@ class Monitor:
         alerts = [a for g in gpus for a in self.tracker.observe(elapsed, g, served)]
         return Snapshot(timestamp=self._wall_clock(), elapsed_s=elapsed, gpus=gpus,
                         triton=triton, model_rates=model_rates, total_rates=total_rates,
-                        triton_error=error, alerts=alerts)
+                        triton_error=error, alerts=alerts, notes=tuple(notes))
 
     def _scrape(self, elapsed: float) -> tuple[TritonMetrics | None, str | None]:
         if not self.metrics_url:
@@ -108,7 +121,9 @@ def open_monitor(metrics_url: str | None, thresholds: AlertThresholds,
     except GpuUnavailableError as exc:
         if metrics_url is None:
             raise
-        return Monitor(None, metrics_url, thresholds), f"{exc.message}; showing Triton's metrics only"
+        return Monitor(None, metrics_url, thresholds), (
+            f"{exc.message}; showing Triton's metrics only (its GPU gauges where the server "
+            "reports them)")
     return Monitor(nvml, metrics_url, thresholds), None
 
 
@@ -139,6 +154,11 @@ def record(monitor: Monitor, interval: float, duration: float,
     rows: list[MonitorRow] = []
     try:
         for snapshot in watch(monitor, interval, duration, sleep=sleep):
+            if not snapshot.gpus:
+                raise UsageError("no GPU to record: NVML is unavailable on this host and "
+                                 "Triton reports no GPU metrics",
+                                 hint="run it on the GPU host, or let tritonserver report its "
+                                      "GPUs (--allow-gpu-metrics=true, the default)")
             rows += snapshot.rows()
     except KeyboardInterrupt:
         if not rows:
