@@ -20,7 +20,8 @@ FREE = (PortFact("http", 8000, True), PortFact("grpc", 8001, True), PortFact("me
 
 def host(driver="535.104.05", gpus=((0, "Tesla P100-PCIE-16GB", 6.0),), docker=DOCKER_OK,
          ports=FREE) -> HostFacts:
-    return HostFacts(driver_version=driver, gpus=tuple(GpuIdentity(*g) for g in gpus),
+    return HostFacts(driver_version=driver,
+                     gpus=tuple(g if isinstance(g, GpuIdentity) else GpuIdentity(*g) for g in gpus),
                      docker=docker, ports=ports)
 
 
@@ -93,6 +94,35 @@ def test_a_card_of_the_profiles_compute_capability_with_less_memory_is_not_that_
     p100_12 = by_name(check_host(host(gpus=((0, "Tesla P100-PCIE-12GB", 6.0, 12_193),)),
                                  load_profile("p100")))["gpu 0"]
     assert not p100_12.ok and "not 16" in p100_12.detail
+
+
+def test_bad_memory_the_card_has_not_yet_set_aside_is_a_problem_p100_pages_a10_rows():
+    # a P100 retires pages, an A10 remaps rows: each pending until the GPU resets
+    p100 = by_name(check_host(host(gpus=(GpuIdentity(0, "Tesla P100-PCIE-16GB", 6.0, 16_280,
+                                                     retired_pages_pending=True),)),
+                              load_profile("p100")))["gpu 0"]
+    assert not p100.ok and "retired memory pages are pending" in p100.detail
+    assert "nvidia-smi -r -i 0" in p100.fix
+    a10 = lambda **memory: by_name(check_host(  # noqa: E731
+        host(driver="580.65.06", gpus=(GpuIdentity(0, "NVIDIA A10", 8.6, 23_028, **memory),)),
+        load_profile("a10")))["gpu 0"]
+    pending = a10(remapped_rows_pending=True, row_remap_failed=False)
+    assert not pending.ok and "row remap is pending" in pending.detail
+    failed = a10(remapped_rows_pending=False, row_remap_failed=True)
+    assert not failed.ok and "replaced" in failed.fix
+    assert a10(remapped_rows_pending=False, row_remap_failed=False).ok
+
+
+def test_nvml_memory_bookkeeping_is_read_where_the_card_has_it():
+    from tests.test_monitor import _fake_pynvml
+    from tritonkit.monitor.nvml import Nvml
+
+    fake = _fake_pynvml()                           # a P100: no row remapping
+    fake.nvmlDeviceGetRetiredPagesPendingStatus = lambda h: 1
+    with Nvml(fake) as nvml:
+        (p100,) = nvml.identities()
+    assert p100.retired_pages_pending is True and p100.remapped_rows_pending is None
+    assert p100.ecc_mode_change_pending is False
 
 
 def test_without_gpu_flag_the_gpu_found_picks_the_profile():

@@ -337,6 +337,9 @@ def _fake_pynvml(power_supported: bool = True, clock_events: int = 0) -> SimpleN
             raise _FakeNvmlError("Not Supported")
         return 187_500  # mW
 
+    def remapped_rows(_handle):
+        raise _FakeNvmlError("Not Supported")      # row remapping is Ampere's; Pascal retires pages
+
     return SimpleNamespace(
         NVMLError=_FakeNvmlError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
         NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1,
@@ -355,6 +358,8 @@ def _fake_pynvml(power_supported: bool = True, clock_events: int = 0) -> SimpleN
         nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 3,
         nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
         nvmlDeviceGetCurrentClocksEventReasons=lambda h: clock_events,
+        NVML_FEATURE_ENABLED=1, nvmlDeviceGetRetiredPagesPendingStatus=lambda h: 0,
+        nvmlDeviceGetRemappedRows=remapped_rows, nvmlDeviceGetEccMode=lambda h: [1, 1],
     )
 
 

@@ -260,10 +260,32 @@ def _check_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> lis
                                 "configs size batches and instances for memory it does not have",
                                 f"add a profile for it: copy configs/gpus/{profile.name}.toml "
                                 "with its own memory, bus and power, and pass --gpu with it"))
+        elif problem := _memory_problem(gpu):
+            checks.append(Check(name, False, f"{gpu.name}: {problem[0]}", problem[1]))
         else:
             checks.append(Check(name, True, f"{gpu.name}, compute capability {cc} "
                                             f"matches the {profile.name} profile"))
     return checks
+
+
+def _memory_problem(gpu: GpuIdentity) -> tuple[str, str] | None:
+    """What the card's own memory bookkeeping says is wrong, and the fix."""
+    reset = (f"reset the GPU with nothing running on it (nvidia-smi -r -i {gpu.index}) or "
+             "reboot, then run doctor again")
+    if gpu.row_remap_failed:
+        return ("a memory row remap failed: the card has no spare rows left for its bad "
+                "memory and may corrupt results or fail",
+                "take the card out of service and have it replaced")
+    if gpu.remapped_rows_pending:
+        return ("a memory row remap is pending: bad memory stays in use until the GPU resets",
+                reset)
+    if gpu.retired_pages_pending:
+        return ("retired memory pages are pending: bad pages stay in use until the GPU "
+                "resets", reset)
+    if gpu.ecc_mode_change_pending:
+        return ("an ECC mode change is pending: memory size and speed change at the next "
+                "reset", reset)
+    return None
 
 
 def _check_docker(docker: DockerFacts) -> Check:

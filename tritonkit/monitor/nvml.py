@@ -61,12 +61,21 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class GpuIdentity:
-    """What doctor needs to know about a GPU."""
+    """What doctor needs to know about a GPU. None: the card or driver does not say.
+
+    Bad memory is handled differently by generation: a Pascal card (the P100) retires
+    pages, which takes effect at the next reboot or GPU reset; an Ampere card (the A10)
+    remaps rows, pending a reset likewise, and a remap that failed means the card has
+    run out of spare rows. NVML answers each only on the cards that do it."""
 
     index: int
     name: str
     compute_capability: float
     memory_total_mib: float | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_pending: bool | None = None
+    row_remap_failed: bool | None = None
+    ecc_mode_change_pending: bool | None = None
 
 
 def _load_pynvml() -> ModuleType:
@@ -131,10 +140,18 @@ class Nvml:
         found = []
         for index, handle in enumerate(self._handles):
             major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
-            memory = _optional(nv, lambda: nv.nvmlDeviceGetMemoryInfo(handle))
-            found.append(GpuIdentity(index, _text(nv.nvmlDeviceGetName(handle)),
-                                     float(f"{major}.{minor}"),
-                                     None if memory is None else memory.total / 2**20))
+            read = lambda fn: _optional(nv, fn)  # noqa: E731
+            memory = read(lambda: nv.nvmlDeviceGetMemoryInfo(handle))
+            rows = read(lambda: nv.nvmlDeviceGetRemappedRows(handle))
+            pages = read(lambda: nv.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+            ecc = read(lambda: nv.nvmlDeviceGetEccMode(handle))     # (current, pending)
+            found.append(GpuIdentity(
+                index, _text(nv.nvmlDeviceGetName(handle)), float(f"{major}.{minor}"),
+                memory_total_mib=None if memory is None else memory.total / 2**20,
+                retired_pages_pending=None if pages is None else pages == nv.NVML_FEATURE_ENABLED,
+                remapped_rows_pending=None if rows is None else bool(rows[2]),
+                row_remap_failed=None if rows is None else bool(rows[3]),
+                ecc_mode_change_pending=None if ecc is None else ecc[0] != ecc[1]))
         return found
 
     def sample(self) -> list[GpuSample]:
