@@ -154,6 +154,15 @@ def test_with_triton_latency_counters_off_requests_and_times_come_from_its_summa
     assert any("counter_latencies=false" in note for note in after.notes)
 
 
+def test_a_summaries_only_server_counts_the_requests_of_its_first_busy_interval():
+    # idle, its counters' zeros are true; then busy, and they stay at 0
+    idle = parse_metrics(_summaries_only(0, 0, 0, 0, 0, 0, p50_us=0))
+    busy = parse_metrics(SUMMARIES_AFTER)
+    r = rates(idle.models["example"], busy.models["example"], seconds=2.0)
+    assert r.requests_per_s == 8 / 2.0 and r.avg_batch is None
+    assert r.queue_us == pytest.approx(1067 / 8)
+
+
 def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch, capsys):
     _scraping(monkeypatch, SUMMARIES_BEFORE, SUMMARIES_AFTER, SUMMARIES_AFTER)
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())

@@ -3,9 +3,9 @@
 An alert fires when a threshold is crossed and again only after the value has come
 back: a card at 90 °C for an hour is one alert, not 360. Clocks held down by heat or
 by the board's power brake (NVML's clocks-event reasons) alert the same way: each
-request takes longer while they are, a P99 spike no model change explains. Low utilization fires only
-when it has lasted ``low_utilization_minutes`` while the GPU was under load; an idle
-card is not starved.
+request takes longer while they are, a P99 spike no model change explains. Low
+utilization fires only when it has lasted ``low_utilization_minutes`` while the GPU was
+under load; an idle card is not starved.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The four walls of the field notes, checked in this order (the first that fits wi
 because the earlier ones make the later ones' symptoms):
 
     memory       memory near full while utilization stays low (OOM is next)
-    bandwidth    PCIe rx or tx near the profile's link limit, whatever the utilization:
+    bandwidth    PCIe rx or tx near the link's limit (the profile's, or the slower link
+                 the card was recorded running on), whatever the utilization:
                  NVML's utilization counts time a kernel runs, not copies, so a GPU
                  waiting on a saturated link reads low (the field notes' "utilization
                  near 100 %" missed it, called it the I/O wall or no wall at all)
@@ -237,7 +238,7 @@ def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCou
     if not figures.has_triton and wall not in ("idle",):
         notes.append("no Triton columns in the recording: batches and queueing could not be "
                      "checked (record with --url or --repository)")
-    elif figures.has_triton and figures.avg_batch is None:
+    elif figures.has_triton and figures.inferences is None:
         notes.append("Triton did not count inferences and executions (it runs with "
                      "--metrics-config counter_latencies=false): batch sizes could not be checked")
     if figures.has_triton and figures.compute_us is None:

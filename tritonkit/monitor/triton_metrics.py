@@ -171,11 +171,15 @@ def _model_counters(counted: dict[str, float], summed: dict[str, float]
             "counts no requests either; start it with --metrics-config summary_latencies=true")
     for name in _SUMMARIES.values():
         values[name] = summed.get(name + "_sum")
-    requests = summed["request_duration_us_count"]
-    if requests > (values["request_success"] or 0.0):
-        # Triton served requests its counters did not count: none of them can be trusted
-        values["request_success"] = requests
-        values.update(dict.fromkeys(_UNCOUNTED_WITHOUT_LATENCY_COUNTERS))
+    requests = summed["request_duration_us_count"]     # one observation per success
+    uncounted = requests > (values["request_success"] or 0.0)
+    values["request_success"] = requests
+    if not uncounted:
+        return ModelCounters(**values), (
+            "Triton runs with --metrics-config counter_latencies=false: queue and compute "
+            "times come from its summaries")
+    # Triton served requests its counters did not count: none of them can be trusted
+    values.update(dict.fromkeys(_UNCOUNTED_WITHOUT_LATENCY_COUNTERS))
     return ModelCounters(**values), (
         "Triton runs with --metrics-config counter_latencies=false: requests and times come "
         "from its summaries, and batch sizes, failures and pending requests are unknown "
