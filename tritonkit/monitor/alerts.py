@@ -31,8 +31,6 @@ class AlertThresholds:
 class WallThresholds:
     memory_full_pct: float
     low_utilization_pct: float
-    high_utilization_pct: float
-    low_memory_pct: float
     pcie_link_fraction: float
     small_batch: float
     short_compute_us: float
