@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 
@@ -211,3 +212,20 @@ def test_doctor_keeps_an_existing_json_report_unless_force(example_repository, t
     assert "already exists" in capsys.readouterr().err and out.read_text() == "earlier\n"
     run_cli(*args, "--force")
     assert "checks" in json.loads(out.read_text())
+
+
+def test_doctor_checks_the_default_repository_only_where_there_is_one(example_repository, tmp_path,
+                                                                      monkeypatch):
+    bare = tmp_path / "bare-host"
+    bare.mkdir()
+    monkeypatch.chdir(bare)
+    ports = ("--http-port", "1", "--grpc-port", "2", "--metrics-port", "3")
+    run_cli("doctor", "--gpu", "a10", *ports, "--json", bare / "a.json")
+    assert "repository" not in [c["name"] for c in json.loads((bare / "a.json").read_text())["checks"]]
+    shutil.copytree(example_repository, bare / "model_repository")
+    run_cli("doctor", "--gpu", "a10", *ports, "--json", bare / "b.json")
+    checks = {c["name"]: c for c in json.loads((bare / "b.json").read_text())["checks"]}
+    assert checks["repository"]["ok"] and "1 model(s)" in checks["repository"]["detail"]
+    run_cli("doctor", "--gpu", "a10", *ports, "--repository", bare / "missing", "--json", bare / "c.json")
+    checks = {c["name"]: c for c in json.loads((bare / "c.json").read_text())["checks"]}
+    assert not checks["repository"]["ok"]

@@ -20,7 +20,6 @@ from tritonkit.cli.options import (
     Force,
     JsonOut,
     OptionalRepository,
-    Repository,
     Url,
     console,
     err_console,
@@ -218,7 +217,9 @@ def doctor(
     gpu: Gpu = None,
     image: Annotated[Optional[str], typer.Option(
         help="Triton image to check for (default: the profile's).")] = None,
-    repository: Repository = Path("model_repository"),
+    repository: Annotated[Optional[Path], typer.Option(
+        "--repository", "-r", help="Model repository to check (default: ./model_repository "
+        "if there is one; a host prepared before its models came is not a problem).")] = None,
     host: Annotated[str, typer.Option(help="Address the server will bind.")] = "127.0.0.1",
     http_port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
     grpc_port: Annotated[int, typer.Option(min=1, max=65535)] = 8001,
@@ -228,6 +229,8 @@ def doctor(
 ) -> None:
     """Check a deployment host: driver, compute capability, Docker, ports, repository."""
     _check_json(json_out, force)
+    if repository is None and Path("model_repository").is_dir():
+        repository = Path("model_repository")
     profile = load_profile(gpu) if gpu else None
     facts = doctor_lib.gather_host_facts(
         host, {"http": http_port, "grpc": grpc_port, "metrics": metrics_port})
