@@ -1023,27 +1023,22 @@ def test_arrivals_a_stalled_server_held_back_count_as_its_latency_not_as_client_
     assert not any("add --workers" in w for w in verdict.warnings), verdict.warnings
 
 
-def _reloaded_at(deployment, second: float, spec: LoadSpec) -> LoadTestResult:
-    """``spec`` run with the example model unloaded and loaded again ``second`` s into the measurement."""
-    endpoint = Endpoint.from_deployment(deployment)
+@pytest.mark.server
+def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tmp_path):
+    endpoint = Endpoint.from_deployment(served)
 
     def bounce():
         client = endpoint.http()
         client.unload_model("example", headers=endpoint.repository_headers)
         client.load_model("example", headers=endpoint.repository_headers)
 
-    reload = _At(second, spec.warmup_s, bounce)
+    reload = _At(1.5, 0.3, bounce)
     try:
-        result = run_loadtest(endpoint, spec, progress=reload)
+        result = run_loadtest(endpoint, LoadSpec(model="example", concurrency=(2,), duration_s=5,
+                                                 warmup_s=0.3), progress=reload)
     finally:
         reload.join()
     assert reload.ran
-    return result
-
-
-@pytest.mark.server
-def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tmp_path):
-    result = _reloaded_at(served, 1.5, LoadSpec(model="example", concurrency=(2,), duration_s=5, warmup_s=0.3))
     level = result.levels[0]
     cold = [s for s in level.spikes if s.cold_start]
     assert cold, f"no cold-start spike among {level.spikes} (events {level.events})"
@@ -1058,18 +1053,34 @@ def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tm
 
 
 @pytest.mark.server
-def test_windows_that_answered_nothing_while_a_model_reloaded_are_named_cold_starts(served):
-    """Over HTTP, Triton 2.51 holds every request while it loads a model: the windows of
-    the load get nothing back, and the watcher's outage names them."""
-    result = _reloaded_at(served, 1.0, LoadSpec(model="example", concurrency=(2,), duration_s=3.5,
-                                                warmup_s=0.3, window_s=0.25))
+def test_a_stall_while_the_model_was_out_is_named_after_the_outage(served):
+    """The model is unloaded (its requests fail at once), the server then stops for 1 s,
+    and the model is loaded again: the windows of the stop get nothing back, and the
+    watcher's outage, on the same clock, names them (a cold start, or the model
+    unavailable if the load outlasts the run)."""
+    endpoint = Endpoint.from_deployment(served)
+    freeze = _Frozen(served, 1.0)
+
+    def outage():
+        client = endpoint.http()            # (in this thread: its gevent pool belongs to it)
+        client.unload_model("example", headers=endpoint.repository_headers)
+        time.sleep(0.3)                     # the watcher polls the index every 50 ms
+        freeze()
+        client.load_model("example", headers=endpoint.repository_headers)
+
+    at = _At(1.0, 0.3, outage)
+    result = _run_with(served, LoadSpec(model="example", concurrency=(2,), duration_s=4.0, warmup_s=0.3,
+                                        window_s=0.25), at)
     level = result.levels[0]
-    stalls = [s for s in level.spikes if s.stall]
-    assert stalls, f"no stall among {level.timeline} (events {level.events})"
-    assert all(s.cold_start and s.cause.startswith("cold start: model 'example'")
-               and "nothing came back" in s.cause for s in stalls), stalls
-    outage, = level.outages
-    assert all(outage["from_s"] - 0.25 <= s.start_s <= outage["to_s"] for s in stalls), (stalls, outage)
+    began = 4.0 - at.left_at(freeze.began)
+    inside = [w for w in level.timeline if began + 0.05 <= w.start_s and w.start_s + 0.25 <= began + 0.95]
+    assert len(inside) >= 2, (began, level.timeline)
+    spikes = {s.window: s for s in level.spikes}
+    assert all(w.stall for w in inside), (began, level.timeline, level.events)
+    assert all(re.match(r"(cold start: )?model 'example' version 1 (reloaded|unavailable)", spikes[w.index].cause)
+               and "nothing came back" in spikes[w.index].cause and spikes[w.index].events
+               for w in inside), [spikes.get(w.index) for w in inside]
+    assert level.outages and level.outages[0]["from_s"] < began
 
 
 @pytest.mark.server
