@@ -3,6 +3,7 @@ that the cold-start spike is there without warm-up and gone after it."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ from tritonkit.server.local import _alive, free_port
 from tritonkit.server.state import Deployment, load_deployment, save_deployment, state_dir
 from tritonkit.warmup import (
     ColdStart, ModelWarmup, SteadyRule, cold_start_figures, load_and_warm, load_order,
-    model_instances, warm_up, warmup_shapes)
+    model_instances, sequence_ids, sequence_slots, warm_up, warmup_shapes)
 
 
 # -- which requests (no server) -----------------------------------------------------------
@@ -85,6 +86,46 @@ def test_every_dtype_builds_an_input_tritonclient_accepts(datatype):
     inp = httpclient.InferInput("x", [2, 3], datatype)
     inp.set_data_from_numpy(tensor)  # raises if dtype and datatype disagree
     assert tensor.shape == (2, 3)
+
+
+def test_a_stateful_models_requests_are_batch_1_only_whatever_its_max_batch_size():
+    """Triton's sequence batcher refuses a request of batch > 1 ('must specify batch-size 1
+    due to requirements of sequence batcher'): it batches concurrent sequences instead."""
+    config = {"max_batch_size": 8, "input": [_input("INPUT__0", "TYPE_FP32", [-1])],
+              "sequence_batching": {},
+              "model_warmup": [{"batch_size": 8, "inputs": {"INPUT__0": {"dims": [32]}}}]}
+    assert [s["INPUT__0"] for s in warmup_shapes(config)] == [("FP32", [1, 32])]
+
+
+def _corrid(data_type):
+    return {"sequence_batching": {"control_input": [{"name": "CORRID", "control": [
+        {"kind": "CONTROL_SEQUENCE_CORRID", "data_type": data_type}]}]}}
+
+
+@pytest.mark.parametrize("data_type, low, high", [
+    (None, 2**62, 2**63), ("TYPE_UINT64", 2**62, 2**63), ("TYPE_INT64", 2**62, 2**63),
+    ("TYPE_UINT32", 2**31, 2**32), ("TYPE_INT32", 2**30, 2**31)])
+def test_warm_up_sequence_ids_are_in_the_upper_half_of_what_the_corrid_input_holds(
+        data_type, low, high):
+    """Far from the small counters clients use, and never cut by a 32-bit CORRID input into
+    one of them; below 2**63, as tritonclient's gRPC client sends an ID as int64."""
+    config = {} if data_type is None else _corrid(data_type)
+    ids = sequence_ids(config)
+    first, second = next(ids), next(ids)
+    assert low <= first < high and second == first + 1
+    assert next(sequence_ids(config)) != first            # a warm-up of its own: other IDs
+
+
+def test_a_string_corrid_input_gets_string_sequence_ids():
+    first, second = itertools.islice(sequence_ids(_corrid("TYPE_STRING")), 2)
+    assert first.startswith("tritonkit-warmup-") and first != second and len(first) <= 128
+
+
+def test_sequence_slots_are_max_batch_size_or_the_oldest_strategys_candidates():
+    assert sequence_slots({"max_batch_size": 0, "sequence_batching": {}}) == 1
+    assert sequence_slots({"max_batch_size": 8, "sequence_batching": {"direct": {}}}) == 8
+    assert sequence_slots({"max_batch_size": 8, "sequence_batching": {
+        "oldest": {"max_candidate_sequences": 3}}}) == 3
 
 
 def test_instances_count_per_group_and_per_listed_gpu():
@@ -456,26 +497,6 @@ def test_a_server_that_dies_during_deploys_warm_up_fails_the_deploy_at_once(tmp_
 
 
 @pytest.mark.server
-def test_a_warm_up_request_that_outlives_the_timeout_is_said_so_not_blamed_on_the_input(
-        tmp_path, capsys):
-    repo = tmp_path / "repo"
-    _python_model(repo, "slowfirst", ECHO_CONFIG,
-                  _echo_model("        if self.calls == 1:\n            time.sleep(6)"))
-    _deploy(repo, "--no-warmup")
-    try:
-        started = time.monotonic()
-        code = run_cli("warmup", "--repository", repo, "--timeout", "3")
-        took = time.monotonic() - started
-    finally:
-        run_cli("down", "--repository", repo)
-    err = capsys.readouterr().err
-    assert code == 1
-    assert "'slowfirst' did not answer a warm-up request within" in err
-    assert "raise --timeout" in err and "refused an input" not in err
-    assert took < 5
-
-
-@pytest.mark.server
 def test_every_shape_gets_its_first_request_before_any_shape_spends_the_budget(warm_server):
     """Three requests cannot make a shape steady, but each shape (batch 1 and 8) meets its
     cold start: a budget spent on the first shape would leave batch 8 cold."""
@@ -495,11 +516,10 @@ def test_every_shape_gets_its_first_request_before_any_shape_spends_the_budget(w
 
 
 @pytest.mark.server
-def test_models_warm_up_cannot_drive_are_skipped_and_said_not_failed(tmp_path, capsys):
-    """A stateful model's requests need a real sequence's correlation IDs; a guessed size
-    for a dynamic dimension the model refuses is skipped, the sizes it takes warmed."""
+def test_a_refused_guessed_shape_is_skipped_and_said_not_failed(tmp_path, capsys):
+    """A guessed size for a dynamic dimension the model refuses is skipped, the sizes it
+    takes warmed."""
     repo = tmp_path / "repo"
-    _python_model(repo, "stateful", ECHO_CONFIG + "sequence_batching { }\n", _echo_model())
     picky_config = ECHO_CONFIG.replace("dims: 4", "dims: -1")
     picky = _echo_model("""        for r in requests:
             if pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy().shape[1] < 4:
@@ -508,14 +528,138 @@ def test_models_warm_up_cannot_drive_are_skipped_and_said_not_failed(tmp_path, c
     assert run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
                    "--metrics-port", "0", "--timeout", "60") == 0
     try:
-        figures = {r["model"]: r for r in load_deployment(repo).extra["warmup"]}
+        [figures] = load_deployment(repo).extra["warmup"]
     finally:
         run_cli("down", "--repository", repo)
-    assert not figures["stateful"]["warmed"] and "correlation IDs" in figures["stateful"]["note"]
-    assert figures["picky"]["steady"]
-    assert "shape INPUT__0:1x1 skipped" in figures["picky"]["note"]
-    assert "INPUT__0:8x16" in figures["picky"]["shapes"]
+    assert figures["steady"]
+    assert "shape INPUT__0:1x1 skipped" in figures["note"]
+    assert "INPUT__0:8x16" in figures["shapes"]
     assert "skipped" in capsys.readouterr().out
+
+
+# A stateful model as Triton's sequence batcher drives it: the control inputs come from the
+# batcher, never from the client. It refuses a request that continues a sequence it never
+# saw start and answers how many sequences it holds open (OPEN). Each instance's first
+# execution of each batch size is slow (its cold start, as an engine built per shape):
+# the batcher forms a batch of 2 only from two sequences at once in an instance's two
+# slots (max_batch_size 2). A minute of idle time: a sequence warm-up left open would hold
+# its slot that long.
+STATEFUL_CONFIG = """max_batch_size: 2
+input { name: "INPUT__0" data_type: TYPE_FP32 dims: 4 }
+output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: 4 }
+output { name: "OPEN" data_type: TYPE_INT64 dims: 1 }
+instance_group { count: 2 kind: KIND_CPU }
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  control_input { name: "START" control { kind: CONTROL_SEQUENCE_START fp32_false_true: [0, 1] } }
+  control_input { name: "END" control { kind: CONTROL_SEQUENCE_END fp32_false_true: [0, 1] } }
+  control_input { name: "READY" control { kind: CONTROL_SEQUENCE_READY fp32_false_true: [0, 1] } }
+  control_input { name: "CORRID" control { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } }
+}
+"""
+
+STATEFUL_MODEL = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.batch_sizes = set()
+        self.open = set()
+
+    def execute(self, requests):
+        if len(requests) not in self.batch_sizes:
+            self.batch_sizes.add(len(requests))
+            time.sleep(0.3)
+        responses = []
+        for r in requests:
+            def control(name):
+                return pb_utils.get_input_tensor_by_name(r, name).as_numpy().ravel()[0]
+            corrid = int(control("CORRID"))
+            if control("READY"):
+                if control("START"):
+                    self.open.add(corrid)
+                elif corrid not in self.open:
+                    raise pb_utils.TritonModelException(f"sequence {corrid} never started")
+                if control("END"):
+                    self.open.discard(corrid)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT__0", pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy()),
+                pb_utils.Tensor("OPEN", np.array([[len(self.open)]], np.int64))]))
+        return responses
+"""
+
+@pytest.fixture(scope="module")
+def stateful_server(tmp_path_factory):
+    """One real server, deployed (so warmed), with a stateful model."""
+    repo = tmp_path_factory.mktemp("stateful") / "repo"
+    _python_model(repo, "stateful", STATEFUL_CONFIG, STATEFUL_MODEL)
+    deployment = _deploy(repo)
+    yield deployment
+    run_cli("down", "--repository", repo)
+
+
+def _sequences_of_a_user(http_url: str, count: int) -> tuple[list[float], int]:
+    """A user's ``count`` sequences of three requests, each step for all of them before the
+    next (so all are open at once, in as many sequence slots): every request's seconds, and
+    how many sequences the model holds open at the end."""
+    inputs = [httpclient.InferInput("INPUT__0", [1, 4], "FP32")]
+    inputs[0].set_data_from_numpy(np.ones((1, 4), np.float32))
+    client = httpclient.InferenceServerClient(http_url, network_timeout=10)
+    latencies, open_sequences = [], None
+    try:
+        for flags in ({"sequence_start": True}, {}, {"sequence_end": True}):
+            for sequence_id in range(1, count + 1):
+                started = time.perf_counter()
+                result = client.infer("stateful", inputs, sequence_id=sequence_id, **flags)
+                latencies.append(time.perf_counter() - started)
+                open_sequences = int(result.as_numpy("OPEN").ravel()[0])
+    finally:
+        client.close()
+    return latencies, open_sequences
+
+
+@pytest.mark.server
+def test_a_stateful_model_is_warmed_with_whole_sequences_in_every_slot(stateful_server):
+    figures = {r["model"]: r for r in stateful_server.extra["warmup"]}["stateful"]
+    assert figures["warmed"] and figures["steady"]
+    assert figures["shapes"] == ["INPUT__0:1x4"]          # batch 1: the batcher's own rule
+    assert figures["requests"] % 3 == 0                  # whole sequences of three
+    assert "stateful: each sample a whole sequence of 3 requests" in figures["note"]
+    # Its cold start was paid by warm-up and measured like any model's ...
+    assert figures["cold"] and figures["first_ms"] >= 300 and figures["ratio"] > 5
+    assert figures["after"]["first_ms"] < 100
+    # ... and in every sequence slot: a user with four sequences open at once fills both
+    # slots of both instances (batches of 2) and meets no cold start; each sequence finds
+    # its slot free at once (a warm-up sequence left open would hold one for a minute), and
+    # the model holds none of warm-up's sequences open.
+    latencies, open_sequences = _sequences_of_a_user(stateful_server.http_url, 4)
+    assert max(latencies) < 0.2, latencies
+    assert open_sequences == 0
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("config, model_py", [
+    (ECHO_CONFIG, _echo_model("        if self.calls == 1:\n            time.sleep(6)"))],
+    ids=["plain"])
+def test_a_warm_up_request_that_outlives_the_timeout_is_said_so_not_blamed_on_the_input(
+        config, model_py, tmp_path, capsys):
+    repo = tmp_path / "repo"
+    _python_model(repo, "slowfirst", config, model_py)
+    _deploy(repo, "--no-warmup")
+    try:
+        started = time.monotonic()
+        code = run_cli("warmup", "--repository", repo, "--timeout", "3")
+        took = time.monotonic() - started
+    finally:
+        run_cli("down", "--repository", repo)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "'slowfirst' did not answer a warm-up request within" in err
+    assert "raise --timeout" in err and "refused an input" not in err
+    assert took < 5
 
 
 @pytest.mark.server

@@ -20,6 +20,8 @@ sees that as P99 jitter. ``load_and_warm`` removes it before traffic arrives:
    an instance runs one execution at a time, so unless the dynamic batcher merges them,
    every instance serves one (tritonkit's generated configs also carry ``model_warmup``,
    which Triton runs on every instance at load);
+   a stateful model (sequence batching) is sent whole short sequences instead of single
+   requests (``_Driver``);
 5. measure what a user would now see: a fresh client's first request against the p50
    of the requests after it (``cold_start_figures``).
 
@@ -29,11 +31,13 @@ again from the start on the new server (its models are cold again).
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -62,6 +66,8 @@ __all__ = [
     "load_order",
     "model_instances",
     "not_warmable",
+    "sequence_ids",
+    "sequence_slots",
     "wait_live",
     "warm_up",
     "warmup_shapes",
@@ -71,6 +77,8 @@ DEFAULT_REQUESTS = 500              # per model, all shapes together
 DEFAULT_DYNAMIC_SIZES = (1, 16)     # a -1 dimension with no model_warmup entry to copy
 CHECK_REQUESTS = 20                 # requests after a fresh client's first, for its p50
 CHECK_CLIENTS = 3                   # fresh clients whose first requests make the "after" figure
+SEQUENCE_LENGTH = 3                 # a stateful model's warm-up sequence: start, continue, end
+MAX_SEQUENCES_AT_ONCE = 64          # a stateful model's burst: every sequence slot, up to this
 MAX_RESTARTS = 3
 _BACKOFF_START, _BACKOFF_MAX = 0.05, 1.0
 
@@ -141,7 +149,7 @@ class ModelWarmup:
     # The first request was the model's first since it loaded (this call loaded it, or the
     # server had just started): only then is ``first_ms`` a cold start.
     cold: bool = True
-    # False: a model warm-up cannot send requests to (decoupled, stateful); ``note`` says why.
+    # False: a model warm-up cannot send requests to (decoupled); ``note`` says why.
     warmed: bool = True
 
     @property
@@ -242,14 +250,18 @@ def warmup_shapes(config: dict) -> list[dict[str, tuple[str, list[int]]]]:
     For ``max_batch_size > 0`` the batch sizes are 1, every preferred batch size of the
     dynamic batcher, every batch size of the config's ``model_warmup`` entries (generated
     configs list the powers of two there and leave the batcher free), and max_batch_size.
+    A stateful model's requests are batch 1 only: its sequence batcher refuses any other
+    and forms the model's batches from concurrent sequences (warm-up sends bursts of them).
     Each shape maps input name → (datatype, shape).
     """
     max_batch = int(config.get("max_batch_size", 0))
-    if max_batch > 0:
+    if max_batch > 0 and "sequence_batching" in config:
+        batches: list[int | None] = [1]
+    elif max_batch > 0:
         preferred = config.get("dynamic_batching", {}).get("preferred_batch_size", [])
         warmed = [entry.get("batch_size", 0) for entry in config.get("model_warmup", [])]
         sizes = {int(b) for b in (*preferred, *warmed) if 0 < int(b) <= max_batch}
-        batches: list[int | None] = sorted({1, max_batch, *sizes})
+        batches = sorted({1, max_batch, *sizes})
     else:
         batches = [None]
     types = {i["name"]: _datatype(i["data_type"]) for i in config.get("input", [])}
@@ -264,20 +276,44 @@ def model_instances(config: dict) -> int:
     return sum(max(1, int(g.get("count", 1))) * max(1, len(g.get("gpus", []))) for g in groups)
 
 
+def sequence_slots(config: dict) -> int:
+    """Sequences a stateful model's sequence batcher runs at once on one instance: the
+    oldest strategy's ``max_candidate_sequences`` where set, else ``max_batch_size`` (at
+    least 1), as Triton counts its sequence slots."""
+    batching = config.get("sequence_batching", {})
+    candidates = int(batching.get("oldest", {}).get("max_candidate_sequences", 0) or 0)
+    return candidates if candidates > 0 else max(1, int(config.get("max_batch_size", 0)))
+
+
+def sequence_ids(config: dict) -> Iterator[int | str]:
+    """Correlation IDs for a stateful model's warm-up sequences, far from real traffic's.
+
+    Of the type the model's CORRID control input declares (Triton copies the ID into it
+    as it is: a string ID for a TYPE_STRING one, a number cut to 32 bits for TYPE_INT32 or
+    TYPE_UINT32, which would make a high 64-bit ID look like a small one to the model).
+    Numbers count up from a random point in the upper half of that type's positive range
+    (below 2**63, since tritonclient's gRPC client sends an ID as int64), where clients that
+    count from 1 never get; random, so two warm-ups at once, or one rerun while an aborted
+    one's sequence is still held, do not share an ID (a START on an ID in progress ends that
+    sequence early)."""
+    if _corrid_type(config) == "TYPE_STRING":
+        prefix = f"tritonkit-warmup-{secrets.token_hex(6)}-"
+        return (f"{prefix}{n}" for n in itertools.count(1))
+    top = {"TYPE_INT32": 2**31, "TYPE_UINT32": 2**32}.get(_corrid_type(config), 2**63)
+    return itertools.count(top // 2 + secrets.randbelow(top // 4))
+
+
+def _corrid_type(config: dict) -> str | None:
+    for control_input in config.get("sequence_batching", {}).get("control_input", []):
+        for control in control_input.get("control", []):
+            if control.get("kind") == "CONTROL_SEQUENCE_CORRID":
+                return control.get("data_type")
+    return None
+
+
 def _describe(shape: dict[str, tuple[str, list[int]]]) -> str:
     return " ".join(f"{name}:{'x'.join(map(str, dims)) or 'scalar'}"
                     for name, (_, dims) in shape.items())
-
-
-def _infer_inputs(shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
-    import tritonclient.http as httpclient
-
-    inputs = []
-    for name, (datatype, dims) in shape.items():
-        tensor = httpclient.InferInput(name, dims, datatype)
-        tensor.set_data_from_numpy(example_input(datatype, dims, rng))
-        inputs.append(tensor)
-    return inputs
 
 
 # -- load order ---------------------------------------------------------------------------
@@ -444,35 +480,6 @@ def _out_of_time(what: str, started: float) -> ServerError:
              "minutes), or read the server's log")
 
 
-def _timed_infer(client, endpoint: Endpoint, name: str, inputs: list, deadline: Deadline,
-                 version: str = "") -> float:
-    started = time.perf_counter()
-    try:
-        client.infer(name, inputs, model_version=version)
-    except Exception as exc:
-        raise _infer_failed(exc, endpoint, name, deadline, started) from None
-    return (time.perf_counter() - started) * 1e3
-
-
-def _burst(endpoint: Endpoint, name: str, inputs: list, count: int, deadline: Deadline,
-           version: str = "") -> int:
-    """``count`` requests in flight at once: an instance runs one execution at a time, so
-    (unless the dynamic batcher merges them) each of ``count`` instances serves one."""
-    left = max(0.5, deadline.left())
-    client = endpoint.http(concurrency=count, connection_timeout=min(5.0, left),
-                           network_timeout=left)
-    started = time.perf_counter()
-    try:
-        pending = [client.async_infer(name, inputs, model_version=version) for _ in range(count)]
-        for request in pending:
-            request.get_result()
-    except Exception as exc:
-        raise _infer_failed(exc, endpoint, name, deadline, started) from None
-    finally:
-        client.close()
-    return count
-
-
 def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline,
                   started: float) -> Exception:
     if _timed_out(exc):
@@ -512,20 +519,169 @@ def cold_start_figures(endpoint: Endpoint, model: str, inputs: list, *,
 
     Each connection is opened first (a readiness check, as clients do), so the first
     figure is the server's cold start, not TCP's. One request is one sample of a noisy
-    machine: the median over a few clients is a figure, a single one is not."""
-    deadline = deadline or Deadline(60.0)
+    machine: the median over a few clients is a figure, a single one is not. ``inputs``
+    are tritonclient.http InferInputs for a model plain requests reach; warm-up measures
+    stateful models the way it warms them."""
+    driver = _Driver(endpoint, model, deadline or Deadline(60.0))
+    return _cold_start_figures(driver, inputs, requests=requests, clients=clients)
+
+
+def _cold_start_figures(driver: _Driver, inputs: list, *, requests: int = CHECK_REQUESTS,
+                        clients: int = CHECK_CLIENTS) -> ColdStart:
+    """``cold_start_figures`` through ``driver``: a stateful model's first request is the
+    start of a fresh client's first sequence, its p50 that of the ``requests`` sequences
+    after it (each sequence's mean request)."""
     firsts, p50s = [], []
     for _ in range(clients):
-        client = _client(endpoint, deadline)
+        connection = driver.connect()
         try:
-            _ready(client, model)
-            firsts.append(_timed_infer(client, endpoint, model, inputs, deadline))
+            connection.ready(driver.name)
+            firsts.append(driver.sample(connection, inputs)[0])
             p50s.append(statistics.median(
-                _timed_infer(client, endpoint, model, inputs, deadline) for _ in range(requests)))
+                statistics.fmean(driver.sample(connection, inputs)) for _ in range(requests)))
         finally:
-            client.close()
+            connection.close()
     return ColdStart(first_ms=statistics.median(firsts), p50_ms=statistics.median(p50s),
                      clients=clients)
+
+
+# -- how warm-up's requests reach a model ---------------------------------------------------
+
+def _sequence_parameters(sequence: tuple | None) -> dict[str, Any]:
+    if sequence is None:
+        return {}
+    sequence_id, start, end = sequence
+    return {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end}
+
+
+class _HttpRequests:
+    """Plain request and response over HTTP, each call bounded by the deadline's time left
+    when the connection opens (one connection per request in flight)."""
+
+    def __init__(self, endpoint: Endpoint, deadline: Deadline, concurrency: int = 1) -> None:
+        left = max(0.5, deadline.left())
+        self.client = endpoint.http(concurrency=concurrency, connection_timeout=min(5.0, left),
+                                    network_timeout=left)
+
+    @staticmethod
+    def inputs(shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
+        import tritonclient.http as httpclient
+
+        return _filled(httpclient.InferInput, shape, rng)
+
+    def ready(self, name: str) -> bool:
+        return _ready(self.client, name)
+
+    def infer(self, name: str, inputs: list, version: str, sequence: tuple | None) -> None:
+        self.client.infer(name, inputs, model_version=version, **_sequence_parameters(sequence))
+
+    def infer_all(self, name: str, inputs: list, version: str,
+                  sequences: list[tuple | None]) -> None:
+        pending = [self.client.async_infer(name, inputs, model_version=version,
+                                           **_sequence_parameters(sequence))
+                   for sequence in sequences]
+        for request in pending:
+            request.get_result()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _peek(items: Iterator) -> tuple[Any, Iterator]:
+    first = next(items)
+    return first, itertools.chain([first], items)
+
+
+def _filled(make_input: Callable, shape: dict[str, tuple[str, list[int]]],
+            rng: np.random.Generator) -> list:
+    inputs = []
+    for name, (datatype, dims) in shape.items():
+        tensor = make_input(name, dims, datatype)
+        tensor.set_data_from_numpy(example_input(datatype, dims, rng))
+        inputs.append(tensor)
+    return inputs
+
+
+@dataclass
+class _Driver:
+    """How warm-up sends one model its requests, as its config asks: plain HTTP requests,
+    and for a stateful model (sequence batching) each sample a whole sequence of
+    SEQUENCE_LENGTH requests, start to end, so that no sequence slot stays held after warm-up. An
+    iterative sequence model gets plain requests: Triton gives each one a sequence."""
+
+    endpoint: Endpoint
+    name: str
+    deadline: Deadline
+    sequence_ids: Iterator[int | str] | None = None
+    first_id: int | str | None = None          # said in the note, to find them in a log
+
+    @classmethod
+    def for_model(cls, endpoint: Endpoint, name: str, config: dict,
+                  deadline: Deadline) -> _Driver:
+        batching = config.get("sequence_batching")
+        first = ids = None
+        if batching is not None and not batching.get("iterative_sequence"):
+            first, ids = _peek(sequence_ids(config))
+        return cls(endpoint, name, deadline, sequence_ids=ids, first_id=first)
+
+    @property
+    def steps(self) -> int:
+        """Requests in one sample."""
+        return 1 if self.sequence_ids is None else SEQUENCE_LENGTH
+
+    def connect(self, concurrency: int = 1) -> _HttpRequests:
+        return _HttpRequests(self.endpoint, self.deadline, concurrency)
+
+    def inputs(self, shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
+        return _HttpRequests.inputs(shape, rng)
+
+    def _steps(self, count: int) -> list[list[tuple | None]]:
+        """For each step, what each of ``count`` samples sends: no sequence (one step), or
+        whole sequences of fresh IDs step by step (a sequence's next request waits for the
+        answer to its last, or it could overtake it)."""
+        if self.sequence_ids is None:
+            return [[None] * count]
+        ids = [next(self.sequence_ids) for _ in range(count)]
+        last = SEQUENCE_LENGTH - 1
+        return [[(i, step == 0, step == last) for i in ids] for step in range(SEQUENCE_LENGTH)]
+
+    def sample(self, connection: _HttpRequests, inputs: list,
+               version: str = "") -> list[float]:
+        """One warm-up sample on ``connection``: each of its requests' latency in ms."""
+        latencies = []
+        for [sequence] in self._steps(1):
+            started = time.perf_counter()
+            try:
+                connection.infer(self.name, inputs, version, sequence)
+            except Exception as exc:
+                raise _infer_failed(exc, self.endpoint, self.name, self.deadline,
+                                    started) from None
+            latencies.append((time.perf_counter() - started) * 1e3)
+        return latencies
+
+    def burst(self, inputs: list, count: int, version: str = "") -> int:
+        """``count`` samples in flight at once, on a connection of their own; the requests
+        sent. An instance runs one execution at a time, so (unless a batcher merges them)
+        each of ``count`` instances serves one; a stateful model's concurrent sequences
+        fill its sequence slots, and so its batches."""
+        connection = self.connect(concurrency=count)
+        started = time.perf_counter()
+        try:
+            steps = self._steps(count)
+            for step in steps:
+                connection.infer_all(self.name, inputs, version, step)
+        except Exception as exc:
+            raise _infer_failed(exc, self.endpoint, self.name, self.deadline, started) from None
+        finally:
+            connection.close()
+        return count * len(steps)
+
+    def describe(self) -> str:
+        """How this model was warmed, when not with plain requests."""
+        if self.sequence_ids is None:
+            return ""
+        return (f"stateful: each sample a whole sequence of {SEQUENCE_LENGTH} requests "
+                f"(start, continue, end), correlation IDs from {self.first_id} up")
 
 
 # -- the warm-up --------------------------------------------------------------------------
@@ -647,12 +803,9 @@ def _server_config(client, name: str) -> dict:
 
 
 def not_warmable(config: dict) -> str:
-    """Why warm-up cannot send a model plain requests, or "" if it can."""
+    """Why warm-up cannot send a model requests, or "" if it can."""
     if config.get("model_transaction_policy", {}).get("decoupled"):
         return "decoupled model: not warmed (it needs a streaming client)"
-    if "sequence_batching" in config:
-        return ("stateful model (sequence batching): not warmed (its requests need "
-                "correlation IDs of a real sequence)")
     return ""
 
 
@@ -662,7 +815,9 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
     """Every shape's first request (the cold ones) before any shape's budget is spent, then
     each shape until steady on its share of what is left of ``requests``. A model serving
     several versions (its version_policy) has each version's shapes warmed: each version
-    is a model of its own, with its own cold start."""
+    is a model of its own, with its own cold start. A sample is one request, or a stateful
+    model's whole sequence: its series holds the sequence's mean request, its first figure
+    the first request alone (``_Driver``)."""
     client = _client(endpoint, deadline)
     try:
         config = _server_config(client, name)
@@ -672,15 +827,20 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
     if why := not_warmable(config):
         return ModelWarmup(model=name, steady=False, requests=0, load_s=load_s, cold=cold,
                            warmed=False, note=why)
+    driver = _Driver.for_model(endpoint, name, config, deadline)
     shapes = warmup_shapes(config)
     instances = model_instances(config)
+    # A burst reaches every instance; a stateful model's, every sequence slot of each.
+    together = (min(instances * sequence_slots(config), MAX_SEQUENCES_AT_ONCE)
+                if "sequence_batching" in config else instances)
     rule = replace(rule, window=max(rule.window, instances))  # a window spans them all
     rng = np.random.default_rng(0)
-    prepared = [_infer_inputs(shape, rng) for shape in shapes]
+    prepared = [driver.inputs(shape, rng) for shape in shapes]
     targets = [(version, i) for version in (versions if len(versions) > 1 else [""])
                for i in range(len(shapes))]
     labels = [f"v{v} {_describe(shapes[i])}" if v else _describe(shapes[i]) for v, i in targets]
     series: list[list[float]] = [[] for _ in targets]
+    firsts: list[float | None] = [None for _ in targets]
     notes: list[str] = []
     sent = 0
 
@@ -689,19 +849,23 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
         version, i = targets[t]
         progress(f"warming {name}: shape {t + 1}/{len(targets)} ({labels[t]}), "
                  f"{sent} requests sent")
-        series[t].append(_timed_infer(client, endpoint, name, prepared[i], deadline, version))
-        sent += 1
+        latencies = driver.sample(connection, prepared[i], version)
+        if firsts[t] is None:
+            firsts[t] = latencies[0]
+        series[t].append(statistics.fmean(latencies))
+        sent += len(latencies)
 
     usable = []
     for t, (version, i) in enumerate(targets):
         if deadline.expired():
             break
-        client = _client(endpoint, deadline)     # each call bounded by the time left now
+        connection = driver.connect()     # each call bounded by the time left now
         try:
             send(t)
-            if instances > 1:
-                # Each instance has its own cold start: make every one serve this shape.
-                sent += _burst(endpoint, name, prepared[i], instances, deadline, version)
+            if together > 1:
+                # Each instance (and batch size) has its own cold start: make every one
+                # serve this shape.
+                sent += driver.burst(prepared[i], together, version)
             usable.append(t)
         except InputRefused as refused:
             if not guessed_shapes(config) or (t == len(targets) - 1 and not usable):
@@ -709,24 +873,24 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
             notes.append(f"shape {labels[t]} skipped: refused ({refused}); its size "
                          "for a dynamic dimension was a guess (no model_warmup entry gives one)")
         finally:
-            client.close()
+            connection.close()
     for position, t in enumerate(usable):
         share = max(0, requests - sent) // (len(usable) - position)
-        client = _client(endpoint, deadline)
+        connection = driver.connect()
         try:
-            for _ in range(share):
+            for _ in range(share // driver.steps):
                 if rule.is_steady(series[t]) or deadline.expired():
                     break
                 send(t)
         finally:
-            client.close()
+            connection.close()
         if not rule.is_steady(series[t]):
             why = "the deadline" if deadline.expired() else f"{requests} requests"
             notes.append(f"not steady within {why} (at {labels[t]})")
     steady = bool(usable) and all(rule.is_steady(series[t]) for t in usable)
     if not usable and not notes:
         notes.append("not reached: out of time")
-    first = series[usable[0]][0] if usable else None
+    first = firsts[usable[0]] if usable else None
     # A p50 only from a steady series: one still holding its cold request would read the
     # cold start as the norm (first / p50 = 1.0 on a model that was cold).
     p50 = (statistics.median(series[usable[0]][-rule.window:])
@@ -734,11 +898,10 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
     after = None
     if check and steady:
         progress(f"measuring {name}: a fresh client's first request")
-        after = cold_start_figures(endpoint, name, prepared[targets[usable[0]][1]],
-                                   deadline=deadline)
+        after = _cold_start_figures(driver, prepared[targets[usable[0]][1]])
     return ModelWarmup(model=name, steady=steady, requests=sent, load_s=load_s, first_ms=first,
                        steady_p50_ms=p50, after=after, shapes=labels,
-                       note="; ".join(notes), cold=cold)
+                       note="; ".join(filter(None, [driver.describe(), *notes])), cold=cold)
 
 
 def _ready_versions(client, name: str) -> list[str]:

@@ -94,7 +94,8 @@ def warmup(
         "--model", "-m", help="A model to warm (repeat for several; default: all).")] = None,
     requests: Annotated[int, typer.Option(
         help="Warm-up requests per model, all shapes together, after each shape's first "
-             "(cold) one and its burst of one per instance.", min=1)] = warmup_lib.DEFAULT_REQUESTS,
+             "(cold) one and its burst of one per instance (a stateful model: per sequence "
+             "slot; its samples are whole sequences of 3).", min=1)] = warmup_lib.DEFAULT_REQUESTS,
     steady_window: Annotated[int, typer.Option(
         help="Steady means: the last N requests of a shape ...", min=2)] = warmup_lib.SteadyRule.window,
     steady_tolerance: Annotated[float, typer.Option(
