@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import queue
 import shutil
 import signal
 import statistics
@@ -591,11 +592,40 @@ class TritonPythonModel:
         return responses
 """
 
+# A decoupled model: two responses, then the final flag on its own (an empty final response
+# to a client that asks for one). Its first execution is slow after its first response:
+# only a client that waits for the final response meets that cold start.
+DECOUPLED_MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.calls = 0
+
+    def execute(self, requests):
+        self.calls += 1
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy()
+            sender = r.get_response_sender()
+            sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT__0", x)]))
+            if self.calls == 1:
+                time.sleep(SLEEP)
+            sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT__0", x + 1)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+DECOUPLED_CONFIG = ECHO_CONFIG + "model_transaction_policy { decoupled: true }\n"
+
+
 @pytest.fixture(scope="module")
-def stateful_server(tmp_path_factory):
-    """One real server, deployed (so warmed), with a stateful model."""
+def stateful_and_decoupled(tmp_path_factory):
+    """One real server, deployed (so warmed), with a stateful and a decoupled model."""
     repo = tmp_path_factory.mktemp("stateful") / "repo"
     _python_model(repo, "stateful", STATEFUL_CONFIG, STATEFUL_MODEL)
+    _python_model(repo, "streaming", DECOUPLED_CONFIG, DECOUPLED_MODEL.replace("SLEEP", "0.3"))
     deployment = _deploy(repo)
     yield deployment
     run_cli("down", "--repository", repo)
@@ -622,8 +652,8 @@ def _sequences_of_a_user(http_url: str, count: int) -> tuple[list[float], int]:
 
 
 @pytest.mark.server
-def test_a_stateful_model_is_warmed_with_whole_sequences_in_every_slot(stateful_server):
-    figures = {r["model"]: r for r in stateful_server.extra["warmup"]}["stateful"]
+def test_a_stateful_model_is_warmed_with_whole_sequences_in_every_slot(stateful_and_decoupled):
+    figures = {r["model"]: r for r in stateful_and_decoupled.extra["warmup"]}["stateful"]
     assert figures["warmed"] and figures["steady"]
     assert figures["shapes"] == ["INPUT__0:1x4"]          # batch 1: the batcher's own rule
     assert figures["requests"] % 3 == 0                  # whole sequences of three
@@ -635,15 +665,91 @@ def test_a_stateful_model_is_warmed_with_whole_sequences_in_every_slot(stateful_
     # slots of both instances (batches of 2) and meets no cold start; each sequence finds
     # its slot free at once (a warm-up sequence left open would hold one for a minute), and
     # the model holds none of warm-up's sequences open.
-    latencies, open_sequences = _sequences_of_a_user(stateful_server.http_url, 4)
+    latencies, open_sequences = _sequences_of_a_user(stateful_and_decoupled.http_url, 4)
     assert max(latencies) < 0.2, latencies
     assert open_sequences == 0
 
 
+def _streamed_first_request_s(grpc_url: str) -> float:
+    """A fresh gRPC client's first streamed request: seconds until its final response."""
+    import tritonclient.grpc as grpcclient
+
+    responses: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        client.is_model_ready("streaming")
+        client.start_stream(callback=lambda result, error: responses.put((result, error)))
+        inputs = [grpcclient.InferInput("INPUT__0", [1, 4], "FP32")]
+        inputs[0].set_data_from_numpy(np.ones((1, 4), np.float32))
+        started = time.perf_counter()
+        client.async_stream_infer("streaming", inputs, enable_empty_final_response=True)
+        while True:
+            result, error = responses.get(timeout=10)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                return time.perf_counter() - started
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+
+
+@pytest.mark.server
+def test_a_decoupled_model_is_warmed_over_grpc_streaming_to_its_final_response(
+        stateful_and_decoupled):
+    figures = {r["model"]: r for r in stateful_and_decoupled.extra["warmup"]}["streaming"]
+    assert figures["warmed"] and figures["steady"]
+    assert f"streamed over gRPC at {stateful_and_decoupled.grpc_url}" in figures["note"]
+    # The cold start comes after the first response: the first figure holds it, since
+    # warm-up waits for the final response ...
+    assert figures["first_ms"] >= 300 and figures["ratio"] > 5
+    # ... and a user's first streamed request after warm-up meets none of it.
+    assert _streamed_first_request_s(stateful_and_decoupled.grpc_url) < 0.2
+
+
+@pytest.mark.server
+def test_with_only_an_http_url_a_decoupled_model_is_skipped_and_told_to_add_grpc_url(
+        stateful_and_decoupled, tmp_path, capsys):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(stateful_and_decoupled.secret() + "\n")
+    out = tmp_path / "warm.json"
+    code = run_cli("warmup", "--url", stateful_and_decoupled.http_url, "--secret-file",
+                   secret_file, "--json", out)
+    assert code == 0, capsys.readouterr().err
+    records = {r["model"]: r for r in json.loads(out.read_text())["models"]}
+    assert records["stateful"]["warmed"] and records["stateful"]["steady"]   # HTTP is enough
+    assert not records["streaming"]["warmed"]
+    assert "over gRPC streaming only" in records["streaming"]["note"]
+    assert "add --grpc-url HOST:PORT" in capsys.readouterr().out
+    # With the server's gRPC address it is warmed.
+    code = run_cli("warmup", "--url", stateful_and_decoupled.http_url, "--grpc-url",
+                   stateful_and_decoupled.grpc_url, "--secret-file", secret_file,
+                   "--model", "streaming", "--json", out, "--force")
+    assert code == 0, capsys.readouterr().err
+    [record] = json.loads(out.read_text())["models"]
+    assert record["warmed"] and record["steady"] and record["requests"] > 0
+
+
+@pytest.mark.server
+def test_a_grpc_url_that_does_not_answer_is_one_line_naming_it(stateful_and_decoupled,
+                                                                 tmp_path, capsys):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(stateful_and_decoupled.secret() + "\n")
+    port = free_port()
+    started = time.monotonic()
+    code = run_cli("warmup", "--url", stateful_and_decoupled.http_url, "--grpc-url",
+                   f"127.0.0.1:{port}", "--secret-file", secret_file, "--model", "streaming",
+                   "--timeout", "20")
+    err = capsys.readouterr().err
+    assert code == 1 and time.monotonic() - started < 10
+    assert err.startswith(f"error: no gRPC answer at 127.0.0.1:{port} for 'streaming'")
+    assert "pass --grpc-url HOST:PORT of the same server" in err
+    assert len(err.strip().splitlines()) == 2 and "Traceback" not in err    # error + hint
+
+
 @pytest.mark.server
 @pytest.mark.parametrize("config, model_py", [
-    (ECHO_CONFIG, _echo_model("        if self.calls == 1:\n            time.sleep(6)"))],
-    ids=["plain"])
+    (ECHO_CONFIG, _echo_model("        if self.calls == 1:\n            time.sleep(6)")),
+    (DECOUPLED_CONFIG, DECOUPLED_MODEL.replace("SLEEP", "6"))], ids=["plain", "streamed"])
 def test_a_warm_up_request_that_outlives_the_timeout_is_said_so_not_blamed_on_the_input(
         config, model_py, tmp_path, capsys):
     repo = tmp_path / "repo"

@@ -21,7 +21,7 @@ sees that as P99 jitter. ``load_and_warm`` removes it before traffic arrives:
    every instance serves one (tritonkit's generated configs also carry ``model_warmup``,
    which Triton runs on every instance at load);
    a stateful model (sequence batching) is sent whole short sequences instead of single
-   requests (``_Driver``);
+   requests, and a decoupled one is streamed over gRPC (``_Driver``);
 5. measure what a user would now see: a fresh client's first request against the p50
    of the requests after it (``cold_start_figures``).
 
@@ -32,6 +32,7 @@ again from the start on the new server (its models are cold again).
 from __future__ import annotations
 
 import itertools
+import queue
 import secrets
 import statistics
 import time
@@ -149,7 +150,8 @@ class ModelWarmup:
     # The first request was the model's first since it loaded (this call loaded it, or the
     # server had just started): only then is ``first_ms`` a cold start.
     cold: bool = True
-    # False: a model warm-up cannot send requests to (decoupled); ``note`` says why.
+    # False: a model warm-up cannot send requests to (decoupled, with no gRPC address known);
+    # ``note`` says why.
     warmed: bool = True
 
     @property
@@ -487,9 +489,20 @@ def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadl
     if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
         return _ServerGone(triton_message(exc))
     message, detail = split_message(triton_message(exc))
+    if _status(exc) == "StatusCode.UNAVAILABLE":      # HTTP answers (above), gRPC does not
+        return ServerError(
+            f"no gRPC answer at {endpoint.grpc_url} for '{name}' ({message}), though the "
+            f"server answers HTTP at {endpoint.http_url}",
+            hint="a decoupled model is warmed over gRPC streaming: pass --grpc-url HOST:PORT "
+                 "of the same server (with --url)", detail=detail)
     return InputRefused(f"a warm-up request to '{name}' failed: {message}",
                         hint="the model is READY but refused an input built from its config",
                         detail=detail)
+
+
+def _status(exc: Exception) -> str | None:
+    status = getattr(exc, "status", None)
+    return status() if callable(status) else None
 
 
 def _not_live(endpoint: Endpoint, deadline: Deadline) -> bool:
@@ -520,8 +533,8 @@ def cold_start_figures(endpoint: Endpoint, model: str, inputs: list, *,
     Each connection is opened first (a readiness check, as clients do), so the first
     figure is the server's cold start, not TCP's. One request is one sample of a noisy
     machine: the median over a few clients is a figure, a single one is not. ``inputs``
-    are tritonclient.http InferInputs for a model plain requests reach; warm-up measures
-    stateful models the way it warms them."""
+    are tritonclient.http InferInputs for a model plain HTTP requests reach; warm-up
+    measures stateful and decoupled models the way it warms them."""
     driver = _Driver(endpoint, model, deadline or Deadline(60.0))
     return _cold_start_figures(driver, inputs, requests=requests, clients=clients)
 
@@ -587,6 +600,93 @@ class _HttpRequests:
         self.client.close()
 
 
+class _StreamRequests:
+    """A decoupled model's requests over one gRPC stream (Triton's HTTP endpoint refuses
+    such a model), each until its final response: asked for with
+    ``enable_empty_final_response``, Triton flags it ``triton_final_response``, as an empty
+    response when the model sends the final flag on its own. The stream ends with the
+    deadline's time left when it opens; waits for a response take what is left then."""
+
+    def __init__(self, endpoint: Endpoint, deadline: Deadline, concurrency: int = 1) -> None:
+        # ``concurrency`` is _HttpRequests': one stream carries any number in flight.
+        self.deadline = deadline
+        self.client = endpoint.grpc()
+        self.responses: queue.Queue = queue.Queue()
+        self.request_ids = itertools.count(1)
+        self.client.start_stream(callback=lambda result, error: self.responses.put((result, error)),
+                                 stream_timeout=max(0.5, deadline.left()))
+
+    @staticmethod
+    def inputs(shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
+        import tritonclient.grpc as grpcclient
+
+        return _filled(grpcclient.InferInput, shape, rng)
+
+    def ready(self, name: str) -> bool:
+        try:
+            return bool(self.client.is_model_ready(
+                name, client_timeout=max(0.5, self.deadline.left())))
+        except Exception as exc:
+            raise _ServerGone(triton_message(exc)) from None
+
+    def infer(self, name: str, inputs: list, version: str, sequence: tuple | None) -> None:
+        self.infer_all(name, inputs, version, [sequence])
+
+    def infer_all(self, name: str, inputs: list, version: str,
+                  sequences: list[tuple | None]) -> None:
+        waiting = set()
+        for sequence in sequences:
+            request_id = str(next(self.request_ids))
+            try:
+                self.client.async_stream_infer(name, inputs, model_version=version,
+                                               request_id=request_id,
+                                               enable_empty_final_response=True,
+                                               **_sequence_parameters(sequence))
+            except Exception:
+                # A stream that broke (no server at that address, say) tells why through
+                # the callback; the refusal to send only says that it did.
+                raise self._reported_error() or _closed_stream() from None
+            waiting.add(request_id)
+        while waiting:
+            result, error = self._next(self.deadline.left())
+            if error is not None:
+                raise error
+            response = result.get_response()
+            if response.parameters["triton_final_response"].bool_param:
+                waiting.discard(response.id)
+
+    def _next(self, timeout: float) -> tuple[Any, Exception | None]:
+        try:
+            result, error = self.responses.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError("no final response within the deadline") from None
+        if error is not None and _status(error) == "StatusCode.DEADLINE_EXCEEDED":
+            return None, TimeoutError(triton_message(error))      # the stream's own end
+        return result, error
+
+    def _reported_error(self) -> Exception | None:
+        """The error the stream's callback reported (it may lag the stream's end a little)."""
+        try:
+            while True:
+                _, error = self._next(min(1.0, self.deadline.left()))
+                if error is not None:
+                    return error
+        except TimeoutError:
+            return None
+
+    def close(self) -> None:
+        # Cancels whatever is still in flight (after an error): a graceful stop would wait
+        # for it, past the deadline.
+        self.client.stop_stream(cancel_requests=True)
+        self.client.close()
+
+
+def _closed_stream() -> Exception:
+    from tritonclient.utils import InferenceServerException
+
+    return InferenceServerException("the gRPC stream closed before the request was sent")
+
+
 def _peek(items: Iterator) -> tuple[Any, Iterator]:
     first = next(items)
     return first, itertools.chain([first], items)
@@ -604,14 +704,16 @@ def _filled(make_input: Callable, shape: dict[str, tuple[str, list[int]]],
 
 @dataclass
 class _Driver:
-    """How warm-up sends one model its requests, as its config asks: plain HTTP requests,
-    and for a stateful model (sequence batching) each sample a whole sequence of
-    SEQUENCE_LENGTH requests, start to end, so that no sequence slot stays held after warm-up. An
+    """How warm-up sends one model its requests, as its config asks: plain HTTP requests;
+    over a gRPC stream, each until its final response, for a decoupled model; and for a
+    stateful one (sequence batching), each sample a whole sequence of SEQUENCE_LENGTH
+    requests, start to end, so that no sequence slot stays held after warm-up. An
     iterative sequence model gets plain requests: Triton gives each one a sequence."""
 
     endpoint: Endpoint
     name: str
     deadline: Deadline
+    decoupled: bool = False
     sequence_ids: Iterator[int | str] | None = None
     first_id: int | str | None = None          # said in the note, to find them in a log
 
@@ -622,18 +724,24 @@ class _Driver:
         first = ids = None
         if batching is not None and not batching.get("iterative_sequence"):
             first, ids = _peek(sequence_ids(config))
-        return cls(endpoint, name, deadline, sequence_ids=ids, first_id=first)
+        return cls(endpoint, name, deadline,
+                   decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled")),
+                   sequence_ids=ids, first_id=first)
+
+    @property
+    def transport(self) -> type[_HttpRequests | _StreamRequests]:
+        return _StreamRequests if self.decoupled else _HttpRequests
 
     @property
     def steps(self) -> int:
         """Requests in one sample."""
         return 1 if self.sequence_ids is None else SEQUENCE_LENGTH
 
-    def connect(self, concurrency: int = 1) -> _HttpRequests:
-        return _HttpRequests(self.endpoint, self.deadline, concurrency)
+    def connect(self, concurrency: int = 1) -> _HttpRequests | _StreamRequests:
+        return self.transport(self.endpoint, self.deadline, concurrency)
 
     def inputs(self, shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
-        return _HttpRequests.inputs(shape, rng)
+        return self.transport.inputs(shape, rng)
 
     def _steps(self, count: int) -> list[list[tuple | None]]:
         """For each step, what each of ``count`` samples sends: no sequence (one step), or
@@ -645,7 +753,7 @@ class _Driver:
         last = SEQUENCE_LENGTH - 1
         return [[(i, step == 0, step == last) for i in ids] for step in range(SEQUENCE_LENGTH)]
 
-    def sample(self, connection: _HttpRequests, inputs: list,
+    def sample(self, connection: _HttpRequests | _StreamRequests, inputs: list,
                version: str = "") -> list[float]:
         """One warm-up sample on ``connection``: each of its requests' latency in ms."""
         latencies = []
@@ -677,11 +785,15 @@ class _Driver:
         return count * len(steps)
 
     def describe(self) -> str:
-        """How this model was warmed, when not with plain requests."""
-        if self.sequence_ids is None:
-            return ""
-        return (f"stateful: each sample a whole sequence of {SEQUENCE_LENGTH} requests "
-                f"(start, continue, end), correlation IDs from {self.first_id} up")
+        """How this model was warmed, when not with plain HTTP requests."""
+        how = []
+        if self.decoupled:
+            how.append(f"decoupled: streamed over gRPC at {self.endpoint.grpc_url}, each "
+                       "request until its final response")
+        if self.sequence_ids is not None:
+            how.append(f"stateful: each sample a whole sequence of {SEQUENCE_LENGTH} requests "
+                       f"(start, continue, end), correlation IDs from {self.first_id} up")
+        return "; ".join(how)
 
 
 # -- the warm-up --------------------------------------------------------------------------
@@ -802,10 +914,12 @@ def _server_config(client, name: str) -> dict:
         raise _ServerGone(triton_message(exc)) from None
 
 
-def not_warmable(config: dict) -> str:
-    """Why warm-up cannot send a model requests, or "" if it can."""
-    if config.get("model_transaction_policy", {}).get("decoupled"):
-        return "decoupled model: not warmed (it needs a streaming client)"
+def not_warmable(config: dict, grpc: bool = True) -> str:
+    """Why warm-up cannot send a model requests, or "" if it can: a decoupled model streams
+    over gRPC only, so it needs the server's gRPC address (``grpc``)."""
+    if config.get("model_transaction_policy", {}).get("decoupled") and not grpc:
+        return ("decoupled model: not warmed (Triton serves it over gRPC streaming only, and "
+                "no gRPC address is known: --url gives HTTP; add --grpc-url HOST:PORT)")
     return ""
 
 
@@ -824,7 +938,7 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
         versions = _ready_versions(client, name)
     finally:
         client.close()
-    if why := not_warmable(config):
+    if why := not_warmable(config, grpc=bool(endpoint.grpc_url)):
         return ModelWarmup(model=name, steady=False, requests=0, load_s=load_s, cold=cold,
                            warmed=False, note=why)
     driver = _Driver.for_model(endpoint, name, config, deadline)
@@ -914,16 +1028,19 @@ def _ready_versions(client, name: str) -> list[str]:
 
 def warm_up(repository: Path | None = None, url: str | None = None,
             models: Sequence[str] | None = None, *, timeout: float = 120.0,
-            secret: str | None = None, **options: Any) -> list[ModelWarmup]:
+            secret: str | None = None, grpc_url: str | None = None,
+            **options: Any) -> list[ModelWarmup]:
     """Find the server (``url``, else the deployment recorded in ``repository``) and
     ``load_and_warm`` it under one deadline of ``timeout`` seconds.
 
     ``secret`` is the server's restricted-API secret for a server no state here records
-    (Kubernetes, say); see ``resolve_endpoint``. With a deployment, a restart in the
-    middle is followed to its new state (ports, secret) and the ensembles' steps are read
-    from the folder the server serves."""
+    (Kubernetes, say); see ``resolve_endpoint``. ``grpc_url``, with ``url``, is that
+    server's gRPC address, which decoupled models are warmed through (a deployment records
+    its own). With a deployment, a restart in the middle is followed to its new state
+    (ports, secret) and the ensembles' steps are read from the folder the server serves."""
     deadline = Deadline(timeout)
-    endpoint = resolve_endpoint(repository=repository, url=url, secret=secret)
+    endpoint = resolve_endpoint(repository=repository, url=url, grpc_url=grpc_url,
+                                secret=secret)
     rediscover, config_dir = None, None
     if repository is not None:
         if url is None:

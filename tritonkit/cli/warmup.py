@@ -90,6 +90,9 @@ def write_json(path: Path, results: list[warmup_lib.ModelWarmup]) -> None:
 def warmup(
     repository: OptionalRepository = None,
     url: Url = None,
+    grpc_url: Annotated[Optional[str], typer.Option(
+        "--grpc-url", help="With --url: the server's gRPC address host:port, which decoupled "
+                           "models are warmed through (streaming; HTTP cannot reach them).")] = None,
     model: Annotated[Optional[list[str]], typer.Option(
         "--model", "-m", help="A model to warm (repeat for several; default: all).")] = None,
     requests: Annotated[int, typer.Option(
@@ -120,7 +123,7 @@ def warmup(
         with progress_status("warming up") as progress:
             results = warmup_lib.warm_up(
                 repository, url, model, timeout=timeout, requests=requests, reload=reload,
-                secret=secret, progress=progress,
+                secret=secret, grpc_url=grpc_url, progress=progress,
                 rule=warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance))
     except warmup_lib.LoadFailed as failed:   # the models that loaded were warmed: say how
         if failed.results:
