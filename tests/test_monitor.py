@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, default_signals, run_cli
-from tritonkit.errors import ProfileError
+from tritonkit.errors import ProfileError, ServerError
 from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, load_thresholds
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv, rows_for
 from tritonkit.monitor.triton_metrics import ModelCounters, parse_metrics, rates
-from tritonkit.monitor.watch import Monitor, watch
+from tritonkit.monitor.watch import Monitor, record, watch
 
 # As tritonserver 2.51.0 (CPU build) serves it, after 5 requests of batch 2.
 TRITON_2_51_METRICS = """\
@@ -233,6 +233,45 @@ def test_without_a_driver_here_the_servers_gpu_gauges_are_recorded_and_diagnosed
     assert row.triton.request_success == 5
     capsys.readouterr()
     assert run_cli("diagnose", recording, "--gpu", "a10") == 0      # a GPU sample to read
+
+
+def _scraping_then_failing(monkeypatch, text: str, fail_at: int) -> None:
+    """Triton's metrics answering ``text``, except the ``fail_at``-th scrape (0-based): the
+    server restarting, say."""
+    scrapes = iter(range(1_000))
+
+    def scrape(url, at):
+        if next(scrapes) == fail_at:
+            raise ServerError("cannot reach Triton's metrics (Connection refused)")
+        return parse_metrics(text, at=at)
+
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape", scrape)
+
+
+def test_a_remote_servers_gpus_stay_the_servers_while_a_scrape_fails(monkeypatch):
+    """Once this host's GPUs are known not to be the server's, a failed scrape (a restart)
+    records no GPU for that sample, not this host's own card as GPU 0 of the server."""
+    _scraping_then_failing(monkeypatch, A100_SERVER, fail_at=1)
+    with Nvml(_fake_pynvml()) as nvml:         # this host's own card: a P100, GPU-abc
+        monitor = Monitor(nvml, "http://gpu-host:8002/metrics", LIMITS)
+        first, failed, back = (monitor.snapshot() for _ in range(3))
+    assert [g.uuid for g in first.gpus] == [A100_UUID]
+    assert failed.triton_error and failed.gpus == []
+    assert [row.gpu for row in failed.rows()] == [None]
+    assert [g.uuid for g in back.gpus] == [A100_UUID]
+
+
+def test_a_failed_scrape_mid_recording_does_not_end_a_live_recording_without_a_driver(
+        monkeypatch):
+    """Without NVML the GPUs come from Triton's gauges: a scrape that fails after the first
+    (the server restarting) leaves one sample without them, and the recording goes on."""
+    _scraping_then_failing(monkeypatch, A100_SERVER, fail_at=1)
+    clock = _Clock()
+    monitor = Monitor(None, "http://gpu-host:8002/metrics", LIMITS, clock=clock,
+                      wall_clock=lambda: 0.0)
+    rows, interrupted = record(monitor, interval=1, duration=3, sleep=clock.sleep)
+    assert not interrupted
+    assert [(round(r.elapsed_s), r.gpu) for r in rows] == [(0, 0), (1, None), (2, 0), (3, 0)]
 
 
 def _send_requests(deployment, count: int, batch: int) -> None:

@@ -60,6 +60,10 @@ class Monitor:
         self._wall_clock = wall_clock
         self._start: float | None = None
         self._previous: TritonMetrics | None = None
+        # Set by the first scrape that reports GPUs: whether NVML's are the server's. It
+        # outlasts a failed scrape, which would otherwise record this host's cards in the
+        # remote server's place.
+        self._gpus_from_server = False
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
@@ -69,12 +73,14 @@ class Monitor:
         gpus = self.nvml.sample() if self.nvml else []
         triton, error = self._scrape(elapsed)
         notes = list(triton.notes) if triton else []
-        if triton and triton.gpus and not {g.uuid for g in gpus} & set(triton.gpus):
-            if gpus:
+        if triton and triton.gpus:
+            self._gpus_from_server = not {g.uuid for g in gpus} & set(triton.gpus)
+        if self._gpus_from_server:
+            if triton and gpus:
                 notes.append("the GPUs NVML sees on this host are not the server's (no UUID "
                              "in common with Triton's GPU metrics): showing the server's GPUs "
                              "from Triton's own gauges (no temperature, clocks or PCIe)")
-            gpus = server_gpus(triton)
+            gpus = server_gpus(triton) if triton else []
         model_rates: dict[str, ModelRates] = {}
         total_rates, served = None, None     # served: what Triton ran since the last sample
         previous = self._previous
@@ -154,7 +160,9 @@ def record(monitor: Monitor, interval: float, duration: float,
     rows: list[MonitorRow] = []
     try:
         for snapshot in watch(monitor, interval, duration, sleep=sleep):
-            if not snapshot.gpus:
+            # Only the first sample can tell there is no GPU: a later one without any is a
+            # failed scrape of the server whose gauges give them (a restart), not the end.
+            if not snapshot.gpus and not rows:
                 raise UsageError("no GPU to record: NVML is unavailable on this host and "
                                  "Triton reports no GPU metrics",
                                  hint="run it on the GPU host, or let tritonserver report its "
