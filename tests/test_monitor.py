@@ -163,6 +163,22 @@ def test_a_summaries_only_server_counts_the_requests_of_its_first_busy_interval(
     assert r.queue_us == pytest.approx(1067 / 8)
 
 
+def test_a_summaries_only_server_whose_counters_count_keeps_its_batch_sizes_mid_request():
+    """A Triton that counts with its latency counters off, scraped between a request's
+    summary observation and its success count (one family is read after the other): one
+    request ahead in the summary is a scrape's timing, not counters stuck at 0."""
+    counting = (SUMMARIES_AFTER
+                .replace('request_success{model="example",version="1"} 0',
+                         'request_success{model="example",version="1"} 7')
+                .replace('nv_inference_count{model="example",version="1"} 0',
+                         'nv_inference_count{model="example",version="1"} 28')
+                .replace('exec_count{model="example",version="1"} 0',
+                         'exec_count{model="example",version="1"} 7'))
+    example = parse_metrics(counting).models["example"]
+    assert (example.inference_count, example.exec_count) == (28, 7)
+    assert example.request_success == 8                  # the summary's count: the later one
+
+
 def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch, capsys):
     _scraping(monkeypatch, SUMMARIES_BEFORE, SUMMARIES_AFTER, SUMMARIES_AFTER)
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())

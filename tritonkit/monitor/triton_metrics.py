@@ -172,7 +172,9 @@ def _model_counters(counted: dict[str, float], summed: dict[str, float]
     for name in _SUMMARIES.values():
         values[name] = summed.get(name + "_sum")
     requests = summed["request_duration_us_count"]     # one observation per success
-    uncounted = requests > (values["request_success"] or 0.0)
+    # Stuck at 0 while the summary counts is 2.51's bug; a count a request or two behind
+    # is a scrape read between the two families, from a Triton whose counters count.
+    uncounted = requests > 0 and not values["request_success"]
     values["request_success"] = requests
     if not uncounted:
         return ModelCounters(**values), (
