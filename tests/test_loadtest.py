@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import EXAMPLE_REPOSITORY, default_signals, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, ROOT, default_signals, run_cli
 from tritonkit import report
 from tritonkit.client import Endpoint
 from tritonkit.deploy import deploy_local, down
@@ -1161,6 +1161,130 @@ def test_input_data_the_model_cannot_take_is_a_usage_error_that_names_it(served,
     first = err.splitlines()[0]
     assert re.search(f"^error: .*{says}", first), err
     assert "internal error" not in err and "Traceback" not in err
+
+
+# -- dynamic dimensions: --shape ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def encoder_served(tmp_path_factory):
+    """examples/encoder.py exported (input_ids and attention_mask: [batch, sequence]; its
+    model_warmup holds the lengths the export verified) and served by the real Triton
+    beside a copy without model_warmup ("bare") and the example model (fixed dims)."""
+    from google.protobuf import text_format
+
+    from tritonkit.model_config import read_config
+
+    repo = tmp_path_factory.mktemp("encoder") / "repo"
+    shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+    assert run_cli("export", ROOT / "examples" / "encoder.py:build", "--name", "enc",
+                   "--repository", repo) == 0
+    shutil.copytree(repo / "enc", repo / "bare")
+    config = read_config(repo / "bare" / "config.pbtxt")
+    config.name = "bare"
+    config.ClearField("model_warmup")
+    (repo / "bare" / "config.pbtxt").write_text(text_format.MessageToString(config))
+    deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120, warmup=False)
+    yield deployment
+    down(repo)
+
+
+def _loadtest_model(deployment, model, *args) -> int:
+    return run_cli("loadtest", "--repository", deployment.repository, "--model", model,
+                   "--warmup-s", "0.2", "--concurrency", "1", "--duration", "0.5", *args)
+
+
+@pytest.mark.server
+def test_a_dynamic_dimension_no_flag_sizes_is_refused_with_the_flags_its_warm_up_verified(
+        encoder_served, capsys):
+    """Sent at size 1 it would judge an encoder's SLA at sequence length 1 (perf_analyzer
+    refuses too); the hint spells the flags, at the lengths the export verified."""
+    assert _loadtest_model(encoder_served, "enc") == EXIT_USAGE
+    err = capsys.readouterr().err
+    first, hint = err.splitlines()[:2]
+    assert first == ("error: model 'enc' has inputs of dynamic size that neither --shape nor "
+                     "--input-data gives: input_ids [-1], attention_mask [-1] without the batch axis")
+    assert hint.startswith("hint: pass --shape input_ids:18 --shape attention_mask:18 (")
+    assert "it also warms 6, 12" in hint
+
+    assert _loadtest_model(encoder_served, "enc", "--shape", "input_ids:12") == EXIT_USAGE
+    assert "gives: attention_mask [-1]" in capsys.readouterr().err     # each input its own
+
+    assert _loadtest_model(encoder_served, "bare") == EXIT_USAGE     # nothing to suggest
+    assert ("hint: pass --shape input_ids:N --shape attention_mask:N, N the size your clients send"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.server
+def test_shape_sizes_the_dynamic_dimension_in_every_request_the_header_and_the_json(
+        encoder_served, tmp_path, capsys):
+    from tritonkit.loadtest import request_template
+
+    template = request_template(Endpoint.from_deployment(encoder_served), "enc", batch_size=2,
+                                shapes={"input_ids": [12], "attention_mask": [12]})
+    assert [(name, data.shape) for name, _, data in template.inputs] == [
+        ("input_ids", (2, 12)), ("attention_mask", (2, 12))]
+
+    code = _loadtest_model(encoder_served, "enc", "--shape", "input_ids:12", "--shape",
+                           "attention_mask:12", "--json", tmp_path / "run.json")
+    out = capsys.readouterr().out
+    assert code == 0
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["request"] == "input_ids INT64[1, 12], attention_mask INT64[1, 12]"
+    assert data["spec"]["shapes"] == {"input_ids": [12], "attention_mask": [12]}
+    assert data["levels"][0]["ok"] > 0 and data["levels"][0]["errors"] == {}
+    header = " ".join(out.split())          # the table's title, however the terminal wraps it
+    assert "(input_ids INT64[1, 12], attention_mask INT64[1, 12])" in header
+
+
+@pytest.mark.server
+def test_real_data_sizes_a_dynamic_dimension_as_a_shape_would(encoder_served, tmp_path):
+    from tritonkit.loadtest import request_template
+
+    data = tmp_path / "ids.json"
+    data.write_text(json.dumps({"input_ids": list(range(9))}))
+    template = request_template(Endpoint.from_deployment(encoder_served), "enc", input_data=data,
+                                shapes={"attention_mask": [9]})
+    assert [data.shape for _, _, data in template.inputs] == [(1, 9), (1, 9)]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("model, shapes, says", [
+    ("enc", ["ids:12", "attention_mask:12"], "--shape names inputs the model does not have: ids"),
+    ("enc", ["input_ids:12,2", "attention_mask:12"],
+     r"--shape input_ids:12,2 gives 2 dims; input input_ids has 1 without the batch axis"),
+    ("enc", ["input_ids:0", "attention_mask:12"], "--shape input_ids:0: every dim of input input_ids"),
+    ("enc", ["input_ids:-3", "attention_mask:12"], "--shape input_ids:-3: every dim of input input_ids"),
+    ("example", ["INPUT__0:5"], "--shape INPUT__0:5 sets dim 0 of input INPUT__0 to 5; the model "
+                                "fixes it at 4"),
+], ids=["unknown input", "dim count", "zero dim", "negative dim", "fixed dim"])
+def test_a_shape_the_model_cannot_take_is_a_usage_error_that_names_the_input(
+        encoder_served, capsys, model, shapes, says):
+    code = _loadtest_model(encoder_served, model, *[a for s in shapes for a in ("--shape", s)])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert err.startswith(f"error: {says}"), err
+    assert err.splitlines()[1].startswith("hint: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag, says", [
+    ("input_ids", "--shape input_ids is not NAME:D1,D2,..."),
+    ("input_ids:12,x", "--shape input_ids:12,x is not NAME:D1,D2,..."),
+    (":12", "--shape :12 is not NAME:D1,D2,..."),
+])
+def test_a_shape_flag_that_is_not_name_and_dims_is_refused_before_reaching_the_server(
+        capsys, flag, says):
+    assert run_cli("loadtest", "--url", "127.0.0.1:1", "--model", "m", "-c", "1",
+                   "--shape", flag) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith(f"error: {says}")
+
+
+def test_a_shape_given_twice_is_refused_and_a_name_may_hold_a_colon():
+    from tritonkit.loadtest import parse_shapes
+
+    assert parse_shapes(["x:0:3,4"]) == (("x:0", (3, 4)),)       # a TensorFlow tensor name
+    with pytest.raises(UsageError, match="gives input x twice"):
+        parse_shapes(["x:3", "x:4"])
 
 
 @pytest.mark.server

@@ -320,6 +320,7 @@ def result_dict(result: LoadTestResult, verdict: Verdict) -> dict[str, Any]:
     """Everything the run measured, and its verdict, as plain JSON-able data."""
     spec = asdict(result.spec)
     spec["input_data"] = str(spec["input_data"]) if spec["input_data"] else None
+    spec["shapes"] = {name: list(dims) for name, dims in result.spec.shapes}
     return {"model": result.spec.model, "server": result.server, "request": result.request,
             "spec": spec, "verdict": verdict.as_dict(),
             "levels": [_level_dict(lv) for lv in result.levels]}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -43,7 +43,9 @@ class _ProgressBar:
 @app.command(epilog="Example: tritonkit loadtest --repository model_repository --model example "
                     "--concurrency 1,8 --sla-p99-ms 20\n\n"
                     "Open loop: tritonkit loadtest --url 127.0.0.1:8000 --model mlp --rate 200 "
-                    "--arrivals poisson --duration 30 --plot out/mlp.png")
+                    "--arrivals poisson --duration 30 --plot out/mlp.png\n\n"
+                    "Dynamic sizes: tritonkit loadtest --model encoder --concurrency 4 "
+                    "--shape input_ids:128 --shape attention_mask:128")
 def loadtest(
     model: Annotated[str, typer.Option("--model", "-m", help="The model to load.")],
     repository: OptionalRepository = None,
@@ -73,6 +75,9 @@ def loadtest(
         "--window-s", help="Width of a timeline window in seconds.", min=0.05)] = 1.0,
     input_data: Annotated[Optional[Path], typer.Option(
         "--input-data", help="Real inputs: .npz (an array per input) or .json {NAME: array}.")] = None,
+    shape: Annotated[Optional[List[str]], typer.Option(
+        "--shape", help="An input's dims without the batch axis, NAME:D1,D2,... (repeatable; "
+                        "as perf_analyzer's): the size of each dynamic (-1) dimension.")] = None,
     request_timeout: Annotated[float, typer.Option(
         "--request-timeout", help="Seconds before one request counts as failed.", min=0.1)] = 30.0,
     sla_p99_ms: Annotated[Optional[float], typer.Option(
@@ -112,7 +117,8 @@ def loadtest(
         model=model, concurrency=_numbers(concurrency, int, "--concurrency"),
         rates=_numbers(rate, float, "--rate"), arrivals=arrivals, duration_s=duration,
         warmup_s=warmup_s, batch_size=batch_size, protocol=protocol, workers=workers,
-        max_in_flight=max_in_flight, window_s=window_s, timeout_s=request_timeout, input_data=input_data)
+        max_in_flight=max_in_flight, window_s=window_s, timeout_s=request_timeout, input_data=input_data,
+        shapes=loadtest_lib.parse_shapes(shape or ()))
     endpoint = resolve_endpoint(repository, url, grpc_url=grpc_url)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]} requests"),
                TimeRemainingColumn())

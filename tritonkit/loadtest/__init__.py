@@ -11,7 +11,7 @@ time, so a stalled server shows in the percentiles instead of quietly lowering t
 offered load. ``tritonkit.report`` turns a result into a verdict, a table and files.
 """
 
-from tritonkit.loadtest._inputs import RequestTemplate, request_template
+from tritonkit.loadtest._inputs import RequestTemplate, parse_shapes, request_template
 from tritonkit.loadtest._run import (
     PERCENTILES,
     LevelResult,
@@ -40,6 +40,7 @@ __all__ = [
     "cold_start_windows",
     "default_workers",
     "open_loop_schedule",
+    "parse_shapes",
     "request_template",
     "run_loadtest",
     "spike_windows",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +27,50 @@ class RequestTemplate:
         return ", ".join(f"{name} {dtype}{list(data.shape)}" for name, dtype, data in self.inputs)
 
 
+#: ``--shape`` values: (input name, its dims without the batch axis), one pair per input.
+Shapes = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def parse_shapes(texts: Iterable[str]) -> Shapes:
+    """``--shape NAME:D1,D2,...`` (repeatable), as perf_analyzer's: an input's dims without
+    the batch axis. The name ends at the last colon (a TensorFlow name holds one: ``x:0``)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in texts:
+        name, colon, spelled = text.rpartition(":")
+        try:
+            dims = tuple(int(d) for d in spelled.split(",")) if spelled.strip() else ()
+        except ValueError:
+            dims = None
+        if not colon or not name or dims is None:
+            raise UsageError(f"--shape {text} is not NAME:D1,D2,...",
+                             hint="give an input's dims without the batch axis, e.g. "
+                                  "--shape input_ids:128")
+        if name in shapes:
+            raise UsageError(f"--shape gives input {name} twice", hint="give each input one --shape")
+        shapes[name] = dims
+    return check_shapes(tuple(shapes.items()))
+
+
+def check_shapes(shapes: Shapes) -> Shapes:
+    """``shapes`` as they are if every dim is a size (>= 1), else a UsageError naming the input."""
+    for name, dims in shapes:
+        if any(d < 1 for d in dims):
+            raise UsageError(f"--shape {_spell_flag(name, dims)}: every dim of input {name} must "
+                             "be a size >= 1",
+                             hint=f"give each dim of {name} the size its requests should have")
+    return shapes
+
+
 def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
-                     input_data: Path | None = None, seed: int = 0) -> RequestTemplate:
-    """The request for ``model``: shapes and datatypes from the server, data random or from a file."""
+                     input_data: Path | None = None, seed: int = 0,
+                     shapes: Mapping[str, Sequence[int]] | None = None) -> RequestTemplate:
+    """The request for ``model``: shapes and datatypes from the server, data random or from a file.
+
+    A dynamic dimension (-1, besides the batch axis) takes its size from ``shapes`` (an
+    input's dims without the batch axis, as ``--shape``) or from the input's data; one
+    that neither gives is refused, as perf_analyzer does: sending it at size 1 would judge
+    an encoder's SLA at sequence length 1.
+    """
     client = endpoint.http()
     try:
         metadata = client.get_model_metadata(model)
@@ -51,24 +93,91 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
         raise UsageError(f"--batch-size {batch_size} exceeds model '{model}' max_batch_size {max_batch}",
                          hint=f"use --batch-size {max_batch} or less")
     given = _read_input_data(input_data) if input_data else {}
+    sized = {name: [int(d) for d in dims] for name, dims in (shapes or {}).items()}
+    their_inputs = "its inputs are " + ", ".join(s["name"] for s in metadata["inputs"])
     rng = np.random.default_rng(seed)
-    inputs = []
+    inputs, unsized = [], {}
     for spec in metadata["inputs"]:
         name, datatype = spec["name"], spec["datatype"]
         dims = [int(d) for d in spec["shape"]]
         if max_batch:
             dims = dims[1:]
-        shape = ([batch_size] if max_batch else []) + [d if d > 0 else 1 for d in dims]
+        if name in sized:
+            dims = _sized(name, dims, sized.pop(name))
+        elif -1 in dims and name not in given:
+            unsized[name] = dims
+            continue
         if name in given:
             data = _fit(given.pop(name), name, datatype, dims, bool(max_batch), batch_size)
         else:
-            data = example_input(datatype, shape, rng)
+            data = example_input(datatype, ([batch_size] if max_batch else []) + dims, rng)
         inputs.append((name, datatype, data))
+    if sized:
+        raise UsageError(f"--shape names inputs the model does not have: {', '.join(sorted(sized))}",
+                         hint=their_inputs)
     if given:
         raise UsageError(f"--input-data names inputs the model does not have: {', '.join(sorted(given))}",
-                         hint="its inputs are " + ", ".join(s["name"] for s in metadata["inputs"]))
+                         hint=their_inputs)
+    if unsized:
+        raise UsageError(f"model '{model}' has inputs of dynamic size that neither --shape nor "
+                         "--input-data gives: "
+                         + ", ".join(f"{name} {dims}" for name, dims in unsized.items())
+                         + " without the batch axis",
+                         hint=_shape_hint(unsized, config.get("model_warmup", [])))
     outputs = tuple(o["name"] for o in metadata.get("outputs", []))
     return RequestTemplate(model=model, inputs=tuple(inputs), outputs=outputs, batch_size=batch_size)
+
+
+def _sized(name: str, dims: list[int], given: list[int]) -> list[int]:
+    """``--shape``'s dims for input ``name``, checked against the model's (-1: any size)."""
+    flag = _spell_flag(name, given)
+    hint = f"pass --shape {_spell_flag(name, dims)}" + (", N a size of your choice" if -1 in dims else "")
+    if len(given) != len(dims):
+        raise UsageError(f"--shape {flag} gives {len(given)} dims; input {name} has {len(dims)} "
+                         f"without the batch axis ({dims})", hint=hint)
+    for axis, (wanted, got) in enumerate(zip(dims, given)):
+        if wanted != -1 and wanted != got:
+            raise UsageError(f"--shape {flag} sets dim {axis} of input {name} to {got}; the model "
+                             f"fixes it at {wanted} ({dims} without the batch axis)", hint=hint)
+    return given
+
+
+def _spell_flag(name: str, dims: Sequence[int]) -> str:
+    """``NAME:D1,D2`` as --shape takes it, a dynamic dim as N."""
+    return f"{name}:" + ",".join("N" if d == -1 else str(d) for d in dims)
+
+
+def _shape_hint(unsized: dict[str, list[int]], warmup: list[dict]) -> str:
+    """The --shape flags to pass for ``unsized`` inputs: the sizes of the model's
+    ``model_warmup`` entries — for a tritonkit export the lengths it verified — the largest
+    spelled out, else a placeholder."""
+    choices = []
+    for entry in warmup:
+        listed = entry.get("inputs", {})
+        choice = {}
+        for name, dims in unsized.items():
+            got = [int(d) for d in listed.get(name, {}).get("dims", [])]
+            if len(got) == len(dims) and all(d in (-1, g) for d, g in zip(dims, got)):
+                choice[name] = got
+        if len(choice) == len(unsized) and choice not in choices:
+            choices.append(choice)
+    if not choices:
+        return ("pass " + " ".join(f"--shape {_spell_flag(name, dims)}" for name, dims in unsized.items())
+                + ", N the size your clients send")
+    choices.sort(key=lambda c: sum(int(np.prod(dims)) for dims in c.values()))
+    flags = " ".join(f"--shape {_spell_flag(name, dims)}" for name, dims in choices[-1].items())
+    others = ", ".join(_sizes(choice, unsized) for choice in choices[:-1])
+    return (f"pass {flags} (the largest size the model's model_warmup holds; a tritonkit "
+            "export's are sizes it verified" + (f"; it also warms {others}: a run each shows what "
+                                                "size costs" if others else "") + ")")
+
+
+def _sizes(choice: dict[str, list[int]], unsized: dict[str, list[int]]) -> str:
+    """A model_warmup entry's dynamic sizes, short: ``12`` when they agree, else its flags."""
+    values = {g for name, dims in unsized.items() for d, g in zip(dims, choice[name]) if d == -1}
+    if len(values) == 1:
+        return str(values.pop())
+    return " ".join(_spell_flag(name, dims) for name, dims in choice.items())
 
 
 def _read_input_data(path: Path) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from tritonkit.client import Endpoint
 from tritonkit.errors import LoadTestError, UsageError
-from tritonkit.loadtest._inputs import RequestTemplate, request_template
+from tritonkit.loadtest._inputs import RequestTemplate, Shapes, check_shapes, request_template
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
@@ -64,9 +64,13 @@ class LoadSpec:
     window_s: float = 1.0
     timeout_s: float = 30.0
     input_data: Path | None = None
+    # --shape: each input's dims without the batch axis, ``{"input_ids": (128,)}`` or pairs
+    shapes: Shapes = ()
     seed: int = 0
 
     def __post_init__(self) -> None:
+        shapes = tuple((name, tuple(int(d) for d in dims)) for name, dims in dict(self.shapes).items())
+        object.__setattr__(self, "shapes", check_shapes(shapes))
         if bool(self.concurrency) == bool(self.rates):
             raise UsageError("give exactly one of --concurrency or --rate",
                              hint="closed loop: --concurrency 1,8; open loop: --rate 200")
@@ -206,7 +210,8 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
                              f"holds ({MAX_CONCURRENCY})",
                              hint="lower --max-in-flight or --workers")
         _check_open_files(max(slots))
-    template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed)
+    template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed,
+                                shapes=dict(spec.shapes))
     url = _protocol_url(endpoint, spec.protocol)
     _probe(url, spec.protocol, template, spec.timeout_s)
     levels = []
