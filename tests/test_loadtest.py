@@ -424,6 +424,71 @@ def test_a_stall_during_a_model_outage_is_named_a_cold_start():
     assert alone.stall and not alone.cold_start and alone.cause.startswith("stall: ")
 
 
+def _failed_in_second(second: int, errors: int = 40) -> list[Window]:
+    """Six windows at 1 ms, the one at ``second`` every request an error answer (no latency)."""
+    timeline = _timeline([1.0] * 6)
+    timeline[second] = Window(index=second, start_s=float(second), ok=0, errors=errors, qps=0.0,
+                              p50_ms=None, p99_ms=None, max_ms=None, came_back=errors, waiting_ms=0.5)
+    return timeline
+
+
+def test_a_window_in_which_every_request_failed_is_flagged_and_named_after_the_outage_it_overlaps():
+    """A 404 in a millisecond while a model reloads leaves a window with no latency and
+    answers coming back: neither a spike by latency nor a stall, yet the outage itself."""
+    at = lambda s: int(s * 1e9)     # noqa: E731
+    reload = [ServerEvent(at(2.9), "state", "mlp", "1", "UNLOADING", "READY"),
+              ServerEvent(at(4.1), "state", "mlp", "1", "READY", "LOADING")]
+    spike, = cold_start_windows(_failed_in_second(3), reload, 0, 1.0)
+    assert (spike.window, spike.failed, spike.errors, spike.stall, spike.cold_start) == (3, True, 40, False, True)
+    assert spike.cause == ("cold start: model 'mlp' version 1 reloaded, not READY 2.90–4.10 s; "
+                           "every request failed (40 errors)")
+    assert spike.p99_ms is None and spike.events
+    alone, = cold_start_windows(_failed_in_second(3), [], 0, 1.0)
+    assert alone.failed and not alone.cold_start
+    assert alone.cause == "errors: every request failed (40 errors); no server event explains it"
+    # a window with some answers among its errors is judged by its latency as any other
+    some = _failed_in_second(3)
+    some[3] = Window(index=3, start_s=3.0, ok=5, errors=40, qps=5.0, p50_ms=1.0, p99_ms=1.1, max_ms=1.2)
+    assert cold_start_windows(some, [], 0, 1.0) == []
+
+
+def test_an_error_window_is_in_the_json_the_csv_the_spikes_table_the_warnings_and_the_plot(tmp_path,
+                                                                                          monkeypatch):
+    import matplotlib.pyplot as plt
+    from rich.console import Console
+
+    timeline = _failed_in_second(2)
+    spikes = cold_start_windows(timeline, [], 0, 1.0)
+    level = LevelResult(mode="closed", level=2, workers=1, duration_s=6, sent=540, ok=500,
+                        errors={"HTTP 400: unknown model": 40}, qps=83.3, infer_per_s=83.3,
+                        latency_ms={"p99": 1.0}, timeline=timeline, spikes=spikes, events=[],
+                        server_split_ms=None)
+    result = LoadTestResult(spec=LoadSpec(model="m", concurrency=(2,), duration_s=6, window_s=1),
+                            server="s", request="r", levels=[level])
+    verdict = report.judge(result, report.Sla(max_error_rate=0.5))
+    assert "concurrency 2: errors: every request failed (40 errors); no server event explains it " \
+           "at 2 s (typical p99 1.00 ms)" in verdict.warnings
+    report.write_json(tmp_path / "run.json", result, verdict)
+    saved = json.loads((tmp_path / "run.json").read_text())["levels"][0]
+    assert [w["failed"] for w in saved["timeline"]] == [False, False, True, False, False, False]
+    assert [(s["window"], s["failed"], s["errors"], s["stall"]) for s in saved["spikes"]] == [(2, True, 40, False)]
+    rows = list(csv.DictReader(io.StringIO(report.timeline_csv(result))))
+    assert list(rows[0])[-2:] == ["stall", "failed"]            # after the columns files had before
+    assert [(r["failed"], r["spike"], r["errors"]) for r in rows[1:4]] == [
+        ("0", "0", "0"), ("1", "1", "40"), ("0", "0", "0")]
+    console = Console(width=250, record=True)
+    console.print(report.spikes_table(result))
+    text = console.export_text()
+    assert "error windows (every request failed)" in " ".join(text.split())   # (the title wraps)
+    row, = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if "every request failed (40" in line]
+    assert row[1:3] == ["2", "-"]
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    report.write_plot(tmp_path / "run.png", result)
+    shaded = [p for p in kept[0].axes[0].patches if p.get_label() == "errors (every request failed)"]
+    assert [(p.get_x(), p.get_x() + p.get_width()) for p in shaded] == [(2.0, 3.0)]
+
+
 def test_a_stall_is_in_the_json_the_csv_the_spikes_table_the_warnings_and_the_plot(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
     from rich.console import Console
@@ -1081,6 +1146,38 @@ def test_a_stall_while_the_model_was_out_is_named_after_the_outage(served):
                and "nothing came back" in spikes[w.index].cause and spikes[w.index].events
                for w in inside), [spikes.get(w.index) for w in inside]
     assert level.outages and level.outages[0]["from_s"] < began
+
+
+@pytest.mark.server
+def test_windows_in_which_every_request_failed_while_the_model_was_out_are_flagged_with_the_outage(served):
+    """Unloaded for 1.2 s, the model's requests come back at once as errors (HTTP 400):
+    those windows have no latency and are no stall, yet they are the outage itself."""
+    endpoint = Endpoint.from_deployment(served)
+    span = {}
+
+    def outage():
+        client = endpoint.http()            # (in this thread: its gevent pool belongs to it)
+        client.unload_model("example", headers=endpoint.repository_headers)
+        span["out"] = time.perf_counter()
+        time.sleep(1.2)
+        span["back"] = time.perf_counter()
+        client.load_model("example", headers=endpoint.repository_headers)
+
+    at = _At(1.0, 0.3, outage)
+    result = _run_with(served, LoadSpec(model="example", concurrency=(2,), duration_s=4.0, warmup_s=0.3,
+                                        window_s=0.25), at)
+    level = result.levels[0]
+    out, back = 4.0 - at.left_at(span["out"]), 4.0 - at.left_at(span["back"])
+    inside = [w for w in level.timeline if out + 0.05 <= w.start_s and w.start_s + 0.25 <= back]
+    assert len(inside) >= 3, (out, back, level.timeline)
+    assert all(w.ok == 0 and w.errors and w.p99_ms is None and not w.stall for w in inside), inside
+    spikes = {s.window: s for s in level.spikes}
+    assert [w.index for w in inside if w.index in spikes] == [w.index for w in inside], level.spikes
+    assert all(w.failed and spikes[w.index].failed and spikes[w.index].events
+               and re.match(r"(cold start: )?model 'example' version 1 (reloaded|unavailable)",
+                            spikes[w.index].cause)
+               and "every request failed" in spikes[w.index].cause for w in inside), \
+        [spikes.get(w.index) for w in inside]
 
 
 @pytest.mark.server

@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +26,7 @@ from rich.table import Table
 
 from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError
 from tritonkit.fileio import atomic_write
-from tritonkit.loadtest import PERCENTILES, LevelResult, LoadTestResult, Spike
+from tritonkit.loadtest import PERCENTILES, LevelResult, LoadTestResult, Spike, Window
 
 __all__ = [
     "Check",
@@ -158,7 +158,8 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
 
 
 def _spike_figures(spike: Spike) -> str:
-    """A spike's own latencies, for a warning line; a stall in which no request was sent has none."""
+    """A spike's own latencies, for a warning line; a stall in which no request was sent,
+    or an error window, has none."""
     if spike.p99_ms is None:
         return ""
     return f"p99 {spike.p99_ms:.2f} ms, max {spike.max_ms:.2f} ms, "
@@ -264,8 +265,8 @@ def spikes_table(result: LoadTestResult) -> Table | None:
     rows = [(_short(lv), s) for lv in result.levels for s in lv.spikes]
     if not rows:
         return None
-    table = Table(title="latency spikes (windows far above the run's typical p99) and stalls (requests "
-                        "out, none back)", title_justify="left")
+    table = Table(title="latency spikes (windows far above the run's typical p99), stalls (requests "
+                        "out, none back) and error windows (every request failed)", title_justify="left")
     for name in ("level", "at s", "p99 ms", "max ms", "typical p99", "cause"):
         table.add_column(name, justify="left" if name in ("level", "cause") else "right")
     for label, s in rows:
@@ -344,9 +345,9 @@ def _finite(value: Any) -> Any:
     return value
 
 
-# (came_back, waiting_ms and stall last: files read by position keep their columns)
+# (came_back, waiting_ms, stall and failed last: files read by position keep their columns)
 CSV_COLUMNS = ("level", "window", "start_s", "qps", "ok", "errors", "p50_ms", "p99_ms", "max_ms",
-               "spike", "cause", "came_back", "waiting_ms", "stall")
+               "spike", "cause", "came_back", "waiting_ms", "stall", "failed")
 
 
 def timeline_csv(result: LoadTestResult) -> str:
@@ -361,7 +362,7 @@ def timeline_csv(result: LoadTestResult) -> str:
                              "" if w.p99_ms is None else f"{w.p99_ms:.3f}",
                              "" if w.max_ms is None else f"{w.max_ms:.3f}", int(w.spike), w.cause,
                              w.came_back, "" if w.waiting_ms is None else f"{w.waiting_ms:.3f}",
-                             int(w.stall)])
+                             int(w.stall), int(w.failed)])
     return out.getvalue()
 
 
@@ -370,8 +371,8 @@ def write_csv(path: Path, result: LoadTestResult) -> Path:
 
 
 def write_plot(path: Path, result: LoadTestResult) -> Path:
-    """A PNG: the latency timeline of each level (spikes marked, stalls and model outages
-    shaded, a window with no latency a gap in its line) above the latency histogram of each
+    """A PNG: the latency timeline of each level (spikes marked, stalls, error windows and
+    model outages shaded, a window with no latency a gap in its line) above the latency histogram of each
     level."""
     import matplotlib
 
@@ -381,7 +382,8 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), constrained_layout=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    legend = {"spike (window max)", "model not READY", "stall (none came back)"}  # each named once
+    legend = {"spike (window max)", "model not READY", "stall (none came back)",   # each named once
+              "errors (every request failed)"}
     for i, lv in enumerate(result.levels):
         color = colors[i % len(colors)]
         half = result.spec.window_s / 2          # each point in the middle of its window
@@ -398,8 +400,11 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
         if spiked:
             top.scatter([w.start_s + half for w in spiked], [w.max_ms for w in spiked], marker="v", s=70,
                         color="red", zorder=5, label=_once(legend, "spike (window max)"))
-        for left, right in _stalls(lv, result.spec.window_s):
+        for left, right in _spans(lv, result.spec.window_s, lambda w: w.stall):
             top.axvspan(left, right, color="red", alpha=0.15, label=_once(legend, "stall (none came back)"))
+        for left, right in _spans(lv, result.spec.window_s, lambda w: w.failed and not w.stall):
+            top.axvspan(left, right, color="purple", alpha=0.15,
+                        label=_once(legend, "errors (every request failed)"))
         for left, right in _outages(lv):
             top.axvspan(left, right, color="orange", alpha=0.2, label=_once(legend, "model not READY"))
         _histogram(bottom, lv, color)
@@ -444,11 +449,11 @@ def _nan(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-def _stalls(lv: LevelResult, window_s: float) -> list[tuple[float, float]]:
-    """Spans of consecutive stalled windows, clipped to the measurement."""
+def _spans(lv: LevelResult, window_s: float, which: Callable[[Window], bool]) -> list[tuple[float, float]]:
+    """Spans of consecutive windows ``which`` picks (stalled, failed), clipped to the measurement."""
     spans: list[tuple[float, float]] = []
     for w in lv.timeline:
-        if not w.stall:
+        if not which(w):
             continue
         right = min(w.start_s + window_s, lv.duration_s)
         if spans and spans[-1][1] >= w.start_s - 1e-9:      # the window just before: one span

@@ -7,12 +7,15 @@ p99, yet it is exactly what a user behind it waits for). A window's latencies ar
 of the requests sent in it, so a server that stops answering leaves the windows after
 its stall with none: such a window is a **stall** when requests were out and none came
 back in it, the oldest out longer than ``max_factor`` times that median — flagged like
-a spike — and merely idle when nothing was out (an open loop between arrivals). A spike
-that overlaps a model's outage (from leaving READY until ``reach_s`` after it is READY
-again) is named a cold start. A lone slow request that no outage explains is reported
-only beyond ``SPIKE_LONE_MAX_FACTOR``: a busy host's scheduler makes single 8x outliers
-every few seconds, and a report that cries wolf on each gets ignored. A stall is no lone
-request: nothing at all came back for it.
+a spike — and merely idle when nothing was out (an open loop between arrivals). A window
+in which requests were sent and every one failed (an HTTP 400 or gRPC NOT_FOUND in a
+millisecond while a model reloads) has no latency either and is no stall — things came
+back: it is an **error window**, flagged like a stall. A spike that overlaps a model's
+outage (from leaving READY until ``reach_s`` after it is READY again) is named a cold
+start. A lone slow request that no outage explains is reported only beyond
+``SPIKE_LONE_MAX_FACTOR``: a busy host's scheduler makes single 8x outliers every few
+seconds, and a report that cries wolf on each gets ignored. A stall is no lone request:
+nothing at all came back for it; nor is an error window: nothing succeeded in it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class Window:
     # the longest a request had been out without an answer by its end (None: none was out)
     waiting_ms: float | None = None
     stall: bool = False       # requests were out, none came back (a spike too)
+    failed: bool = False      # requests were sent in it and every one failed (a spike too)
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class Spike:
     events: tuple[dict, ...] = field(default_factory=tuple)
     stall: bool = False        # requests were out and none came back in the window
     waiting_ms: float | None = None
+    failed: bool = False       # every request sent in the window failed (an error window)
+    errors: int = 0            # how many failed in it, when ``failed``
 
 
 def typical_p99_ms(timeline: list[Window]) -> float | None:
@@ -75,7 +81,8 @@ def typical_p99_ms(timeline: list[Window]) -> float | None:
 def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
                   max_factor: float = SPIKE_MAX_FACTOR, floor_ms: float = SPIKE_FLOOR_MS) -> list[Window]:
     """Mark and return the windows whose tail stands far above the run's typical window,
-    and the stalls: requests out, none back, the oldest out as long as a spike's slowest."""
+    the stalls: requests out, none back, the oldest out as long as a spike's slowest, and
+    the error windows: requests sent, every one failed."""
     typical = typical_p99_ms(timeline)
     slowest = max(max_factor * (typical or 0.0), (typical or 0.0) + floor_ms)
     flagged = []
@@ -86,7 +93,8 @@ def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
         if window.p99_ms is not None and typical is not None:
             high_p99 = window.p99_ms > max(factor * typical, typical + floor_ms)
             high_max = window.max_ms > slowest
-        window.spike = high_p99 or high_max or window.stall
+        window.failed = window.errors > 0 and not window.ok
+        window.spike = high_p99 or high_max or window.stall or window.failed
         if window.spike:
             flagged.append(window)
     return flagged
@@ -184,21 +192,27 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
     for window in spike_windows(timeline):
         lo, hi = window.start_s, window.start_s + window_s + (window.max_ms or 0.0) / 1000
         near = [o for o in outages if o[2] < hi and lo <= until(o) + reach_s]
-        lone = (not window.stall
+        lone = (not window.stall and not window.failed
                 and window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS))
         if lone and not near and window.max_ms <= SPIKE_LONE_MAX_FACTOR * typical:
             window.spike = False
             continue
-        stalled = (f"nothing came back while requests were out (the oldest for "
-                   f"{window.waiting_ms / 1000:.2f} s)" if window.stall else "")
+        # what the window shows when its latency may tell nothing: a stall, else every
+        # request failed (requests that all timed out are both: nothing came back)
+        seen, kind = "", ""
+        if window.stall:
+            seen, kind = (f"nothing came back while requests were out (the oldest for "
+                          f"{window.waiting_ms / 1000:.2f} s)"), "stall"
+        elif window.failed:
+            seen, kind = f"every request failed ({window.errors} errors)", "errors"
         if near:
             name, version, left, ready = near[-1]
             what = f"model '{name}'{' version ' + version if version else ''}"
             window.cause = (f"cold start: {what} reloaded, not READY {left:.2f}–{ready:.2f} s"
                             if ready is not None else f"{what} unavailable from {left:.2f} s")
-            window.cause += f"; {stalled}" if stalled else ""
+            window.cause += f"; {seen}" if seen else ""
         else:
-            window.cause = f"stall: {stalled}; no server event explains it" if stalled else ""
+            window.cause = f"{kind}: {seen}; no server event explains it" if seen else ""
         spikes.append(Spike(
             window=window.index, start_s=window.start_s, p99_ms=window.p99_ms,
             max_ms=window.max_ms, typical_p99_ms=typical,
@@ -206,7 +220,8 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             cause=window.cause or "no server event explains it",
             events=tuple(e.as_dict(start_ns) for e in events
                          if e.kind == "state" and any(_during(e, o, start_ns) for o in near)),
-            stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None))
+            stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None,
+            failed=window.failed, errors=window.errors if window.failed else 0))
     return spikes
 
 
