@@ -69,6 +69,15 @@ def test_grpc_url_without_url_is_refused_not_silently_ignored(tmp_path, capsys):
     assert "--grpc-url goes with --url" in capsys.readouterr().err
 
 
+def test_grpc_against_a_bare_url_says_to_pass_its_grpc_address(capsys):
+    """--url is the HTTP address; gRPC needs --grpc-url beside it (said before any request)."""
+    assert run_cli("loadtest", "--url", "127.0.0.1:1", "--model", "m", "--concurrency", "1",
+                   "--protocol", "grpc") == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "error: no gRPC address known for this server (--url is its HTTP address)"
+    assert err[1] == "hint: pass --grpc-url HOST:PORT with --url, or use --protocol http"
+
+
 @pytest.mark.parametrize("name", ["mlp/", "../elsewhere", "a b", ".hidden", ""])
 def test_config_refuses_a_model_name_that_is_not_a_plain_folder_name(tmp_path, capsys, name):
     assert run_cli("config", name, "--repository", tmp_path / "repo") == 2

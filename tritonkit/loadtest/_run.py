@@ -210,9 +210,9 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
                              f"holds ({MAX_CONCURRENCY})",
                              hint="lower --max-in-flight or --workers")
         _check_open_files(max(slots))
+    url = _protocol_url(endpoint, spec.protocol)
     template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed,
                                 shapes=dict(spec.shapes))
-    url = _protocol_url(endpoint, spec.protocol)
     _probe(url, spec.protocol, template, spec.timeout_s)
     levels = []
     for level in spec.levels():
@@ -226,7 +226,8 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
 def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
     if protocol == "grpc":
         if not endpoint.grpc_url:
-            raise UsageError("no gRPC address known for this server", hint="use --protocol http")
+            raise UsageError("no gRPC address known for this server (--url is its HTTP address)",
+                             hint="pass --grpc-url HOST:PORT with --url, or use --protocol http")
         return endpoint.grpc_url
     return endpoint.http_url
 
