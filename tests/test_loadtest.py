@@ -1243,8 +1243,11 @@ def _object_array_npz(path: Path) -> None:
     ("objects.npz", _object_array_npz, "input data for INPUT__0 in .* cannot be read"),
     ("short.json", b'{"INPUT__0": [1, 2]}', r"INPUT__0 has shape \[2\]; the model takes 4 per sample"),
     ("folder", None, "input data file .* is a folder"),
+    ("inputs.txt", b"1 2 3 4", "input data file .* must be .npz or .json"),
+    ("broken.json", b'{"INPUT__0": [1, 2', "input data file .* is not valid JSON"),
+    ("list.json", b"[[1, 2, 3, 4]]", "input data file .* must hold an object"),
 ], ids=["ragged rows", "strings for a number", "not UTF-8", "corrupt npz", "object array npz",
-        "wrong sample shape", "a folder"])
+        "wrong sample shape", "a folder", "neither npz nor json", "broken json", "not an object"])
 def test_input_data_the_model_cannot_take_is_a_usage_error_that_names_it(served, tmp_path, capsys,
                                                                          name, content, says):
     path = tmp_path / name
@@ -1255,9 +1258,45 @@ def test_input_data_the_model_cannot_take_is_a_usage_error_that_names_it(served,
     code = _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data", path)
     err = capsys.readouterr().err
     assert code == EXIT_USAGE, err
-    first = err.splitlines()[0]
+    first, hint = err.splitlines()[:2]
     assert re.search(f"^error: .*{says}", first), err
-    assert "internal error" not in err and "Traceback" not in err
+    assert hint.startswith("hint: ") and "internal error" not in err and "Traceback" not in err
+
+
+@pytest.mark.server
+def test_input_data_of_another_batch_or_not_there_is_refused_with_what_to_give(served, tmp_path, capsys):
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps({"INPUT__0": [[1, 2, 3, 4]] * 3}))
+    assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--batch-size", "2",
+                     "--input-data", rows) == EXIT_USAGE
+    assert capsys.readouterr().err.splitlines() == [
+        "error: input data for INPUT__0 has batch 3, not --batch-size 2",
+        "hint: give INPUT__0 2 rows, or one sample without the batch axis (it is repeated to the "
+        "batch), or pass --batch-size 3"]
+    assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data",
+                     tmp_path / "missing.npz") == EXIT_USAGE
+    assert capsys.readouterr().err.splitlines()[1] == \
+        "hint: check the path: an .npz or .json file with an array per input"
+    from tritonkit.loadtest import request_template
+
+    with pytest.raises(UsageError, match=r"--batch-size must be >= 1 \(got 0\)") as refused:
+        request_template(Endpoint.from_deployment(served), "example", batch_size=0)
+    assert refused.value.hint == "e.g. --batch-size 1"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--sla-p99-ms", "0"], "hint: e.g. --sla-p99-ms 20"),
+    (["--sla-min-qps", "-1"], "hint: e.g. --sla-min-qps 500; leave it out for no minimum"),
+])
+def test_an_sla_limit_out_of_range_is_refused_with_a_hint(capsys, args, says):
+    assert run_cli("loadtest", "--model", "m", "--rate", "5", *args) == EXIT_USAGE
+    assert capsys.readouterr().err.splitlines()[1] == says
+
+
+def test_a_spec_with_no_time_to_measure_is_refused_with_a_hint():
+    with pytest.raises(UsageError, match=r"--duration \(0\) and --window-s \(1\) must be > 0") as refused:
+        LoadSpec(model="m", concurrency=(1,), duration_s=0)
+    assert refused.value.hint == "e.g. --duration 10 --window-s 1 --warmup-s 1"
 
 
 # -- dynamic dimensions: --shape ------------------------------------------------------------

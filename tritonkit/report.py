@@ -64,9 +64,10 @@ class Sla:
                 raise UsageError(f"{flag} takes a finite number (got {value:g})",
                                  hint="e.g. --sla-p99-ms 20 --sla-min-qps 500")
         if self.p99_ms is not None and self.p99_ms <= 0:
-            raise UsageError(f"--sla-p99-ms must be > 0 (got {self.p99_ms:g})")
+            raise UsageError(f"--sla-p99-ms must be > 0 (got {self.p99_ms:g})", hint="e.g. --sla-p99-ms 20")
         if self.min_qps is not None and self.min_qps < 0:
-            raise UsageError(f"--sla-min-qps must be >= 0 (got {self.min_qps:g})")
+            raise UsageError(f"--sla-min-qps must be >= 0 (got {self.min_qps:g})",
+                             hint="e.g. --sla-min-qps 500; leave it out for no minimum")
         if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
             raise UsageError(f"--sla-max-error-rate is a fraction between 0 and 1 (got {self.max_error_rate:g})",
                              hint="e.g. --sla-max-error-rate 0.001 for 0.1 %")

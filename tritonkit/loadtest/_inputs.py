@@ -86,7 +86,7 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
         client.close()      # an open connection holds a stopping Triton for its exit timeout
     max_batch = int(config.get("max_batch_size", 0))
     if batch_size < 1:
-        raise UsageError("--batch-size must be >= 1")
+        raise UsageError(f"--batch-size must be >= 1 (got {batch_size})", hint="e.g. --batch-size 1")
     if max_batch == 0 and batch_size > 1:
         raise UsageError(f"model '{model}' does not batch (max_batch_size 0)", hint="use --batch-size 1")
     if max_batch and batch_size > max_batch:
@@ -191,15 +191,19 @@ def _read_input_data(path: Path) -> dict[str, np.ndarray]:
         raise UsageError(f"input data file {path} is a folder",
                          hint="give the .npz or .json file inside it")
     if not path.is_file():
-        raise UsageError(f"input data file {path} does not exist")
+        raise UsageError(f"input data file {path} does not exist",
+                         hint="check the path: an .npz or .json file with an array per input")
     if path.suffix == ".npz":
         return _read_npz(path)
     if path.suffix == ".json":
         return _read_json(path)
-    raise UsageError(f"input data file {path} must be .npz or .json")
+    raise UsageError(f"input data file {path} must be .npz or .json",
+                     hint=f"write it with numpy.savez(FILE.npz, NAME=array, ...), or as {_JSON_SHAPE} "
+                          "in FILE.json")
 
 
 _NPZ_HINT = "write it with numpy.savez(FILE, NAME=array, ...): numbers or strings, no Python objects"
+_JSON_SHAPE = '{"NAME": [[...], ...], ...}'
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -229,9 +233,11 @@ def _read_json(path: Path) -> dict[str, np.ndarray]:
         raise UsageError(f"input data file {path} is not UTF-8 text (byte {exc.start})",
                          hint="save it as UTF-8 JSON") from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"input data file {path} is not valid JSON ({exc})") from None
+        raise UsageError(f"input data file {path} is not valid JSON ({exc})",
+                         hint=f"write an object, input name -> array: {_JSON_SHAPE}") from None
     if not isinstance(data, dict):
-        raise UsageError(f"input data file {path} must hold an object: input name -> array")
+        raise UsageError(f"input data file {path} must hold an object: input name -> array",
+                         hint=f"e.g. {_JSON_SHAPE}")
     arrays = {}
     for name, value in data.items():
         try:
@@ -263,7 +269,9 @@ def _fit(array: np.ndarray, name: str, datatype: str, dims: list[int], batches: 
     if batches and array.ndim == len(dims):       # one sample: repeat it to the batch
         array = np.repeat(array[None, ...], batch_size, axis=0)
     if batches and array.ndim == len(wanted) and array.shape[0] != batch_size:
-        raise UsageError(f"input data for {name} has batch {array.shape[0]}, not --batch-size {batch_size}")
+        raise UsageError(f"input data for {name} has batch {array.shape[0]}, not --batch-size {batch_size}",
+                         hint=f"give {name} {batch_size} rows, or one sample without the batch axis "
+                              f"(it is repeated to the batch), or pass --batch-size {array.shape[0]}")
     fits = array.ndim == len(wanted) and all(w < 0 or w == got for w, got in zip(wanted, array.shape))
     if not fits:
         spelled = "x".join("N" if d < 0 else str(d) for d in dims) or "a scalar"

@@ -85,7 +85,9 @@ class LoadSpec:
         if self.protocol not in PROTOCOLS:
             raise UsageError(f"unknown protocol '{self.protocol}'", hint="use http or grpc")
         if self.duration_s <= 0 or self.warmup_s < 0 or self.window_s <= 0:
-            raise UsageError("--duration and the window must be > 0, --warmup-s >= 0")
+            raise UsageError(f"--duration ({self.duration_s:g}) and --window-s ({self.window_s:g}) must "
+                             f"be > 0, --warmup-s ({self.warmup_s:g}) >= 0",
+                             hint="e.g. --duration 10 --window-s 1 --warmup-s 1")
         for flag, seconds, most in (("--duration", self.duration_s, MAX_DURATION_S),
                                     ("--warmup-s", self.warmup_s, MAX_SECONDS),
                                     ("--window-s", self.window_s, MAX_SECONDS),
