@@ -1077,3 +1077,57 @@ def test_a_given_secret_goes_under_the_header_the_recorded_server_was_started_wi
     assert endpoint.repository_headers == {"x-custom-key": "from-a-file"}
     assert resolve_endpoint(tmp_path, url="127.0.0.1:1", secret="s").repository_headers == {
         "x-custom-key": "s"}
+
+
+@pytest.mark.server
+def test_a_sequence_the_model_refuses_midway_is_ended_so_it_holds_no_slot(tmp_path):
+    """A guessed shape the stateful model refuses after its start is skipped, and warm-up
+    goes on: the sequence it left open is ended, not left to hold its slot."""
+    config = (STATEFUL_CONFIG.replace("dims: 4", "dims: -1")
+              .replace("instance_group { count: 2", "instance_group { count: 1"))
+    refuses_short_continues = STATEFUL_MODEL.replace(
+        "            corrid = int(control(\"CORRID\"))",
+        "            corrid = int(control(\"CORRID\"))\n"
+        "            x = pb_utils.get_input_tensor_by_name(r, \"INPUT__0\").as_numpy()\n"
+        "            if x.shape[-1] == 1 and not control(\"START\") and not control(\"END\"):\n"
+        "                raise pb_utils.TritonModelException(\"too short to continue\")")
+    repo = tmp_path / "repo"
+    _python_model(repo, "stateful", config, refuses_short_continues)
+    deployment = _deploy(repo)
+    try:
+        [figures] = deployment.extra["warmup"]
+        assert figures["warmed"] and "skipped: refused" in figures["note"]
+        inputs = [httpclient.InferInput("INPUT__0", [1, 4], "FP32")]
+        inputs[0].set_data_from_numpy(np.ones((1, 4), np.float32))
+        client = httpclient.InferenceServerClient(deployment.http_url, network_timeout=10)
+        try:
+            for flags in ({"sequence_start": True}, {}, {"sequence_end": True}):
+                result = client.infer("stateful", inputs, sequence_id=7, **flags)
+        finally:
+            client.close()
+        assert int(result.as_numpy("OPEN").ravel()[0]) == 0     # nothing of warm-up's still open
+    finally:
+        run_cli("down", "--repository", repo)
+
+
+@pytest.mark.server
+def test_a_request_that_hangs_late_in_a_steady_run_ends_with_the_deadline(tmp_path, capsys):
+    """The steady run keeps one connection for a shape: a request that hangs long after it
+    opened must still end when the time left runs out, not the connection's time later."""
+    never_steady_then_hangs = _echo_model(
+        "        time.sleep(0.03 if self.calls % 2 else 0.001)\n"
+        "        if self.calls == 150:\n"
+        "            time.sleep(9)")
+    repo = tmp_path / "repo"
+    _python_model(repo, "hangs", ECHO_CONFIG.replace("max_batch_size: 8", "max_batch_size: 0"),
+                  never_steady_then_hangs)
+    _deploy(repo, "--no-warmup")
+    try:
+        started = time.monotonic()
+        code = run_cli("warmup", "--repository", repo, "--timeout", "6", "--requests", "10000")
+        took = time.monotonic() - started
+    finally:
+        run_cli("down", "--repository", repo)
+    err = capsys.readouterr().err
+    assert code == 1 and "'hangs' did not answer a warm-up request within" in err
+    assert took < 7.0

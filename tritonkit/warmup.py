@@ -493,8 +493,9 @@ def _infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadl
         return ServerError(
             f"no gRPC answer at {endpoint.grpc_url} for '{name}' ({message}), though the "
             f"server answers HTTP at {endpoint.http_url}",
-            hint="a decoupled model is warmed over gRPC streaming: pass --grpc-url HOST:PORT "
-                 "of the same server (with --url)", detail=detail)
+            hint="a decoupled model is warmed over gRPC streaming: with --url pass --grpc-url "
+                 "HOST:PORT of the same server; a deployment's server must have its gRPC port "
+                 "open (read its log)", detail=detail)
     return InputRefused(f"a warm-up request to '{name}' failed: {message}",
                         hint="the model is READY but refused an input built from its config",
                         detail=detail)
@@ -568,13 +569,21 @@ def _sequence_parameters(sequence: tuple | None) -> dict[str, Any]:
 
 
 class _HttpRequests:
-    """Plain request and response over HTTP, each call bounded by the deadline's time left
-    when the connection opens (one connection per request in flight)."""
+    """Plain request and response over HTTP (one connection per request in flight), each
+    call bounded by the deadline's time left when it is made: a connection serves a whole
+    shape's steady run, so its own socket timeout, fixed when it opens, would let a request
+    that hangs late in the run outlive the deadline by up to that much again."""
 
     def __init__(self, endpoint: Endpoint, deadline: Deadline, concurrency: int = 1) -> None:
+        self.deadline = deadline
         left = max(0.5, deadline.left())
         self.client = endpoint.http(concurrency=concurrency, connection_timeout=min(5.0, left),
                                     network_timeout=left)
+
+    def _bounded(self):
+        from gevent import Timeout
+
+        return Timeout(max(0.1, self.deadline.left()), TimeoutError("no answer within the deadline"))
 
     @staticmethod
     def inputs(shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
@@ -586,15 +595,18 @@ class _HttpRequests:
         return _ready(self.client, name)
 
     def infer(self, name: str, inputs: list, version: str, sequence: tuple | None) -> None:
-        self.client.infer(name, inputs, model_version=version, **_sequence_parameters(sequence))
+        with self._bounded():
+            self.client.infer(name, inputs, model_version=version,
+                              **_sequence_parameters(sequence))
 
     def infer_all(self, name: str, inputs: list, version: str,
                   sequences: list[tuple | None]) -> None:
-        pending = [self.client.async_infer(name, inputs, model_version=version,
-                                           **_sequence_parameters(sequence))
-                   for sequence in sequences]
-        for request in pending:
-            request.get_result()
+        with self._bounded():
+            pending = [self.client.async_infer(name, inputs, model_version=version,
+                                               **_sequence_parameters(sequence))
+                       for sequence in sequences]
+            for request in pending:
+                request.get_result()
 
     def close(self) -> None:
         self.client.close()
@@ -613,8 +625,13 @@ class _StreamRequests:
         self.client = endpoint.grpc()
         self.responses: queue.Queue = queue.Queue()
         self.request_ids = itertools.count(1)
-        self.client.start_stream(callback=lambda result, error: self.responses.put((result, error)),
-                                 stream_timeout=max(0.5, deadline.left()))
+        try:
+            self.client.start_stream(
+                callback=lambda result, error: self.responses.put((result, error)),
+                stream_timeout=max(0.5, deadline.left()))
+        except BaseException:
+            self.client.close()
+            raise
 
     @staticmethod
     def inputs(shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
@@ -642,10 +659,11 @@ class _StreamRequests:
                                                request_id=request_id,
                                                enable_empty_final_response=True,
                                                **_sequence_parameters(sequence))
-            except Exception:
+            except Exception as exc:
                 # A stream that broke (no server at that address, say) tells why through
-                # the callback; the refusal to send only says that it did.
-                raise self._reported_error() or _closed_stream() from None
+                # the callback; the refusal to send only says that it did. Any other
+                # failure to send is its own cause.
+                raise self._reported_error() or exc from None
             waiting.add(request_id)
         while waiting:
             result, error = self._next(self.deadline.left())
@@ -679,12 +697,6 @@ class _StreamRequests:
         # for it, past the deadline.
         self.client.stop_stream(cancel_requests=True)
         self.client.close()
-
-
-def _closed_stream() -> Exception:
-    from tritonclient.utils import InferenceServerException
-
-    return InferenceServerException("the gRPC stream closed before the request was sent")
 
 
 def _peek(items: Iterator) -> tuple[Any, Iterator]:
@@ -757,13 +769,13 @@ class _Driver:
                version: str = "") -> list[float]:
         """One warm-up sample on ``connection``: each of its requests' latency in ms."""
         latencies = []
-        for [sequence] in self._steps(1):
+        steps = self._steps(1)
+        for [sequence] in steps:
             started = time.perf_counter()
             try:
                 connection.infer(self.name, inputs, version, sequence)
             except Exception as exc:
-                raise _infer_failed(exc, self.endpoint, self.name, self.deadline,
-                                    started) from None
+                raise self._failed(exc, connection, inputs, version, steps, started) from None
             latencies.append((time.perf_counter() - started) * 1e3)
         return latencies
 
@@ -774,15 +786,33 @@ class _Driver:
         fill its sequence slots, and so its batches."""
         connection = self.connect(concurrency=count)
         started = time.perf_counter()
+        steps = self._steps(count)
         try:
-            steps = self._steps(count)
             for step in steps:
                 connection.infer_all(self.name, inputs, version, step)
         except Exception as exc:
-            raise _infer_failed(exc, self.endpoint, self.name, self.deadline, started) from None
+            raise self._failed(exc, connection, inputs, version, steps, started) from None
         finally:
             connection.close()
         return count * len(steps)
+
+    def _failed(self, exc: Exception, connection: _HttpRequests | _StreamRequests,
+                inputs: list, version: str, steps: list[list[tuple | None]],
+                started: float) -> Exception:
+        """The error for a failed request; first, when the model refused it mid-sequence,
+        the sequences it belonged to are ended (best effort, within the deadline): each
+        would otherwise hold its sequence slot until max_sequence_idle_microseconds, and
+        warm-up goes on past a refused guessed shape."""
+        failure = _infer_failed(exc, self.endpoint, self.name, self.deadline, started)
+        if isinstance(failure, InputRefused) and steps[0][0] is not None:
+            for sequence_id, _, _ in steps[0]:
+                if self.deadline.expired():
+                    break
+                try:
+                    connection.infer(self.name, inputs, version, (sequence_id, False, True))
+                except Exception:
+                    pass        # ended or not, the refusal is what to report
+        return failure
 
     def describe(self) -> str:
         """How this model was warmed, when not with plain HTTP requests."""
