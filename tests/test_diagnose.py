@@ -41,7 +41,9 @@ def record(path: Path, *, name: str, total_gib: float, util: float, mem_pct: flo
         for i in range(SAMPLES):
             wobble = (-2.0, 0.0, 2.0)[i % 3]        # real samples are never flat
             gpu = GpuSample(0, name, "GPU-1", max(0.0, util + wobble), total_mib * mem_pct / 100,
-                            total_mib, 70.0, 120.0, 1400.0, 700.0, rx_gb_s * 1000, tx_gb_s * 1000,
+                            total_mib, 70.0, 120.0, 1400.0, 700.0,
+                            None if rx_gb_s is None else rx_gb_s * 1000,
+                            None if tx_gb_s is None else tx_gb_s * 1000,
                             *(link or (None, None)), clock_events(i))
             recorder.write(rows_for(1_767_225_600 + i * INTERVAL, i * INTERVAL, [gpu], counters))
             if triton:
@@ -186,6 +188,19 @@ def test_a_busy_gpu_with_room_and_large_batches_is_healthy(tmp_path):
     result = verdict(csv, "a10")
     assert result.wall == "none" and result.notes == []
     assert result.figures.avg_batch == pytest.approx(6.0)
+
+
+def test_a_recording_without_pcie_figures_says_the_bandwidth_wall_was_not_judged(tmp_path):
+    """Triton's own GPU gauges (a server watched from another host) carry no PCIe figures:
+    'no wall' must not read as 'the link is fine'."""
+    csv = record(tmp_path / "remote.csv", **A10, util=90, mem_pct=60, rx_gb_s=None, tx_gb_s=None,
+                 triton=dict(requests=600, batch=6, queue_us=900, infer_us=8_000))
+    result = verdict(csv, "a10")
+    assert any("PCIe: not recorded" in line and "not judged" in line for line in result.evidence)
+    recorded = verdict(record(tmp_path / "local.csv", **A10, util=90, mem_pct=60,
+                              triton=dict(requests=600, batch=6, queue_us=900, infer_us=8_000)),
+                       "a10")
+    assert not any("not recorded" in line for line in recorded.evidence)
 
 
 def test_a_recording_without_traffic_is_idle_not_a_wall(tmp_path):
