@@ -1528,6 +1528,26 @@ def test_bad_flags_are_usage_errors(capsys):
 
 
 @pytest.mark.server
+def test_a_script_without_a_main_guard_is_told_to_add_one(served, tmp_path):
+    """Workers are spawned: each imports the main script again, and an unguarded one calls
+    the load test there. The worker leaves at once; the script is told why, not that a
+    worker died (exit code None)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from tritonkit.client import Endpoint\n"
+        "from tritonkit.loadtest import LoadSpec, run_loadtest\n"
+        f"run_loadtest(Endpoint(http_url={served.http_url!r}),\n"
+        "             LoadSpec(model='example', concurrency=(1,), duration_s=0.5, warmup_s=0))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tritonkit.errors.UsageError: a load-test worker ran the main script's "
+                           "load test again: put the call under `if __name__ == \"__main__\":`"), done.stderr
+    assert "RuntimeError" not in done.stderr        # the worker's own failure, a page long, is gone
+
+
+@pytest.mark.server
 def test_a_worker_that_cannot_start_stops_the_ready_ones_at_once(served, monkeypatch):
     """The workers that did start wait for their start time; they are let go at once, not
     each after a timeout."""

@@ -42,6 +42,10 @@ MAX_SECONDS = 86_400.0              # --warmup-s, --request-timeout
 MAX_DURATION_S = 3_600.0            # per level: every request's record is held in memory...
 MAX_WINDOWS = 1_000                 # ...and a histogram per timeline window (~0.2 MB each)
 _SPARE_FILES = 64                   # descriptors a worker needs besides its sockets
+# A spawned worker imports the main script again: one with no ``if __name__ == "__main__":``
+# guard calls run_loadtest in it. The worker carries this variable, so it says so by its exit.
+_WORKER_ENV = "TRITONKIT_LOADTEST_WORKER"
+_UNGUARDED_EXIT = 86
 
 # progress(label, elapsed_s, total_s, requests_done)
 Progress = Callable[[str, float, float, int], None]
@@ -204,6 +208,8 @@ def default_workers(spec: LoadSpec, level: float) -> int:
 
 def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None) -> LoadTestResult:
     """Run every level of ``spec`` against the server at ``endpoint``, one after the other."""
+    if os.environ.get(_WORKER_ENV):     # a worker importing an unguarded script: the parent says why
+        raise SystemExit(_UNGUARDED_EXIT)
     for level in spec.levels():
         slots = plan_slots(spec, level)
         if sum(slots) > MAX_CONCURRENCY:     # --max-in-flight times the workers the CPUs gave
@@ -297,7 +303,7 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=worker_main, args=(plan, child, done, stop),
                                name=f"tritonkit-loadtest-{plan.index}", daemon=True)
-            with _sigint_ignored():
+            with _sigint_ignored(), _worker_env():
                 proc.start()
             child.close()
             pipes.append(parent)
@@ -366,6 +372,16 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def _worker_env():
+    """The environment a worker starts with marks it as one (see ``_UNGUARDED_EXIT``)."""
+    os.environ[_WORKER_ENV] = "1"
+    try:
+        yield
+    finally:
+        del os.environ[_WORKER_ENV]
+
+
 def _end_workers(procs: list, give_up_at: float) -> None:
     """Every worker leaves by ``give_up_at`` (one deadline for all), or is killed then."""
     for proc in procs:
@@ -392,6 +408,12 @@ def _receive(pipe, proc, what: str = "finish") -> Any:
     try:
         message = pipe.recv()
     except EOFError:
+        proc.join(timeout=1.0)          # its exit code, which says why
+        if proc.exitcode == _UNGUARDED_EXIT:
+            raise UsageError("a load-test worker ran the main script's load test again: put the "
+                             "call under `if __name__ == \"__main__\":` (workers are started with "
+                             "multiprocessing's spawn: each imports the main script)",
+                             hint="see the example in tritonkit.loadtest's docstring") from None
         raise LoadTestError(f"a load-test worker died before it could {what} "
                             f"(exit code {proc.exitcode})") from None
     if what == "finish":
