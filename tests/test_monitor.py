@@ -285,9 +285,22 @@ def test_a_failed_scrape_mid_recording_does_not_end_a_live_recording_without_a_d
     clock = _Clock()
     monitor = Monitor(None, "http://gpu-host:8002/metrics", LIMITS, clock=clock,
                       wall_clock=lambda: 0.0)
-    rows, interrupted = record(monitor, interval=1, duration=3, sleep=clock.sleep)
-    assert not interrupted
-    assert [(round(r.elapsed_s), r.gpu) for r in rows] == [(0, 0), (1, None), (2, 0), (3, 0)]
+    recording = record(monitor, interval=1, duration=3, sleep=clock.sleep)
+    assert not recording.interrupted
+    assert [(round(r.elapsed_s), r.gpu) for r in recording.rows] == [(0, 0), (1, None), (2, 0),
+                                                                     (3, 0)]
+
+
+def test_a_live_recording_keeps_each_samples_note_once(monkeypatch):
+    """diagnose --live says where the GPUs' figures came from, as monitor does."""
+    _scraping_then_failing(monkeypatch, A100_SERVER, fail_at=99)
+    clock = _Clock()
+    with Nvml(_fake_pynvml()) as nvml:         # this host's own card is not the server's
+        monitor = Monitor(nvml, "http://gpu-host:8002/metrics", LIMITS, clock=clock,
+                          wall_clock=lambda: 0.0)
+        recording = record(monitor, interval=1, duration=3, sleep=clock.sleep)
+    server_gpus = [n for n in recording.notes if "not the server's" in n]
+    assert len(recording.rows) == 4 and len(server_gpus) == 1
 
 
 def _send_requests(deployment, count: int, batch: int) -> None:

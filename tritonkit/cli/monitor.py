@@ -182,10 +182,13 @@ def diagnose(
     if live:
         sampler, _ = open_monitor(resolve_metrics_url(repository, url, metrics_port), limits.alerts)
         try:
-            rows, interrupted = record(sampler, interval, duration)
+            recording = record(sampler, interval, duration)
         finally:
             sampler.close()
-        if interrupted:
+        rows = recording.rows
+        for note in recording.notes:
+            err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
+        if recording.interrupted:
             err_console.print(f"recording stopped by Ctrl-C after {rows[-1].elapsed_s:.0f} s: "
                               "diagnosing the samples taken", highlight=False)
     else:

@@ -152,24 +152,35 @@ def watch(monitor: Monitor, interval: float, duration: float | None = None,
         sleep(max(0.0, due - monitor.clock()))
 
 
+@dataclass
+class Recording:
+    """What ``diagnose --live`` sampled: the rows, whether Ctrl-C ended it early, and the
+    samples' notes (where the GPUs' figures came from, what they cannot tell), each once."""
+
+    rows: list[MonitorRow] = field(default_factory=list)
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
 def record(monitor: Monitor, interval: float, duration: float,
-           sleep: Callable[[float], None] = time.sleep) -> tuple[list[MonitorRow], bool]:
-    """Sample for ``duration`` seconds (``diagnose --live``): the rows, and whether Ctrl-C
-    ended the recording early. What was sampled before Ctrl-C is kept, to be diagnosed:
-    it is how a user stops a recording that has shown enough."""
-    rows: list[MonitorRow] = []
+           sleep: Callable[[float], None] = time.sleep) -> Recording:
+    """Sample for ``duration`` seconds (``diagnose --live``). What was sampled before
+    Ctrl-C is kept, to be diagnosed: it is how a user stops a recording that has shown
+    enough."""
+    recording = Recording()
     try:
         for snapshot in watch(monitor, interval, duration, sleep=sleep):
             # Only the first sample can tell there is no GPU: a later one without any is a
             # failed scrape of the server whose gauges give them (a restart), not the end.
-            if not snapshot.gpus and not rows:
+            if not snapshot.gpus and not recording.rows:
                 raise UsageError("no GPU to record: NVML is unavailable on this host and "
                                  "Triton reports no GPU metrics",
                                  hint="run it on the GPU host, or let tritonserver report its "
                                       "GPUs (--allow-gpu-metrics=true, the default)")
-            rows += snapshot.rows()
+            recording.rows += snapshot.rows()
+            recording.notes += [n for n in snapshot.notes if n not in recording.notes]
     except KeyboardInterrupt:
-        if not rows:
+        if not recording.rows:
             raise
-        return rows, True
-    return rows, False
+        recording.interrupted = True
+    return recording
