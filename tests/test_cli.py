@@ -69,6 +69,13 @@ def test_grpc_url_without_url_is_refused_not_silently_ignored(tmp_path, capsys):
     assert "--grpc-url goes with --url" in capsys.readouterr().err
 
 
+def test_loadtest_help_shows_the_repository_it_reads_by_default(capsys):
+    assert run_cli("loadtest", "--help") == 0
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())    # however the box wraps
+    assert "--repository -r <path> Model repository of a deployment (its state finds the server). " \
+           "[default: (model_repository unless --url)]" in text
+
+
 def test_grpc_against_a_bare_url_says_to_pass_its_grpc_address(capsys):
     """--url is the HTTP address; gRPC needs --grpc-url beside it (said before any request)."""
     assert run_cli("loadtest", "--url", "127.0.0.1:1", "--model", "m", "--concurrency", "1",

@@ -11,10 +11,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from tritonkit import loadtest as loadtest_lib
 from tritonkit import report
 from tritonkit.cli import app
-from tritonkit.cli.options import JsonOut, OptionalRepository, Url, console, err_console
+from tritonkit.cli.options import JsonOut, Url, console, err_console
 from tritonkit.client import resolve_endpoint
 from tritonkit.errors import EXIT_ERROR, EXIT_OK, UsageError
 from tritonkit.fileio import check_output
+
+
+DEFAULT_REPOSITORY = Path("model_repository")
 
 
 def _numbers(text: Optional[str], kind: type, flag: str) -> tuple:
@@ -48,7 +51,9 @@ class _ProgressBar:
                     "--shape input_ids:128 --shape attention_mask:128")
 def loadtest(
     model: Annotated[str, typer.Option("--model", "-m", help="The model to load.")],
-    repository: OptionalRepository = None,
+    repository: Annotated[Optional[Path], typer.Option(
+        "--repository", "-r", help="Model repository of a deployment (its state finds the server).",
+        show_default=f"{DEFAULT_REPOSITORY} unless --url")] = None,
     url: Url = None,
     grpc_url: Annotated[Optional[str], typer.Option(
         "--grpc-url", help="Triton gRPC address host:port, with --url and --protocol grpc.")] = None,
@@ -111,7 +116,7 @@ def loadtest(
     if plot is not None and plot.suffix.lower() != ".png":
         raise UsageError(f"--plot writes a PNG; {plot} does not end in .png", hint="e.g. --plot out/run.png")
     if repository is None and url is None:
-        repository = Path("model_repository")
+        repository = DEFAULT_REPOSITORY
     sla = report.Sla(p99_ms=sla_p99_ms, min_qps=sla_min_qps, max_error_rate=sla_max_error_rate)
     spec = loadtest_lib.LoadSpec(
         model=model, concurrency=_numbers(concurrency, int, "--concurrency"),
