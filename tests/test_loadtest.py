@@ -262,13 +262,14 @@ def _level_from(records, *, mode="closed", cpu_s=0.0, never_sent=(), held_back=F
     answer, else the error's kind or the exception the send raised); ``duration_s`` (2)
     measured from 0 in 1 s windows, after a warm-up (negative origins); ``given_up``:
     origins still out at ``back_at``."""
-    from tritonkit.loadtest._run import _merge, _plans
+    from tritonkit.loadtest._run import _merge, _plans, plan_slots
     from tritonkit.loadtest._server import StatsSnapshot
     from tritonkit.loadtest._worker import _give_up_on, _never_sent, _Records
 
     common = dict(model="m", duration_s=duration_s, warmup_s=0, window_s=1, timeout_s=timeout_s)
     spec = LoadSpec(concurrency=(1,), **common) if mode == "closed" else LoadSpec(rates=(10.0,), **common)
-    plan, = _plans(spec, None, "-", spec.levels()[0])
+    level = spec.levels()[0]
+    plan, = _plans(spec, None, "-", level, plan_slots(spec, level))
     rec = _Records()
     for origin, latency, kind in records:
         rec.origins.append(origin)
@@ -1857,6 +1858,18 @@ def test_more_connections_per_worker_than_the_open_files_limit_is_refused_up_fro
     assert code == EXIT_USAGE
     assert "a worker would hold 1050 connections; this host allows a process 1024 open files" \
         in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_a_level_runs_the_workers_its_limits_were_checked_for(served, monkeypatch):
+    """The CPUs this process may use can change while a run prepares (a benchmark pins it):
+    the workers checked against the limits up front are the workers that run."""
+    cpus = iter([{0}])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: next(cpus, {0, 1, 2, 3}))
+    result = run_loadtest(Endpoint.from_deployment(served),
+                          LoadSpec(model="example", concurrency=(4,), duration_s=0.5, warmup_s=0))
+    assert result.levels[0].workers == 1        # four users in the one worker planned
+    assert result.levels[0].ok > 0
 
 
 def test_in_flight_over_the_workers_the_cpus_give_is_refused_up_front(monkeypatch, capsys):

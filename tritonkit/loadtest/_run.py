@@ -210,8 +210,10 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     """Run every level of ``spec`` against the server at ``endpoint``, one after the other."""
     if os.environ.get(_WORKER_ENV):     # a worker importing an unguarded script: the parent says why
         raise SystemExit(_UNGUARDED_EXIT)
-    for level in spec.levels():
-        slots = plan_slots(spec, level)
+    # Each level's workers, once: the plan checked here is the plan run (the CPUs this
+    # process may use can change in between).
+    planned = [(level, plan_slots(spec, level)) for level in spec.levels()]
+    for level, slots in planned:
         if sum(slots) > MAX_CONCURRENCY:     # --max-in-flight times the workers the CPUs gave
             raise UsageError(f"{len(slots)} workers x {max(slots)} requests in flight at "
                              f"{level_label(spec.mode, level)} is more than one load generator "
@@ -223,8 +225,8 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
                                 shapes=dict(spec.shapes))
     _probe(url, spec.protocol, template, spec.timeout_s)
     levels = []
-    for level in spec.levels():
-        result = _run_level(endpoint, url, spec, template, level, progress)
+    for level, slots in planned:
+        result = _run_level(endpoint, url, spec, template, level, slots, progress)
         levels.append(result)
         if result.ended_early:
             break
@@ -276,8 +278,9 @@ def _check_open_files(sockets: int) -> None:
                          hint="add --workers to spread them, or raise the limit (ulimit -n)")
 
 
-def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float) -> list[WorkerPlan]:
-    slots = plan_slots(spec, level)
+def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float,
+           slots: list[int]) -> list[WorkerPlan]:
+    """Each worker's plan at ``level``; ``slots``: ``plan_slots(spec, level)``."""
     common = dict(protocol=spec.protocol, url=url, template=template,
                   warmup_ns=int(spec.warmup_s * 1e9), duration_ns=int(spec.duration_s * 1e9),
                   window_ns=int(spec.window_s * 1e9), timeout_s=spec.timeout_s,
@@ -290,8 +293,8 @@ def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float) ->
 
 
 def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTemplate,
-               level: float, progress: Progress | None) -> LevelResult:
-    plans = _plans(spec, template, url, level)
+               level: float, slots: list[int], progress: Progress | None) -> LevelResult:
+    plans = _plans(spec, template, url, level, slots)
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.RawValue("b", 0)
     done = ctx.RawArray("q", len(plans))
