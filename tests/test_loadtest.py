@@ -257,16 +257,16 @@ MS, S = 1_000_000, 1_000_000_000
 
 
 def _level_from(records, *, mode="closed", cpu_s=0.0, never_sent=(), held_back=False, back_at=0,
-                given_up=(), timeout_s=1.0, duration_s=2):
+                given_up=(), timeout_s=1.0, duration_s=2, window_s=1):
     """A level merged from one worker's raw records: (origin ns, latency ns, None for an
     answer, else the error's kind or the exception the send raised); ``duration_s`` (2)
-    measured from 0 in 1 s windows, after a warm-up (negative origins); ``given_up``:
+    measured from 0 in ``window_s`` (1) windows, after a warm-up (negative origins); ``given_up``:
     origins still out at ``back_at``."""
     from tritonkit.loadtest._run import _merge, _plans, plan_slots
     from tritonkit.loadtest._server import StatsSnapshot
     from tritonkit.loadtest._worker import _give_up_on, _never_sent, _Records
 
-    common = dict(model="m", duration_s=duration_s, warmup_s=0, window_s=1, timeout_s=timeout_s)
+    common = dict(model="m", duration_s=duration_s, warmup_s=0, window_s=window_s, timeout_s=timeout_s)
     spec = LoadSpec(concurrency=(1,), **common) if mode == "closed" else LoadSpec(rates=(10.0,), **common)
     level = spec.levels()[0]
     plan, = _plans(spec, None, "-", level, plan_slots(spec, level))
@@ -293,6 +293,14 @@ def test_a_windows_qps_counts_answered_requests_as_the_levels_qps_does():
     assert level.qps == 9.0
     assert [w.qps for w in level.timeline] == [8.0, 10.0]
     assert [w.errors for w in level.timeline] == [2, 0]
+
+
+def test_a_request_sent_just_before_a_window_boundary_is_in_the_window_before_it():
+    """2.01 s windows: 2.01 * 1e9 is 2009999999.9999998, which truncated put the boundary
+    1 ns early, and the last nanosecond's request in the next window."""
+    records = [(2_010_000_000 - 1, MS, None), (2_010_000_000, MS, None)]
+    level = _level_from(records, duration_s=4.02, window_s=2.01)
+    assert [(w.start_s, w.ok) for w in level.timeline] == [(0.0, 1), (2.01, 1)]
 
 
 def test_arrivals_the_server_held_back_are_latency_not_errors_and_cost_the_client_nothing():

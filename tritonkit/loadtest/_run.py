@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from tritonkit.client import Endpoint
 from tritonkit.errors import LoadTestError, UsageError
 from tritonkit.loadtest._inputs import RequestTemplate, Shapes, check_shapes, request_template
@@ -282,14 +284,21 @@ def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float,
            slots: list[int]) -> list[WorkerPlan]:
     """Each worker's plan at ``level``; ``slots``: ``plan_slots(spec, level)``."""
     common = dict(protocol=spec.protocol, url=url, template=template,
-                  warmup_ns=int(spec.warmup_s * 1e9), duration_ns=int(spec.duration_s * 1e9),
-                  window_ns=int(spec.window_s * 1e9), timeout_s=spec.timeout_s,
+                  warmup_ns=_ns(spec.warmup_s), duration_ns=_ns(spec.duration_s),
+                  window_ns=_ns(spec.window_s), timeout_s=spec.timeout_s,
                   grace_s=spec.timeout_s + _ANSWER_MARGIN_S)
     if spec.mode == "closed":
         return [WorkerPlan(index=i, slots=n, offsets_ns=None, **common) for i, n in enumerate(slots)]
     schedule = open_loop_schedule(level, spec.warmup_s + spec.duration_s, spec.arrivals, spec.seed)
-    return [WorkerPlan(index=i, slots=slots[i], offsets_ns=(part * 1e9).astype("int64"), **common)
+    return [WorkerPlan(index=i, slots=slots[i], offsets_ns=np.rint(part * 1e9).astype("int64"),
+                       **common)
             for i, part in enumerate(split_schedule(schedule, len(slots)))]
+
+
+def _ns(seconds: float) -> int:
+    """Seconds as whole nanoseconds, rounded: 2.01 s is 2_010_000_000 ns, where int() of
+    2.01 * 1e9 (2009999999.9999998) made it 1 ns short, and a window boundary with it."""
+    return round(seconds * 1e9)
 
 
 def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTemplate,
@@ -316,7 +325,7 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
         label = level_label(spec.mode, level)
         total_s = spec.warmup_s + spec.duration_s
         t0 = time.perf_counter_ns() + _START_MARGIN_NS
-        start_ns = t0 + int(spec.warmup_s * 1e9)
+        start_ns = t0 + _ns(spec.warmup_s)
         before = watcher.stats() if spec.warmup_s == 0 else None
         for pipe in pipes:
             pipe.send(t0)
