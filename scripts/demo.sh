@@ -11,7 +11,8 @@ mkdir -p "$(dirname "$REPO")"
 trap 'tritonkit down --repository "$REPO" >/dev/null 2>&1 || true' EXIT
 tritonkit export examples/mlp.py:build --name mlp --repository "$REPO" --force
 tritonkit deploy --target local --repository "$REPO" --http-port 0 --grpc-port 0 --metrics-port 0
-tritonkit warmup --repository "$REPO" --json out/warmup.json --force   # the demo's own output
+# As after a restart: --reload brings the cold start back; out/warmup.png shows it decay.
+tritonkit warmup --repository "$REPO" --reload --json out/warmup.json --plot out/warmup.png --force
 # The verdict is the exit code: 0 the SLA held, 3 it was missed, 4 requests failed.
 tritonkit loadtest --repository "$REPO" --model mlp --concurrency 1,8 --duration 5 \
   --sla-p99-ms "${TRITONKIT_DEMO_SLA_P99_MS:-50}" --sla-min-qps 100 \

@@ -297,6 +297,40 @@ def test_a_json_path_that_cannot_be_written_is_refused_before_the_warm_up(tmp_pa
 
 
 @pytest.mark.server
+def test_warmup_keeps_each_shapes_series_and_plots_it(warm_server, tmp_path, capsys):
+    out, plot = tmp_path / "warm.json", tmp_path / "warm.png"
+    plot.write_text("earlier plot\n")
+    args = ("warmup", "--repository", warm_server.repository, "--model", "example",
+            "--json", out, "--plot", plot)
+    assert run_cli(*args) == 2 and plot.read_text() == "earlier plot\n"   # kept without --force
+    assert "already exists" in capsys.readouterr().err
+    assert run_cli(*args, "--force") == 0, capsys.readouterr().err
+    [record] = json.loads(out.read_text())["models"]
+    assert set(record["series_ms"]) == set(record["shapes"]) and len(record["shapes"]) > 1
+    first_shape = record["series_ms"][record["shapes"][0]]
+    assert first_shape[0] == pytest.approx(record["first_ms"], abs=1e-3)    # the first, first
+    assert sum(len(s) for s in record["series_ms"].values()) <= record["requests"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+
+
+def test_the_warmup_plot_has_a_panel_for_a_model_that_was_not_warmed(tmp_path):
+    from tritonkit.warmup_plot import write_warmup_plot
+
+    cold = ModelWarmup(model="cold", steady=True, requests=40, first_ms=80.0, steady_p50_ms=2.0,
+                       shapes=["x:1x4", "x:8x4"],
+                       series_ms={"x:1x4": [80.0] + [2.0] * 20, "x:8x4": [30.0] + [4.0] * 18})
+    skipped = ModelWarmup(model="streamed", steady=False, requests=0, warmed=False,
+                          note="decoupled model: not warmed")
+    path = write_warmup_plot(tmp_path / "w.png", [cold, skipped])
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_warmup_plot_that_is_not_a_png_is_refused_before_the_server_is_asked(tmp_path, capsys):
+    code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--plot", tmp_path / "w.svg")
+    assert code == 2 and "must end in .png" in capsys.readouterr().err
+
+
+@pytest.mark.server
 def test_warmup_json_replaces_a_file_with_force(warm_server, tmp_path):
     out = tmp_path / "warm.json"
     out.write_text("earlier figures\n")
@@ -369,7 +403,8 @@ def test_a_model_that_never_becomes_steady_within_the_budget_exits_non_zero(warm
                    "--requests", "2")
     err = capsys.readouterr().err
     assert code == 1
-    assert err.startswith("error: example: not steady within 2 requests (at INPUT__0:1x4)")
+    assert err.startswith("error: example: not steady within its share of the requests, 0 of 2 "
+                          "(at INPUT__0:1x4)")
     assert _ready(warm_server)
 
 

@@ -153,6 +153,9 @@ class ModelWarmup:
     # False: a model warm-up cannot send requests to (decoupled, with no gRPC address known);
     # ``note`` says why.
     warmed: bool = True
+    # Each shape's samples in the order sent, its cold first one first (ms; a stateful
+    # model's sample is its sequence's mean request): how the cold start decayed.
+    series_ms: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float | None:
@@ -1029,7 +1032,8 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
         finally:
             connection.close()
         if not rule.is_steady(series[t]):
-            why = "the deadline" if deadline.expired() else f"{requests} requests"
+            why = ("the deadline" if deadline.expired() else
+                   f"its share of the requests, {share} of {requests}")
             notes.append(f"not steady within {why} (at {labels[t]})")
     steady = bool(usable) and all(rule.is_steady(series[t]) for t in usable)
     if not usable and not notes:
@@ -1045,7 +1049,8 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
         after = _cold_start_figures(driver, prepared[targets[usable[0]][1]])
     return ModelWarmup(model=name, steady=steady, requests=sent, load_s=load_s, first_ms=first,
                        steady_p50_ms=p50, after=after, shapes=labels,
-                       note="; ".join(filter(None, [driver.describe(), *notes])), cold=cold)
+                       note="; ".join(filter(None, [driver.describe(), *notes])), cold=cold,
+                       series_ms={labels[t]: [round(v, 3) for v in series[t]] for t in usable})
 
 
 def _ready_versions(client, name: str) -> list[str]:

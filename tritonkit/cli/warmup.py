@@ -23,7 +23,7 @@ from tritonkit.cli.options import (
     progress_status,
 )
 from tritonkit.client import SECRET_ENV, read_secret_file
-from tritonkit.errors import TritonkitError
+from tritonkit.errors import TritonkitError, UsageError
 from tritonkit.fileio import atomic_write, check_output
 
 
@@ -86,6 +86,16 @@ def write_json(path: Path, results: list[warmup_lib.ModelWarmup]) -> None:
     atomic_write(path, json.dumps({"models": [r.as_dict() for r in results]}, indent=2) + "\n")
 
 
+def write_outputs(results: list[warmup_lib.ModelWarmup], json_out: Path | None,
+                  plot: Path | None) -> None:
+    if json_out:
+        write_json(json_out, results)
+    if plot:
+        from tritonkit.warmup_plot import write_warmup_plot
+
+        write_warmup_plot(plot, results)
+
+
 @app.command(epilog="Example: tritonkit warmup --repository model_repository")
 def warmup(
     repository: OptionalRepository = None,
@@ -111,6 +121,9 @@ def warmup(
              f"here records (Kubernetes); or set {SECRET_ENV}.")] = None,
     timeout: Timeout = 120.0,
     json_out: JsonOut = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        help="Write a PNG: each model's latency per shape from its cold first request "
+             "until steady.")] = None,
     force: Force = False,
 ) -> None:
     """Load every model explicitly and warm it up until its latency is steady."""
@@ -118,6 +131,10 @@ def warmup(
         repository = Path("model_repository")
     if json_out:
         check_output(json_out, force=force, what="warm-up JSON")   # before a 2-minute run
+    if plot:
+        check_output(plot, force=force, what="warm-up plot")
+        if plot.suffix.lower() != ".png":
+            raise UsageError(f"warm-up plot {plot} must end in .png", hint="e.g. out/warmup.png")
     secret = read_secret_file(secret_file) if secret_file else None
     try:
         with progress_status("warming up") as progress:
@@ -128,12 +145,10 @@ def warmup(
     except warmup_lib.LoadFailed as failed:   # the models that loaded were warmed: say how
         if failed.results:
             print_results(failed.results)
-            if json_out:
-                write_json(json_out, failed.results)
+            write_outputs(failed.results, json_out, plot)
         raise
     print_results(results)
-    if json_out:
-        write_json(json_out, results)
+    write_outputs(results, json_out, plot)
     unsteady = [f"{r.model}: {r.note}" for r in results if r.warmed and not r.steady]
     if unsteady:
         raise TritonkitError("; ".join(unsteady),
