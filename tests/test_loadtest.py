@@ -588,6 +588,46 @@ def _one_slot_at_100_per_s(clock: _Clock, send):
         latency_ms={d: lat / MS for d, lat in zip(due, rec.latencies)})
 
 
+def test_a_request_answered_as_the_grace_deadline_passes_is_counted_once(monkeypatch):
+    """A lone user runs in a thread. Its request comes back just before the deadline, and
+    the worker gives up on what is still out just as it records the answer: the request
+    is counted once, as answered, never also as given up on. (The interleaving is forced:
+    the answer waits for the give-up to start, which waits for the answer's bookkeeping.)"""
+    from types import SimpleNamespace
+
+    from tritonkit.loadtest._worker import WorkerPlan, _drive, _Records, _Slots
+
+    giving_up, back_done = threading.Event(), threading.Event()
+    main = threading.current_thread()
+    back = _Slots.back
+
+    def back_when_the_give_up_began(self, slot, finish):
+        giving_up.wait(1.0)
+        back(self, slot, finish)
+        back_done.set()
+
+    class Origins(list):
+        def append(self, origin):
+            if threading.current_thread() is main:      # the worker giving up on a request
+                giving_up.set()
+                back_done.wait(1.0)
+            super().append(origin)
+
+    monkeypatch.setattr(_Slots, "back", back_when_the_give_up_began)
+    plan = WorkerPlan(index=0, protocol="http", url="-", template=None, slots=1, offsets_ns=None,
+                      warmup_ns=0, duration_ns=50 * MS, window_ns=50 * MS, timeout_s=1.0, grace_s=0.3)
+    rec = _Records()
+    rec.origins = Origins()
+    sends = []
+
+    def send():                     # back 0.25 s after it left: the deadline is 0.35 s
+        sends.append(time.sleep(0.25))
+
+    _drive(plan, [send], time.perf_counter_ns(), rec, [0], SimpleNamespace(value=0))
+    assert len(sends) == 1
+    assert rec.codes == [0] and len(rec.origins) == len(rec.latencies) == 1
+
+
 def test_arrivals_due_while_the_one_slot_waited_on_a_frozen_server_are_its_saturation():
     clock = _Clock()
     run = _one_slot_at_100_per_s(clock, _served_by(clock, frozen_ms=(300, 500)))

@@ -371,6 +371,10 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     arrivals = iter((t0 + plan.offsets_ns).tolist()) if open_loop else None
     taken: dict[int, int] = {}              # slot -> arrival it waits to send
     closed = [False]                        # past the deadline: what is still out was counted
+    # A request is counted as answered by its user or given up on at the deadline, never
+    # both: a user (a thread, when it is alone) records its answer, and the deadline
+    # closes the count, each holding this lock. (Greenlets never switch while holding it.)
+    counting = threading.Lock()
 
     def user(slot: int) -> None:
         send = senders[slot]
@@ -398,31 +402,36 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
                     return
                 del taken[slot]
             start = clock()
-            slots.sent(slot, due, start)
+            with counting:
+                if closed[0]:
+                    return
+                slots.sent(slot, due, start)
+            failure = None
             try:
                 send()
-                code = 0
             except Exception as exc:
-                code = rec.code(exc)
+                failure = exc
             finish = clock()
-            if closed[0]:                   # given up on at the deadline: counted already
-                return
-            slots.back(slot, finish)
-            # Open loop, free of coordinated omission: latency runs from when the request was due.
-            origins(due)
-            latencies(finish - due)
-            codes(code)
-            if open_loop:
-                lags(start - due)
-                waits(waited)
-            done[index] += 1
+            with counting:
+                if closed[0]:               # given up on at the deadline: counted already
+                    return
+                slots.back(slot, finish)
+                # Open loop, free of coordinated omission: latency runs from when the request was due.
+                origins(due)
+                latencies(finish - due)
+                codes(0 if failure is None else rec.code(failure))
+                if open_loop:
+                    lags(start - due)
+                    waits(waited)
+                done[index] += 1
 
     wait_until(t0)
     deadline_s = max(0.0, (end - clock()) / 1e9) + plan.grace_s
     if cooperative:
         greenlets = [gevent.spawn(user, slot) for slot in range(plan.slots)]
         gevent.joinall(greenlets, timeout=deadline_s)
-        closed[0] = True
+        with counting:
+            closed[0] = True
         gevent.killall(greenlets, block=False)
     else:
         # Threads, a lone user included: the join's deadline bounds a hung request the same
@@ -433,7 +442,8 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
         finish_by = time.monotonic() + deadline_s
         for thread in threads:
             thread.join(timeout=max(0.0, finish_by - time.monotonic()))
-        closed[0] = True
+        with counting:
+            closed[0] = True
     now = clock()
     back_at, held_since = slots.unsent_waited(now)
     _give_up_on(slots.out, rec, plan, now)
