@@ -391,7 +391,7 @@ def _worker_env():
     try:
         yield
     finally:
-        del os.environ[_WORKER_ENV]
+        os.environ.pop(_WORKER_ENV, None)
 
 
 def _end_workers(procs: list, give_up_at: float) -> None:
