@@ -1596,6 +1596,28 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(served, tmp_path):
     assert "RuntimeError" not in done.stderr        # the worker's own failure, a page long, is gone
 
 
+def test_starting_workers_leaves_the_process_environment_alone(monkeypatch):
+    """A child another thread starts meanwhile (a tritonserver, a CLI run in a subprocess)
+    must not inherit a load-test worker's mark, nor two load tests at once remove each
+    other's: a worker knows itself by its process name, never by os.environ."""
+    import multiprocessing.context
+
+    from tritonkit.loadtest._run import _run_level
+
+    seen = []
+
+    def start(self):
+        seen.append(dict(os.environ))
+        raise OSError("no worker started in this test")
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start)
+    spec = LoadSpec(model="m", concurrency=(1,), duration_s=0.5, warmup_s=0)
+    before = dict(os.environ)
+    with pytest.raises(OSError, match="no worker started"):
+        _run_level(Endpoint(http_url="-"), "-", spec, None, 1, [1], None)
+    assert seen == [before] and dict(os.environ) == before
+
+
 @pytest.mark.server
 def test_a_worker_that_cannot_start_stops_the_ready_ones_at_once(served, monkeypatch):
     """The workers that did start wait for their start time; they are let go at once, not

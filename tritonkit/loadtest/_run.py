@@ -45,8 +45,10 @@ MAX_DURATION_S = 3_600.0            # per level: every request's record is held 
 MAX_WINDOWS = 1_000                 # ...and a histogram per timeline window (~0.2 MB each)
 _SPARE_FILES = 64                   # descriptors a worker needs besides its sockets
 # A spawned worker imports the main script again: one with no ``if __name__ == "__main__":``
-# guard calls run_loadtest in it. The worker carries this variable, so it says so by its exit.
-_WORKER_ENV = "TRITONKIT_LOADTEST_WORKER"
+# guard calls run_loadtest in it, and says so by its exit code. It knows itself by its
+# process name, which spawn sets before that import: a mark in os.environ would be
+# inherited by any child another thread starts meanwhile, and is no thread's to change.
+_WORKER_NAME = "tritonkit-loadtest-"
 _UNGUARDED_EXIT = 86
 
 # progress(label, elapsed_s, total_s, requests_done)
@@ -210,8 +212,8 @@ def default_workers(spec: LoadSpec, level: float) -> int:
 
 def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None) -> LoadTestResult:
     """Run every level of ``spec`` against the server at ``endpoint``, one after the other."""
-    if os.environ.get(_WORKER_ENV):     # a worker importing an unguarded script: the parent says why
-        raise SystemExit(_UNGUARDED_EXIT)
+    if multiprocessing.current_process().name.startswith(_WORKER_NAME):
+        raise SystemExit(_UNGUARDED_EXIT)   # a worker importing an unguarded script: the parent says why
     # Each level's workers, once: the plan checked here is the plan run (the CPUs this
     # process may use can change in between).
     planned = [(level, plan_slots(spec, level)) for level in spec.levels()]
@@ -314,8 +316,8 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
         for plan in plans:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=worker_main, args=(plan, child, done, stop),
-                               name=f"tritonkit-loadtest-{plan.index}", daemon=True)
-            with _sigint_ignored(), _worker_env():
+                               name=f"{_WORKER_NAME}{plan.index}", daemon=True)
+            with _sigint_ignored():
                 proc.start()
             child.close()
             pipes.append(parent)
@@ -382,16 +384,6 @@ def _sigint_ignored():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _worker_env():
-    """The environment a worker starts with marks it as one (see ``_UNGUARDED_EXIT``)."""
-    os.environ[_WORKER_ENV] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop(_WORKER_ENV, None)
 
 
 def _end_workers(procs: list, give_up_at: float) -> None:
