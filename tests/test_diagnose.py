@@ -209,6 +209,13 @@ def test_a_recording_without_traffic_is_idle_not_a_wall(tmp_path):
     assert verdict(csv, "a10").wall == "idle"
 
 
+def test_an_idle_recording_with_pcie_figures_does_not_say_they_were_not_recorded(tmp_path):
+    """No sample was under load, so no PCIe mean was taken: NVML was there all the same."""
+    csv = record(tmp_path / "idle.csv", **A10, util=40, mem_pct=30,
+                 triton=dict(requests=0, batch=1, queue_us=0, infer_us=0))
+    assert not any("PCIe" in line for line in verdict(csv, "a10").evidence)
+
+
 def test_the_profile_is_guessed_from_the_recorded_gpu_name(tmp_path):
     p100 = read_monitor_csv(record(tmp_path / "p.csv", **P100, util=50, mem_pct=50))
     assert guess_profile(p100) == "p100"

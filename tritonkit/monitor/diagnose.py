@@ -284,7 +284,7 @@ def _evidence(f: Figures, profile: GpuProfile) -> list[str]:
                         f"x{profile.bus.pcie_lanes}, {profile.bus.link_gb_s:g} GB/s)"
                         if f.link_below_profile else
                         f"{profile.name} link ({f.link}, {f.link_gb_s:g} GB/s)"))
-    else:
+    elif f.loaded_samples:      # (with none under load there is no mean to take at all)
         lines.append("PCIe: not recorded (no NVML on the recording host: Triton's own GPU "
                      "figures carry no PCIe throughput), so the bandwidth wall is not judged")
     if f.avg_batch is not None:
