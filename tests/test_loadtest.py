@@ -461,6 +461,21 @@ def test_a_window_in_which_every_request_failed_is_flagged_and_named_after_the_o
     assert cold_start_windows(some, [], 0, 1.0) == []
 
 
+def test_arrivals_the_generator_never_sent_make_no_error_window_of_the_servers():
+    """'Not sent: the load generator fell behind' is the run's failing: a window holding only
+    those blames no server, and one that also holds server errors counts only those."""
+    behind = _failed_in_second(3)
+    behind[3].not_sent = 40                           # all 40 errors: arrivals never sent
+    behind[3].came_back = 0
+    behind[3].waiting_ms = None                       # nothing went out, nothing was waited on
+    assert cold_start_windows(behind, [], 0, 1.0) == []
+    mixed = _failed_in_second(3)
+    mixed[3].not_sent = 15                            # 25 sent, every one an error answer
+    spike, = cold_start_windows(mixed, [], 0, 1.0)
+    assert spike.failed and spike.errors == 25
+    assert spike.cause == "errors: every request failed (25 errors); no server event explains it"
+
+
 def test_an_error_window_is_in_the_json_the_csv_the_spikes_table_the_warnings_and_the_plot(tmp_path,
                                                                                           monkeypatch):
     import matplotlib.pyplot as plt

@@ -458,9 +458,11 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
         for kind, n in s["errors"].items():
             errors[kind] = errors.get(kind, 0) + n
         for index, w in s["windows"].items():
-            merged = per_window.setdefault(index, {"ok": 0, "errors": 0, "hist": _new_histogram(highest_us)})
+            merged = per_window.setdefault(index, {"ok": 0, "errors": 0, "not_sent": 0,
+                                                   "hist": _new_histogram(highest_us)})
             merged["ok"] += w["ok"]
             merged["errors"] += w["errors"]
+            merged["not_sent"] += w["not_sent"]
             if w["hist"]:
                 merged["hist"].decode_and_add(w["hist"])
     span_s = spec.duration_s
@@ -472,11 +474,13 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
     n_windows = max(1, math.ceil(span_s / spec.window_s - 1e-9)) if span_s > 0 else 0
     timeline = []
     for index in range(n_windows):
-        w = per_window.get(index, {"ok": 0, "errors": 0, "hist": _new_histogram(highest_us)})
+        w = per_window.get(index, {"ok": 0, "errors": 0, "not_sent": 0,
+                                   "hist": _new_histogram(highest_us)})
         hist, width = w["hist"], min(spec.window_s, span_s - index * spec.window_s)
         has = hist.get_total_count() > 0
         timeline.append(Window(
             index=index, start_s=round(index * spec.window_s, 6), ok=w["ok"], errors=w["errors"],
+            not_sent=w["not_sent"],
             qps=w["ok"] / width if width > 0 else 0.0,        # answered, as the level's QPS
             p50_ms=hist.get_value_at_percentile(50) / 1000 if has else None,
             p99_ms=hist.get_value_at_percentile(99) / 1000 if has else None,

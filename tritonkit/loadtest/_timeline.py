@@ -52,6 +52,9 @@ class Window:
     waiting_ms: float | None = None
     stall: bool = False       # requests were out, none came back (a spike too)
     failed: bool = False      # requests were sent in it and every one failed (a spike too)
+    # of ``errors``, arrivals the load generator fell behind on and never sent: the run's
+    # failing, not the server's, so they make no error window
+    not_sent: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
         if window.p99_ms is not None and typical is not None:
             high_p99 = window.p99_ms > max(factor * typical, typical + floor_ms)
             high_max = window.max_ms > slowest
-        window.failed = window.errors > 0 and not window.ok
+        window.failed = window.errors > window.not_sent and not window.ok
         window.spike = high_p99 or high_max or window.stall or window.failed
         if window.spike:
             flagged.append(window)
@@ -204,7 +207,7 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             seen, kind = (f"nothing came back while requests were out (the oldest for "
                           f"{window.waiting_ms / 1000:.2f} s)"), "stall"
         elif window.failed:
-            seen, kind = f"every request failed ({window.errors} errors)", "errors"
+            seen, kind = f"every request failed ({window.errors - window.not_sent} errors)", "errors"
         if near:
             name, version, left, ready = near[-1]
             what = f"model '{name}'{' version ' + version if version else ''}"
@@ -221,7 +224,7 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             events=tuple(e.as_dict(start_ns) for e in events
                          if e.kind == "state" and any(_during(e, o, start_ns) for o in near)),
             stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None,
-            failed=window.failed, errors=window.errors if window.failed else 0))
+            failed=window.failed, errors=window.errors - window.not_sent if window.failed else 0))
     return spikes
 
 

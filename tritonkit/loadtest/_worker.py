@@ -202,6 +202,8 @@ class _Records:
         names = {code: kind for kind, code in self.kinds.items()}
         ok = (codes == 0) & counted
         failed = (codes > 0) & counted
+        # arrivals the generator itself failed to send: errors of the run, not the server's
+        unsent = counted & (codes == self.kinds.get(NOT_SENT, 0)) & (codes > 0)
         # what the latency percentiles see: answers, held-back arrivals, requests never answered
         timed = (codes == 0) | (codes == HELD_BACK) | np.isin(codes, list(self.unanswered))
         windows = {}
@@ -211,6 +213,7 @@ class _Records:
             windows[int(window)] = {
                 "ok": int(np.count_nonzero(here & ok)),
                 "errors": int(np.count_nonzero(here & failed)),
+                "not_sent": int(np.count_nonzero(here & unsent)),
                 "hist": _encode(latencies[here & timed], plan.highest_us),
             }
         summary = {
