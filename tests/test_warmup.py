@@ -403,8 +403,8 @@ def test_a_model_that_never_becomes_steady_within_the_budget_exits_non_zero(warm
                    "--requests", "2")
     err = capsys.readouterr().err
     assert code == 1
-    assert err.startswith("error: example: not steady within its share of the requests, 0 of 2 "
-                          "(at INPUT__0:1x4)")
+    assert err.startswith("error: example: not steady within --requests 2: each shape's first "
+                          "requests took them all (at INPUT__0:1x4)")
     assert _ready(warm_server)
 
 

@@ -1033,7 +1033,8 @@ def _warm_one(endpoint: Endpoint, name: str, load_s: float | None, *, requests: 
             connection.close()
         if not rule.is_steady(series[t]):
             why = ("the deadline" if deadline.expired() else
-                   f"its share of the requests, {share} of {requests}")
+                   f"its share of the requests, {share} of {requests}" if share else
+                   f"--requests {requests}: each shape's first requests took them all")
             notes.append(f"not steady within {why} (at {labels[t]})")
     steady = bool(usable) and all(rule.is_steady(series[t]) for t in usable)
     if not usable and not notes:

@@ -285,8 +285,9 @@ def _evidence(f: Figures, profile: GpuProfile) -> list[str]:
                         if f.link_below_profile else
                         f"{profile.name} link ({f.link}, {f.link_gb_s:g} GB/s)"))
     elif f.loaded_samples:      # (with none under load there is no mean to take at all)
-        lines.append("PCIe: not recorded (no NVML on the recording host: Triton's own GPU "
-                     "figures carry no PCIe throughput), so the bandwidth wall is not judged")
+        lines.append("PCIe: not recorded (the GPU's figures came without PCIe throughput, as "
+                     "Triton's own gauges give them for a server watched from another host), "
+                     "so the bandwidth wall is not judged")
     if f.avg_batch is not None:
         lines.append(f"Triton: {f.inferences:.0f} inferences in {f.executions:.0f} executions "
                      f"= {f.avg_batch:.2f} per execution")
