@@ -135,6 +135,9 @@ def warmup(
         check_output(plot, force=force, what="warm-up plot")
         if plot.suffix.lower() != ".png":
             raise UsageError(f"warm-up plot {plot} must end in .png", hint="e.g. out/warmup.png")
+        if json_out and plot.resolve() == json_out.resolve():
+            raise UsageError(f"--json and --plot both name {plot}: the plot would replace the JSON",
+                             hint="give each its own file")
     secret = read_secret_file(secret_file) if secret_file else None
     try:
         with progress_status("warming up") as progress:
