@@ -56,6 +56,11 @@ class Window:
     # failing, not the server's, so they make no error window
     not_sent: int = 0
 
+    @property
+    def server_errors(self) -> int:
+        """The errors of requests that reached the server."""
+        return self.errors - self.not_sent
+
 
 @dataclass(frozen=True)
 class Spike:
@@ -96,7 +101,7 @@ def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
         if window.p99_ms is not None and typical is not None:
             high_p99 = window.p99_ms > max(factor * typical, typical + floor_ms)
             high_max = window.max_ms > slowest
-        window.failed = window.errors > window.not_sent and not window.ok
+        window.failed = window.server_errors > 0 and not window.ok
         window.spike = high_p99 or high_max or window.stall or window.failed
         if window.spike:
             flagged.append(window)
@@ -207,7 +212,7 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             seen, kind = (f"nothing came back while requests were out (the oldest for "
                           f"{window.waiting_ms / 1000:.2f} s)"), "stall"
         elif window.failed:
-            seen, kind = f"every request failed ({window.errors - window.not_sent} errors)", "errors"
+            seen, kind = f"every request failed ({window.server_errors} errors)", "errors"
         if near:
             name, version, left, ready = near[-1]
             what = f"model '{name}'{' version ' + version if version else ''}"
@@ -224,7 +229,7 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             events=tuple(e.as_dict(start_ns) for e in events
                          if e.kind == "state" and any(_during(e, o, start_ns) for o in near)),
             stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None,
-            failed=window.failed, errors=window.errors - window.not_sent if window.failed else 0))
+            failed=window.failed, errors=window.server_errors if window.failed else 0))
     return spikes
 
 

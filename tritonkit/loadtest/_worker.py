@@ -203,7 +203,7 @@ class _Records:
         ok = (codes == 0) & counted
         failed = (codes > 0) & counted
         # arrivals the generator itself failed to send: errors of the run, not the server's
-        unsent = counted & (codes == self.kinds.get(NOT_SENT, 0)) & (codes > 0)
+        unsent = never[keep] & failed
         # what the latency percentiles see: answers, held-back arrivals, requests never answered
         timed = (codes == 0) | (codes == HELD_BACK) | np.isin(codes, list(self.unanswered))
         windows = {}
