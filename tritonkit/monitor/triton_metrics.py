@@ -55,7 +55,7 @@ class ModelCounters:
     @property
     def compute_duration_us(self) -> float | None:
         """Input + infer + output time."""
-        return _sum(self.compute_input_duration_us, self.compute_infer_duration_us,
+        return plus(self.compute_input_duration_us, self.compute_infer_duration_us,
                     self.compute_output_duration_us)
 
     @property
@@ -64,12 +64,8 @@ class ModelCounters:
         return self.inference_count if self.inference_count is not None else self.request_success
 
 
-def plus(a: float | None, b: float | None) -> float | None:
-    """``a + b``; None when either is unknown."""
-    return None if a is None or b is None else a + b
-
-
-def _sum(*values: float | None) -> float | None:
+def plus(*values: float | None) -> float | None:
+    """The sum of ``values``; None when any is unknown."""
     return None if any(v is None for v in values) else sum(values)
 
 
