@@ -18,6 +18,7 @@ from typing import Callable
 from tritonkit.errors import UsageError
 from tritonkit.monitor.nvml import GpuIdentity, GpuUnavailableError, Nvml
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
+from tritonkit.server.compose import NVIDIA_HOOK, docker_gives_gpus
 
 # Triton containers are CUDA 13 from 25.08 (2.60.0) and CUDA 12 from 23.01 before it
 # (release notes); the CUDA toolkit release notes give each major's minimum driver.
@@ -32,11 +33,7 @@ FORWARD_COMPATIBLE = {12: {470: (470, 57)}}
 # configs sized for the profile's memory would not fit it. NVML reports a little less
 # than the datasheet: an A10 with ECC on shows 22.5 of its 24 GiB.
 MIN_MEMORY_SHARE = 0.9
-# Docker's --gpus, and the compose file's GPU device request (driver: nvidia), run this
-# hook; without it on PATH the engine says 'could not select device driver "nvidia"'.
-# nvidia-ctk and nvidia-container-cli come in packages without it (the toolkit's -base,
-# libnvidia-container-tools).
-NVIDIA_HOOK = "nvidia-container-runtime-hook"
+# The NVIDIA container toolkit's binaries doctor looks for; only the hook makes --gpus work.
 NVIDIA_CONTAINER_TOOLS = (NVIDIA_HOOK, "nvidia-ctk", "nvidia-container-runtime",
                           "nvidia-container-cli")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
@@ -301,14 +298,12 @@ def _check_docker(docker: DockerFacts) -> Check:
 def _check_nvidia_runtime(docker: DockerFacts) -> Check:
     fix = ("install nvidia-container-toolkit, then: sudo nvidia-ctk runtime configure "
            "--runtime=docker && sudo systemctl restart docker")
-    if "nvidia" in docker.runtimes:
-        return Check("nvidia runtime", True, "the docker engine has the nvidia runtime")
-    if NVIDIA_HOOK in docker.nvidia_tools:
-        if docker.server_version:
-            return Check("nvidia runtime", True, "NVIDIA container toolkit installed "
-                                                 f"({', '.join(docker.nvidia_tools)}; --gpus works)")
-        return Check("nvidia runtime", True,
-                     f"NVIDIA container toolkit installed ({', '.join(docker.nvidia_tools)})")
+    if docker_gives_gpus(docker.runtimes, hook_found=NVIDIA_HOOK in docker.nvidia_tools):
+        if "nvidia" in docker.runtimes:
+            return Check("nvidia runtime", True, "the docker engine has the nvidia runtime")
+        works = "; --gpus works" if docker.server_version else ""
+        return Check("nvidia runtime", True, "NVIDIA container toolkit installed "
+                                             f"({', '.join(docker.nvidia_tools)}{works})")
     if docker.nvidia_tools:
         return Check("nvidia runtime", False,
                      f"{', '.join(docker.nvidia_tools)} found, but not {NVIDIA_HOOK}, which "

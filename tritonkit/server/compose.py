@@ -24,7 +24,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from tritonkit.client import health, wait_until
 from tritonkit.errors import ModelLoadError, ServerError, UsageError
@@ -214,6 +214,19 @@ def compose_command() -> list[str] | None:
     return None
 
 
+# Docker's --gpus, and the compose file's GPU device request (driver: nvidia), run this
+# hook; without it on PATH the engine says 'could not select device driver "nvidia"'.
+# nvidia-ctk and nvidia-container-cli come in packages without it (the toolkit's -base,
+# libnvidia-container-tools).
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
+
+
+def docker_gives_gpus(runtimes: Iterable[str], *, hook_found: bool) -> bool:
+    """Whether a Docker engine can give a container a GPU: it has the ``nvidia`` runtime
+    registered, or NVIDIA's hook (``NVIDIA_HOOK``) is on this host's PATH."""
+    return "nvidia" in runtimes or hook_found
+
+
 def engine_problem() -> str | None:
     """What this host lacks to run the compose file on a GPU, or None if nothing."""
     if not shutil.which("docker"):
@@ -226,7 +239,7 @@ def engine_problem() -> str | None:
         runtimes = json.loads(info.stdout or "{}") or {}
     except json.JSONDecodeError:
         runtimes = {}
-    if "nvidia" not in runtimes and not shutil.which("nvidia-container-runtime-hook"):
+    if not docker_gives_gpus(runtimes, hook_found=shutil.which(NVIDIA_HOOK) is not None):
         return "no NVIDIA container runtime in the Docker engine (install nvidia-container-toolkit)"
     if compose_command() is None:
         return "no Docker Compose (neither 'docker compose' nor 'docker-compose')"
