@@ -314,7 +314,7 @@ def test_warmup_keeps_each_shapes_series_and_plots_it(warm_server, tmp_path, cap
 
 
 def test_the_warmup_plot_has_a_panel_for_a_model_that_was_not_warmed(tmp_path):
-    from tritonkit.warmup_plot import write_warmup_plot
+    from tritonkit.warmup.plot import write_warmup_plot
 
     cold = ModelWarmup(model="cold", steady=True, requests=40, first_ms=80.0, steady_p50_ms=2.0,
                        shapes=["x:1x4", "x:8x4"],

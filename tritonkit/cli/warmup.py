@@ -91,7 +91,7 @@ def write_outputs(results: list[warmup_lib.ModelWarmup], json_out: Path | None,
     if json_out:
         write_json(json_out, results)
     if plot:
-        from tritonkit.warmup_plot import write_warmup_plot
+        from tritonkit.warmup.plot import write_warmup_plot
 
         write_warmup_plot(plot, results)
 

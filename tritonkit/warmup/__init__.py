@@ -1,0 +1,43 @@
+"""Explicit load and warm-up until steady, and the cold-start figures that prove it."""
+
+from tritonkit.warmup._requests import (
+    CHECK_CLIENTS,
+    CHECK_REQUESTS,
+    DEFAULT_REQUESTS,
+    ColdStart,
+    InputRefused,
+    LoadFailed,
+    ModelWarmup,
+    SteadyRule,
+    cold_start_figures,
+    load_and_warm,
+    load_order,
+    model_instances,
+    not_warmable,
+    sequence_ids,
+    sequence_slots,
+    wait_live,
+    warm_up,
+    warmup_shapes,
+)
+
+__all__ = [
+    "CHECK_CLIENTS",
+    "CHECK_REQUESTS",
+    "DEFAULT_REQUESTS",
+    "ColdStart",
+    "InputRefused",
+    "LoadFailed",
+    "ModelWarmup",
+    "SteadyRule",
+    "cold_start_figures",
+    "load_and_warm",
+    "load_order",
+    "model_instances",
+    "not_warmable",
+    "sequence_ids",
+    "sequence_slots",
+    "wait_live",
+    "warm_up",
+    "warmup_shapes",
+]
