@@ -61,6 +61,23 @@ def test_an_r470_driver_runs_a_cuda_12_image_in_forward_compatibility_mode():
     assert not a10.ok
 
 
+def test_a_driver_of_a_listed_branch_is_compared_by_release_not_by_branch_alone():
+    # NGC: a CUDA 12 image on a data-center GPU needs 525.85 or a later R525, 535.86 or a
+    # later R535: 525.60 is branch 525, yet too old
+    p100 = load_profile("p100")
+    early = by_name(check_host(host(driver="525.60.13"), p100))["driver"]
+    assert not early.ok and "older than 525.85" in early.detail
+    assert "525.85 or a later R525" in early.fix
+    assert by_name(check_host(host(driver="525.85.12"), p100))["driver"].ok
+    assert by_name(check_host(host(driver="525.147.05"), p100))["driver"].ok
+    assert not by_name(check_host(host(driver="535.54.03"), p100))["driver"].ok
+    assert by_name(check_host(host(driver="550.54.15"), p100))["driver"].ok   # no release listed
+    # an A10 (CUDA 13 image) on 525.60 is not told a CUDA 12 image would do
+    a10 = by_name(check_host(host(driver="525.60.13", gpus=((0, "NVIDIA A10", 8.6),)),
+                             load_profile("a10")))["driver"]
+    assert not a10.ok and "25.07" not in a10.fix
+
+
 def test_a_cuda_13_image_needs_driver_580_and_a_525_driver_is_pointed_at_cuda_12():
     a10 = host(driver="550.54.15", gpus=((0, "NVIDIA A10", 8.6),))
     driver = by_name(check_host(a10, load_profile("a10")))["driver"]

@@ -25,9 +25,12 @@ from tritonkit.server.compose import NVIDIA_HOOK, docker_gives_gpus
 CUDA13_FROM = (25, 8)
 MIN_DRIVER = {12: 525, 13: 580}
 # NGC images carry CUDA's forward-compatibility package: on a data-center GPU (the P100
-# and the A10 are) a CUDA 12 image also runs on these older branches, each from the
-# release given (Triton 24.10 release notes, "Driver Requirements": R470 from 470.57).
-FORWARD_COMPATIBLE = {12: {470: (470, 57)}}
+# and the A10 are) a CUDA 12 image runs on these branches only from the release given
+# (Triton release notes, "Driver Requirements": 470.57 or later R470, 525.85 or later
+# R525, 535.86 or later R535, 545.23 or later R545). A branch below the CUDA major's
+# minimum runs it in forward-compatibility mode; on a listed branch above it the release
+# matters too (525.60 is R525, yet older than 525.85).
+FORWARD_COMPATIBLE = {12: {470: (470, 57), 525: (525, 85), 535: (535, 86), 545: (545, 23)}}
 # A card of the profile's compute capability with less memory than this share of the
 # profile's is another card (an A2 or A16 is 8.6 like the A10; a P100 comes in 12 GB):
 # configs sized for the profile's memory would not fit it. NVML reports a little less
@@ -173,17 +176,22 @@ def check_host(facts: HostFacts, profile: GpuProfile, image: str | None = None) 
             _check_nvidia_runtime(facts.docker), _check_ports(facts.ports)]
 
 
-def _driver_major(version: str) -> int | None:
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
 def _driver_release(version: str) -> tuple[int, int] | None:
-    """(branch, release) of a driver version: 470.223.02 -> (470, 223)."""
-    parts = version.split(".")
-    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+    """(branch, release) of a driver version: 470.223.02 -> (470, 223); a bare branch,
+    580, is (580, 0)."""
+    parts = (version.split(".") + ["0"])[:2]
+    if not all(part.isdigit() for part in parts):
         return None
     return int(parts[0]), int(parts[1])
+
+
+def _first_release(cuda_major: int, branch: int, min_driver: int) -> tuple[int, int] | None:
+    """The first release of driver ``branch`` that runs a CUDA ``cuda_major`` image (an NGC
+    image needs ``min_driver``), or None when no release of that branch does."""
+    since = FORWARD_COMPATIBLE.get(cuda_major, {}).get(branch)
+    if since:
+        return since
+    return (branch, 0) if branch >= min_driver else None
 
 
 def _check_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
@@ -191,20 +199,28 @@ def _check_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
     if facts.driver_version is None:
         return Check("driver", False, facts.driver_error or "no NVIDIA driver",
                      f"install NVIDIA driver {want}")
-    major = _driver_major(facts.driver_version)
     release = _driver_release(facts.driver_version)
-    since = FORWARD_COMPATIBLE.get(needs.cuda_major, {}).get(major or 0)
-    if major is not None and major < needs.min_driver and since and release and release >= since:
-        return Check("driver", True,
-                     f"driver {facts.driver_version} is older than {want}, which runs it in "
-                     f"forward-compatibility mode on data-center GPUs (R{major} from "
-                     f"{since[0]}.{since[1]}; NGC release notes)")
-    if major is None or major < needs.min_driver:
-        older = ("or use an image of 25.07 or earlier (CUDA 12, driver ≥ 525)"
-                 if needs.cuda_major == 13 and (major or 0) >= MIN_DRIVER[12] else "")
-        return Check("driver", False, f"driver {facts.driver_version} is older than {want}",
-                     f"upgrade the NVIDIA driver to ≥ {needs.min_driver} {older}".strip())
-    return Check("driver", True, f"driver {facts.driver_version} {want}")
+    branch = release[0] if release else 0
+    first = _first_release(needs.cuda_major, branch, needs.min_driver)
+    if release and first and release >= first:
+        if branch < needs.min_driver:
+            return Check("driver", True,
+                         f"driver {facts.driver_version} is older than {want}, which runs it in "
+                         f"forward-compatibility mode on data-center GPUs (R{branch} from "
+                         f"{first[0]}.{first[1]}; NGC release notes)")
+        return Check("driver", True, f"driver {facts.driver_version} {want}")
+    if release and first:            # the branch runs the image, from a later release on
+        return Check("driver", False,
+                     f"driver {facts.driver_version} is older than {first[0]}.{first[1]}, the "
+                     f"first R{branch} release that runs CUDA {needs.cuda_major} images such as "
+                     f"{needs.image} (NGC release notes)",
+                     f"upgrade the NVIDIA driver to {first[0]}.{first[1]} or a later R{branch}"
+                     + (f", or to ≥ {needs.min_driver}" if branch < needs.min_driver else ""))
+    cuda12 = release and _first_release(12, branch, MIN_DRIVER[12])
+    older = ("or use an image of 25.07 or earlier (CUDA 12, driver ≥ 525)"
+             if needs.cuda_major == 13 and cuda12 and release >= cuda12 else "")
+    return Check("driver", False, f"driver {facts.driver_version} is older than {want}",
+                 f"upgrade the NVIDIA driver to ≥ {needs.min_driver} {older}".strip())
 
 
 def _check_image(profile: GpuProfile, image: str) -> Check:
