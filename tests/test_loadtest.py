@@ -1366,11 +1366,42 @@ def test_a_spec_with_no_time_to_measure_is_refused_with_a_hint():
 # -- dynamic dimensions: --shape ------------------------------------------------------------
 
 
+_PAIR_CONFIG = """name: "pair"
+backend: "python"
+max_batch_size: 8
+input { name: "input_ids" data_type: TYPE_INT64 dims: -1 }
+input { name: "attention_mask" data_type: TYPE_INT64 dims: -1 }
+output { name: "hidden" data_type: TYPE_FP32 dims: -1 }
+"""
+
+_PAIR_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()
+            mask = pb_utils.get_input_tensor_by_name(request, "attention_mask").as_numpy()
+            if ids.shape != mask.shape:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"input_ids {list(ids.shape)} and attention_mask {list(mask.shape)} must "
+                    "share their sequence length", pb_utils.TritonError.INVALID_ARG)))
+                continue
+            hidden = (ids * mask).astype(np.float32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("hidden", hidden)]))
+        return responses
+"""
+
+
 @pytest.fixture(scope="module")
 def encoder_served(tmp_path_factory):
     """examples/encoder.py exported (input_ids and attention_mask: [batch, sequence]; its
     model_warmup holds the lengths the export verified) and served by the real Triton
-    beside a copy without model_warmup ("bare") and the example model (fixed dims)."""
+    beside a copy without model_warmup ("bare"), the example model (fixed dims) and
+    "pair": the encoder's two inputs, checked as a careful model checks them (sequences of
+    different lengths are refused, INVALID_ARG: HTTP 400)."""
     from google.protobuf import text_format
 
     from tritonkit.model_config import read_config
@@ -1384,6 +1415,9 @@ def encoder_served(tmp_path_factory):
     config.name = "bare"
     config.ClearField("model_warmup")
     (repo / "bare" / "config.pbtxt").write_text(text_format.MessageToString(config))
+    (repo / "pair" / "1").mkdir(parents=True)
+    (repo / "pair" / "config.pbtxt").write_text(_PAIR_CONFIG)
+    (repo / "pair" / "1" / "model.py").write_text(_PAIR_MODEL)
     deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120, warmup=False)
     yield deployment
     down(repo)
@@ -1465,6 +1499,58 @@ def test_a_shape_the_model_cannot_take_is_a_usage_error_that_names_the_input(
     assert code == EXIT_USAGE, err
     assert err.startswith(f"error: {says}"), err
     assert err.splitlines()[1].startswith("hint: ") and "Traceback" not in err
+
+
+def _requests_seen(deployment, model: str) -> int:
+    """The requests the server has seen for ``model``, answered or failed (a python-backend
+    model's error response counts as a success in Triton's statistics)."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(deployment.http_url)
+    try:
+        stats = client.get_inference_statistics(model)["model_stats"]
+    finally:
+        client.close()
+    return sum(int(m["inference_stats"][k]["count"]) for m in stats for k in ("success", "fail"))
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_shapes_the_model_refuses_are_a_usage_error_before_the_run_in_the_servers_words(
+        encoder_served, capsys, protocol):
+    """Two inputs that share a dynamic axis, given two sizes: the server refuses the first
+    request (HTTP 400, gRPC INVALID_ARGUMENT), so nothing is measured — one line naming the
+    model, what was sent and the server's words, exit 2; the run never starts."""
+    before = _requests_seen(encoder_served, "pair")
+    code = _loadtest_model(encoder_served, "pair", "--protocol", protocol, "--duration", "30",
+                           "--shape", "input_ids:128", "--shape", "attention_mask:64")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    word = "HTTP 400" if protocol == "http" else "gRPC INVALID_ARGUMENT"
+    first, hint = err.splitlines()[:2]
+    assert first == ("error: model 'pair' (input_ids INT64[1, 128], attention_mask INT64[1, 64]) "
+                     f"refused the request: {word}: input_ids [1, 128] and attention_mask [1, 64] "
+                     "must share their sequence length")
+    assert hint.startswith("hint: send what the model takes: check --shape and --input-data")
+    assert "Traceback" not in err and len(err.splitlines()) == 2
+    assert _requests_seen(encoder_served, "pair") - before == 1      # the probe alone: no level ran
+
+
+@pytest.mark.server
+def test_a_model_that_fails_on_the_first_request_is_still_a_run_error_with_the_servers_whole_words(
+        encoder_served, capsys):
+    """The encoder itself does not check its inputs: ONNX Runtime fails on them, an HTTP 500
+    — the model's failure, a run error (exit 4) as before, now naming what was sent and all of
+    the server's first line (ONNX Runtime's reason is past the 140 characters a report keeps)."""
+    code = _loadtest_model(encoder_served, "enc", "--shape", "input_ids:12", "--shape", "attention_mask:6")
+    err = capsys.readouterr().err
+    assert code == EXIT_RUN_ERRORS, err
+    first, hint = err.splitlines()[:2]
+    assert first.startswith("error: the first request to model 'enc' (input_ids INT64[1, 12], "
+                            "attention_mask INT64[1, 6]) failed: HTTP 500: ")
+    assert first.endswith("6 by 12") or first.endswith("12 by 6"), first    # ONNX Runtime's reason
+    assert hint.startswith("hint: check the model's inputs (--shape, --input-data, --batch-size)")
+    assert "Traceback" not in err and "At:" not in err      # the model's traceback: debug only
 
 
 @pytest.mark.parametrize("flag, says", [

@@ -60,7 +60,12 @@ def status_names() -> dict[int, str]:
 
 
 class GrpcFailed(Exception):
-    """The call was answered with a non-zero grpc-status (or an HTTP error)."""
+    """The call was answered with a non-zero grpc-status (or an HTTP error); ``code``: the
+    grpc-status (None: none came)."""
+
+    def __init__(self, text: str, code: int | None = None) -> None:
+        super().__init__(text)
+        self.code = code
 
 
 class _Unprocessed(ConnectionResetError):
@@ -272,4 +277,4 @@ class GrpcConnection:
             code = int(status) if status.isdigit() else -1
             name = self._names.get(code, f"status {status}")
             message = unquote(answer.get("grpc-message", ""))
-            raise GrpcFailed(f"{name}: {message}" if message else name)
+            raise GrpcFailed(f"{name}: {message}" if message else name, code=code)

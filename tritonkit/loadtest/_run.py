@@ -247,7 +247,13 @@ def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
 
 
 def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -> None:
-    """One request before any worker starts: a wrong input fails here, with Triton's words."""
+    """One request before any worker starts (not counted): a request the model cannot take
+    fails here, in Triton's words, instead of as every request of the run.
+
+    A refusal (HTTP 400, gRPC INVALID_ARGUMENT: the server judged the request itself
+    invalid) is the user's to fix, a usage error; any other error answer — the model
+    failing on it (5xx), or gone (404) — a run error.
+    """
     try:
         send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
         try:
@@ -255,8 +261,17 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
         finally:
             send.__self__.close()           # the probe's own connection
     except RequestFailed as exc:
-        raise LoadTestError(f"the first request to '{template.model}' failed: {exc.kind}",
-                            hint="check the model's inputs (--input-data, --batch-size)") from None
+        said, _, rest = exc.said.partition("\n")
+        sent = f"model '{template.model}' ({template.describe()})"
+        if exc.refused:
+            raise UsageError(f"{sent} refused the request: {said}",
+                             hint="send what the model takes: check --shape and --input-data (inputs "
+                                  "that share a dynamic axis take the same size) and --batch-size",
+                             detail=rest.strip() or None) from None
+        raise LoadTestError(f"the first request to {sent} failed: {said}",
+                            hint="check the model's inputs (--shape, --input-data, --batch-size); "
+                                 "the server's log says more",
+                            detail=rest.strip() or None) from None
     except Exception as exc:
         raise LoadTestError(f"could not reach {url} over {protocol}: {exc}",
                             hint="is the server up? tritonkit deploy --repository DIR") from None

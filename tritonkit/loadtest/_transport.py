@@ -21,11 +21,19 @@ Send = Callable[[], None]
 
 
 class RequestFailed(Exception):
-    """One request failed; ``kind`` groups it with others like it in the report."""
+    """One request was answered with an error.
 
-    def __init__(self, kind: str) -> None:
+    ``kind`` groups it with others like it in the report (short, stable); ``said``: the
+    server's whole message; ``refused``: the server refused the request itself as invalid
+    (HTTP 400, gRPC INVALID_ARGUMENT: a shape or datatype it does not take) rather than
+    failing to serve it (5xx) or not knowing the model (404, NOT_FOUND).
+    """
+
+    def __init__(self, kind: str, said: str = "", refused: bool = False) -> None:
         super().__init__(kind)
         self.kind = kind
+        self.said = said or kind
+        self.refused = refused
 
 
 def error_kind(exc: BaseException) -> str:
@@ -142,7 +150,9 @@ class _HttpConnection:
         if not self._keep_alive:
             self.close()
         if status != 200:
-            raise RequestFailed(f"HTTP {status}: {_http_error(b''.join(self._body))}")
+            said = _http_error(b"".join(self._body))
+            raise RequestFailed(f"HTTP {status}: {_first_line(said)}", said=f"HTTP {status}: {said}",
+                                refused=status == 400)
 
 
 def grpc_sender(url: str, template: RequestTemplate, timeout: float, cooperative: bool = False) -> Send:
@@ -175,7 +185,11 @@ class _GrpcCall(GrpcConnection):
         try:
             self.call()
         except GrpcFailed as exc:
-            raise RequestFailed(f"gRPC {_first_line(str(exc))}") from None
+            raise RequestFailed(f"gRPC {_first_line(str(exc))}", said=f"gRPC {exc}",
+                                refused=exc.code == _INVALID_ARGUMENT) from None
+
+
+_INVALID_ARGUMENT = 3       # the grpc-status Triton answers a request it refuses (HTTP 400)
 
 
 def _socket_module(cooperative: bool):
@@ -187,10 +201,14 @@ def _socket_module(cooperative: bool):
 
 
 def _http_error(body: bytes) -> str:
+    """The server's words in an error answer: Triton's ``{"error": ...}``, else the body."""
     try:
-        return _first_line(json.loads(body)["error"])
+        said = json.loads(body)["error"]
+        if not isinstance(said, str):
+            raise TypeError(said)
     except (ValueError, KeyError, TypeError):
-        return _first_line(body.decode("utf-8", "replace")) or "(no body)"
+        said = body.decode("utf-8", "replace")
+    return said.strip() or "(no body)"
 
 
 def _first_line(text: str | None) -> str:
