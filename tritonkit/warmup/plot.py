@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from tritonkit.fileio import atomic_write
-from tritonkit.warmup import ModelWarmup
+from tritonkit.warmup._results import ModelWarmup
 
 COLUMNS = 2
 

@@ -1,0 +1,106 @@
+"""What warm-up is asked (``SteadyRule``) and what it gives back: each model's
+``ModelWarmup``, its ``ColdStart`` figures among them."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from tritonkit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class SteadyRule:
+    """Latency is steady when the last ``window`` requests are each within ``tolerance``
+    (a fraction) of their median, and that median is within ``tolerance`` of the median
+    of the ``window`` before them: latency has settled, not merely slowed its fall (as
+    perf_analyzer asks consecutive measurement windows to agree)."""
+
+    window: int = 5
+    tolerance: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.window < 2:
+            raise UsageError(f"the steady window must be at least 2 requests (got {self.window})",
+                             hint="e.g. --steady-window 5")
+        if not 0 < self.tolerance < 10:
+            raise UsageError(f"the steady tolerance must be a fraction above 0 (got {self.tolerance})",
+                             hint="e.g. --steady-tolerance 0.25 for 25 %")
+
+    def is_steady(self, latencies: Sequence[float]) -> bool:
+        if len(latencies) < 2 * self.window:
+            return False
+        last = latencies[-self.window:]
+        median = statistics.median(last)
+        if not all(abs(x - median) <= self.tolerance * median for x in last):
+            return False
+        before = statistics.median(latencies[-2 * self.window:-self.window])
+        return abs(before - median) <= self.tolerance * median
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """A fresh client's first request to a model, against the p50 of the requests after it
+    (the medians over ``clients`` fresh clients, one after the other).
+
+    The client opens its connection first (a readiness check), so ``first_ms`` holds
+    no TCP set-up, then sends its first inference right away. Above the p50 it holds
+    the model's cold start, if any is left, and a wake-up that any request after a
+    pause pays, on a model warm for hours too (its stub process and caches gone cold:
+    ~1x p50 after 50 ms idle and ~2x after 1 s on the local Triton here). One first
+    request is one sample; on a busy machine compare medians over several."""
+
+    first_ms: float
+    p50_ms: float
+    clients: int = 1
+
+    @property
+    def ratio(self) -> float:
+        return self.first_ms / self.p50_ms if self.p50_ms else float("inf")
+
+
+@dataclass(frozen=True)
+class ModelWarmup:
+    """What warming one model took and what it left behind (times in ms, load in s)."""
+
+    model: str
+    steady: bool
+    requests: int                       # warm-up requests sent, all shapes together
+    load_s: float | None = None         # the explicit load request; None: it was READY
+    first_ms: float | None = None       # the first warm-up request (the cold one)
+    steady_p50_ms: float | None = None  # p50 of the steady window of the first shape
+    after: ColdStart | None = None      # a fresh client's first request, after warm-up
+    shapes: list[str] = field(default_factory=list)
+    note: str = ""
+    # The first request was the model's first since it loaded (this call loaded it, or the
+    # server had just started): only then is ``first_ms`` a cold start.
+    cold: bool = True
+    # False: a model warm-up cannot send requests to (decoupled, with no gRPC address known);
+    # ``note`` says why.
+    warmed: bool = True
+    # Each shape's samples in the order sent, its cold first one first (ms; a stateful
+    # model's sample is its sequence's mean request): how the cold start decayed.
+    series_ms: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        """The cold first request over the steady p50 (None unless it was cold)."""
+        if not self.cold or self.first_ms is None or not self.steady_p50_ms:
+            return None
+        return self.first_ms / self.steady_p50_ms
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelWarmup":
+        """The inverse of ``as_dict`` (a deployment's state keeps its warm-up this way)."""
+        fields = {k: v for k, v in data.items() if k != "ratio"}
+        after = fields.pop("after", None)
+        return cls(**fields, after=None if after is None else ColdStart(
+            after["first_ms"], after["p50_ms"], after.get("clients", 1)))
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ratio"] = self.ratio
+        data["after"] = None if self.after is None else {
+            **asdict(self.after), "ratio": self.after.ratio}
+        return data

@@ -1,0 +1,167 @@
+"""The warm-up of a server: wait until it is live, load what is not READY (steps before
+their ensembles), warm each model; start over on a server that restarted in the middle."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tritonkit.client import Endpoint, resolve_endpoint
+from tritonkit.errors import ModelLoadError, ServerError, UsageError
+from tritonkit.server.local import Deadline, Progress
+from tritonkit.server.state import load_deployment
+from tritonkit.warmup._config import ensemble_steps, file_config, load_order
+from tritonkit.warmup._errors import LoadFailed, ServerGone
+from tritonkit.warmup._model import warm_model
+from tritonkit.warmup._results import ModelWarmup, SteadyRule
+from tritonkit.warmup._server import (
+    http_client,
+    load_model,
+    model_ready,
+    repository_index,
+    server_config,
+    wait_live,
+)
+
+DEFAULT_REQUESTS = 500              # per model, all shapes together
+MAX_RESTARTS = 3
+
+
+def load_and_warm(
+    endpoint: Endpoint,
+    models: Sequence[str] | None = None,
+    *,
+    requests: int = DEFAULT_REQUESTS,
+    deadline: Deadline | None = None,
+    rule: SteadyRule = SteadyRule(),
+    reload: bool = False,
+    config_dir: Path | None = None,
+    rediscover: Callable[[], Endpoint] | None = None,
+    check: bool = True,
+    progress: Progress | None = None,
+    server_exited: Callable[[], Exception | None] | None = None,
+    fresh: bool = False,
+) -> list[ModelWarmup]:
+    """Load ``models`` (default: every model in the server's repository) and warm each up.
+
+    ``requests`` bounds the warm-up requests per model, ``deadline`` the whole call
+    (waits for the server included). ``config_dir`` is the folder the server reads; it
+    gives the ensemble steps of models not loaded yet. ``check`` measures a fresh
+    client's first request after the warm-up. ``progress`` is told what is being done
+    (waiting, loading, warming which model and shape). A model that never became steady
+    comes back with ``steady=False``; a refused load raises ModelLoadError.
+    ``server_exited``, for a server the caller started, tells a crash (raised at once,
+    with what the server said) from a restart (waited for, then warmed again). ``fresh``
+    says the server has just started, so each model's first request is its cold one even
+    though this call did not load it (``ModelWarmup.cold``).
+    """
+    if requests < 1:
+        raise UsageError(f"--requests must be at least 1 (got {requests})")
+    deadline = deadline or Deadline(120.0)
+    restarts = 0
+    while True:
+        endpoint = wait_live(endpoint, deadline, rediscover, progress, server_exited)
+        try:
+            results = _load_and_warm_once(endpoint, models, requests=requests, deadline=deadline,
+                                          rule=rule, reload=reload and restarts == 0,
+                                          config_dir=config_dir, check=check,
+                                          fresh=fresh or restarts > 0,
+                                          progress=progress or _quiet)
+        except ServerGone as gone:
+            if server_exited is not None and (error := server_exited()) is not None:
+                raise error from None
+            restarts += 1
+            if restarts > MAX_RESTARTS or deadline.expired():
+                raise ServerError(
+                    f"the server at {endpoint.http_url} went away during warm-up "
+                    f"{restarts} time(s) (last: {gone})",
+                    hint="read the server's log; rerun tritonkit warmup once it is stable") from None
+            continue
+        if restarts:
+            note = f"server restarted {restarts}x during warm-up; warmed again"
+            results = [replace(r, note="; ".join(filter(None, [r.note, note]))) for r in results]
+        return results
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, requests: int,
+                        deadline: Deadline, rule: SteadyRule, reload: bool,
+                        config_dir: Path | None, check: bool, fresh: bool,
+                        progress: Progress) -> list[ModelWarmup]:
+    """One pass on one server. A model that fails to load does not keep the others cold:
+    they are loaded and warmed, then the first failure is raised, the figures on it."""
+    client = http_client(endpoint, deadline)
+    try:
+        index = repository_index(client, endpoint)
+        names = (list(dict.fromkeys(models)) if models
+                 else sorted(n for n in index if not n.startswith(".")))
+        unknown = [n for n in names if n not in index]
+        if unknown:
+            raise UsageError(
+                f"no model named {', '.join(repr(n) for n in unknown)} in the server's repository",
+                hint=f"models there: {', '.join(sorted(index)) or 'none'}")
+        ready = {n for n in index if model_ready(client, n)}
+        configs = {n: (server_config(client, n) if n in ready else file_config(config_dir, n))
+                   for n in names}
+        order = load_order(names, configs)
+        load_s: dict[str, float] = {}
+        failed: dict[str, ModelLoadError] = {}
+        for name in order:
+            if any(step in failed for step in ensemble_steps(configs.get(name, {}))):
+                continue         # Triton would refuse it for the step it lacks
+            if name not in ready or reload:
+                progress(f"loading {name}")
+                try:
+                    load_s[name] = load_model(client, endpoint, name, deadline)
+                except ModelLoadError as error:
+                    failed[name] = error
+    finally:
+        client.close()
+    results = []
+    for name in order:
+        if name in failed or name not in load_s and name not in ready:
+            continue
+        if deadline.expired():
+            results.append(ModelWarmup(model=name, steady=False, requests=0,
+                                       load_s=load_s.get(name), note="not reached: out of time"))
+            continue
+        results.append(warm_model(endpoint, name, load_s.get(name), requests=requests,
+                                 deadline=deadline, rule=rule, check=check,
+                                 cold=fresh or name in load_s, progress=progress))
+    if failed:
+        raise LoadFailed(next(iter(failed.values())), results)
+    return results
+
+
+def warm_up(repository: Path | None = None, url: str | None = None,
+            models: Sequence[str] | None = None, *, timeout: float = 120.0,
+            secret: str | None = None, grpc_url: str | None = None,
+            **options: Any) -> list[ModelWarmup]:
+    """Find the server (``url``, else the deployment recorded in ``repository``) and
+    ``load_and_warm`` it under one deadline of ``timeout`` seconds.
+
+    ``secret`` is the server's restricted-API secret for a server no state here records
+    (Kubernetes, say); see ``resolve_endpoint``. ``grpc_url``, with ``url``, is that
+    server's gRPC address, which decoupled models are warmed through (a deployment records
+    its own). With a deployment, a restart in the middle is followed to its new state
+    (ports, secret) and the ensembles' steps are read from the folder the server serves."""
+    deadline = Deadline(timeout)
+    endpoint = resolve_endpoint(repository=repository, url=url, grpc_url=grpc_url,
+                                secret=secret)
+    rediscover, config_dir = None, None
+    if repository is not None:
+        if url is None:
+            rediscover = lambda: resolve_endpoint(repository=repository, secret=secret)  # noqa: E731
+        try:
+            deployment = load_deployment(repository)
+            config_dir = Path(deployment.extra.get("served_repository") or deployment.repository)
+            # The deployment's own models, not whatever else its repository folder holds.
+            models = models or (deployment.models if url is None else None)
+        except UsageError:
+            config_dir = Path(repository)
+    return load_and_warm(endpoint, models, deadline=deadline, rediscover=rediscover,
+                         config_dir=config_dir, **options)

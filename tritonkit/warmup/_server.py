@@ -1,0 +1,191 @@
+"""Talking to the server: waiting until it is live, its model repository, loads, and
+what a failed request means (the server gone, out of time, or the input refused).
+
+Every call is bounded by what is left of the caller's one deadline."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from tritonkit.client import SECRET_ENV, Endpoint, health, split_message, triton_message, wait_until
+from tritonkit.errors import ModelLoadError, ServerError, UsageError
+from tritonkit.server.local import Deadline, Progress
+from tritonkit.warmup._errors import InputRefused, ServerGone
+
+_BACKOFF_START, _BACKOFF_MAX = 0.05, 1.0
+
+
+def http_client(endpoint: Endpoint, deadline: Deadline):
+    # Bounded by what is left of the deadline, so no single call outlives it.
+    left = max(0.5, deadline.left())
+    return endpoint.http(connection_timeout=min(5.0, left), network_timeout=left)
+
+
+def wait_live(endpoint: Endpoint, deadline: Deadline,
+              rediscover: Callable[[], Endpoint] | None = None,
+              progress: Progress | None = None,
+              server_exited: Callable[[], Exception | None] | None = None) -> Endpoint:
+    """Wait until the server is live, backing off between tries, within ``deadline``.
+
+    ``rediscover`` finds the server again on every try (a restarted deployment may have
+    new ports or a new secret); the endpoint that answered is returned. ``server_exited``
+    (a server this process started) says why it is gone for good: then the wait ends at
+    once with that error instead of running out the deadline."""
+    started = time.monotonic()
+
+    def check() -> str | None:
+        nonlocal endpoint
+        if server_exited is not None and (error := server_exited()) is not None:
+            raise error
+        if progress:
+            progress(f"waiting for the server at {endpoint.http_url} to be live")
+        if rediscover is not None:
+            try:
+                endpoint = rediscover()
+            except UsageError:
+                pass  # between a stop and a start there is no state: keep the last one
+        return _why_not_live(endpoint, deadline)
+
+    last = wait_until(check, deadline, _BACKOFF_START, _BACKOFF_MAX)
+    if last is not None:
+        raise ServerError(
+            f"no Triton server answers at {endpoint.http_url} "
+            f"(waited {time.monotonic() - started:.1f} s; last: {last})",
+            hint="start one: tritonkit deploy --repository DIR, or raise --timeout")
+    return endpoint
+
+
+def repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
+    """Model name → the states of its versions (empty: known, never loaded)."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        index = client.get_model_repository_index(headers=endpoint.repository_headers)
+    except InferenceServerException as exc:
+        if exc.status() == "403":
+            if endpoint.repository_headers:
+                what, hint = "a wrong secret", (
+                    "the secret sent (from --secret-file, " + SECRET_ENV + ", or the "
+                    "deployment's record, in that order) is not the server's: pass the server's "
+                    "own, or redeploy (tritonkit down, then tritonkit deploy)")
+            else:
+                what, hint = "no secret", (
+                    "pass --repository DIR of the running deployment (its state holds the "
+                    f"secret), or the server's secret with --secret-file FILE or {SECRET_ENV}")
+            raise UsageError(f"the server at {endpoint.http_url} refused the model-repository "
+                             f"API with {what} ({triton_message(exc)})", hint=hint) from None
+        raise ServerGone(triton_message(exc)) from None
+    except Exception as exc:
+        raise ServerGone(triton_message(exc)) from None
+    states: dict[str, set[str]] = {}
+    for entry in index:
+        states.setdefault(entry["name"], set())
+        if entry.get("state"):
+            states[entry["name"]].add(entry["state"])
+    return states
+
+
+def model_ready(client, name: str) -> bool:
+    try:
+        return bool(client.is_model_ready(name))
+    except Exception as exc:
+        raise ServerGone(triton_message(exc)) from None
+
+
+def server_config(client, name: str) -> dict:
+    try:
+        return client.get_model_config(name)
+    except Exception as exc:
+        raise ServerGone(triton_message(exc)) from None
+
+
+def ready_versions(client, name: str) -> list[str]:
+    """The versions of a model the server serves now (its metadata lists the READY ones)."""
+    try:
+        return [str(v) for v in client.get_model_metadata(name).get("versions", [])]
+    except Exception as exc:
+        raise ServerGone(triton_message(exc)) from None
+
+
+def load_model(client, endpoint: Endpoint, name: str, deadline: Deadline) -> float:
+    from tritonclient.utils import InferenceServerException
+
+    started = time.perf_counter()
+    try:
+        client.load_model(name, headers=endpoint.repository_headers)
+    except InferenceServerException as exc:
+        if exc.status() == "403":
+            raise UsageError(f"the server refused to load '{name}': {triton_message(exc)}",
+                             hint="pass --repository DIR of the running deployment (its secret)") from None
+        if _not_live(endpoint, deadline):
+            raise ServerGone(triton_message(exc)) from None
+        message, detail = split_message(triton_message(exc))
+        raise ModelLoadError(f"Triton could not load '{name}': {message}",
+                             hint="read the server's log (tritonkit deploy prints where it is)",
+                             detail=detail) from None
+    except Exception as exc:
+        if _timed_out(exc):
+            raise _out_of_time(f"loading '{name}' did not finish", started) from None
+        raise ServerGone(triton_message(exc)) from None
+    return time.perf_counter() - started
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A client-side timeout: the server took longer than the deadline left, which says
+    nothing about whether it is up. By type (tritonclient's sockets raise TimeoutError,
+    gevent its Timeout): a model's own error may well say "timed out"."""
+    from gevent import Timeout
+
+    return isinstance(exc, (TimeoutError, Timeout))
+
+
+def _out_of_time(what: str, started: float) -> ServerError:
+    return ServerError(
+        f"{what} within {time.perf_counter() - started:.1f} s, all that was left of the "
+        "timeout (Triton may still be loading or executing it)",
+        hint="raise --timeout (a first request on a GPU can build TensorRT engines for "
+             "minutes), or read the server's log")
+
+
+def infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline,
+                  started: float) -> Exception:
+    if _timed_out(exc):
+        return _out_of_time(f"'{name}' did not answer a warm-up request", started)
+    if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
+        return ServerGone(triton_message(exc))
+    message, detail = split_message(triton_message(exc))
+    if error_status(exc) == "StatusCode.UNAVAILABLE":      # HTTP answers (above), gRPC does not
+        return ServerError(
+            f"no gRPC answer at {endpoint.grpc_url} for '{name}' ({message}), though the "
+            f"server answers HTTP at {endpoint.http_url}",
+            hint="a decoupled model is warmed over gRPC streaming: with --url pass --grpc-url "
+                 "HOST:PORT of the same server; a deployment's server must have its gRPC port "
+                 "open (read its log)", detail=detail)
+    return InputRefused(f"a warm-up request to '{name}' failed: {message}",
+                        hint="the model is READY but refused an input built from its config",
+                        detail=detail)
+
+
+def error_status(exc: Exception) -> str | None:
+    status = getattr(exc, "status", None)
+    return status() if callable(status) else None
+
+
+def _not_live(endpoint: Endpoint, deadline: Deadline) -> bool:
+    return _why_not_live(endpoint, deadline) is not None
+
+
+def _why_not_live(endpoint: Endpoint, deadline: Deadline) -> str | None:
+    """One liveness poll, bounded by what is left of the deadline (at most 2 s)."""
+    return health(endpoint.http_url, timeout=min(2.0, max(0.1, deadline.left())))
+
+
+def _ready_quietly(endpoint: Endpoint, name: str, deadline: Deadline) -> bool:
+    client = http_client(endpoint, deadline)
+    try:
+        return model_ready(client, name)
+    except ServerGone:
+        return False
+    finally:
+        client.close()
