@@ -543,6 +543,27 @@ def test_a_state_file_from_a_later_tritonkit_still_lets_down_stop_its_server(dep
     assert not _alive(deployed.pid)
 
 
+def test_a_repository_moved_after_deploy_is_stopped_from_its_new_place_and_only_its_record_cleared(
+        deployed, tmp_path, capsys):
+    old = Path(deployed.repository)
+    moved = tmp_path / "moved"
+    old.rename(moved)
+    # a new repository at the old path, with a deployment record of its own
+    old.mkdir()
+    save_deployment(Deployment(
+        target="local", repository=str(old), host="127.0.0.1", http_port=1, grpc_port=2,
+        metrics_port=3, secret_header="tritonkit-repository-key", models=["example"],
+        started_at=0.0))
+    try:
+        assert load_deployment(moved).secret() == (state_dir(moved) / "secret").read_text().strip()
+    finally:
+        assert run_cli("down", "--repository", moved) == 0
+    assert "stopped the Triton server" in capsys.readouterr().out
+    assert not _alive(deployed.pid)
+    assert _no_server_for(moved)                       # its own record cleared...
+    assert (state_dir(old) / "server.json").exists()   # ...never the new repository's
+
+
 @pytest.mark.parametrize("content", [b"\xff\xfe not json", b'{"target": "local"}', b"[1, 2]"])
 def test_a_corrupt_state_file_is_one_line_naming_it(tmp_path, capsys, content):
     state = state_dir(tmp_path) / "server.json"

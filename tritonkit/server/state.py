@@ -22,7 +22,7 @@ import json
 import os
 import secrets
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -124,10 +124,15 @@ def load_deployment(repository: Path) -> Deployment:
     # Fields a later tritonkit added are left aside: `down` must still stop its server.
     known = {f.name for f in fields(Deployment)}
     try:
-        return Deployment(**{k: v for k, v in data.items() if k in known})
+        deployment = Deployment(**{k: v for k, v in data.items() if k in known})
     except (TypeError, AttributeError) as exc:  # a field missing, or not a JSON object
         raise UsageError(f"deployment state {path} is corrupt ({exc})",
                          hint="stop the server by hand and delete the file") from None
+    # The state belongs to the folder it was found in: a repository moved (or renamed)
+    # after its deploy keeps its secret and record here, and `down` must clear this
+    # record, never one a new repository at the old path keeps. How the server was started
+    # (argv, served_repository) stays as recorded: that is how `down` knows its process.
+    return replace(deployment, repository=str(Path(repository).resolve()))
 
 
 def clear_deployment(repository: Path) -> None:
