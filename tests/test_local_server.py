@@ -279,6 +279,19 @@ def test_the_local_server_listens_on_the_settings_bind_address(example_repositor
         run_cli("down", "--repository", example_repository)
 
 
+def test_a_bind_address_the_local_server_cannot_listen_on_is_one_line_not_an_internal_error(
+        example_repository, tmp_path, capsys):
+    settings = tmp_path / "server.toml"
+    settings.write_text((ROOT / "configs" / "server.toml").read_text().replace(
+        'bind_address = "127.0.0.1"', 'bind_address = "::"'))
+    code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
+                   "--grpc-port", "0", "--metrics-port", "0", "--server-config", settings)
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot listen on '::'" in err and "bind_address" in err
+    assert "internal error" not in err
+    assert _no_server_for(example_repository)
+
+
 @pytest.mark.parametrize("signum,said", [(signal.SIGINT, "interrupted"),
                                          (signal.SIGTERM, "stopped by SIGTERM"),
                                          (signal.SIGHUP, "stopped by SIGHUP")])

@@ -107,8 +107,22 @@ def check_port_free(host: str, port: int, role: str) -> None:
                            "of this host (bind_address in the server settings)")
 
 
+def check_bind_address(host: str) -> None:
+    """A UsageError unless ``host`` is an IPv4 address (or a name of one): the ports are
+    picked and checked over IPv4 (an IPv6 address such as '::' failed there)."""
+    if not host:
+        return                         # Python binds '' as INADDR_ANY
+    try:
+        socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UsageError(f"the local server cannot listen on '{host}' ({exc.strerror})",
+                         hint="set bind_address in the server settings to an IPv4 address of "
+                              "this host: 127.0.0.1, or 0.0.0.0 for every interface") from None
+
+
 def resolve_ports(host: str, ports: Ports) -> Ports:
     """Replace 0 with a free port, then check every port is free."""
+    check_bind_address(host)
     ports.require_distinct()
     chosen = Ports(**{role: port or free_port(host) for role, port in ports.as_dict().items()})
     chosen.require_distinct()          # free_port twice may, rarely, pick one port twice
