@@ -160,6 +160,14 @@ def test_public_publishes_the_ports_on_every_interface(example_repository, tmp_p
     assert ports == ["0.0.0.0:8000:8000", "0.0.0.0:8001:8001", "0.0.0.0:8002:8002"]
 
 
+def test_public_is_said_when_the_files_are_written_and_loopback_is_not_flagged(
+        example_repository, tmp_path, capsys):
+    assert write(example_repository, tmp_path / "public", "--gpu", "p100", "--public") == 0
+    assert "published on every interface" in " ".join(capsys.readouterr().out.split())
+    assert write(example_repository, tmp_path / "loopback", "--gpu", "p100", "--force") == 0
+    assert "every interface" not in capsys.readouterr().out
+
+
 def test_a_p100_refuses_an_image_that_needs_compute_capability_7_5(example_repository, tmp_path, capsys):
     out = tmp_path / "docker"
     code = write(example_repository, out, "--gpu", "p100",

@@ -279,6 +279,20 @@ def test_the_local_server_listens_on_the_settings_bind_address(example_repositor
         run_cli("down", "--repository", example_repository)
 
 
+def test_a_server_bound_to_every_interface_says_so_when_deployed(example_repository, tmp_path,
+                                                                 capsys):
+    settings = tmp_path / "server.toml"
+    settings.write_text((ROOT / "configs" / "server.toml").read_text().replace(
+        'bind_address = "127.0.0.1"', 'bind_address = "0.0.0.0"'))
+    deployment = _deploy(example_repository, "--server-config", settings, "--no-warmup")
+    try:
+        out = " ".join(capsys.readouterr().out.split())
+        assert _listening(deployment.http_port) == {"0.0.0.0"}
+        assert "listening on every interface (bind_address '0.0.0.0'" in out
+    finally:
+        run_cli("down", "--repository", example_repository)
+
+
 def test_a_bind_address_the_local_server_cannot_listen_on_is_one_line_not_an_internal_error(
         example_repository, tmp_path, capsys):
     settings = tmp_path / "server.toml"

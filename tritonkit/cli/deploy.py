@@ -13,7 +13,7 @@ from tritonkit.cli.options import Repository, Timeout, console, progress_status
 from tritonkit.errors import UsageError
 from tritonkit import deploy as deploy_lib
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
-from tritonkit.server.local import signals_interrupt
+from tritonkit.server.local import listens_everywhere, signals_interrupt
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import mask
 
@@ -81,6 +81,10 @@ def deploy(
     console.print(f"  gRPC     {deployment.grpc_url}")
     console.print(f"  metrics  {deployment.metrics_url}")
     console.print(f"  log      {deployment.log_path}")
+    bind = deployment.extra.get("bind_address")
+    if bind is not None and listens_everywhere(bind):
+        console.print(f"  [yellow]listening on every interface[/yellow] (bind_address "
+                      f"'{bind}' in the server settings): other hosts can reach it")
     console.print(f"  model-repository API needs header {deployment.secret_header}: "
                   f"{mask(deployment.secret())} (full value in {Path(deployment.repository) / '.tritonkit' / 'secret'})")
     if "warmup" in deployment.extra:
@@ -93,6 +97,9 @@ def _print_compose(files, running, repository: Path) -> None:
     console.print(f"wrote {files.compose_file} and {files.env_file}")
     console.print(f"  model-repository API needs header {files.secret_header}: "
                   f"{mask(files.secret)} (full value in {files.env_file}, 0600)")
+    if files.public:
+        console.print("  [yellow]ports published on every interface[/yellow] (--public): "
+                      "other hosts can reach them")
     if running is None:
         console.print(f"  start it on a GPU host: docker compose -f {files.compose_file} up -d")
         return

@@ -190,10 +190,15 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def listens_everywhere(bind_address: str) -> bool:
+    """Whether ``bind_address`` is the wildcard: every interface, other hosts included."""
+    return bind_address in ("", "0.0.0.0")
+
+
 def client_host(bind_address: str) -> str:
     """The address clients use for a server bound to ``bind_address`` (a wildcard bind is
     reached on loopback)."""
-    return "127.0.0.1" if bind_address in ("", "0.0.0.0") else bind_address
+    return "127.0.0.1" if listens_everywhere(bind_address) else bind_address
 
 
 def start_local(
@@ -250,7 +255,7 @@ def start_local(
             started_at=time.time(), pid=proc.pid, log_path=str(log_path),
             argv=[a if "restricted" not in a else a.split("=", 1)[0] + "=<secret>" for a in argv],
             extra={"served_repository": str(serve_from or repository),
-                   "model_config_name": model_config_name},
+                   "model_config_name": model_config_name, "bind_address": host},
             status=STARTING)
         save_deployment(deployment)          # from here on `tritonkit down` can stop it
         _wait_until_ready(proc, deployment, deadline, progress)
