@@ -26,8 +26,8 @@ from tritonkit.deploy import deploy_local, down
 from tritonkit.errors import (
     EXIT_ERROR, EXIT_RUN_ERRORS, EXIT_SLA_MISS, EXIT_USAGE, LoadTestError, UsageError)
 from tritonkit.loadtest import (
-    LevelResult, LoadSpec, LoadTestResult, ServerEvent, Window, closed_loop, cold_start_windows,
-    open_loop_schedule, run_loadtest, spike_windows, split_schedule)
+    ERROR_WINDOW_SHARE, LevelResult, LoadSpec, LoadTestResult, ServerEvent, Window, closed_loop,
+    cold_start_windows, open_loop_schedule, run_loadtest, spike_windows, split_schedule)
 
 # -- when requests are sent (no server) -------------------------------------------------
 
@@ -455,10 +455,58 @@ def test_a_window_in_which_every_request_failed_is_flagged_and_named_after_the_o
     alone, = cold_start_windows(_failed_in_second(3), [], 0, 1.0)
     assert alone.failed and not alone.cold_start
     assert alone.cause == "errors: every request failed (40 errors); no server event explains it"
-    # a window with some answers among its errors is judged by its latency as any other
-    some = _failed_in_second(3)
-    some[3] = Window(index=3, start_s=3.0, ok=5, errors=40, qps=5.0, p50_ms=1.0, p99_ms=1.1, max_ms=1.2)
-    assert cold_start_windows(some, [], 0, 1.0) == []
+
+
+def _some_failed_in_second(second: int, ok: int, errors: int, not_sent: int = 0) -> list[Window]:
+    """Six windows at 1 ms, the one at ``second`` with ``errors`` among its requests, its
+    latency (the answered ones') as ordinary as the others'."""
+    timeline = _timeline([1.0] * 6)
+    timeline[second] = Window(index=second, start_s=float(second), ok=ok, errors=errors,
+                              not_sent=not_sent, qps=float(ok), p50_ms=0.5, p99_ms=1.0, max_ms=1.2,
+                              came_back=ok + errors - not_sent, waiting_ms=0.5)
+    return timeline
+
+
+def test_a_window_in_which_some_requests_failed_is_an_error_window_named_after_the_outage_it_overlaps():
+    """A reload in the middle of a window: 30 % of its requests fail in a millisecond, the
+    rest are answered as fast as ever. Its latency is ordinary, yet it is the outage."""
+    at = lambda s: int(s * 1e9)     # noqa: E731
+    reload = [ServerEvent(at(3.4), "state", "mlp", "1", "UNLOADING", "READY"),
+              ServerEvent(at(3.7), "state", "mlp", "1", "READY", "LOADING")]
+    spike, = cold_start_windows(_some_failed_in_second(3, ok=28, errors=12), reload, 0, 1.0)
+    assert (spike.window, spike.partly_failed, spike.failed, spike.errors, spike.cold_start) == (
+        3, True, False, 12, True)
+    assert spike.cause == ("cold start: model 'mlp' version 1 reloaded, not READY 3.40–3.70 s; "
+                           "12 of 40 requests failed (30%)")
+    assert spike.p99_ms == 1.0 and spike.events
+    alone, = cold_start_windows(_some_failed_in_second(3, ok=28, errors=12), [], 0, 1.0)
+    assert alone.partly_failed and not alone.cold_start
+    assert alone.cause == "errors: 12 of 40 requests failed (30%); no server event explains it"
+    # most failed, a few answered: an error window too, not judged by those few's latency
+    most, = cold_start_windows(_some_failed_in_second(3, ok=5, errors=40), [], 0, 1.0)
+    assert most.partly_failed and most.cause.startswith("errors: 40 of 45 requests failed (89%)")
+    nearly, = cold_start_windows(_some_failed_in_second(3, ok=2, errors=2816), [], 0, 1.0)
+    assert nearly.cause.startswith("errors: 2816 of 2818 requests failed (99.9%)")     # never 100 %
+
+
+def test_a_stray_error_below_the_share_flags_no_window():
+    """A server's rare stray error is in the level's error count; flagging every window
+    that holds one would bury the outages among them."""
+    timeline = _some_failed_in_second(3, ok=1000, errors=10)       # 1 %
+    assert cold_start_windows(timeline, [], 0, 1.0) == [] and not timeline[3].partly_failed
+    timeline = _some_failed_in_second(3, ok=950, errors=50)        # 5 %: the share, flagged
+    assert [s.window for s in cold_start_windows(timeline, [], 0, 1.0)] == [3]
+
+
+def test_arrivals_never_sent_count_in_no_window_error_share():
+    """Arrivals the load generator fell behind on are its own failing: they neither flag a
+    window nor dilute or swell the share of the requests that reached the server."""
+    behind = _some_failed_in_second(3, ok=28, errors=12, not_sent=12)     # every error: never sent
+    assert cold_start_windows(behind, [], 0, 1.0) == [] and behind[3].error_share == 0.0
+    mixed = _some_failed_in_second(3, ok=28, errors=12, not_sent=10)      # 2 server errors of 30
+    spike, = cold_start_windows(mixed, [], 0, 1.0)
+    assert spike.partly_failed and spike.errors == 2
+    assert spike.cause == "errors: 2 of 30 requests failed (7%); no server event explains it"
 
 
 def test_arrivals_the_generator_never_sent_make_no_error_window_of_the_servers():
@@ -476,19 +524,22 @@ def test_arrivals_the_generator_never_sent_make_no_error_window_of_the_servers()
     assert spike.cause == "errors: every request failed (25 errors); no server event explains it"
 
 
+def _closed_result(timeline: list[Window], ok: int, errors: dict[str, int]) -> LoadTestResult:
+    """A 6-second closed-loop level of ``timeline`` (1 s windows), its spikes marked."""
+    spikes = cold_start_windows(timeline, [], 0, 1.0)
+    level = LevelResult(mode="closed", level=2, workers=1, duration_s=6, sent=ok + sum(errors.values()),
+                        ok=ok, errors=errors, qps=ok / 6, infer_per_s=ok / 6, latency_ms={"p99": 1.0},
+                        timeline=timeline, spikes=spikes, events=[], server_split_ms=None)
+    return LoadTestResult(spec=LoadSpec(model="m", concurrency=(2,), duration_s=6, window_s=1),
+                          server="s", request="r", levels=[level])
+
+
 def test_an_error_window_is_in_the_json_the_csv_the_spikes_table_the_warnings_and_the_plot(tmp_path,
                                                                                           monkeypatch):
     import matplotlib.pyplot as plt
     from rich.console import Console
 
-    timeline = _failed_in_second(2)
-    spikes = cold_start_windows(timeline, [], 0, 1.0)
-    level = LevelResult(mode="closed", level=2, workers=1, duration_s=6, sent=540, ok=500,
-                        errors={"HTTP 400: unknown model": 40}, qps=83.3, infer_per_s=83.3,
-                        latency_ms={"p99": 1.0}, timeline=timeline, spikes=spikes, events=[],
-                        server_split_ms=None)
-    result = LoadTestResult(spec=LoadSpec(model="m", concurrency=(2,), duration_s=6, window_s=1),
-                            server="s", request="r", levels=[level])
+    result = _closed_result(_failed_in_second(2), ok=500, errors={"HTTP 400: unknown model": 40})
     verdict = report.judge(result, report.Sla(max_error_rate=0.5))
     assert "concurrency 2: errors: every request failed (40 errors); no server event explains it " \
            "at 2 s (typical p99 1.00 ms)" in verdict.warnings
@@ -497,19 +548,50 @@ def test_an_error_window_is_in_the_json_the_csv_the_spikes_table_the_warnings_an
     assert [w["failed"] for w in saved["timeline"]] == [False, False, True, False, False, False]
     assert [(s["window"], s["failed"], s["errors"], s["stall"]) for s in saved["spikes"]] == [(2, True, 40, False)]
     rows = list(csv.DictReader(io.StringIO(report.timeline_csv(result))))
-    assert list(rows[0])[-2:] == ["stall", "failed"]            # after the columns files had before
+    assert list(rows[0])[-3:] == ["stall", "failed", "partly_failed"]   # after the columns files had before
     assert [(r["failed"], r["spike"], r["errors"]) for r in rows[1:4]] == [
         ("0", "0", "0"), ("1", "1", "40"), ("0", "0", "0")]
     console = Console(width=250, record=True)
     console.print(report.spikes_table(result))
     text = console.export_text()
-    assert "error windows (every request failed)" in " ".join(text.split())   # (the title wraps)
+    assert "error windows (every request failed, or 5% or more)" in " ".join(text.split())   # (wraps)
     row, = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if "every request failed (40" in line]
     assert row[1:3] == ["2", "-"]
     kept = []
     monkeypatch.setattr(plt, "close", kept.append)
     report.write_plot(tmp_path / "run.png", result)
     shaded = [p for p in kept[0].axes[0].patches if p.get_label() == "errors (every request failed)"]
+    assert [(p.get_x(), p.get_x() + p.get_width()) for p in shaded] == [(2.0, 3.0)]
+
+
+def test_a_partly_failed_window_is_in_the_json_the_csv_the_spikes_table_the_warnings_and_the_plot(
+        tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    from rich.console import Console
+
+    result = _closed_result(_some_failed_in_second(2, ok=28, errors=12), ok=528,
+                            errors={"HTTP 404: unknown model": 12})
+    verdict = report.judge(result, report.Sla(max_error_rate=0.5))
+    assert ("concurrency 2: errors: 12 of 40 requests failed (30%); no server event explains it at 2 s "
+            "(p99 1.00 ms, max 1.20 ms, typical p99 1.00 ms)") in verdict.warnings
+    report.write_json(tmp_path / "run.json", result, verdict)
+    saved = json.loads((tmp_path / "run.json").read_text())["levels"][0]
+    assert [w["partly_failed"] for w in saved["timeline"]] == [False, False, True, False, False, False]
+    assert [(s["window"], s["partly_failed"], s["failed"], s["errors"]) for s in saved["spikes"]] == [
+        (2, True, False, 12)]
+    rows = list(csv.DictReader(io.StringIO(report.timeline_csv(result))))
+    assert [(r["partly_failed"], r["failed"], r["spike"], r["errors"]) for r in rows[1:4]] == [
+        ("0", "0", "0", "0"), ("1", "0", "1", "12"), ("0", "0", "0", "0")]
+    console = Console(width=250, record=True)
+    console.print(report.spikes_table(result))
+    row, = [[c.strip() for c in line.split("│")[1:-1]] for line in console.export_text().splitlines()
+            if "12 of 40 requests failed" in line]
+    assert row[1:3] == ["2", "1.00"]
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    report.write_plot(tmp_path / "run.png", result)
+    shaded = [p for p in kept[0].axes[0].patches
+              if p.get_label() == "errors (5% or more of requests failed)"]
     assert [(p.get_x(), p.get_x() + p.get_width()) for p in shaded] == [(2.0, 3.0)]
 
 
@@ -1242,6 +1324,11 @@ def test_windows_in_which_every_request_failed_while_the_model_was_out_are_flagg
                             spikes[w.index].cause)
                and "every request failed" in spikes[w.index].cause for w in inside), \
         [spikes.get(w.index) for w in inside]
+    # the windows the unload and the load cut through, some requests answered, some not
+    edges = [w for w in level.timeline if w.ok and w.error_share >= ERROR_WINDOW_SHARE]
+    assert all(w.partly_failed and w.index in spikes
+               and re.match(r"(cold start: )?model 'example' version 1 (reloaded|unavailable)",
+                            spikes[w.index].cause) for w in edges), (edges, level.spikes)
 
 
 @pytest.mark.server

@@ -26,7 +26,8 @@ from rich.table import Table
 
 from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError
 from tritonkit.fileio import atomic_write
-from tritonkit.loadtest import PERCENTILES, LevelResult, LoadTestResult, Spike, Window
+from tritonkit.loadtest import (
+    ERROR_WINDOW_SHARE, PERCENTILES, LevelResult, LoadTestResult, Spike, Window)
 
 __all__ = [
     "Check",
@@ -267,7 +268,8 @@ def spikes_table(result: LoadTestResult) -> Table | None:
     if not rows:
         return None
     table = Table(title="latency spikes (windows far above the run's typical p99), stalls (requests "
-                        "out, none back) and error windows (every request failed)", title_justify="left")
+                        "out, none back) and error windows (every request failed, or "
+                        f"{ERROR_WINDOW_SHARE:.0%} or more)", title_justify="left")
     for name in ("level", "at s", "p99 ms", "max ms", "typical p99", "cause"):
         table.add_column(name, justify="left" if name in ("level", "cause") else "right")
     for label, s in rows:
@@ -346,9 +348,10 @@ def _finite(value: Any) -> Any:
     return value
 
 
-# (came_back, waiting_ms, stall and failed last: files read by position keep their columns)
+# (came_back, waiting_ms, stall, failed and partly_failed last: files read by position keep
+# their columns)
 CSV_COLUMNS = ("level", "window", "start_s", "qps", "ok", "errors", "p50_ms", "p99_ms", "max_ms",
-               "spike", "cause", "came_back", "waiting_ms", "stall", "failed")
+               "spike", "cause", "came_back", "waiting_ms", "stall", "failed", "partly_failed")
 
 
 def timeline_csv(result: LoadTestResult) -> str:
@@ -363,7 +366,7 @@ def timeline_csv(result: LoadTestResult) -> str:
                              "" if w.p99_ms is None else f"{w.p99_ms:.3f}",
                              "" if w.max_ms is None else f"{w.max_ms:.3f}", int(w.spike), w.cause,
                              w.came_back, "" if w.waiting_ms is None else f"{w.waiting_ms:.3f}",
-                             int(w.stall), int(w.failed)])
+                             int(w.stall), int(w.failed), int(w.partly_failed)])
     return out.getvalue()
 
 
@@ -383,8 +386,9 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), constrained_layout=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    partly = f"errors ({ERROR_WINDOW_SHARE:.0%} or more of requests failed)"
     legend = {"spike (window max)", "model not READY", "stall (none came back)",   # each named once
-              "errors (every request failed)"}
+              "errors (every request failed)", partly}
     for i, lv in enumerate(result.levels):
         color = colors[i % len(colors)]
         half = result.spec.window_s / 2          # each point in the middle of its window
@@ -406,6 +410,8 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
         for left, right in _spans(lv, result.spec.window_s, lambda w: w.failed and not w.stall):
             top.axvspan(left, right, color="purple", alpha=0.15,
                         label=_once(legend, "errors (every request failed)"))
+        for left, right in _spans(lv, result.spec.window_s, lambda w: w.partly_failed and not w.stall):
+            top.axvspan(left, right, color="purple", alpha=0.06, label=_once(legend, partly))
         for left, right in _outages(lv):
             top.axvspan(left, right, color="orange", alpha=0.2, label=_once(legend, "model not READY"))
         _histogram(bottom, lv, color)

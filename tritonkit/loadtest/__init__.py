@@ -22,10 +22,17 @@ from tritonkit.loadtest._run import (
 )
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
-from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, spike_windows
+from tritonkit.loadtest._timeline import (
+    ERROR_WINDOW_SHARE,
+    Spike,
+    Window,
+    cold_start_windows,
+    spike_windows,
+)
 
 __all__ = [
     "ARRIVALS",
+    "ERROR_WINDOW_SHARE",
     "PERCENTILES",
     "LevelResult",
     "LoadSpec",

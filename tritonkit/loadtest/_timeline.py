@@ -10,16 +10,22 @@ back in it, the oldest out longer than ``max_factor`` times that median — flag
 a spike — and merely idle when nothing was out (an open loop between arrivals). A window
 in which requests were sent and every one failed (an HTTP 400 or gRPC NOT_FOUND in a
 millisecond while a model reloads) has no latency either and is no stall — things came
-back: it is an **error window**, flagged like a stall. A spike that overlaps a model's
+back: it is an **error window**, flagged like a stall. So is one in which some of the
+requests failed, ``ERROR_WINDOW_SHARE`` of those that reached the server or more (a reload
+in the middle of the window), its latency however ordinary: errors are no scheduler
+noise, yet a level's error count does not say when they came. A spike that overlaps a model's
 outage (from leaving READY until ``reach_s`` after it is READY again) is named a cold
 start. A lone slow request that no outage explains is reported only beyond
 ``SPIKE_LONE_MAX_FACTOR``: a busy host's scheduler makes single 8x outliers every few
 seconds, and a report that cries wolf on each gets ignored. A stall is no lone request:
-nothing at all came back for it; nor is an error window: nothing succeeded in it.
+nothing at all came back for it; nor is an error window: its requests failed.
+Arrivals the load generator never sent are its own failing, not the server's: they make
+no error window and count in no share.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +37,9 @@ SPIKE_MAX_FACTOR = 8.0
 SPIKE_FLOOR_MS = 2.0       # never flag a window less than this much above typical
 SPIKE_LONE_MAX_FACTOR = 25.0   # a single slow request with no server event to explain it
 COLD_START_REACH_S = 1.5
+# The share of a window's requests (of those that reached the server) that failing flags
+# it: a reload 50 ms into a 1 s window, not a server's rare stray error in every window.
+ERROR_WINDOW_SHARE = 0.05
 
 
 @dataclass
@@ -55,11 +64,20 @@ class Window:
     # of ``errors``, arrivals the load generator fell behind on and never sent: the run's
     # failing, not the server's, so they make no error window
     not_sent: int = 0
+    # some requests that reached the server failed, ERROR_WINDOW_SHARE of them or more, and
+    # some were answered (a spike too; every one failed: ``failed``)
+    partly_failed: bool = False
 
     @property
     def server_errors(self) -> int:
         """The errors of requests that reached the server."""
         return self.errors - self.not_sent
+
+    @property
+    def error_share(self) -> float:
+        """The share of the requests that reached the server that failed (0: none did)."""
+        reached = self.ok + self.server_errors
+        return self.server_errors / reached if reached else 0.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +95,8 @@ class Spike:
     stall: bool = False        # requests were out and none came back in the window
     waiting_ms: float | None = None
     failed: bool = False       # every request sent in the window failed (an error window)
-    errors: int = 0            # how many failed in it, when ``failed``
+    errors: int = 0            # how many failed in it, when ``failed`` or ``partly_failed``
+    partly_failed: bool = False    # some failed, ERROR_WINDOW_SHARE of them or more (an error window)
 
 
 def typical_p99_ms(timeline: list[Window]) -> float | None:
@@ -87,10 +106,11 @@ def typical_p99_ms(timeline: list[Window]) -> float | None:
 
 
 def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
-                  max_factor: float = SPIKE_MAX_FACTOR, floor_ms: float = SPIKE_FLOOR_MS) -> list[Window]:
+                  max_factor: float = SPIKE_MAX_FACTOR, floor_ms: float = SPIKE_FLOOR_MS,
+                  error_share: float = ERROR_WINDOW_SHARE) -> list[Window]:
     """Mark and return the windows whose tail stands far above the run's typical window,
     the stalls: requests out, none back, the oldest out as long as a spike's slowest, and
-    the error windows: requests sent, every one failed."""
+    the error windows: requests sent, every one failed, or ``error_share`` of them or more."""
     typical = typical_p99_ms(timeline)
     slowest = max(max_factor * (typical or 0.0), (typical or 0.0) + floor_ms)
     flagged = []
@@ -102,7 +122,9 @@ def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
             high_p99 = window.p99_ms > max(factor * typical, typical + floor_ms)
             high_max = window.max_ms > slowest
         window.failed = window.server_errors > 0 and not window.ok
-        window.spike = high_p99 or high_max or window.stall or window.failed
+        window.partly_failed = (window.server_errors > 0 and window.ok > 0
+                                and window.error_share >= error_share)
+        window.spike = high_p99 or high_max or window.stall or window.failed or window.partly_failed
         if window.spike:
             flagged.append(window)
     return flagged
@@ -200,19 +222,22 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
     for window in spike_windows(timeline):
         lo, hi = window.start_s, window.start_s + window_s + (window.max_ms or 0.0) / 1000
         near = [o for o in outages if o[2] < hi and lo <= until(o) + reach_s]
-        lone = (not window.stall and not window.failed
+        lone = (not window.stall and not window.failed and not window.partly_failed
                 and window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS))
         if lone and not near and window.max_ms <= SPIKE_LONE_MAX_FACTOR * typical:
             window.spike = False
             continue
-        # what the window shows when its latency may tell nothing: a stall, else every
-        # request failed (requests that all timed out are both: nothing came back)
+        # what the window shows besides its latency (which may tell nothing): a stall, else
+        # its errors (requests that all timed out are both: nothing came back)
         seen, kind = "", ""
         if window.stall:
             seen, kind = (f"nothing came back while requests were out (the oldest for "
                           f"{window.waiting_ms / 1000:.2f} s)"), "stall"
         elif window.failed:
             seen, kind = f"every request failed ({window.server_errors} errors)", "errors"
+        elif window.partly_failed:
+            seen, kind = (f"{window.server_errors} of {window.ok + window.server_errors} requests "
+                          f"failed ({_percent(window.error_share)})"), "errors"
         if near:
             name, version, left, ready = near[-1]
             what = f"model '{name}'{' version ' + version if version else ''}"
@@ -229,8 +254,14 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             events=tuple(e.as_dict(start_ns) for e in events
                          if e.kind == "state" and any(_during(e, o, start_ns) for o in near)),
             stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None,
-            failed=window.failed, errors=window.server_errors if window.failed else 0))
+            failed=window.failed, partly_failed=window.partly_failed,
+            errors=window.server_errors if window.failed or window.partly_failed else 0))
     return spikes
+
+
+def _percent(share: float) -> str:
+    """A share below 1 as a percentage that never reads 100 %: 2 answered of 2,818 is 99.9 %."""
+    return f"{share:.0%}" if share < 0.995 else f"{math.floor(share * 1000) / 10:g}%"
 
 
 def _during(event: ServerEvent, outage: Outage, start_ns: int) -> bool:
