@@ -4,7 +4,7 @@ each shape until steady; and what a fresh client's first request costs after it.
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -29,8 +29,8 @@ MAX_SEQUENCES_AT_ONCE = 64          # a stateful model's burst: every sequence s
 
 
 def warm_model(endpoint: Endpoint, name: str, load_s: float | None, *, requests: int,
-              deadline: Deadline, rule: SteadyRule, check: bool, cold: bool,
-              progress: Progress) -> ModelWarmup:
+               deadline: Deadline, rule: SteadyRule, check: bool, cold: bool,
+               progress: Progress) -> ModelWarmup:
     """Every shape's first request (the cold ones) before any shape's budget is spent, then
     each shape until steady on its share of what is left of ``requests``. A model serving
     several versions (its version_policy) has each version's shapes warmed: each version
@@ -47,84 +47,131 @@ def warm_model(endpoint: Endpoint, name: str, load_s: float | None, *, requests:
         return ModelWarmup(model=name, steady=False, requests=0, load_s=load_s, cold=cold,
                            warmed=False, note=why)
     driver = Driver.for_model(endpoint, name, config, deadline)
+    warming = _Warming(name, driver, _targets(driver, config, versions), progress)
+    # A steady window spans every instance.
+    rule = replace(rule, window=max(rule.window, model_instances(config)))
+    taken, notes = _first_requests(warming, _burst_size(config), guessed_shapes(config), deadline)
+    notes += _until_steady(warming, taken, rule, requests, deadline)
+    steady = bool(taken) and all(rule.is_steady(t.series) for t in taken)
+    if not taken and not notes:
+        notes.append("not reached: out of time")
+    lead = taken[0] if taken else None
+    # A p50 only from a steady series: one still holding its cold request would read the
+    # cold start as the norm (first / p50 = 1.0 on a model that was cold).
+    p50 = (statistics.median(lead.series[-rule.window:])
+           if lead and rule.is_steady(lead.series) else None)
+    after = None
+    if check and steady:
+        progress(f"measuring {name}: a fresh client's first request")
+        after = _cold_start_figures(driver, lead.inputs)
+    return ModelWarmup(model=name, steady=steady, requests=warming.sent, load_s=load_s,
+                       first_ms=lead.first_ms if lead else None, steady_p50_ms=p50, after=after,
+                       shapes=[t.label for t in warming.targets],
+                       note="; ".join(filter(None, [driver.describe(), *notes])), cold=cold,
+                       series_ms={t.label: [round(v, 3) for v in t.series] for t in taken})
+
+
+@dataclass(eq=False)
+class _Target:
+    """One shape of one version of the model, and what its samples measured (ms)."""
+
+    label: str
+    version: str                # "": the one version the server picks
+    inputs: list
+    first_ms: float | None = None                       # its first request alone
+    series: list[float] = field(default_factory=list)   # one figure per sample, in order
+
+
+def _targets(driver: Driver, config: dict, versions: list[str]) -> list[_Target]:
+    """Every shape of every version the server serves, smallest shape first; a version
+    is named only when there are several."""
     shapes = warmup_shapes(config)
-    instances = model_instances(config)
-    # A burst reaches every instance; a stateful model's, every sequence slot of each.
-    together = (min(instances * sequence_slots(config), MAX_SEQUENCES_AT_ONCE)
-                if "sequence_batching" in config else instances)
-    rule = replace(rule, window=max(rule.window, instances))  # a window spans them all
     rng = np.random.default_rng(0)
     prepared = [driver.inputs(shape, rng) for shape in shapes]
-    targets = [(version, i) for version in (versions if len(versions) > 1 else [""])
-               for i in range(len(shapes))]
-    labels = [f"v{v} {describe_shape(shapes[i])}" if v else describe_shape(shapes[i])
-              for v, i in targets]
-    series: list[list[float]] = [[] for _ in targets]
-    firsts: list[float | None] = [None for _ in targets]
+    return [_Target(f"v{version} {describe_shape(shape)}" if version else describe_shape(shape),
+                    version, inputs)
+            for version in (versions if len(versions) > 1 else [""])
+            for shape, inputs in zip(shapes, prepared)]
+
+
+def _burst_size(config: dict) -> int:
+    """Samples a burst sends at once: one per instance, or for a stateful model one per
+    sequence slot of each (up to MAX_SEQUENCES_AT_ONCE)."""
+    instances = model_instances(config)
+    if "sequence_batching" in config:
+        return min(instances * sequence_slots(config), MAX_SEQUENCES_AT_ONCE)
+    return instances
+
+
+class _Warming:
+    """One model's warm-up under way: its targets, and the requests sent so far."""
+
+    def __init__(self, name: str, driver: Driver, targets: list[_Target],
+                 progress: Progress) -> None:
+        self.name, self.driver, self.targets, self.progress = name, driver, targets, progress
+        self.sent = 0
+
+    def sample(self, connection, target: _Target) -> None:
+        """One sample of ``target`` on ``connection``, its figures kept."""
+        self.progress(f"warming {self.name}: shape {self.targets.index(target) + 1}/"
+                      f"{len(self.targets)} ({target.label}), {self.sent} requests sent")
+        latencies = self.driver.sample(connection, target.inputs, target.version)
+        if target.first_ms is None:
+            target.first_ms = latencies[0]
+        target.series.append(statistics.fmean(latencies))
+        self.sent += len(latencies)
+
+
+def _first_requests(warming: _Warming, burst: int, guessed: bool,
+                    deadline: Deadline) -> tuple[list[_Target], list[str]]:
+    """Each target's first (cold) sample, then a burst of ``burst`` at once; the targets
+    the model took, and a note for each guessed shape it refused (skipped, unless it
+    refused them all: then its own config describes what it refuses)."""
+    driver, targets = warming.driver, warming.targets
+    taken: list[_Target] = []
     notes: list[str] = []
-    sent = 0
-
-    def send(t: int) -> None:
-        nonlocal sent
-        version, i = targets[t]
-        progress(f"warming {name}: shape {t + 1}/{len(targets)} ({labels[t]}), "
-                 f"{sent} requests sent")
-        latencies = driver.sample(connection, prepared[i], version)
-        if firsts[t] is None:
-            firsts[t] = latencies[0]
-        series[t].append(statistics.fmean(latencies))
-        sent += len(latencies)
-
-    usable = []
-    for t, (version, i) in enumerate(targets):
+    for target in targets:
         if deadline.expired():
             break
         connection = driver.connect()     # each call bounded by the time left now
         try:
-            send(t)
-            if together > 1:
+            warming.sample(connection, target)
+            if burst > 1:
                 # Each instance (and batch size) has its own cold start: make every one
                 # serve this shape.
-                sent += driver.burst(prepared[i], together, version)
-            usable.append(t)
+                warming.sent += driver.burst(target.inputs, burst, target.version)
+            taken.append(target)
         except InputRefused as refused:
-            if not guessed_shapes(config) or (t == len(targets) - 1 and not usable):
+            if not guessed or (target is targets[-1] and not taken):
                 raise            # not a guess, or no shape at all was taken: the model refuses
-            notes.append(f"shape {labels[t]} skipped: refused ({refused}); its size "
+            notes.append(f"shape {target.label} skipped: refused ({refused}); its size "
                          "for a dynamic dimension was a guess (no model_warmup entry gives one)")
         finally:
             connection.close()
-    for position, t in enumerate(usable):
-        share = max(0, requests - sent) // (len(usable) - position)
-        connection = driver.connect()
+    return taken, notes
+
+
+def _until_steady(warming: _Warming, taken: list[_Target], rule: SteadyRule, requests: int,
+                  deadline: Deadline) -> list[str]:
+    """Each target in turn until steady, on its share of what is left of ``requests``; a
+    note for each that did not get there."""
+    notes = []
+    for position, target in enumerate(taken):
+        share = max(0, requests - warming.sent) // (len(taken) - position)
+        connection = warming.driver.connect()
         try:
-            for _ in range(share // driver.steps):
-                if rule.is_steady(series[t]) or deadline.expired():
+            for _ in range(share // warming.driver.steps):
+                if rule.is_steady(target.series) or deadline.expired():
                     break
-                send(t)
+                warming.sample(connection, target)
         finally:
             connection.close()
-        if not rule.is_steady(series[t]):
+        if not rule.is_steady(target.series):
             why = ("the deadline" if deadline.expired() else
                    f"its share of the requests, {share} of {requests}" if share else
                    f"--requests {requests}: each shape's first requests took them all")
-            notes.append(f"not steady within {why} (at {labels[t]})")
-    steady = bool(usable) and all(rule.is_steady(series[t]) for t in usable)
-    if not usable and not notes:
-        notes.append("not reached: out of time")
-    first = firsts[usable[0]] if usable else None
-    # A p50 only from a steady series: one still holding its cold request would read the
-    # cold start as the norm (first / p50 = 1.0 on a model that was cold).
-    p50 = (statistics.median(series[usable[0]][-rule.window:])
-           if usable and rule.is_steady(series[usable[0]]) else None)
-    after = None
-    if check and steady:
-        progress(f"measuring {name}: a fresh client's first request")
-        after = _cold_start_figures(driver, prepared[targets[usable[0]][1]])
-    return ModelWarmup(model=name, steady=steady, requests=sent, load_s=load_s, first_ms=first,
-                       steady_p50_ms=p50, after=after, shapes=labels,
-                       note="; ".join(filter(None, [driver.describe(), *notes])), cold=cold,
-                       series_ms={labels[t]: [round(v, 3) for v in series[t]] for t in usable})
+            notes.append(f"not steady within {why} (at {target.label})")
+    return notes
 
 
 def cold_start_figures(endpoint: Endpoint, model: str, inputs: list, *,
