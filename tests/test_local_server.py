@@ -591,6 +591,22 @@ def test_a_repository_moved_after_deploy_is_stopped_from_its_new_place_and_only_
     assert (state_dir(old) / "server.json").exists()   # ...never the new repository's
 
 
+def test_a_server_whose_state_file_was_removed_blocks_a_second_server_and_down_still_stops_it(
+        deployed, capsys):
+    repo = Path(deployed.repository)
+    (state_dir(repo) / "server.json").unlink()
+    try:
+        code = run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
+                       "--metrics-port", "0", "--no-warmup")
+        err = capsys.readouterr().err
+        assert code == 2 and f"pid {deployed.pid}" in err and "tritonkit down" in err
+        assert _no_server_for(repo)
+    finally:
+        assert run_cli("down", "--repository", repo) == 0
+    assert "stopped the Triton server" in capsys.readouterr().out
+    assert not _alive(deployed.pid)
+
+
 @pytest.mark.parametrize("content", [b"\xff\xfe not json", b'{"target": "local"}', b"[1, 2]"])
 def test_a_corrupt_state_file_is_one_line_naming_it(tmp_path, capsys, content):
     state = state_dir(tmp_path) / "server.json"

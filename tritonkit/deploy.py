@@ -20,11 +20,12 @@ from tritonkit.profiles import available_profiles, load_profile
 from tritonkit.repository import model_names, refuse_missing_gpu_configs
 from tritonkit.server import compose, k8s
 from tritonkit.server.container import container_spec
-from tritonkit.server.local import (Deadline, Progress, refuse_if_recorded, server_exited, start_local,
-                                    stop_local)
+from tritonkit.server.local import (Deadline, Progress, mirror_dir, refuse_if_recorded, server_exited,
+                                    start_local, stop_local, stop_unrecorded)
 from tritonkit.server.local_repository import build_local_repository
 from tritonkit.server.settings import Ports, load_server_settings
-from tritonkit.server.state import Deployment, deploy_lock, load_deployment, save_deployment, state_dir
+from tritonkit.server.state import (STATE_FILENAME, Deployment, deploy_lock, load_deployment,
+                                    save_deployment, state_dir)
 from tritonkit.warmup import load_and_warm
 
 
@@ -51,7 +52,7 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
         settings = load_profile(gpu).server_settings(settings)
     with deploy_lock(repository):
         refuse_if_recorded(repository)       # before the mirror of a live server is touched
-        mirror = build_local_repository(repository, state_dir(repository) / "local",
+        mirror = build_local_repository(repository, mirror_dir(repository),
                                         models, model_config_name=gpu)
         deadline = Deadline(timeout)
         deployment = None                    # start_local cleans up after itself
@@ -148,7 +149,11 @@ def _add_hint(exc: TritonkitError, note: str) -> None:
 
 
 def down(repository: Path, *, timeout: float = 40.0) -> bool:
-    """Stop whatever deployment is recorded for ``repository``; True if one was running."""
+    """Stop whatever deployment is recorded for ``repository``; True if one was running.
+    With no record, a local server still serving the repository is stopped all the same."""
+    if not (state_dir(repository) / STATE_FILENAME).exists() and stop_unrecorded(repository,
+                                                                                  timeout):
+        return True
     deployment = load_deployment(repository)
     if deployment.target == "compose":
         return compose.compose_down(deployment, timeout=timeout)

@@ -142,11 +142,48 @@ def running_deployment(repository: Path) -> Deployment | None:
     return None
 
 
+def mirror_dir(repository: Path) -> Path:
+    """The CPU mirror of ``repository`` that its local server reads."""
+    return state_dir(Path(repository).resolve()) / "local"
+
+
+def unrecorded_servers(repository: Path) -> list[int]:
+    """Pids of tritonservers serving ``repository``'s mirror, found by their command line:
+    the ones no record names once the state file was deleted while they ran."""
+    served = f"--model-repository={mirror_dir(repository)}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tritonserver" in argv[0] and served in argv[1:] and _running(int(entry.name)):
+            pids.append(int(entry.name))
+    return pids
+
+
 def refuse_if_running(repository: Path) -> None:
-    """A UsageError if a server recorded for ``repository`` is still alive."""
+    """A UsageError if a server recorded for ``repository`` is still alive, or one serves
+    it that no record names (a second server would start beside it, out of `down`'s reach)."""
     if running_deployment(repository):
         raise UsageError(f"a tritonkit server is already running for {repository}",
                          hint=f"stop it first: tritonkit down --repository {repository}")
+    strays = unrecorded_servers(repository)
+    if strays:
+        raise UsageError(f"a tritonserver (pid {', '.join(map(str, strays))}) still serves "
+                         f"{repository}, but no deployment records it (its state file was "
+                         "removed)", hint=f"stop it first: tritonkit down --repository {repository}")
+
+
+def stop_unrecorded(repository: Path, timeout: float = 40.0) -> bool:
+    """Stop the servers ``unrecorded_servers`` finds, all within ``timeout``; True if any."""
+    strays = unrecorded_servers(repository)
+    deadline = Deadline(timeout)
+    for pid in strays:
+        _terminate(pid, Deadline(deadline.left()))
+    return bool(strays)
 
 
 def refuse_if_recorded(repository: Path) -> None:
