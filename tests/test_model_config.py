@@ -189,6 +189,24 @@ def test_max_batch_size_0_asked_for_says_so_explicitly(tmp_path):
     assert not config.HasField("dynamic_batching")
 
 
+def test_a_batch_limit_past_what_a_triton_config_holds_is_refused_naming_the_range(tmp_path):
+    from onnx import TensorProto, helper
+
+    # One bool in, one out: so few bytes a sample that the card bounds no batch below int32.
+    graph = helper.make_graph(
+        [helper.make_node("Not", ["x"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.BOOL, ["batch"])],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, ["batch"])])
+    onnx_graphs._save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                      tmp_path / "tiny")
+    with pytest.raises(UsageError, match=r"--max-batch-size 3000000000 is not a batch limit "
+                                         r"Triton takes \(0 to 2147483647"):
+        configure(tmp_path, "tiny", gpu="a10", max_batch_size=3_000_000_000)
+    assert not (tmp_path / "tiny" / "config.pbtxt").exists()
+    configure(tmp_path, "tiny", gpu="a10", max_batch_size=2**31 - 1)
+    assert read_config(tmp_path / "tiny" / "config.pbtxt").max_batch_size == 2**31 - 1
+
+
 def test_an_unknown_field_is_refused_with_tritons_field_name(tmp_path):
     bad = tmp_path / "config.pbtxt"
     bad.write_text('name: "m"\nmax_batch: 4\n')

@@ -34,6 +34,8 @@ DEFAULT_BUCKETS = (16, 64, 128)
 # Where ONNX Runtime's TensorRT accelerator keeps its engines inside the serving container;
 # the compose and k8s files mount a volume here so a restart does not rebuild them.
 ORT_TRT_CACHE_ROOT = "/tmp/tritonkit-trt-cache"
+# The config's max_batch_size is an int32: protobuf cannot hold a larger one.
+MAX_BATCH_SIZE = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -482,6 +484,10 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
     graph = read_graph(onnx_path, report)
     exported = int(report.get("max_batch_size", 0))
     limit = max_batch_size if max_batch_size is not None else exported
+    if not 0 <= limit <= MAX_BATCH_SIZE:
+        raise UsageError(f"--max-batch-size {limit} is not a batch limit Triton takes "
+                         f"(0 to {MAX_BATCH_SIZE}, the largest its config holds)",
+                         hint=f"use a limit from 1 to {MAX_BATCH_SIZE}, or 0 for no batching")
     plans = report.get("plans") or {}
     notes = []
     if report and limit > exported > 0:
