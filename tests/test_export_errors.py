@@ -4,6 +4,7 @@ and the repository exactly as it was."""
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -324,6 +325,26 @@ def test_bad_flags_are_refused_before_anything_is_loaded(capsys, repository):
     code, line, _ = export_fails(capsys, repository, f"{MLP}:build", "--name", "m",
                               "--input-names", "a,b")
     assert code == EXIT_USAGE and "2 input names for 1 inputs" in line
+
+
+@pytest.mark.parametrize("options,says", [
+    ({"atol": -1.0}, "--atol -1.0 is not a tolerance"),
+    ({"rtol": float("nan")}, "--rtol nan is not a tolerance"),
+    ({"max_batch_size": 2**31}, "--max-batch-size 2147483648 is not from 1 to 2147483647"),
+], ids=["negative atol", "nan rtol", "past int32"])
+def test_the_python_api_refuses_what_the_cli_flags_would_before_anything_runs(
+        tmp_path, options, says):
+    import torch
+
+    from tritonkit.errors import UsageError
+    from tritonkit.export import export
+
+    # A negative or NaN tolerance failed every comparison, equal outputs too ("max abs
+    # error 0 ... atol -1"); a batch limit past int32 was traced for, then failed the config.
+    with pytest.raises(UsageError, match=re.escape(says)):
+        export(torch.nn.Identity(), torch.randn(4, 3), name="m", repository=tmp_path / "repo",
+               **options)
+    assert not (tmp_path / "repo").exists()
 
 
 def test_debug_variable_shows_the_traceback(capsys, monkeypatch, repository, bad_models):

@@ -30,7 +30,7 @@ from tritonkit.export.spec import (ModelInputs, default_output_name, load_factor
                                    normalize_inputs, order_like_forward)
 from tritonkit.export.verify import check_graph, reference_mode, verify_against_torch
 from tritonkit.fileio import atomic_write, refuse_overwrite
-from tritonkit.model_config import DEFAULT_GPU, configure
+from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME, check_model_name
 
@@ -225,9 +225,16 @@ def _check_options(options: ExportOptions) -> None:
     if options.format not in FORMATS:
         raise UsageError(f"--format {options.format} is not one of {', '.join(FORMATS)}",
                          hint="use --format onnx (or tensorrt on a GPU that runs plans)")
-    if options.max_batch_size < 1:
-        raise UsageError(f"--max-batch-size {options.max_batch_size} must be at least 1",
+    if not 1 <= options.max_batch_size <= MAX_BATCH_SIZE:
+        raise UsageError(f"--max-batch-size {options.max_batch_size} is not from 1 to "
+                         f"{MAX_BATCH_SIZE} (the largest a Triton config holds)",
                          hint="e.g. --max-batch-size 32")
+    for flag, tolerance in (("--atol", options.atol), ("--rtol", options.rtol)):
+        # A negative or NaN tolerance fails every comparison, even of equal outputs.
+        if tolerance is not None and not tolerance >= 0:
+            raise UsageError(f"{flag} {tolerance} is not a tolerance: it must be 0 or more",
+                             hint=f"e.g. {flag} 1e-3, or leave it out for the output "
+                                  "dtype's default")
     unknown = set(options.exporters) - set(onnx_export.EXPORTERS)
     if unknown or not options.exporters:
         raise UsageError(f"unknown exporter(s) {', '.join(sorted(unknown)) or '(none given)'}",
