@@ -279,6 +279,39 @@ def test_the_local_server_listens_on_the_settings_bind_address(example_repositor
         run_cli("down", "--repository", example_repository)
 
 
+def test_a_server_killed_while_it_starts_is_said_to_be_killed_not_quoted_from_its_log(
+        example_repository):
+    import threading
+
+    from tritonkit.deploy import deploy_local
+    from tritonkit.errors import ServerError
+
+    outcome = {}
+
+    def deploy():
+        try:
+            deploy_local(example_repository, http_port=0, grpc_port=0, metrics_port=0, timeout=60)
+        except Exception as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=deploy)
+    thread.start()
+    try:
+        end = time.monotonic() + 30
+        while not (state_dir(example_repository) / "server.json").exists():
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        os.killpg(load_deployment(example_repository).pid, signal.SIGKILL)
+        thread.join(timeout=60)
+    finally:
+        run_cli("down", "--repository", example_repository)
+    error = outcome.get("error")
+    assert isinstance(error, ServerError), error
+    assert "before its models were READY: killed by SIGKILL" in error.message, error.message
+    assert "OOM killer" in error.message
+    assert _no_server_for(example_repository)
+
+
 def test_a_server_bound_to_every_interface_says_so_when_deployed(example_repository, tmp_path,
                                                                  capsys):
     settings = tmp_path / "server.toml"

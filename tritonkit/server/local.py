@@ -343,8 +343,32 @@ _MODEL_ERROR = re.compile(r'"(failed to load \'[^\']+\'[^"]*?|Poll failed for mo
 _SERVER_ERROR = re.compile(r"^error: (.*)$", re.MULTILINE)
 
 
+def _signal_name(code: int | str) -> str | None:
+    """The signal a negative exit code (Popen's, waitstatus_to_exitcode's) stands for."""
+    if not isinstance(code, int) or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _stopped_by_signal(deployment: Deployment, code: int | str, when: str) -> ServerError | None:
+    """A server a signal ended is not a failure of its own: the log's last lines, quoted as
+    if they were its reason, were only what it was doing then."""
+    name = _signal_name(code)
+    if name is None:
+        return None
+    how = (f"killed by {name} (by hand, or by the kernel's OOM killer: see dmesg)"
+           if name == "SIGKILL" else f"stopped by {name} from outside (another tritonkit down, say)")
+    return ServerError(f"tritonserver exited with code {code} {when}: {how}",
+                       hint=f"full server log: {deployment.log_path}")
+
+
 def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     """Turn an exited server's log into one error that carries Triton's own message."""
+    if stopped := _stopped_by_signal(deployment, code, "before its models were READY"):
+        return stopped
     log = _log_of(deployment)
     model_errors = [m.group(1).split("\\n")[0] for m in _MODEL_ERROR.finditer(log)
                     if "version" in m.group(1) or "Poll failed" in m.group(1)]
@@ -368,6 +392,8 @@ def _tail(log: str) -> str:
 
 def _exit_failure(deployment: Deployment, code: int | str) -> ServerError:
     """A server that started and then died: its last words, never taken for a failed load."""
+    if stopped := _stopped_by_signal(deployment, code, "after it started"):
+        return stopped
     log = _log_of(deployment)
     errors = _SERVER_ERROR.findall(log)
     last = errors[-1] if errors else _tail(log)
