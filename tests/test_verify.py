@@ -120,6 +120,26 @@ def test_max_batch_size_1_exports_with_the_modern_exporter(tmp_path):
     assert "max_batch_size: 1" in (result.path / "config.pbtxt").read_text()
 
 
+def test_a_batch_limit_too_large_to_hold_here_is_verified_up_to_what_fits_and_said_so(
+        tmp_path, monkeypatch):
+    from tritonkit.export import verify
+
+    # As --max-batch-size 100000000 of a small model against 256 MiB: the random inputs and
+    # outputs of a batch that large (GiBs, in PyTorch and ONNX Runtime at once) got the
+    # export killed by the kernel, leaving its staging folder behind.
+    monkeypatch.setattr(verify, "CASE_IO_BYTES", 64 * 2**10)
+    result = tritonkit.export(torch.nn.Linear(64, 64), torch.randn(2, 64), name="wide",
+                              repository=tmp_path, max_batch_size=4096)
+    verification = result.report["verification"]
+    # 512 bytes a sample (64 floats in, 64 out): 128 samples fit 64 KiB
+    assert max(case["batch"] for case in verification["cases"]) == 128
+    assert verification["independent_samples"]["batch"] == 128
+    said = "verified up to batch 128, not --max-batch-size 4096"
+    assert verification["largest_batch"].startswith(said) and "0.00195 GiB" in verification["largest_batch"]
+    assert any(note.startswith(said) for note in result.notes)
+    assert "max_batch_size: 4096" in (result.path / "config.pbtxt").read_text()   # served as asked
+
+
 def test_weights_stored_beside_the_graph_are_hashed_and_served(tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_export, "_EXTERNAL_DATA_BYTES", 0)   # as past protobuf's 2 GiB
     result = tritonkit.export(torch.nn.Linear(64, 64), torch.randn(2, 64), name="external",

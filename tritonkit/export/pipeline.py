@@ -290,6 +290,8 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
     written = list(saved)   # the graph, and past 2 GiB its weights file beside it
     notes = list(unwrapped)
     served = profile or load_profile(DEFAULT_GPU)
+    if verification and verification.get("largest_batch"):
+        notes.append(verification["largest_batch"])
     if verification and served.serving.precision != "fp32":
         verification["served_precision"] = (
             f"verified in the graph's own precision on ONNX Runtime's CPU provider; the "

@@ -37,6 +37,11 @@ PROVIDER = "CPUExecutionProvider"
 # Samples of the largest batch checked against the same samples run alone: enough to find
 # a model that mixes samples (every row but the first usually differs), cheap at any batch.
 INDEPENDENCE_ROWS = 8
+# The most a verification case's inputs and outputs may take together. Triton takes any
+# --max-batch-size up to int32; a batch that large of even a tiny model would be gigabytes
+# of random inputs and outputs, held by PyTorch and ONNX Runtime at once (the kernel killed
+# the export): past this, the largest batch verified is the largest that fits.
+CASE_IO_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,7 @@ def verification_cases(inputs: ModelInputs, max_batch_size: int, *, seed: int = 
     Dynamic lengths: the example's at batch 1, longer at the middle batch, shorter at the
     maximum, so a graph that baked in any size fails somewhere.
     """
-    example_lengths = {label: int(inputs.tensors[inputs.names.index(name)].shape[axis])
-                       for name, axes in inputs.dynamic_axes.items() for axis, label in axes.items()}
+    example_lengths = _example_lengths(inputs)
     longer = {label: size + max(1, size // 2) for label, size in example_lengths.items()}
     shorter = {label: size // 2 if size > 1 else 2 for label, size in example_lengths.items()}
     plan = [("batch 1", 1, example_lengths)]
@@ -83,6 +87,11 @@ def verification_cases(inputs: ModelInputs, max_batch_size: int, *, seed: int = 
                         for name, tensor in zip(inputs.names, inputs.tensors))
         cases.append(Case(label, batch, dict(lengths), tensors))
     return cases
+
+
+def _example_lengths(inputs: ModelInputs) -> dict[str, int]:
+    return {label: int(inputs.tensors[inputs.names.index(name)].shape[axis])
+            for name, axes in inputs.dynamic_axes.items() for axis, label in axes.items()}
 
 
 def _shape(inputs: ModelInputs, name: str, tensor: torch.Tensor, batch: int,
@@ -201,14 +210,11 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     worst = {name: {"max_abs_error": 0.0, "max_rel_error": 0.0} for name in output_names}
     cases = []
     largest: tuple[Case, list[np.ndarray]] | None = None
-    for case in verification_cases(inputs, max_batch_size):
-        try:
-            expected = torch_outputs(module, case.tensors)
-        except Exception as exc:  # the model itself, whichever exporter: the user's to fix
-            raise UsageError(f"the model's forward() raised {type(exc).__name__} at "
-                             f"{_where(case)}: {one_line(exc)}",
-                             hint="Triton sends any batch from 1 to --max-batch-size: "
-                                  "forward() must work for each") from exc
+    example = Case("example inputs", inputs.batch_size, _example_lengths(inputs), inputs.tensors)
+    example_outputs = _reference(module, example)
+    batch_limit = verifiable_batch(inputs, example_outputs, max_batch_size)
+    for case in verification_cases(inputs, batch_limit):
+        expected = example_outputs if case.tensors is inputs.tensors else _reference(module, case)
         feed = {name: to_numpy(tensor) for name, tensor in zip(inputs.names, case.tensors)}
         try:
             actual = session.run(list(output_names), feed)
@@ -247,7 +253,7 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                       "outputs": errors})
         if largest is None or case.batch >= largest[0].batch:
             largest = (case, actual)
-    return {
+    verified = {
         "passed": True,
         "runtime": f"onnxruntime {ort.__version__}",
         "provider": PROVIDER,
@@ -257,6 +263,36 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
         "independent_samples": _check_independent_samples(
             session, inputs.names, output_names, *largest, tolerances),
     }
+    if batch_limit < max_batch_size:
+        verified["largest_batch"] = (
+            f"verified up to batch {batch_limit}, not --max-batch-size {max_batch_size}: a "
+            f"batch of {max_batch_size}'s inputs and outputs alone would take "
+            f"{max_batch_size * _io_bytes_per_sample(inputs, example_outputs) / 2**30:.3g} GiB here")
+    return verified
+
+
+def _reference(module: torch.nn.Module, case: Case) -> list[np.ndarray]:
+    try:
+        return torch_outputs(module, case.tensors)
+    except Exception as exc:  # the model itself, whichever exporter: the user's to fix
+        raise UsageError(f"the model's forward() raised {type(exc).__name__} at "
+                         f"{_where(case)}: {one_line(exc)}",
+                         hint="Triton sends any batch from 1 to --max-batch-size: "
+                              "forward() must work for each") from exc
+
+
+def verifiable_batch(inputs: ModelInputs, example_outputs: list[np.ndarray],
+                     max_batch_size: int) -> int:
+    """The largest batch to verify: ``max_batch_size``, or fewer where a batch that large
+    of inputs and outputs would take more than CASE_IO_BYTES (at the longest lengths the
+    cases use, half as long again as the example's)."""
+    per_sample = _io_bytes_per_sample(inputs, example_outputs) * (1.5 if inputs.dynamic_axes else 1)
+    return max(1, min(max_batch_size, int(CASE_IO_BYTES // max(per_sample, 1))))
+
+
+def _io_bytes_per_sample(inputs: ModelInputs, outputs: list[np.ndarray]) -> float:
+    total = sum(t.numel() * t.element_size() for t in inputs.tensors) + sum(o.nbytes for o in outputs)
+    return total / max(inputs.batch_size, 1)
 
 
 def _refuse_unbatched(name: str, output: np.ndarray, case: Case) -> None:
