@@ -1149,6 +1149,36 @@ def test_a_sequence_the_model_refuses_midway_is_ended_so_it_holds_no_slot(tmp_pa
 
 
 @pytest.mark.server
+def test_a_sequence_the_model_refuses_at_its_start_is_ended_too_for_triton_holds_its_slot(
+        tmp_path):
+    """Triton's sequence batcher gives a START its slot before the model runs it, so a START
+    the model refuses still holds that slot, until max_sequence_idle_microseconds (a minute
+    here), unless warm-up ends the sequence. With one slot, the next shape's sequence
+    would wait for it past the timeout, and so would a user's."""
+    config = (STATEFUL_CONFIG.replace("dims: 4", "dims: -1")
+              .replace("max_batch_size: 2", "max_batch_size: 1")          # one sequence slot
+              .replace("instance_group { count: 2", "instance_group { count: 1"))
+    refuses_short_starts = STATEFUL_MODEL.replace(
+        "            corrid = int(control(\"CORRID\"))",
+        "            corrid = int(control(\"CORRID\"))\n"
+        "            x = pb_utils.get_input_tensor_by_name(r, \"INPUT__0\").as_numpy()\n"
+        "            if x.shape[-1] == 1 and control(\"START\"):\n"
+        "                raise pb_utils.TritonModelException(\"too short to start\")")
+    repo = tmp_path / "repo"
+    _python_model(repo, "stateful", config, refuses_short_starts)
+    deployment = _deploy(repo, "--no-warmup")
+    try:
+        [result] = warm_up(repo, timeout=30)
+        assert result.steady and "shape INPUT__0:1x1 skipped: refused" in result.note
+        assert result.series_ms.keys() == {"INPUT__0:1x16"}
+        latencies, open_sequences = _sequences_of_a_user(deployment.http_url, 1)
+        assert max(latencies) < 1.0, latencies          # the one slot is free at once
+        assert open_sequences == 0
+    finally:
+        run_cli("down", "--repository", repo)
+
+
+@pytest.mark.server
 def test_a_request_that_hangs_late_in_a_steady_run_ends_with_the_deadline(tmp_path, capsys):
     """The steady run keeps one connection for a shape: a request that hangs long after it
     opened must still end when the time left runs out, not the connection's time later."""

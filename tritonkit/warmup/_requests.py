@@ -261,7 +261,9 @@ class Driver:
         """The error for a failed request; first, when the model refused it mid-sequence,
         the sequences it belonged to are ended (best effort, within the deadline): each
         would otherwise hold its sequence slot until max_sequence_idle_microseconds, and
-        warm-up goes on past a refused guessed shape."""
+        warm-up goes on past a refused guessed shape. A sequence refused at its START is
+        ended too: Triton's sequence batcher gives a START its slot before the model runs
+        it, so a START the model refuses holds the slot all the same."""
         failure = infer_failed(exc, self.endpoint, self.name, self.deadline, started)
         if isinstance(failure, InputRefused) and steps[0][0] is not None:
             for sequence_id, _, _ in steps[0]:
