@@ -130,8 +130,8 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
                                        load_s=load_s.get(name), note="not reached: out of time"))
             continue
         results.append(warm_model(endpoint, name, load_s.get(name), requests=requests,
-                                 deadline=deadline, rule=rule, check=check,
-                                 cold=fresh or name in load_s, progress=progress))
+                                  deadline=deadline, rule=rule, check=check,
+                                  cold=fresh or name in load_s, progress=progress))
     if failed:
         raise LoadFailed(next(iter(failed.values())), results)
     return results

@@ -149,7 +149,7 @@ def _out_of_time(what: str, started: float) -> ServerError:
 
 
 def infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline,
-                  started: float) -> Exception:
+                 started: float) -> Exception:
     if _timed_out(exc):
         return _out_of_time(f"'{name}' did not answer a warm-up request", started)
     if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
