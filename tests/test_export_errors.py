@@ -34,6 +34,18 @@ class CallCounter(nn.Module):
         return x * self.calls
 
 
+class FrozenBatch(nn.Module):
+    """Scales by the batch size as a Python int: the TorchScript trace keeps the example's."""
+
+    def forward(self, x):
+        return x * int(x.shape[0])
+
+
+class Noisy(nn.Module):
+    def forward(self, x):
+        return x + torch.rand_like(x)
+
+
 class NoSingles(nn.Module):
     def forward(self, x):
         if x.shape[0] == 1:
@@ -55,6 +67,14 @@ def returns_a_string_as_inputs():
 
 def call_counter():
     return CallCounter(), torch.randn(2, 4)
+
+
+def frozen_batch():
+    return FrozenBatch(), torch.randn(2, 4)
+
+
+def noisy():
+    return Noisy(), torch.randn(2, 4)
 
 
 def no_singles():
@@ -283,20 +303,36 @@ def test_an_op_onnx_cannot_express_is_named_after_both_exporters_tried(capsys, r
 def test_out_of_tolerance_names_the_output_and_the_error_and_creates_nothing(
         capsys, tmp_path, bad_models):
     repository = tmp_path / "models"
-    code, line, _ = export_fails(capsys, repository, f"{bad_models}:call_counter", "--name", "m",
+    code, line, _ = export_fails(capsys, repository, f"{bad_models}:frozen_batch", "--name", "m",
                               "--exporter", "torchscript")
     assert code == EXIT_ERROR
-    assert line.startswith("error: torchscript exporter: output OUTPUT__0 differs from PyTorch")
+    assert line.startswith("error: torchscript exporter: output OUTPUT__0 differs from PyTorch "
+                           "at batch 1")
     assert "max abs error" in line and "max rel error" in line and "atol 0.0001" in line
     assert not repository.exists()
 
 
 def test_a_failed_export_with_force_keeps_the_model_it_would_have_replaced(
         capsys, repository, bad_models):
-    code, _, _ = export_fails(capsys, repository, f"{bad_models}:call_counter", "--name",
+    code, _, _ = export_fails(capsys, repository, f"{bad_models}:frozen_batch", "--name",
                               "existing", "--force", "--exporter", "torchscript")
     assert code == EXIT_ERROR
     assert (repository / "existing" / "1" / "model.onnx").read_bytes() == b"the user's model"
+
+
+@pytest.mark.parametrize("factory,output", [("noisy", "OUTPUT__0"), ("call_counter", "OUTPUT__0")],
+                         ids=["random", "state kept between calls"])
+def test_a_forward_that_answers_one_input_two_ways_is_called_nondeterministic_not_imprecise(
+        capsys, repository, bad_models, factory, output):
+    # It was 'differs from PyTorch ... widen --atol/--rtol', after both exporters, though
+    # PyTorch differs from itself: no graph can match it, and a wider tolerance hides it.
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:{factory}", "--name", "m")
+    assert code == EXIT_USAGE
+    assert line.startswith(f"error: forward() is not deterministic: two PyTorch runs on the "
+                           f"same inputs differ in output {output} by up to ")
+    assert line.endswith(", so no exported graph can match it")
+    assert "exporter" not in line + hint and "--atol" not in hint
+    assert "--no-verify" in hint
 
 
 def test_a_model_that_fails_at_a_batch_triton_may_send_is_the_users_to_fix(
@@ -310,8 +346,8 @@ def test_a_model_that_fails_at_a_batch_triton_may_send_is_the_users_to_fix(
 
 
 def test_a_tolerance_wide_enough_lets_the_difference_through(tmp_path, bad_models):
-    # The counter model differs by a factor of a few: the tolerances the user gives rule.
-    code = run_cli("export", f"{bad_models}:call_counter", "--name", "m", "--repository",
+    # The frozen batch differs by a factor of two: the tolerances the user gives rule.
+    code = run_cli("export", f"{bad_models}:frozen_batch", "--name", "m", "--repository",
                    tmp_path, "--exporter", "torchscript", "--atol", "100", "--rtol", "0")
     assert code == 0
 
