@@ -327,10 +327,10 @@ def test_the_warmup_plot_has_a_panel_for_a_model_that_was_not_warmed(tmp_path):
 
 def test_a_warmup_plot_that_is_not_a_png_is_refused_before_the_server_is_asked(tmp_path, capsys):
     code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--plot", tmp_path / "w.svg")
-    assert code == 2 and "must end in .png" in capsys.readouterr().err
+    assert code == 2 and "w.svg does not end in .png" in capsys.readouterr().err
     same = tmp_path / "w.png"
     code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--json", same, "--plot", same)
-    assert code == 2 and "the plot would replace the JSON" in capsys.readouterr().err
+    assert code == 2 and "--json and --plot name the same file" in capsys.readouterr().err
 
 
 @pytest.mark.server

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from tritonkit.errors import UsageError
@@ -50,6 +51,24 @@ def check_output(path: Path, *, force: bool, what: str) -> None:
         raise UsageError(f"{what} {path} is a folder", hint="give a file name, e.g. out/run.json")
     refuse_overwrite(path, force=force, what=what)
     _check_writable_folder(path.parent, what=what, target=path)
+
+
+def check_outputs(outputs: Mapping[str, Path | None], *, force: bool) -> None:
+    """Before long work, the files a command was asked to write (flag → path, None: not
+    asked): each as ``check_output``; no two naming one file (the second written would
+    replace the first); a ``--plot`` ending in .png (matplotlib picks the format from it)."""
+    given = {flag: Path(path) for flag, path in outputs.items() if path is not None}
+    for flag, path in given.items():
+        check_output(path, force=force, what=f"{flag} file")
+    resolved = [path.resolve() for path in given.values()]
+    same = [flag for flag, path in given.items() if resolved.count(path.resolve()) > 1]
+    if same:
+        raise UsageError(f"{' and '.join(same)} name the same file ({given[same[0]]}): one "
+                         "would replace the other", hint="give each its own path")
+    plot = given.get("--plot")
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise UsageError(f"--plot writes a PNG; {plot} does not end in .png",
+                         hint=f"e.g. --plot {plot.with_suffix('.png')}")
 
 
 def check_folder(path: Path, *, what: str) -> None:

@@ -14,7 +14,7 @@ from tritonkit.cli import app
 from tritonkit.cli.options import JsonOut, Url, console, err_console
 from tritonkit.client import resolve_endpoint
 from tritonkit.errors import EXIT_ERROR, EXIT_OK, UsageError
-from tritonkit.fileio import check_output
+from tritonkit.fileio import check_outputs
 
 
 DEFAULT_REPOSITORY = Path("model_repository")
@@ -104,17 +104,7 @@ def loadtest(
     or the server went away;
     1 when the SLA held but a --json/--csv/--plot file could not be written.
     """
-    outputs = {flag: path for flag, path in (("--json", json_out), ("--csv", csv_out),
-                                             ("--plot", plot)) if path is not None}
-    for flag, path in outputs.items():
-        check_output(path, force=force, what=f"{flag} file")
-    same = [flag for flag, path in outputs.items()
-            if [p.resolve() for p in outputs.values()].count(path.resolve()) > 1]
-    if same:
-        raise UsageError(f"{' and '.join(same)} name the same file ({outputs[same[0]]}): one "
-                         "would overwrite the other", hint="give each its own path")
-    if plot is not None and plot.suffix.lower() != ".png":
-        raise UsageError(f"--plot writes a PNG; {plot} does not end in .png", hint="e.g. --plot out/run.png")
+    check_outputs({"--json": json_out, "--csv": csv_out, "--plot": plot}, force=force)
     if repository is None and url is None:
         repository = DEFAULT_REPOSITORY
     sla = report.Sla(p99_ms=sla_p99_ms, min_qps=sla_min_qps, max_error_rate=sla_max_error_rate)

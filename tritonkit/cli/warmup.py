@@ -23,8 +23,8 @@ from tritonkit.cli.options import (
     progress_status,
 )
 from tritonkit.client import SECRET_ENV, read_secret_file
-from tritonkit.errors import TritonkitError, UsageError
-from tritonkit.fileio import atomic_write, check_output
+from tritonkit.errors import TritonkitError
+from tritonkit.fileio import atomic_write, check_outputs
 
 
 def _ms(value: float | None) -> str:
@@ -129,15 +129,7 @@ def warmup(
     """Load every model explicitly and warm it up until its latency is steady."""
     if repository is None and url is None:
         repository = Path("model_repository")
-    if json_out:
-        check_output(json_out, force=force, what="warm-up JSON")   # before a 2-minute run
-    if plot:
-        check_output(plot, force=force, what="warm-up plot")
-        if plot.suffix.lower() != ".png":
-            raise UsageError(f"warm-up plot {plot} must end in .png", hint="e.g. out/warmup.png")
-        if json_out and plot.resolve() == json_out.resolve():
-            raise UsageError(f"--json and --plot both name {plot}: the plot would replace the JSON",
-                             hint="give each its own file")
+    check_outputs({"--json": json_out, "--plot": plot}, force=force)  # before a 2-minute run
     secret = read_secret_file(secret_file) if secret_file else None
     try:
         with progress_status("warming up") as progress:
