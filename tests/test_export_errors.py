@@ -383,6 +383,19 @@ def test_the_python_api_refuses_what_the_cli_flags_would_before_anything_runs(
     assert not (tmp_path / "repo").exists()
 
 
+def test_an_opset_neither_exporter_makes_is_refused_not_swapped_for_another(capsys, repository):
+    # The dynamo exporter kept its opset-18 graph when converting it to 30 failed: the
+    # export passed, reporting opset 18, a graph the user's runtime was not asked about.
+    code, line, hint = export_fails(capsys, repository, f"{MLP}:build", "--name", "m",
+                                    "--opset", "30")
+    assert code == EXIT_ERROR
+    assert line == ("error: dynamo exporter: the graph came out at opset 18, its conversion "
+                    "to --opset 30 failed")
+    assert "also tried torchscript: Unsupported onnx_opset_version: 30" in hint
+    assert hint.startswith("hint: choose an --opset the installed exporters take") \
+        and "--opset 18" in hint and "TRITONKIT_DEBUG" not in hint
+
+
 def test_debug_variable_shows_the_traceback(capsys, monkeypatch, repository, bad_models):
     monkeypatch.setenv("TRITONKIT_DEBUG", "1")
     code = run_cli("export", f"{bad_models}:raises", "--name", "m", "--repository", repository)

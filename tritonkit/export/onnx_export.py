@@ -41,6 +41,12 @@ _UNSUPPORTED_OPERATOR = re.compile(
     r"|Exporting the operator \S+ to ONNX opset version \d+ is not supported"  # torchscript
     r"|Unsupported: ONNX export of operator")
 
+_UNSUPPORTED_OPSET = re.compile(
+    r"Target opset version \d+ is not supported"  # dynamo (onnxscript's version converter)
+    r"|Unsupported onnx_opset_version")            # torchscript
+_OPSET_HINT = ("choose an --opset the installed exporters take (the dynamo exporter makes 18 "
+               "and converts it); the default, --opset 18, suits both")
+
 
 @dataclass(frozen=True)
 class ExportedGraph:
@@ -68,6 +74,12 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
         except Exception as exc:
             raise ExportError(f"{exporter} exporter: {summarize_exception(exc)}",
                               hint=_hint_for(exc, captured.getvalue())) from exc
+    made = opset_of(model)
+    if made != opset:
+        # The dynamo exporter converts its opset-18 graph to the opset asked for and, when
+        # the conversion fails, keeps the graph as it was, saying so only in a log line.
+        raise ExportError(f"{exporter} exporter: the graph came out at opset {made}, its "
+                          f"conversion to --opset {opset} failed", hint=_OPSET_HINT)
     name_symbolic_dims(model, inputs, output_names)
     return ExportedGraph(model, tuple(tracer_warnings))
 
@@ -198,6 +210,8 @@ def _hint_for(exc: BaseException, output: str) -> str:
     if _UNSUPPORTED_OPERATOR.search(text):
         return ("the model uses an operator ONNX cannot express: replace it with supported "
                 "ops, or register a custom translation (torch.onnx.export custom_translation_table)")
+    if _UNSUPPORTED_OPSET.search(text):
+        return _OPSET_HINT
     if DATA_DEPENDENT in text:
         return ("forward() branches on a tensor's value (if/while on a tensor): express the "
                 "branch with torch.where or torch.cond")
