@@ -288,8 +288,9 @@ def _refuse_nondeterministic(module: torch.nn.Module, case: Case, output_names: 
     """A UsageError if PyTorch itself answers ``case`` differently a second time.
 
     A random forward() (torch.rand, a dropout forced on, a sampled output) or one that keeps
-    state between calls matches no graph, not even its own export: without this the difference reads as a precision or tracing
-    problem, and the hint to widen the tolerances would only hide the randomness.
+    state between calls matches no graph, not even its own export: without this the
+    difference reads as a precision or tracing problem, and the hint to widen the
+    tolerances would only hide it.
     """
     again = _reference(module, case)
     for name, first, second in zip(output_names, expected, again):
@@ -307,8 +308,8 @@ def _refuse_nondeterministic(module: torch.nn.Module, case: Case, output_names: 
 def verifiable_batch(inputs: ModelInputs, example_outputs: list[np.ndarray],
                      max_batch_size: int) -> int:
     """The largest batch to verify: ``max_batch_size``, or fewer where a batch that large
-    of inputs and outputs would take more than CASE_IO_BYTES (at the longest lengths the
-    cases use, half as long again as the example's)."""
+    of inputs and outputs would take more than CASE_IO_BYTES (dynamic axes counted at about
+    the longest lengths the cases use, half as long again as the example's)."""
     per_sample = _io_bytes_per_sample(inputs, example_outputs) * (1.5 if inputs.dynamic_axes else 1)
     return max(1, min(max_batch_size, int(CASE_IO_BYTES // max(per_sample, 1))))
 
