@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
@@ -194,3 +194,15 @@ def example_input(datatype: str, shape: list[int], rng: np.random.Generator) -> 
         # vocabulary, larger random values are not.
         return rng.integers(0, 2, size=shape).astype(dtype)
     return rng.standard_normal(size=shape).astype(dtype)
+
+
+def infer_inputs(protocol: Any, tensors: Iterable[tuple[str, str, np.ndarray]]) -> list:
+    """tritonclient's InferInput of ``protocol`` (``tritonclient.http`` or ``.grpc``, the
+    same names in both) for each (name, Triton datatype, array), the array's data set (HTTP:
+    as binary data)."""
+    inputs = []
+    for name, datatype, data in tensors:
+        tensor = protocol.InferInput(name, list(data.shape), datatype)
+        tensor.set_data_from_numpy(data)
+        inputs.append(tensor)
+    return inputs

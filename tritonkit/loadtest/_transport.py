@@ -14,6 +14,7 @@ import re
 from typing import Callable
 from urllib.parse import quote, urlsplit
 
+from tritonkit.client import infer_inputs
 from tritonkit.loadtest._h2 import GrpcConnection, GrpcFailed, authority, open_socket
 from tritonkit.loadtest._inputs import RequestTemplate
 
@@ -60,11 +61,7 @@ def http_sender(url: str, template: RequestTemplate, timeout: float, cooperative
     import tritonclient.http as httpclient
 
     host, port = split_host_port(url)
-    inputs = []
-    for name, datatype, data in template.inputs:
-        tensor = httpclient.InferInput(name, list(data.shape), datatype)
-        tensor.set_data_from_numpy(data, binary_data=True)
-        inputs.append(tensor)
+    inputs = infer_inputs(httpclient, template.inputs)
     outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in template.outputs]
     body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs or None)
     head = [f"POST /v2/models/{quote(template.model)}/infer HTTP/1.1", f"Host: {authority(host, port)}",
@@ -165,11 +162,7 @@ def grpc_sender(url: str, template: RequestTemplate, timeout: float, cooperative
     from tritonclient.grpc._utils import _get_inference_request
 
     host, port = split_host_port(url, default_port=None)
-    inputs = []
-    for name, datatype, data in template.inputs:
-        tensor = grpcclient.InferInput(name, list(data.shape), datatype)
-        tensor.set_data_from_numpy(data)
-        inputs.append(tensor)
+    inputs = infer_inputs(grpcclient, template.inputs)
     outputs = [grpcclient.InferRequestedOutput(name) for name in template.outputs]
     request = _get_inference_request(
         model_name=template.model, inputs=inputs, model_version="", request_id="",

@@ -7,11 +7,11 @@ import itertools
 import queue
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
-from tritonkit.client import Endpoint, example_input, triton_message
+from tritonkit.client import Endpoint, example_input, infer_inputs, triton_message
 from tritonkit.server.local import Deadline
 from tritonkit.warmup._config import sequence_ids
 from tritonkit.warmup._errors import InputRefused, ServerGone
@@ -48,7 +48,7 @@ class _HttpRequests:
     def inputs(shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
         import tritonclient.http as httpclient
 
-        return _filled(httpclient.InferInput, shape, rng)
+        return _filled(httpclient, shape, rng)
 
     def ready(self, name: str) -> bool:
         return model_ready(self.client, name)
@@ -96,7 +96,7 @@ class _StreamRequests:
     def inputs(shape: dict[str, tuple[str, list[int]]], rng: np.random.Generator) -> list:
         import tritonclient.grpc as grpcclient
 
-        return _filled(grpcclient.InferInput, shape, rng)
+        return _filled(grpcclient, shape, rng)
 
     def ready(self, name: str) -> bool:
         try:
@@ -163,14 +163,10 @@ def _peek(items: Iterator) -> tuple[Any, Iterator]:
     return first, itertools.chain([first], items)
 
 
-def _filled(make_input: Callable, shape: dict[str, tuple[str, list[int]]],
+def _filled(protocol: Any, shape: dict[str, tuple[str, list[int]]],
             rng: np.random.Generator) -> list:
-    inputs = []
-    for name, (datatype, dims) in shape.items():
-        tensor = make_input(name, dims, datatype)
-        tensor.set_data_from_numpy(example_input(datatype, dims, rng))
-        inputs.append(tensor)
-    return inputs
+    return infer_inputs(protocol, ((name, datatype, example_input(datatype, dims, rng))
+                                   for name, (datatype, dims) in shape.items()))
 
 
 @dataclass
