@@ -54,6 +54,24 @@ def test_errors_are_one_line_and_a_hint_and_debug_shows_the_traceback(tmp_path):
     assert "Traceback" in debug.stderr and "UsageError" in debug.stderr
 
 
+def test_ctrl_c_while_the_commands_still_import_is_one_line_and_exit_130():
+    """The console script's first half second is imports, before main()'s error boundary:
+    a Ctrl-C there (simulated: the import of tritonkit.cli is interrupted) must not print
+    an import traceback."""
+    probe = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'tritonkit.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from tritonkit._entry import main\n"
+        "sys.exit(main())\n")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 130
+    assert run.stderr == "error: interrupted\n"
+
+
 def test_only_export_pays_for_importing_torch():
     """Every command starts from `import tritonkit.cli`; torch (over a second to import)
     is loaded by `tritonkit export` alone."""

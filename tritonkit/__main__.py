@@ -1,5 +1,5 @@
 import sys
 
-from tritonkit.cli import main
+from tritonkit._entry import main
 
 sys.exit(main())

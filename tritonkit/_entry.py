@@ -1,0 +1,20 @@
+"""The ``tritonkit`` console script.
+
+Importing the commands takes a moment (Typer, rich, protobuf); a Ctrl-C in it would
+otherwise end in a KeyboardInterrupt traceback from an import, before ``cli.main``'s error
+boundary exists. It ends as a Ctrl-C later does: one line, exit 130.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+def main() -> int:
+    try:
+        from tritonkit.cli import main as run
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    return run()
