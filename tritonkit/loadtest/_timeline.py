@@ -8,7 +8,7 @@ of the requests sent in it, so a server that stops answering leaves the windows 
 its stall with none: such a window is a **stall** when requests were out and none came
 back in it, the oldest out longer than ``max_factor`` times that median — flagged like
 a spike — and merely idle when nothing was out (an open loop between arrivals). A window
-in which requests were sent and every one failed (an HTTP 400 or gRPC NOT_FOUND in a
+in which requests were sent and every one failed (an HTTP 404 or gRPC NOT_FOUND in a
 millisecond while a model reloads) has no latency either and is no stall — things came
 back: it is an **error window**, flagged like a stall. So is one in which some of the
 requests failed, ``ERROR_WINDOW_SHARE`` of those that reached the server or more (a reload

@@ -153,7 +153,7 @@ class _Records:
     the request, and its latency (at least the time it waited) counts like an answer's.
     A request that got no answer within its timeout is an error whose latency counts
     too (the time it was given up on, a lower bound): a server that leaves 1 % of its
-    requests hanging has a p99 of the timeout. An error *answer* (HTTP 400, gRPC
+    requests hanging has a p99 of the timeout. An error *answer* (HTTP 404, gRPC
     NOT_FOUND, in a millisecond) is not a latency of the model's: it is left out.
     """
 
