@@ -48,9 +48,10 @@ def test_generated_configs_load_ready_and_answer_like_onnx_runtime(exported_repo
     before = {p: p.read_bytes() for p in exported_repo.rglob("*") if p.is_file()}
     assert run_cli("deploy", "--repository", exported_repo, "--gpu", gpu, "--http-port", "0",
                    "--grpc-port", "0", "--metrics-port", "0", "--timeout", "90") == 0
+    deployment = load_deployment(exported_repo)
+    # Closed before `down`: Triton drains open HTTP connections for up to its exit timeout.
+    client = httpclient.InferenceServerClient(deployment.http_url, concurrency=16)
     try:
-        deployment = load_deployment(exported_repo)
-        client = httpclient.InferenceServerClient(deployment.http_url, concurrency=16)
         assert client.is_model_ready("mlp") and client.is_model_ready("encoder")
         served = client.get_model_config("mlp")
         assert served["backend"] == "python"
@@ -78,6 +79,7 @@ def test_generated_configs_load_ready_and_answer_like_onnx_runtime(exported_repo
         np.testing.assert_allclose(got, ref, rtol=1e-6)
         assert np.all(got[:, 6:] == 0)
     finally:
+        client.close()
         run_cli("down", "--repository", exported_repo)
     # The production repository is untouched by the local mirror.
     after = {p: p.read_bytes() for p in exported_repo.rglob("*")
@@ -129,8 +131,8 @@ def test_a_model_with_one_value_per_sample_loads_and_answers(tmp_path, capsys):
     assert run_cli("config", "scorer", "--repository", tmp_path, "--check") == 0
     assert run_cli("deploy", "--repository", tmp_path, "--http-port", "0", "--grpc-port", "0",
                    "--metrics-port", "0", "--timeout", "90") == 0     # warm-up included
+    client = httpclient.InferenceServerClient(load_deployment(tmp_path).http_url)
     try:
-        client = httpclient.InferenceServerClient(load_deployment(tmp_path).http_url)
         rng = np.random.default_rng(3)
         x = rng.standard_normal((3, 8)).astype(np.float32)
         weight = rng.standard_normal((3, 1)).astype(np.float32)
@@ -140,6 +142,7 @@ def test_a_model_with_one_value_per_sample_loads_and_answers(tmp_path, capsys):
         assert got.shape == (3, 1)
         np.testing.assert_allclose(got[:, 0], ref, rtol=1e-5, atol=1e-6)
     finally:
+        client.close()
         run_cli("down", "--repository", tmp_path)
 
 
