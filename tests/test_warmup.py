@@ -425,6 +425,39 @@ def test_no_server_running_is_one_clear_line_at_the_deadline(tmp_path, capsys):
 
 
 @pytest.mark.server
+@pytest.mark.parametrize("signum, how", [
+    (signal.SIGKILL, "its log ends with no shutdown (killed"),
+    (signal.SIGINT, "it was stopped by SIGINT"),
+], ids=["killed", "stopped"])
+def test_a_recorded_local_server_that_is_gone_fails_at_once_saying_so_and_to_deploy_again(
+        example_repository, signum, how, capsys):
+    """Nothing restarts a local server by itself: waiting the timeout out (120 s by
+    default) only hid that behind 'no Triton server answers'."""
+    repo = example_repository
+    deployment = _deploy(repo, "--no-warmup")
+    try:
+        os.kill(deployment.pid, signum)
+        while _alive(deployment.pid):
+            time.sleep(0.05)
+        started = time.monotonic()
+        code = run_cli("warmup", "--repository", repo)
+        err = capsys.readouterr().err
+        assert time.monotonic() - started < 3
+        assert code == 1
+        assert err.startswith(f"error: the local server recorded in {repo.resolve()} (pid "
+                              f"{deployment.pid}) is no longer running: {how}")
+        assert f"hint: start it again: tritonkit deploy --repository {repo.resolve()}" in err
+        assert "Traceback" not in err
+        # A server given by --url is no record's: it may be restarting, so it is waited for.
+        url = deployment.http_url
+        assert run_cli("warmup", "--repository", repo, "--url", url, "--timeout", "1") == 1
+        assert capsys.readouterr().err.startswith(f"error: no Triton server answers at {url}")
+    finally:
+        os.killpg(deployment.pid, signal.SIGKILL) if _alive(deployment.pid) else None
+        run_cli("down", "--repository", repo)
+
+
+@pytest.mark.server
 def test_a_model_that_fails_to_load_reports_tritons_message_and_the_others_are_still_warmed(
         deployed, tmp_path, capsys):
     add_broken_model(_served(deployed), name="aaa_broken")        # first in name order

@@ -14,6 +14,7 @@ from tritonkit.server.state import load_deployment
 from tritonkit.warmup._config import ensemble_steps, file_config, load_order
 from tritonkit.warmup._errors import LoadFailed, ServerGone
 from tritonkit.warmup._model import warm_model
+from tritonkit.warmup._record import refuse_gone_local_server
 from tritonkit.warmup._results import ModelWarmup, SteadyRule
 from tritonkit.warmup._server import (
     http_client,
@@ -148,7 +149,8 @@ def warm_up(repository: Path | None = None, url: str | None = None,
     (Kubernetes, say); see ``resolve_endpoint``. ``grpc_url``, with ``url``, is that
     server's gRPC address, which decoupled models are warmed through (a deployment records
     its own). With a deployment, a restart in the middle is followed to its new state
-    (ports, secret) and the ensembles' steps are read from the folder the server serves."""
+    (ports, secret) and the ensembles' steps are read from the folder the server serves;
+    a local one whose server is already gone when this starts fails at once."""
     deadline = Deadline(timeout)
     endpoint = resolve_endpoint(repository=repository, url=url, grpc_url=grpc_url,
                                 secret=secret)
@@ -158,10 +160,13 @@ def warm_up(repository: Path | None = None, url: str | None = None,
             rediscover = lambda: resolve_endpoint(repository=repository, secret=secret)  # noqa: E731
         try:
             deployment = load_deployment(repository)
+        except UsageError:
+            config_dir = Path(repository)
+        else:
+            if url is None:
+                refuse_gone_local_server(deployment)
             config_dir = Path(deployment.extra.get("served_repository") or deployment.repository)
             # The deployment's own models, not whatever else its repository folder holds.
             models = models or (deployment.models if url is None else None)
-        except UsageError:
-            config_dir = Path(repository)
     return load_and_warm(endpoint, models, deadline=deadline, rediscover=rediscover,
                          config_dir=config_dir, **options)
