@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -222,6 +223,34 @@ def test_force_replaces_an_existing_model_folder(tmp_path):
     assert not (tmp_path / "mlp" / "stale.txt").exists()
     assert report_of(tmp_path / "mlp")["max_batch_size"] == 16
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp"]
+
+
+def test_force_names_the_versions_and_files_the_replaced_folder_had_and_the_new_one_lacks(
+        tmp_path, capsys):
+    args = ("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository", tmp_path,
+            "--exporter", "torchscript")
+    assert run_cli(*args) == 0
+    old = tmp_path / "mlp"
+    for version in ("2", "7"):          # earlier exports, or versions placed by hand
+        shutil.copytree(old / "1", old / version)
+    (old / "configs" / "h100.pbtxt").write_text("# written by hand\n")
+    (old / "labels.txt").write_text("cat\ndog\n")
+    capsys.readouterr()
+
+    assert run_cli(*args, "--force") == 0
+    said = "".join(capsys.readouterr().out.split())     # long paths wrap mid-word
+    assert "".join(f"replaced {old}: removed versions 2, 7 and configs/h100.pbtxt, labels.txt, "
+                   "which the new export does not have".split()) in said
+    assert sorted(p.name for p in old.iterdir() if p.name.isdigit()) == ["1"]
+    assert report_of(old)["replaced"] == {"removed_versions": ["2", "7"],
+                                          "removed_files": ["configs/h100.pbtxt", "labels.txt"]}
+
+
+def test_an_export_that_replaces_nothing_records_no_replacement(tmp_path):
+    result = tritonkit.export(torch.nn.Linear(4, 3), torch.randn(2, 4), name="linear",
+                              repository=tmp_path, exporters=("torchscript",))
+    assert "replaced" not in result.report
+    assert not [note for note in result.notes if note.startswith("replaced")]
 
 
 def test_reproduce_script_reruns_the_same_export(tmp_path):

@@ -314,6 +314,10 @@ def test_out_of_tolerance_names_the_output_and_the_error_and_creates_nothing(
 
 def test_a_failed_export_with_force_keeps_the_model_it_would_have_replaced(
         capsys, repository, bad_models):
+    # every version and file of it (export_fails compares the whole repository)
+    (repository / "existing" / "7").mkdir()
+    (repository / "existing" / "7" / "model.onnx").write_bytes(b"the user's version 7")
+    (repository / "existing" / "labels.txt").write_text("cat\ndog\n")
     code, _, _ = export_fails(capsys, repository, f"{bad_models}:frozen_batch", "--name",
                               "existing", "--force", "--exporter", "torchscript")
     assert code == EXIT_ERROR

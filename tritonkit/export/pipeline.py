@@ -3,7 +3,9 @@
 Everything is written into a hidden staging folder in the repository
 (``DIR/.<name>.export-*/<name>``) and renamed to ``DIR/<name>`` only once the graph
 is exported, checked, verified, reported and configured; on any failure the
-staging folder is removed and the repository is as it was.
+staging folder is removed and the repository is as it was. A replaced model folder
+goes whole (a version it kept would be served instead of the new one): what it held
+that the new one lacks is named in the notes and the report (staging.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Mapping
 import torch
 
 from tritonkit.errors import ExportError, TritonkitError, UsageError, VerificationError
-from tritonkit.export import onnx_export, reproduce, tensorrt
+from tritonkit.export import onnx_export, reproduce, staging, tensorrt
 from tritonkit.export.report import build_report, file_record
 from tritonkit.export.spec import (ModelInputs, default_output_name, load_factory,
                                    normalize_inputs, order_like_forward)
@@ -128,22 +130,33 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
 
         created = _missing_folders(repository)
         repository.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=repository, prefix=f".{options.name}.export-"))
+        folder = Path(tempfile.mkdtemp(dir=repository, prefix=f".{options.name}.export-"))
         try:
-            stage = staging / options.name
+            stage = folder / options.name
             result = _build(stage, model, inputs, output_names, outputs, options, profile, spec,
                             unwrapped)
-            _move_into_place(stage, target, staging)
+            replaced = _record_replaced(target, stage, result.report)
+            _move_into_place(stage, target, folder / ".previous")
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            for folder in created:  # a repository this export created goes with it
+            shutil.rmtree(folder, ignore_errors=True)
+            for created_folder in created:  # a repository this export created goes with it
                 with contextlib.suppress(OSError):
-                    folder.rmdir()
+                    created_folder.rmdir()
             raise
-    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
     written = [target / path.relative_to(stage) for path in result.written]
-    return ExportResult(path=target, report=result.report, written=written, notes=result.notes,
+    notes = ([staging.replaced_line(target, replaced)] if replaced else []) + result.notes
+    return ExportResult(path=target, report=result.report, written=written, notes=notes,
                         warnings=result.warnings)
+
+
+def _record_replaced(target: Path, stage: Path, report: dict) -> dict | None:
+    """Add to the staged report what replacing ``target`` removes (None: nothing replaced)."""
+    replaced = staging.replaced_record(target, stage)
+    if replaced is not None:
+        report["replaced"] = replaced
+        atomic_write(stage / REPORT_FILENAME, json.dumps(report, indent=2) + "\n")
+    return replaced
 
 
 @contextlib.contextmanager
@@ -421,14 +434,13 @@ def _tensorrt(stage: Path, model_path: Path, report: dict, profile: GpuProfile,
             f"in the model's folder: {shlex.join(report['tensorrt_recipe']['command'])}")
 
 
-def _move_into_place(stage: Path, target: Path, staging: Path) -> None:
+def _move_into_place(stage: Path, target: Path, previous: Path) -> None:
     """Rename the finished folder in; a replaced one is kept until the new one is there."""
-    previous = staging / ".previous"
     if target.exists():
         os.replace(target, previous)
     try:
         os.replace(stage, target)
     except BaseException:
-        if previous.exists():
+        if previous.exists() or previous.is_symlink():
             os.replace(previous, target)
         raise
