@@ -458,6 +458,32 @@ def test_a_recorded_local_server_that_is_gone_fails_at_once_saying_so_and_to_dep
 
 
 @pytest.mark.server
+def test_a_repository_moved_after_its_deploy_is_refused_before_any_load_naming_both_places(
+        tmp_path, capsys):
+    """The server reads the mirror under the old place: every load failed, and warm-up said
+    'the server went away during warm-up 4 time(s)'."""
+    old, moved = tmp_path / "repo", tmp_path / "moved"
+    shutil.copytree(EXAMPLE_REPOSITORY, old, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+    deployment = _deploy(old, "--no-warmup")
+    try:
+        old.rename(moved)
+        for reload in ((), ("--reload",)):
+            code = run_cli("warmup", "--repository", moved, *reload)
+            err = capsys.readouterr().err
+            assert code == 1
+            assert err.startswith(f"error: the server recorded in {moved} serves this repository "
+                                  f"from its old place, {old} (it was moved after its deploy)")
+            assert (f"hint: restart it from here: tritonkit down --repository {moved}, then "
+                    f"tritonkit deploy --repository {moved}") in err
+        assert _alive(deployment.pid)          # the hint's first step stops it from here
+        assert run_cli("down", "--repository", moved) == 0
+        assert not _alive(deployment.pid)
+    finally:
+        os.killpg(deployment.pid, signal.SIGKILL) if _alive(deployment.pid) else None
+        run_cli("down", "--repository", moved if moved.exists() else old)
+
+
+@pytest.mark.server
 def test_a_model_that_fails_to_load_reports_tritons_message_and_the_others_are_still_warmed(
         deployed, tmp_path, capsys):
     add_broken_model(_served(deployed), name="aaa_broken")        # first in name order

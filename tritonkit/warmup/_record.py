@@ -1,6 +1,7 @@
 """What a local deployment's record says before its server is asked anything: a server
 that is gone (nothing restarts a local server by itself, so waiting for it only runs out
-the timeout)."""
+the timeout), or one started on the repository at the place it had before it was moved
+(every load would read a folder that is no longer there)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import signal
 from pathlib import Path
 
 from tritonkit.errors import ServerError
-from tritonkit.server.local import is_our_server
-from tritonkit.server.state import Deployment
+from tritonkit.server.local import is_our_server, mirror_dir
+from tritonkit.server.state import STATE_DIRNAME, Deployment
 
 _SIGNALLED = re.compile(r"^Signal \((\d+)\) received\.", re.MULTILINE)
 _SERVER_ERROR = re.compile(r"^error: (.*)$", re.MULTILINE)
@@ -29,6 +30,23 @@ def refuse_gone_local_server(deployment: Deployment) -> None:
         f"running: {_how_it_ended(deployment.log_path)}",
         hint=f"start it again: tritonkit deploy --repository {repository} (it replaces the "
              f"stale record); its log: {deployment.log_path}")
+
+
+def refuse_moved_repository(deployment: Deployment) -> None:
+    """A ServerError if the recorded local server serves the repository from the place
+    it was deployed from, not from where its record is now (the folder was moved): its
+    loads would read a folder that is gone, or another repository's."""
+    served = deployment.extra.get("served_repository")
+    here = Path(deployment.repository)
+    if deployment.target != "local" or not served or Path(served) in (here, mirror_dir(here)):
+        return
+    served = Path(served)
+    old = served.parent.parent if served.parent.name == STATE_DIRNAME else served
+    raise ServerError(
+        f"the server recorded in {here} serves this repository from its old place, {old} "
+        "(it was moved after its deploy)",
+        hint=f"restart it from here: tritonkit down --repository {here}, then tritonkit "
+             f"deploy --repository {here}")
 
 
 def _how_it_ended(log_path: str | None) -> str:
