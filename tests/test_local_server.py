@@ -180,6 +180,26 @@ def test_deploy_serves_the_example_model_and_down_stops_it(deployed):
     assert _no_server_for(Path(deployed.repository))
 
 
+def test_down_says_what_a_stopping_triton_waits_for_an_open_client_connection(deployed):
+    """Triton 2.51 drains open HTTP connections for up to its exit timeout (30 s) when it
+    stops: a `down` that takes half a minute because a client is still connected says so
+    while it waits, instead of hanging without a word."""
+    from tritonkit.deploy import down
+
+    client = httpclient.InferenceServerClient(deployed.http_url)
+    assert client.is_server_ready()             # a keep-alive connection, left open
+    said: list[str] = []
+    started = time.monotonic()
+    try:
+        assert down(Path(deployed.repository), timeout=4, progress=said.append)
+    finally:
+        client.close()
+    assert time.monotonic() - started < 6       # killed within its timeout all the same
+    assert any("Triton waits for 1 HTTP service connections" in s and "exit timeout" in s
+               for s in said), said
+    assert not _alive(deployed.pid)
+
+
 def test_deploy_binds_to_loopback_and_records_its_state(deployed):
     assert deployed.host == "127.0.0.1"
     for role in ("http", "grpc", "metrics"):

@@ -148,13 +148,15 @@ def _add_hint(exc: TritonkitError, note: str) -> None:
         exc.hint = "; ".join(filter(None, [exc.hint, note]))
 
 
-def down(repository: Path, *, timeout: float = 40.0) -> bool:
+def down(repository: Path, *, timeout: float = 40.0, progress: Progress | None = None) -> bool:
     """Stop whatever deployment is recorded for ``repository``; True if one was running.
-    With no record, a local server still serving the repository is stopped all the same."""
+    With no record, a local server still serving the repository is stopped all the same.
+    ``progress`` hears what a stopping local server waits for (Triton drains open client
+    connections for up to its exit timeout)."""
     if not (state_dir(repository) / STATE_FILENAME).exists() and stop_unrecorded(repository,
                                                                                   timeout):
         return True
     deployment = load_deployment(repository)
     if deployment.target == "compose":
         return compose.compose_down(deployment, timeout=timeout)
-    return stop_local(deployment, timeout=timeout)
+    return stop_local(deployment, timeout=timeout, progress=progress)

@@ -130,7 +130,9 @@ def down(
 ) -> None:
     """Stop the server deployed for a model repository (local: SIGINT, bounded wait, then
     kill; compose: docker compose down)."""
-    if deploy_lib.down(repository, timeout=timeout):
+    with progress_status(f"stopping the server for {repository}") as progress:
+        stopped = deploy_lib.down(repository, timeout=timeout, progress=progress)
+    if stopped:
         console.print(f"stopped the Triton server for {repository}")
     else:
         console.print(f"no running server for {repository} (state cleared)")

@@ -307,12 +307,14 @@ def start_local(
     return deployment
 
 
-def stop_local(deployment: Deployment, timeout: float = 40.0) -> bool:
-    """Stop a local deployment (SIGINT, wait, then kill), all within ``timeout`` seconds.
-    True if it was running."""
+def stop_local(deployment: Deployment, timeout: float = 40.0,
+               progress: Progress | None = None) -> bool:
+    """Stop a local deployment (SIGINT, wait, then kill), all within ``timeout`` seconds;
+    ``progress`` hears what a stopping Triton still waits for. True if it was running."""
     was_running = is_our_server(deployment)
     if was_running:
-        _terminate(deployment.pid, Deadline(timeout))  # type: ignore[arg-type]
+        _terminate(deployment.pid, Deadline(timeout), progress,  # type: ignore[arg-type]
+                   Path(deployment.log_path) if deployment.log_path else None)
     clear_deployment(Path(deployment.repository))
     return was_running
 
@@ -431,17 +433,25 @@ def is_our_server(deployment: Deployment) -> bool:
             and f"--model-repository={served}".encode() in argv[1:])
 
 
-def _terminate(pid: int, deadline: Deadline) -> None:
+def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
+               log_path: Path | None = None) -> None:
     """SIGINT the server, wait, then SIGKILL its process group: all within ``deadline``.
 
     The last tenth of it (at most 1 s) is kept for the kill, so a server that ignores
-    SIGINT (Triton waits for requests in flight) is still gone when the deadline ends."""
+    SIGINT (Triton waits for requests in flight) is still gone when the deadline ends.
+    While it waits, ``progress`` hears what Triton's log says it waits for."""
     try:
         os.kill(pid, signal.SIGINT)
     except ProcessLookupError:
         return
     kill_at = deadline.end - min(1.0, deadline.seconds / 10)
+    told_at = 0.0
     while time.monotonic() < kill_at and _alive(pid):
+        if progress and time.monotonic() - told_at >= 0.5:
+            told_at = time.monotonic()
+            what = draining(log_path) if log_path else None
+            progress(f"stopping tritonserver (pid {pid})"
+                     + (f": Triton waits for {what}" if what else ""))
         time.sleep(min(0.05, max(0.0, kill_at - time.monotonic())))
     try:
         os.killpg(pid, signal.SIGKILL)  # the stubs too, if any linger
@@ -449,6 +459,27 @@ def _terminate(pid: int, deadline: Deadline) -> None:
         pass
     while _alive(pid) and not deadline.expired():
         time.sleep(0.01)
+
+
+# Triton's countdown while it stops: 'Timeout 14: Found 1 HTTP service connections' (an
+# idle keep-alive client holds the stop up to --exit-timeout-secs), then in-flight work.
+_DRAINING = re.compile(r'"Timeout (\d+): Found (\d+) ([^"]+)"')
+
+
+def draining(log_path: Path) -> str | None:
+    """What a stopping tritonserver last said it waits for, from its log's tail: e.g. '1 HTTP
+    service connections (14 s left of its exit timeout)'; None if nothing (or no log)."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+            tail = log.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = _DRAINING.findall(tail)
+    if not found or found[-1][1] == "0":
+        return None
+    left, count, what = found[-1]
+    return f"{count} {what} ({left} s left of its exit timeout)"
 
 
 def _alive(pid: int) -> bool:
