@@ -253,6 +253,77 @@ def test_an_export_that_replaces_nothing_records_no_replacement(tmp_path):
     assert not [note for note in result.notes if note.startswith("replaced")]
 
 
+# An export killed mid-way (kill -9, the OOM killer): its staging folder stays, the model
+# half written, until the child is killed.
+KILLED_EXPORT = """
+import sys
+from pathlib import Path
+
+from tritonkit.export import staging
+
+with staging.owned_staging(Path(sys.argv[1]), sys.argv[2]) as folder:
+    (folder / sys.argv[2] / "1").mkdir(parents=True)
+    (folder / sys.argv[2] / "1" / "model.onnx").write_bytes(b"half written")
+    print(folder, flush=True)
+    sys.stdin.read()
+"""
+
+
+def staging_of_an_export_in_flight(repository: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    """A child process midway through staging an export of ``name``, and its staging folder."""
+    repository.mkdir(parents=True, exist_ok=True)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(repository), name],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    folder = Path(child.stdout.readline().strip())
+    assert folder.parent == repository and folder.name.startswith(f".{name}.export-")
+    return child, folder
+
+
+def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next_export_of_its_name(
+        tmp_path, capsys):
+    child, folder = staging_of_an_export_in_flight(tmp_path, "mlp")
+    child.kill()
+    child.wait()
+    assert folder.is_dir(), "kill -9 runs no clean-up"
+
+    assert run_cli("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository",
+                   tmp_path, "--exporter", "torchscript") == 0
+    assert not folder.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp"]
+    said = "".join(capsys.readouterr().out.split())     # long paths wrap mid-word
+    assert "".join(f"removed {folder}: the staging folder of an export that was killed".split()) \
+        in said
+
+
+def test_the_staging_folder_of_an_export_still_running_is_left_alone(tmp_path):
+    child, folder = staging_of_an_export_in_flight(tmp_path, "linear")
+    try:
+        result = tritonkit.export(torch.nn.Linear(4, 3), torch.randn(2, 4), name="linear",
+                                  repository=tmp_path, exporters=("torchscript",))
+        assert (folder / "linear" / "1" / "model.onnx").read_bytes() == b"half written"
+        assert not [note for note in result.notes if str(folder) in note]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_model_a_killed_export_was_replacing_is_moved_back_not_removed(tmp_path, capsys):
+    child, folder = staging_of_an_export_in_flight(tmp_path, "mlp")
+    (tmp_path / "mlp" / "1").mkdir(parents=True)
+    (tmp_path / "mlp" / "1" / "model.onnx").write_bytes(b"the user's model")
+    # killed in the instant between moving the old folder aside and the new one in
+    (tmp_path / "mlp").rename(folder / ".previous")
+    child.kill()
+    child.wait()
+
+    assert run_cli("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository",
+                   tmp_path, "--exporter", "torchscript") != 0
+    # back in place, so it is the user's model this export (without --force) must not replace
+    assert f"error: model {tmp_path / 'mlp'} already exists" in capsys.readouterr().err
+    assert (tmp_path / "mlp" / "1" / "model.onnx").read_bytes() == b"the user's model"
+    assert not folder.exists()
+
+
 def test_reproduce_script_reruns_the_same_export(tmp_path):
     assert run_cli("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository",
                    tmp_path, "--exporter", "torchscript", "--max-batch-size", "4") == 0

@@ -5,7 +5,8 @@ Everything is written into a hidden staging folder in the repository
 is exported, checked, verified, reported and configured; on any failure the
 staging folder is removed and the repository is as it was. A replaced model folder
 goes whole (a version it kept would be served instead of the new one): what it held
-that the new one lacks is named in the notes and the report (staging.py).
+that the new one lacks is named in the notes and the report. Staging folders that
+killed exports of the name left behind are removed first (staging.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from itertools import chain
@@ -110,6 +109,8 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
 
     repository = Path(options.repository)
     target = repository / options.name
+    # Before the check: a killed export may have left the model it was replacing parked.
+    cleared = staging.clear_dead_stagings(repository, options.name)
     refuse_overwrite(target, force=options.force, what="model")
     if repository.exists() and not repository.is_dir():
         raise UsageError(f"model repository {repository} is not a folder",
@@ -130,22 +131,20 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
 
         created = _missing_folders(repository)
         repository.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(dir=repository, prefix=f".{options.name}.export-"))
         try:
-            stage = folder / options.name
-            result = _build(stage, model, inputs, output_names, outputs, options, profile, spec,
-                            unwrapped)
-            replaced = _record_replaced(target, stage, result.report)
-            _move_into_place(stage, target, folder / ".previous")
+            with staging.owned_staging(repository, options.name) as folder:
+                stage = folder / options.name
+                result = _build(stage, model, inputs, output_names, outputs, options, profile,
+                                spec, unwrapped)
+                replaced = _record_replaced(target, stage, result.report)
+                _move_into_place(stage, target, folder / staging.PREVIOUS)
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
             for created_folder in created:  # a repository this export created goes with it
                 with contextlib.suppress(OSError):
                     created_folder.rmdir()
             raise
-    shutil.rmtree(folder, ignore_errors=True)
     written = [target / path.relative_to(stage) for path in result.written]
-    notes = ([staging.replaced_line(target, replaced)] if replaced else []) + result.notes
+    notes = cleared + ([staging.replaced_line(target, replaced)] if replaced else []) + result.notes
     return ExportResult(path=target, report=result.report, written=written, notes=notes,
                         warnings=result.warnings)
 

@@ -1,4 +1,12 @@
-"""What moving a new model folder in removes from the one it replaces.
+"""The staging folder an export builds in, the killed exports' ones it clears, and what
+moving the new model folder in removes from the one it replaces.
+
+An export builds in ``DIR/.<name>.export-XXXXXXXX/`` and holds an ``flock`` on the
+``owner.lock`` file inside for as long as it runs. The kernel drops the lock when the
+process ends, however it ends (kill -9, the OOM killer), so a staging folder whose lock
+can be taken is proven dead and the next export of that name removes it; one whose lock
+is held is a concurrent export's and is left alone. A lock works where a recorded pid
+would not: across PID namespaces (containers sharing the repository) and on NFS.
 
 An export with --force replaces the model folder whole: a version folder it kept would be
 served instead of the new export (Triton's default version policy serves the highest).
@@ -7,10 +15,85 @@ What the old folder held that the new one lacks is named to the user and recorde
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
+OWNER_LOCK = "owner.lock"
+#: Where a replaced model folder waits inside the staging folder until the new one is in.
+PREVIOUS = ".previous"
 _SHOWN = 5      # removed files named in the one-line note; the report lists them all
+
+
+@contextlib.contextmanager
+def owned_staging(repository: Path, name: str) -> Iterator[Path]:
+    """A new staging folder for ``name``, locked as this process's while the block runs,
+    and removed after it however it ends."""
+    staging = Path(tempfile.mkdtemp(dir=repository, prefix=f".{name}.export-"))
+    fd = None
+    try:
+        # Locked under another name and renamed in: whoever finds owner.lock finds it held.
+        fd, locking = tempfile.mkstemp(dir=staging, prefix=".owner.")  # close-on-exec
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.replace(locking, staging / OWNER_LOCK)
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)     # only now: the folder is gone before its lock is free
+
+
+def clear_dead_stagings(repository: Path, name: str) -> list[str]:
+    """Remove the staging folders of ``name``'s killed exports; a note for each one
+    removed or restored, and for one that records no owner (left: it cannot be proven dead).
+
+    A killed export may have died with the model it replaces parked in its staging folder
+    (the instant between the two renames): that model is moved back, not removed.
+    """
+    repository = Path(repository)
+    if not repository.is_dir():
+        return []
+    pattern = re.compile(rf"\.{re.escape(name)}\.export-[a-z0-9_]+")   # mkdtemp's suffix
+    notes = []
+    for folder in sorted(repository.iterdir()):
+        if not pattern.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
+            continue
+        try:
+            fd = os.open(folder / OWNER_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            notes.append(f"left {folder}: a staging folder that records no owner (an older "
+                         f"tritonkit's export); remove it by hand once no export of {name} runs")
+            continue
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue                        # a running export's
+            notes += _clear_dead(folder, repository / name)
+        finally:
+            os.close(fd)
+    return notes
+
+
+def _clear_dead(folder: Path, target: Path) -> list[str]:
+    notes = []
+    previous = folder / PREVIOUS
+    if (previous.exists() or previous.is_symlink()) and \
+            not (target.exists() or target.is_symlink()):
+        os.replace(previous, target)
+        notes.append(f"restored {target} from {folder}: an export killed while replacing it "
+                     "had left it there")
+    shutil.rmtree(folder, ignore_errors=True)
+    if not folder.exists():
+        notes.append(f"removed {folder}: the staging folder of an export that was killed")
+    return notes
 
 
 def replaced_record(old: Path, new: Path) -> dict | None:
