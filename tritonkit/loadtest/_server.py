@@ -10,6 +10,12 @@ A poll does not always see a reload happen: while Triton loads a model (measured
 statistics — blocks until the load is done and then answers READY. The statistics
 restarting from zero still tell: the model was out between the last answer before and
 the first answer after, and the watcher records that span as an outage.
+
+A poll sees a change only after it happened: a model recorded leaving READY at one poll
+may have left just after the one before, and a poll that blocks while the model loads
+says READY only once it is answered. Each state change it records carries both ends
+(``after_ns``, ``by_ns``), so the timeline can name a window cut by the outage before
+the watcher saw it begin.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from tritonkit.client import Endpoint, triton_message
 
 _STAT_FIELDS = ("success", "queue", "compute_input", "compute_infer", "compute_output")
 _DOWN_AFTER = 3      # consecutive failed polls before the server counts as gone
+POLL_INTERVAL_S = 0.05   # how often the watcher asks the server for its models' states
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -47,10 +54,16 @@ class ServerEvent:
     state: str = ""  # READY, LOADING, UNLOADING, UNAVAILABLE, ...
     previous: str = ""
     reason: str = ""
+    # A state change happened after ``after_ns`` (the last poll that still saw ``previous``,
+    # sent then) and by ``by_ns`` (when the poll that saw it was answered); None: unknown.
+    after_ns: int | None = None
+    by_ns: int | None = None
 
     def as_dict(self, t0_ns: int) -> dict:
         data = asdict(self)
-        data["t_s"] = round((data.pop("t_ns") - t0_ns) / 1e9, 3)
+        for name in ("t", "after", "by"):
+            at = data.pop(f"{name}_ns")
+            data[f"{name}_s"] = None if at is None else round((at - t0_ns) / 1e9, 3)
         return data
 
 
@@ -119,7 +132,7 @@ class Liveness:
 class ServerWatcher:
     """Polls the server in a thread; ``events``, ``down_at_ns`` and ``stats()`` are its findings."""
 
-    def __init__(self, endpoint: Endpoint, model: str, *, interval_s: float = 0.05,
+    def __init__(self, endpoint: Endpoint, model: str, *, interval_s: float = POLL_INTERVAL_S,
                  stats_every: int = 2, on_down: Callable[[], None] | None = None) -> None:
         self._endpoint = endpoint
         self._model = model
@@ -135,6 +148,7 @@ class ServerWatcher:
         self._headers = dict(endpoint.repository_headers)
         self._use_index = bool(self._headers)
         self._states: dict[tuple[str, str], str] = {}
+        self._states_seen_ns: int | None = None     # when the last states poll that answered was sent
         self._base = StatsSnapshot()
         self._last = StatsSnapshot()
         self._last_answer_ns: int | None = None     # when the last statistics poll answered
@@ -227,6 +241,9 @@ class ServerWatcher:
     def _poll_states(self, initial: bool = False) -> None:
         now = time.perf_counter_ns()
         current = self._current_states()
+        # a change seen now happened after the last poll that answered, and by this answer
+        bounds = {"after_ns": self._states_seen_ns, "by_ns": time.perf_counter_ns()}
+        self._states_seen_ns = now
         serving = {model for (model, _), (state, _) in current.items() if state == "READY"}
         for (model, version), (state, reason) in current.items():
             previous = self._states.get((model, version), "")
@@ -235,14 +252,16 @@ class ServerWatcher:
             if state != previous:
                 self._states[(model, version)] = state
                 if not initial or self._out_at_start(model, state, reason, serving):
-                    self.events.append(ServerEvent(now, "state", model, version, state, previous, reason))
+                    self.events.append(ServerEvent(now, "state", model, version, state, previous, reason,
+                                                   **bounds))
         # A model that vanished from the index (or stopped being ready) changed state too.
         seen = set(self._current_keys)
         for key, previous in list(self._states.items()):
             if key not in seen and previous != "UNAVAILABLE":
                 self._states[key] = "UNAVAILABLE"
                 if not initial:
-                    self.events.append(ServerEvent(now, "state", key[0], key[1], "UNAVAILABLE", previous))
+                    self.events.append(ServerEvent(now, "state", key[0], key[1], "UNAVAILABLE", previous,
+                                                   **bounds))
 
     def _out_at_start(self, model: str, state: str, reason: str, serving: set[str]) -> bool:
         """At the first poll: whether a state is an outage already under way (the tested
@@ -310,13 +329,14 @@ class ServerWatcher:
             self._last = current
         if self._started.is_set() and self._last_answer_ns is not None:
             if restarted or not available:
-                self._out_since(self._last_answer_ns)
+                self._out_since(self._last_answer_ns, answered_ns)
             if available and self._outage_open:
-                self._back_at(answered_ns)
+                self._back_at(self._last_answer_ns, answered_ns)
         self._last_answer_ns = answered_ns
 
-    def _out_since(self, before_ns: int) -> None:
-        """The statistics say the model left READY after ``before_ns`` (the last answer before)."""
+    def _out_since(self, before_ns: int, answered_ns: int) -> None:
+        """The statistics say the model left READY after ``before_ns`` (the last answer before)
+        and by ``answered_ns``."""
         if self._outage_open:
             return
         self._outage_open = True
@@ -325,12 +345,15 @@ class ServerWatcher:
         if not seen:  # the index and readiness polls missed it (they block during a load)
             self._stats_outage = True
             self.events.append(ServerEvent(before_ns, "state", self._model, "", "UNAVAILABLE", "READY",
-                                           "statistics restarted: the model was reloaded"))
+                                           "statistics restarted: the model was reloaded",
+                                           after_ns=before_ns, by_ns=answered_ns))
 
-    def _back_at(self, after_ns: int) -> None:
-        """Statistics answer again: the model is READY by ``after_ns``."""
+    def _back_at(self, before_ns: int, answered_ns: int) -> None:
+        """Statistics answer again: the model is READY by ``answered_ns`` (after ``before_ns``,
+        the last answer before)."""
         self._outage_open = False
         if self._stats_outage:
             self._stats_outage = False
-            self.events.append(ServerEvent(after_ns, "state", self._model, "", "READY", "UNAVAILABLE",
-                                           "statistics restarted: the model was reloaded"))
+            self.events.append(ServerEvent(answered_ns, "state", self._model, "", "READY", "UNAVAILABLE",
+                                           "statistics restarted: the model was reloaded",
+                                           after_ns=before_ns, by_ns=answered_ns))

@@ -15,7 +15,9 @@ requests failed, ``ERROR_WINDOW_SHARE`` of those that reached the server or more
 in the middle of the window), its latency however ordinary: errors are no scheduler
 noise, yet a level's error count does not say when they came. A spike that overlaps a model's
 outage (from leaving READY until ``reach_s`` after it is READY again) is named a cold
-start. A lone slow request that no outage explains is reported only beyond
+start — the outage as long as it may have been: the watcher polls, so it sees a model
+leave only after the poll that last saw it READY, and back only when the poll that saw
+it READY was answered. A lone slow request that no outage explains is reported only beyond
 ``SPIKE_LONE_MAX_FACTOR``: a busy host's scheduler makes single 8x outliers every few
 seconds, and a report that cries wolf on each gets ignored. A stall is no lone request:
 nothing at all came back for it; nor is an error window: its requests failed.
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tritonkit.loadtest._server import ServerEvent
+from tritonkit.loadtest._server import POLL_INTERVAL_S, ServerEvent
 
 SPIKE_FACTOR = 3.0
 SPIKE_MAX_FACTOR = 8.0
@@ -194,7 +196,8 @@ def _merged(outages: list[Outage]) -> list[Outage]:
 
 def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_ns: int,
                        window_s: float, reach_s: float = COLD_START_REACH_S,
-                       outages: list[Outage] | None = None, model: str | None = None) -> list[Spike]:
+                       outages: list[Outage] | None = None, model: str | None = None,
+                       poll_s: float = POLL_INTERVAL_S) -> list[Spike]:
     """Every spike, each tied to the model (re)load that explains it if one does.
 
     ``events`` come from the server watcher; ``start_ns`` is the measurement's start on
@@ -206,22 +209,25 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
     when the caller has it already. ``model``, the one under test: another model that
     leaves for good (unloaded on a shared server) explains only what is near its leaving,
     not every spike after it; one that comes back may be a step of the tested ensemble.
+    An outage counts from when it may have begun to when it may have ended (see
+    ``_possible_span``; ``poll_s``: the watcher's interval, for events it did not bound).
     """
     typical = typical_p99_ms(timeline) or 0.0
     end_s = timeline[-1].start_s + window_s if timeline else 0.0
     if outages is None:
         outages = model_outages(events, start_ns)
+    spans = [_possible_span(o, events, start_ns, poll_s) for o in outages]
 
-    def until(outage: Outage) -> float:
-        name, _, left, ready = outage
-        if ready is not None:
-            return ready
-        return end_s if model is None or name == model else left
+    def until(outage: Outage, span: tuple[float, float, float | None]) -> float:
+        _, left_by, back_by = span
+        if back_by is not None:
+            return back_by
+        return end_s if model is None or outage[0] == model else left_by
 
     spikes = []
     for window in spike_windows(timeline):
         lo, hi = window.start_s, window.start_s + window_s + (window.max_ms or 0.0) / 1000
-        near = [o for o in outages if o[2] < hi and lo <= until(o) + reach_s]
+        near = [o for o, span in zip(outages, spans) if span[0] < hi and lo <= until(o, span) + reach_s]
         lone = (not window.stall and not window.failed and not window.partly_failed
                 and window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS))
         if lone and not near and window.max_ms <= SPIKE_LONE_MAX_FACTOR * typical:
@@ -262,6 +268,28 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
 def _percent(share: float) -> str:
     """A share below 1 as a percentage that never reads 100 %: 2 answered of 2,818 is 99.9 %."""
     return f"{share:.0%}" if share < 0.995 else f"{math.floor(share * 1000) / 10:g}%"
+
+
+def _possible_span(outage: Outage, events: list[ServerEvent], start_ns: int,
+                   poll_s: float) -> tuple[float, float, float | None]:
+    """(may have begun at, may have begun by, may have ended by or None) for ``outage``, in
+    seconds from ``start_ns``: its recorded span widened by the polls that saw its events.
+
+    The watcher records a change at the poll that saw it: the model may have left READY
+    just after the poll before (a window whose requests failed may end before the
+    recorded start), and a poll that blocks while the model loads says READY only when
+    it is answered. An event the watcher did not bound is taken within ``poll_s``.
+    """
+    def bounds(event: ServerEvent) -> tuple[float, float]:
+        at = (event.t_ns - start_ns) / 1e9
+        return (at - poll_s if event.after_ns is None else (event.after_ns - start_ns) / 1e9,
+                at + poll_s if event.by_ns is None else (event.by_ns - start_ns) / 1e9)
+
+    _, _, left, ready = outage
+    own = [(e, bounds(e)) for e in events if e.kind == "state" and _during(e, outage, start_ns)]
+    began = min((lo for _, (lo, _) in own), default=left)
+    began_by = max((hi for e, (_, hi) in own if (e.t_ns - start_ns) / 1e9 == left), default=left)
+    return began, began_by, None if ready is None else max((hi for _, (_, hi) in own), default=ready)
 
 
 def _during(event: ServerEvent, outage: Outage, start_ns: int) -> bool:
