@@ -383,6 +383,23 @@ def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     return ServerError(f"tritonserver exited with code {code}: {_tail(log)}", hint=hint)
 
 
+_SIGNALLED = re.compile(r"^Signal \((\d+)\) received\.", re.MULTILINE)
+
+
+def how_it_ended(deployment: Deployment) -> str:
+    """How a local server that is gone ended, as far as its log tells (a SIGKILL leaves
+    nothing there)."""
+    try:
+        log = _log_of(deployment)
+    except OSError:
+        return "its log cannot be read to say how it ended"
+    if signalled := _SIGNALLED.findall(log):
+        return f"it was stopped by {_signal_name(-int(signalled[-1]))}"
+    if errors := _SERVER_ERROR.findall(log):
+        return f"it exited on an error: {errors[-1]}"
+    return "its log ends with no shutdown (killed, as by kill -9 or the OOM killer, or crashed)"
+
+
 def _log_of(deployment: Deployment) -> str:
     return Path(deployment.log_path).read_text(errors="replace") if deployment.log_path else ""
 

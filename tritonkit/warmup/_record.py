@@ -5,16 +5,11 @@ the timeout), or one started on the repository at the place it had before it was
 
 from __future__ import annotations
 
-import re
-import signal
 from pathlib import Path
 
 from tritonkit.errors import ServerError
-from tritonkit.server.local import is_our_server, mirror_dir
+from tritonkit.server.local import how_it_ended, is_our_server, mirror_dir
 from tritonkit.server.state import STATE_DIRNAME, Deployment
-
-_SIGNALLED = re.compile(r"^Signal \((\d+)\) received\.", re.MULTILINE)
-_SERVER_ERROR = re.compile(r"^error: (.*)$", re.MULTILINE)
 
 
 def refuse_gone_local_server(deployment: Deployment) -> None:
@@ -27,7 +22,7 @@ def refuse_gone_local_server(deployment: Deployment) -> None:
     repository = deployment.repository
     raise ServerError(
         f"the local server recorded in {repository} (pid {deployment.pid}) is no longer "
-        f"running: {_how_it_ended(deployment.log_path)}",
+        f"running: {how_it_ended(deployment)}",
         hint=f"start it again: tritonkit deploy --repository {repository} (it replaces the "
              f"stale record); its log: {deployment.log_path}")
 
@@ -47,23 +42,3 @@ def refuse_moved_repository(deployment: Deployment) -> None:
         "(it was moved after its deploy)",
         hint=f"restart it from here: tritonkit down --repository {here}, then tritonkit "
              f"deploy --repository {here}")
-
-
-def _how_it_ended(log_path: str | None) -> str:
-    """How the server ended, as far as its log tells (a SIGKILL leaves nothing there)."""
-    try:
-        log = Path(log_path).read_text(errors="replace") if log_path else ""
-    except OSError:
-        return "its log cannot be read to say how it ended"
-    if signalled := _SIGNALLED.findall(log):
-        return f"it was stopped by {_signal_name(int(signalled[-1]))}"
-    if errors := _SERVER_ERROR.findall(log):
-        return f"it exited on an error: {errors[-1]}"
-    return "its log ends with no shutdown (killed, as by kill -9 or the OOM killer, or crashed)"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
