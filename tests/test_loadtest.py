@@ -1535,6 +1535,11 @@ class TritonPythonModel:
                     f"input_ids {list(ids.shape)} and attention_mask {list(mask.shape)} must "
                     "share their sequence length", pb_utils.TritonError.INVALID_ARG)))
                 continue
+            if ids.shape[1] > 256:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"sequences longer than 256 are not supported (got {ids.shape[1]})",
+                    pb_utils.TritonError.UNKNOWN)))
+                continue
             hidden = (ids * mask).astype(np.float32)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("hidden", hidden)]))
         return responses
@@ -1680,6 +1685,21 @@ def test_shapes_the_model_refuses_are_a_usage_error_before_the_run_in_the_server
     assert hint.startswith("hint: send what the model takes: check --shape and --input-data")
     assert "Traceback" not in err and len(err.splitlines()) == 2
     assert _requests_seen(encoder_served, "pair") - before == 1      # the probe alone: no level ran
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_one_answer_of_the_server_is_read_alike_over_http_and_grpc(encoder_served, capsys, protocol):
+    """A model's UNKNOWN error is an HTTP 400 from Triton's HTTP endpoint, as an invalid
+    argument is: over gRPC the same answer (UNKNOWN) is the same usage error, exit 2, not a
+    run error."""
+    code = _loadtest_model(encoder_served, "pair", "--protocol", protocol, "--duration", "30",
+                           "--shape", "input_ids:300", "--shape", "attention_mask:300")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    word = "HTTP 400" if protocol == "http" else "gRPC UNKNOWN"
+    assert err.splitlines()[0].endswith(
+        f"refused the request: {word}: sequences longer than 256 are not supported (got 300)"), err
 
 
 @pytest.mark.server

@@ -250,9 +250,9 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
     """One request before any worker starts (not counted): a request the model cannot take
     fails here, in Triton's words, instead of as every request of the run.
 
-    A refusal (HTTP 400, gRPC INVALID_ARGUMENT: the server judged the request itself
-    invalid) is the user's to fix, a usage error; any other error answer — the model
-    failing on it (5xx), or gone (404) — a run error.
+    A refusal (HTTP 400 or its gRPC codes, ``RequestFailed.refused``: the server judged
+    the request itself invalid) is the user's to fix, a usage error; any other error
+    answer — the model failing on it (5xx), or gone (404) — a run error.
     """
     try:
         send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)

@@ -25,9 +25,11 @@ class RequestFailed(Exception):
     """One request was answered with an error.
 
     ``kind`` groups it with others like it in the report (short, stable); ``said``: the
-    server's whole message; ``refused``: the server refused the request itself as invalid
-    (HTTP 400, gRPC INVALID_ARGUMENT: a shape or datatype it does not take) rather than
-    failing to serve it (5xx) or not knowing the model (404, NOT_FOUND).
+    server's whole message; ``refused``: the server answered as it answers a request it
+    judges invalid (HTTP 400; over gRPC the codes Triton's HTTP endpoint sends as 400, so
+    the same answer is read alike on both: a shape or datatype the model does not take, or
+    an error the model raised on the request) rather than failing to serve it (5xx) or not
+    knowing the model (404, NOT_FOUND).
     """
 
     def __init__(self, kind: str, said: str = "", refused: bool = False) -> None:
@@ -179,10 +181,12 @@ class _GrpcCall(GrpcConnection):
             self.call()
         except GrpcFailed as exc:
             raise RequestFailed(f"gRPC {_first_line(str(exc))}", said=f"gRPC {exc}",
-                                refused=exc.code == _INVALID_ARGUMENT) from None
+                                refused=exc.code in _REFUSED) from None
 
 
-_INVALID_ARGUMENT = 3       # the grpc-status Triton answers a request it refuses (HTTP 400)
+# The grpc-status codes of the errors Triton's HTTP endpoint answers with 400
+# (HttpCodeFromError: CANCELLED, UNKNOWN, INVALID_ARG, ALREADY_EXISTS).
+_REFUSED = frozenset({1, 2, 3, 6})
 
 
 def _socket_module(cooperative: bool):
