@@ -332,6 +332,123 @@ def test_a_server_killed_while_it_starts_is_said_to_be_killed_not_quoted_from_it
     assert _no_server_for(example_repository)
 
 
+# What Triton's own crash handler writes for SIGSEGV and SIGABRT before it raises the signal
+# again (the log of a real tritonserver 2.51.0 sent SIGABRT after its start), then what a
+# python backend stub writes once its server is gone.
+CRASHED_LOG = """\
+I1203 15:08:01.790000 716 model_lifecycle.cc:472] "loading: example:1"
+I1203 15:08:01.818756 716 http_server.cc:4713] "Started HTTPService at 127.0.0.1:47827"
+I1203 15:08:01.860731 716 http_server.cc:362] "Started Metrics Service at 127.0.0.1:57209"
+Signal ({signum}) received.
+ 0# 0x00005652F9F6E52D in /opt/tritonserver/bin/tritonserver
+ 1# 0x00007FC171A5A050 in /lib/x86_64-linux-gnu/libc.so.6
+
+I1203 15:08:04.107115 743 pb_stub.cc:2145]  Non-graceful termination detected.
+"""
+
+
+def _gone_server(tmp_path: Path, log: str) -> Deployment:
+    (tmp_path / "server.log").write_text(log)
+    return Deployment(target="local", repository=str(tmp_path), host="127.0.0.1",
+                      http_port=1, grpc_port=2, metrics_port=3, secret_header="h",
+                      models=["example"], started_at=0.0, pid=None,
+                      log_path=str(tmp_path / "server.log"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGSEGV, signal.SIGABRT])
+def test_a_server_that_crashed_is_said_to_have_crashed_with_its_last_words_not_stopped_from_outside(
+        tmp_path, signum):
+    from tritonkit.server.local import _exit_failure, _startup_failure, how_it_ended
+
+    name = signal.Signals(signum).name
+    gone = _gone_server(tmp_path, CRASHED_LOG.format(signum=int(signum)))
+    last = "Started Metrics Service at 127.0.0.1:57209"
+    for error in (_startup_failure(gone, -signum), _exit_failure(gone, -signum)):
+        assert f"crashed ({name}): " in error.message and last in error.message, error.message
+        assert "from outside" not in error.message and "stopped" not in error.message
+        assert "0x00005652F9F6E52D" not in error.message          # the trace stays in the log
+        assert "Non-graceful" not in error.message                 # a stub's, not the server's
+        assert "stack trace" in error.hint and str(tmp_path / "server.log") in error.hint
+    ended = how_it_ended(gone)
+    assert ended.startswith(f"it crashed ({name}): ") and last in ended, ended
+    # a crash before Triton's handler is set (while the start-up models load) logs no
+    # 'Signal (N) received.': its last error line is quoted, as for any other exit
+    loading = _gone_server(tmp_path, "I1203 loading: example:1\nerror: backend segfaulted\n")
+    assert _startup_failure(loading, -signal.SIGBUS).message.endswith(
+        "before its models were READY: crashed (SIGBUS): backend segfaulted")
+
+
+@pytest.mark.parametrize("signum, said, quotes_log", [
+    (signal.SIGINT, "stopped by SIGINT from outside", False),
+    (signal.SIGTERM, "stopped by SIGTERM from outside", False),
+    (signal.SIGHUP, "stopped by SIGHUP from outside", False),
+    (signal.SIGKILL, "killed by SIGKILL (by hand, or by the kernel's OOM killer", False),
+    (signal.SIGFPE, "crashed (SIGFPE): ", True),
+    (signal.SIGILL, "crashed (SIGILL): ", True),
+    (signal.SIGUSR1, "ended by SIGUSR1: ", True),
+])
+def test_only_sigint_sigterm_and_sighup_read_as_stopped_from_outside(tmp_path, signum, said,
+                                                                     quotes_log):
+    from tritonkit.server.local import _exit_failure
+
+    gone = _gone_server(tmp_path, CRASHED_LOG.split("Signal")[0])    # no crash handler's words
+    message = _exit_failure(gone, -signum).message
+    assert f"after it started: {said}" in message
+    assert ("Started Metrics Service" in message) is quotes_log
+
+
+def test_a_server_that_crashes_while_its_models_load_is_said_to_have_crashed(example_repository):
+    """A backend that segfaults during the start-up load ends tritonserver before Triton's
+    crash handler is set: exit code -11, no 'Signal (11) received.' in its log."""
+    import threading
+
+    from tritonkit.deploy import deploy_local
+    from tritonkit.errors import ServerError
+
+    add_python_model(example_repository, "slow_load", LOADS_FOR_A_MINUTE)
+    outcome = {}
+
+    def deploy():
+        try:
+            deploy_local(example_repository, http_port=0, grpc_port=0, metrics_port=0, timeout=60)
+        except Exception as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=deploy)
+    thread.start()
+    try:
+        pid = _wait_recorded(example_repository).pid
+        log = state_dir(example_repository) / "server.log"
+        _wait_for(lambda: "ModelInstanceInitialize: slow_load" in log.read_text(),
+                  "slow_load to initialize")
+        os.kill(pid, signal.SIGSEGV)
+        thread.join(timeout=60)
+    finally:
+        _kill_servers_of(example_repository)
+        run_cli("down", "--repository", example_repository)
+    error = outcome.get("error")
+    assert isinstance(error, ServerError), error
+    assert "before its models were READY: crashed (SIGSEGV): " in error.message, error.message
+    assert "from outside" not in error.message and "Non-graceful" not in error.message
+    assert _no_server_for(example_repository)
+
+
+def test_a_local_server_that_crashed_after_its_start_is_said_to_have_crashed_by_warmup(
+        example_repository, capsys):
+    deployment = _deploy(example_repository, "--no-warmup")
+    try:
+        os.kill(deployment.pid, signal.SIGABRT)         # Triton's crash handler logs it
+        _wait_for(lambda: not _alive(deployment.pid), "the server to end")
+        capsys.readouterr()
+        assert run_cli("warmup", "--repository", example_repository) == 1
+        err = capsys.readouterr().err
+        assert "is no longer running: it crashed (SIGABRT): " in err, err
+        assert "stopped" not in err
+    finally:
+        _kill_servers_of(example_repository)
+        run_cli("down", "--repository", example_repository)
+
+
 def test_a_server_bound_to_every_interface_says_so_when_deployed(example_repository, tmp_path,
                                                                  capsys):
     settings = tmp_path / "server.toml"

@@ -355,22 +355,37 @@ def _signal_name(code: int | str) -> str | None:
         return f"signal {-code}"
 
 
-def _stopped_by_signal(deployment: Deployment, code: int | str, when: str) -> ServerError | None:
-    """A server a signal ended is not a failure of its own: the log's last lines, quoted as
-    if they were its reason, were only what it was doing then."""
+# Of the signals that end a tritonserver only these come from outside: `tritonkit down`, a
+# service manager, a closed terminal (SIGKILL has words of its own). Triton's crash handler
+# logs 'Signal (11) received.' and a stack trace for SIGSEGV and SIGABRT, then raises the
+# signal again: those exit codes, and the other faults', are the server's own crash.
+_FROM_OUTSIDE = frozenset({"SIGINT", "SIGTERM", "SIGHUP"})
+_CRASHES = frozenset({"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"})
+
+
+def _ended_by_signal(deployment: Deployment, code: int | str, when: str) -> ServerError | None:
+    """How a server a signal ended is told, or None if no signal ended it. Stopped from
+    outside or killed, it did not fail by itself: the log's last lines, quoted as if they
+    were its reason, were only what it was doing then. Crashed, they are its last words."""
     name = _signal_name(code)
     if name is None:
         return None
-    how = (f"killed by {name} (by hand, or by the kernel's OOM killer: see dmesg)"
-           if name == "SIGKILL" else f"stopped by {name} from outside (another tritonkit down, say)")
-    return ServerError(f"tritonserver exited with code {code} {when}: {how}",
-                       hint=f"full server log: {deployment.log_path}")
+    hint = f"full server log: {deployment.log_path}"
+    if name == "SIGKILL":
+        how = "killed by SIGKILL (by hand, or by the kernel's OOM killer: see dmesg)"
+    elif name in _FROM_OUTSIDE:
+        how = f"stopped by {name} from outside (another tritonkit down, say)"
+    else:
+        what = f"crashed ({name})" if name in _CRASHES else f"ended by {name}"
+        how = f"{what}: {_last_words(_log_of(deployment))}"
+        hint = f"the server log, with Triton's stack trace if it logged one: {deployment.log_path}"
+    return ServerError(f"tritonserver exited with code {code} {when}: {how}", hint=hint)
 
 
 def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     """Turn an exited server's log into one error that carries Triton's own message."""
-    if stopped := _stopped_by_signal(deployment, code, "before its models were READY"):
-        return stopped
+    if signalled := _ended_by_signal(deployment, code, "before its models were READY"):
+        return signalled
     log = _log_of(deployment)
     model_errors = [m.group(1).split("\\n")[0] for m in _MODEL_ERROR.finditer(log)
                     if "version" in m.group(1) or "Poll failed" in m.group(1)]
@@ -394,7 +409,10 @@ def how_it_ended(deployment: Deployment) -> str:
     except OSError:
         return "its log cannot be read to say how it ended"
     if signalled := _SIGNALLED.findall(log):
-        return f"it was stopped by {_signal_name(-int(signalled[-1]))}"
+        name = _signal_name(-int(signalled[-1]))
+        if name in _CRASHES:
+            return f"it crashed ({name}): {_last_words(log)}"
+        return f"it was stopped by {name}"
     if errors := _SERVER_ERROR.findall(log):
         return f"it exited on an error: {errors[-1]}"
     return "its log ends with no shutdown (killed, as by kill -9 or the OOM killer, or crashed)"
@@ -409,14 +427,27 @@ def _tail(log: str) -> str:
     return " | ".join(log.strip().splitlines()[-3:]) or "no output"
 
 
+# What a python backend stub writes when its server is gone: never the server's last words.
+_STUB_ORPHANED = re.compile(r"^.*Non-graceful termination detected\..*$\n?", re.MULTILINE)
+
+
+def _last_words(log: str) -> str:
+    """What a server's log said last: its last error line, else its last lines. The stack
+    trace a crash handler writes after 'Signal (11) received.' is left to the log itself."""
+    crashes = [m for m in _SIGNALLED.finditer(log) if _signal_name(-int(m.group(1))) in _CRASHES]
+    if crashes:
+        log = log[:crashes[-1].start()]
+    log = _STUB_ORPHANED.sub("", log)
+    errors = _SERVER_ERROR.findall(log)
+    return errors[-1] if errors else _tail(log)
+
+
 def _exit_failure(deployment: Deployment, code: int | str) -> ServerError:
     """A server that started and then died: its last words, never taken for a failed load."""
-    if stopped := _stopped_by_signal(deployment, code, "after it started"):
-        return stopped
-    log = _log_of(deployment)
-    errors = _SERVER_ERROR.findall(log)
-    last = errors[-1] if errors else _tail(log)
-    return ServerError(f"tritonserver exited with code {code} after it started: {last}",
+    if signalled := _ended_by_signal(deployment, code, "after it started"):
+        return signalled
+    return ServerError(f"tritonserver exited with code {code} after it started: "
+                       f"{_last_words(_log_of(deployment))}",
                        hint=f"full server log: {deployment.log_path}")
 
 
