@@ -7,8 +7,11 @@ tests that need an export of their own use the TorchScript exporter on a tiny mo
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +25,7 @@ import torch
 
 import tritonkit
 from tests.conftest import ROOT, run_cli
-from tritonkit.export import onnx_export
+from tritonkit.export import onnx_export, staging
 from tritonkit.export.spec import load_factory
 
 EXAMPLES = ROOT / "examples"
@@ -261,7 +264,7 @@ from pathlib import Path
 
 from tritonkit.export import staging
 
-with staging.owned_staging(Path(sys.argv[1]), sys.argv[2]) as folder:
+with staging.owned_staging(Path(sys.argv[1]), sys.argv[2]) as (folder, _):
     (folder / sys.argv[2] / "1").mkdir(parents=True)
     (folder / sys.argv[2] / "1" / "model.onnx").write_bytes(b"half written")
     print(folder, flush=True)
@@ -322,6 +325,57 @@ def test_a_model_a_killed_export_was_replacing_is_moved_back_not_removed(tmp_pat
     assert f"error: model {tmp_path / 'mlp'} already exists" in capsys.readouterr().err
     assert (tmp_path / "mlp" / "1" / "model.onnx").read_bytes() == b"the user's model"
     assert not folder.exists()
+
+
+REAL_FLOCK = fcntl.flock
+
+
+def nfs_flock(fd: int, operation: int) -> None:
+    """flock as NFS clients emulate it, with fcntl locks: an exclusive one needs a file open
+    for writing."""
+    if operation & fcntl.LOCK_EX and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+    REAL_FLOCK(fd, operation)
+
+
+def refused_flock(fd: int, operation: int) -> None:
+    """flock on a filesystem that has none (some FUSE and SMB mounts)."""
+    raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+
+
+def test_a_killed_exports_staging_folder_is_removed_where_an_exclusive_lock_needs_write_access(
+        tmp_path, monkeypatch):
+    child, folder = staging_of_an_export_in_flight(tmp_path, "mlp")
+    child.kill()
+    child.wait()
+    monkeypatch.setattr(fcntl, "flock", nfs_flock)
+    notes = staging.clear_dead_stagings(tmp_path, "mlp")
+    assert not folder.exists()
+    assert notes == [f"removed {folder}: the staging folder of an export that was killed"]
+
+
+def test_a_staging_folder_whose_lock_the_filesystem_refuses_is_left_and_said_to_be_maybe_running(
+        tmp_path, monkeypatch):
+    child, folder = staging_of_an_export_in_flight(tmp_path, "mlp")
+    child.kill()
+    child.wait()
+    monkeypatch.setattr(fcntl, "flock", refused_flock)
+    [note] = staging.clear_dead_stagings(tmp_path, "mlp")
+    assert folder.is_dir(), "not proven dead: it may be a running export's"
+    assert note.startswith(f"left {folder}: the filesystem refused to lock its owner.lock")
+    assert "may be an export still running" in note and "check with ps" in note
+
+
+def test_an_export_runs_unlocked_where_the_filesystem_refuses_locks_and_says_so(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(fcntl, "flock", refused_flock)
+    result = tritonkit.export(torch.nn.Linear(4, 3), torch.randn(2, 4), name="linear",
+                              repository=tmp_path, exporters=("torchscript",))
+    assert (result.path / "1" / "model.onnx").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["linear"]
+    assert [note for note in result.notes if note.startswith("staged without a lock: the "
+            f"filesystem of {tmp_path} refused one")]
 
 
 def test_reproduce_script_reruns_the_same_export(tmp_path):

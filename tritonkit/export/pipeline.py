@@ -132,7 +132,7 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
         created = _missing_folders(repository)
         repository.mkdir(parents=True, exist_ok=True)
         try:
-            with staging.owned_staging(repository, options.name) as folder:
+            with staging.owned_staging(repository, options.name) as (folder, unlocked):
                 stage = folder / options.name
                 result = _build(stage, model, inputs, output_names, outputs, options, profile,
                                 spec, unwrapped)
@@ -144,7 +144,8 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
                     created_folder.rmdir()
             raise
     written = [target / path.relative_to(stage) for path in result.written]
-    notes = cleared + ([staging.replaced_line(target, replaced)] if replaced else []) + result.notes
+    notes = cleared + unlocked + ([staging.replaced_line(target, replaced)] if replaced else []) \
+        + result.notes
     return ExportResult(path=target, report=result.report, written=written, notes=notes,
                         warnings=result.warnings)
 

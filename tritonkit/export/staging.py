@@ -6,7 +6,9 @@ An export builds in ``DIR/.<name>.export-XXXXXXXX/`` and holds an ``flock`` on t
 process ends, however it ends (kill -9, the OOM killer), so a staging folder whose lock
 can be taken is proven dead and the next export of that name removes it; one whose lock
 is held is a concurrent export's and is left alone. A lock works where a recorded pid
-would not: across PID namespaces (containers sharing the repository) and on NFS.
+would not: across PID namespaces (containers sharing the repository) and on NFS. Where
+the filesystem refuses locks (some FUSE and SMB mounts), an export runs unlocked and its
+staging folder, like one whose lock cannot be tested, is left for the user, with a note.
 
 An export with --force replaces the model folder whole: a version folder it kept would be
 served instead of the new export (Triton's default version policy serves the highest).
@@ -22,7 +24,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 OWNER_LOCK = "owner.lock"
 #: Where a replaced model folder waits inside the staging folder until the new one is in.
@@ -30,18 +32,35 @@ PREVIOUS = ".previous"
 _SHOWN = 5      # removed files named in the one-line note; the report lists them all
 
 
+class OwnedStaging(NamedTuple):
+    """A staging folder, and notes for the user about it (one the filesystem left unlocked)."""
+
+    folder: Path
+    notes: list[str]
+
+
 @contextlib.contextmanager
-def owned_staging(repository: Path, name: str) -> Iterator[Path]:
+def owned_staging(repository: Path, name: str) -> Iterator[OwnedStaging]:
     """A new staging folder for ``name``, locked as this process's while the block runs,
-    and removed after it however it ends."""
+    and removed after it however it ends. Where the filesystem refuses the lock, the folder
+    is unlocked and has no owner.lock (a concurrent export leaves it alone), and a note says so."""
     staging = Path(tempfile.mkdtemp(dir=repository, prefix=f".{name}.export-"))
     fd = None
+    notes = []
     try:
         # Locked under another name and renamed in: whoever finds owner.lock finds it held.
         fd, locking = tempfile.mkstemp(dir=staging, prefix=".owner.")  # close-on-exec
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.replace(locking, staging / OWNER_LOCK)
-        yield staging
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            # ENOLCK, EOPNOTSUPP: exporting unlocked is what tritonkit did before it locked.
+            os.unlink(locking)
+            notes.append(f"staged without a lock: the filesystem of {repository} refused one "
+                         f"({exc.strerror}), so an export of {name} killed there leaves its "
+                         f"staging folder for you to remove")
+        else:
+            os.replace(locking, staging / OWNER_LOCK)
+        yield OwnedStaging(staging, notes)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if fd is not None:
@@ -50,7 +69,8 @@ def owned_staging(repository: Path, name: str) -> Iterator[Path]:
 
 def clear_dead_stagings(repository: Path, name: str) -> list[str]:
     """Remove the staging folders of ``name``'s killed exports; a note for each one
-    removed or restored, and for one that records no owner (left: it cannot be proven dead).
+    removed or restored, and for one left because it cannot be proven dead (no owner.lock,
+    or a lock the filesystem will not test).
 
     A killed export may have died with the model it replaces parked in its staging folder
     (the instant between the two renames): that model is moved back, not removed.
@@ -64,22 +84,38 @@ def clear_dead_stagings(repository: Path, name: str) -> list[str]:
         if not pattern.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
             continue
         try:
-            fd = os.open(folder / OWNER_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+            # Read-write: on NFS an flock is an fcntl lock, and an exclusive one needs a
+            # file open for writing (EBADF otherwise).
+            fd = os.open(folder / OWNER_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             notes.append(f"left {folder}: a staging folder that records no owner (an older "
                          f"tritonkit's export); remove it by hand once no export of {name} runs")
             continue
-        except OSError:
+        except OSError as exc:
+            notes.append(_left(folder, repository, name,
+                               f"its {OWNER_LOCK} cannot be opened ({exc.strerror})"))
             continue
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue                        # a running export's
+            except OSError as exc:              # ENOLCK, EOPNOTSUPP: no lock, no proof
+                notes.append(_left(folder, repository, name,
+                                   f"the filesystem refused to lock its {OWNER_LOCK} "
+                                   f"({exc.strerror})"))
+                continue
             notes += _clear_dead(folder, repository / name)
         finally:
             os.close(fd)
     return notes
+
+
+def _left(folder: Path, repository: Path, name: str, why: str) -> str:
+    """The note for a staging folder that may be a running export's: how to tell before
+    removing it."""
+    return (f"left {folder}: {why}, so it may be an export still running; remove it only "
+            f"once no process on any machine using {repository} exports {name} (check with ps)")
 
 
 def _clear_dead(folder: Path, target: Path) -> list[str]:
