@@ -43,9 +43,22 @@ def test_p100_with_a_25_01_image_is_refused_for_compute_capability_7_5():
     assert not checks["gpu 0"].ok and "minimum 7.5" in checks["gpu 0"].detail
 
 
-def test_a_driver_older_than_525_fails_a_cuda_12_image():
-    driver = by_name(check_host(host(driver="510.108.03"), load_profile("p100")))["driver"]
-    assert not driver.ok and "≥ 525 (CUDA 12" in driver.detail
+def test_a_driver_below_the_images_own_requirement_on_a_branch_ngc_does_not_list_fails():
+    # NGC, 24.10: CUDA 12.6.2 requires driver 560; R510, R530, R550 and R555 are not
+    # forward-compatible with it
+    p100 = load_profile("p100")
+    assert image_needs(p100.stack.triton_image, p100).image_driver == 560
+    for old in ("510.108.03", "530.30.02", "550.54.15", "555.42.02"):
+        driver = by_name(check_host(host(driver=old), p100))["driver"]
+        assert not driver.ok and "older than 560 (CUDA 12" in driver.detail, old
+        assert f"R{old[:3]} is not forward-compatible" in driver.detail
+        assert driver.fix.startswith("upgrade the NVIDIA driver to ≥ 560")
+    # the way out names the newer forward-compatible branches, never an older one
+    r530 = by_name(check_host(host(driver="530.30.02"), p100))["driver"]
+    assert "R535 ≥ 535.86, R545 ≥ 545.23" in r530.fix and "R525" not in r530.fix
+    assert by_name(check_host(host(driver="550.54.15"), p100))["driver"].fix == \
+        "upgrade the NVIDIA driver to ≥ 560"
+    assert by_name(check_host(host(driver="560.28.03"), p100))["driver"].ok
 
 
 def test_an_r470_driver_runs_a_cuda_12_image_in_forward_compatibility_mode():
@@ -54,7 +67,7 @@ def test_an_r470_driver_runs_a_cuda_12_image_in_forward_compatibility_mode():
     lts = by_name(check_host(host(driver="470.223.02"), p100))["driver"]
     assert lts.ok and "forward-compatibility mode" in lts.detail
     early = by_name(check_host(host(driver="470.42.01"), p100))["driver"]
-    assert not early.ok and "≥ 525" in early.fix
+    assert not early.ok and "470.57 or a later R470" in early.fix and "≥ 560" in early.fix
     # not a CUDA 13 image: the A10's 25.12 needs 580
     a10 = by_name(check_host(host(driver="470.223.02", gpus=((0, "NVIDIA A10", 8.6),)),
                              load_profile("a10")))["driver"]
@@ -71,17 +84,68 @@ def test_a_driver_of_a_listed_branch_is_compared_by_release_not_by_branch_alone(
     assert by_name(check_host(host(driver="525.85.12"), p100))["driver"].ok
     assert by_name(check_host(host(driver="525.147.05"), p100))["driver"].ok
     assert not by_name(check_host(host(driver="535.54.03"), p100))["driver"].ok
-    assert by_name(check_host(host(driver="550.54.15"), p100))["driver"].ok   # no release listed
+    assert by_name(check_host(host(driver="535.86.05"), p100))["driver"].ok
+    assert not by_name(check_host(host(driver="545.22.01"), p100))["driver"].ok
+    assert by_name(check_host(host(driver="545.23.08"), p100))["driver"].ok
     # an A10 (CUDA 13 image) on 525.60 is not told a CUDA 12 image would do
     a10 = by_name(check_host(host(driver="525.60.13", gpus=((0, "NVIDIA A10", 8.6),)),
                              load_profile("a10")))["driver"]
     assert not a10.ok and "25.07" not in a10.fix
 
 
+DRIVERS = ["460.91.03", "470.42.01", "470.57.02", "470.223.02", "510.108.03", "525.60.13",
+           "525.85.12", "525.147.05", "530.30.02", "535.54.03", "535.86.05", "535.230.02",
+           "545.22.01", "545.23.08", "550.54.15", "555.42.02", "560.28.03", "565.57.01",
+           "570.86.10", "575.51.03", "580.65.06", "590.44.01"]
+
+
+def _driver_ok(driver: str, profile, image=None) -> bool:
+    gpu = (0, "probe", profile.compute_capability)
+    return by_name(check_host(host(driver=driver, gpus=(gpu,)), profile, image=image))["driver"].ok
+
+
+def test_a_driver_that_passes_still_passes_after_an_upgrade_within_its_branch_or_to_the_images_own():
+    """530.30 and 555.42 passed where 525.60 and 535.54 failed: a branch NGC does not list
+    passed from its first release whenever it was at least CUDA 12's 525."""
+    cases = [(load_profile("p100"), None, 560), (load_profile("a10"), None, 580),
+             # another tag: its CUDA major's minimum (R525 from the release NGC lists)
+             (load_profile("p100"), "nvcr.io/nvidia/tritonserver:24.04-py3", 525)]
+    for profile, image, requirement in cases:
+        verdicts = {d: _driver_ok(d, profile, image) for d in DRIVERS}
+        # at or above the image's requirement: failing, then passing for good
+        above = [verdicts[d] for d in DRIVERS if int(d.split(".")[0]) >= requirement]
+        assert above == sorted(above) and above[-1], (profile.name, image, above)
+        for driver, ok in verdicts.items():
+            later = [d for d in DRIVERS if d.split(".")[0] == driver.split(".")[0]
+                     and DRIVERS.index(d) > DRIVERS.index(driver)]
+            if ok:
+                assert all(verdicts[d] for d in later), (profile.name, image, driver, later)
+    # the profile's image: below 560 only the forward-compatible branches NGC lists
+    p100 = load_profile("p100")
+    passing = [d for d in DRIVERS if _driver_ok(d, p100) and int(d[:3]) < 560]
+    assert passing == ["470.57.02", "470.223.02", "525.85.12", "525.147.05", "535.86.05",
+                       "535.230.02", "545.23.08"]
+
+
+def test_a_profile_whose_image_driver_is_below_its_cuda_floor_is_refused(tmp_path):
+    from tritonkit.errors import ProfileError
+    from tritonkit.profiles import gpus_dir
+
+    text = (gpus_dir() / "p100.toml").read_text().replace("image_driver = 560", "image_driver = 470")
+    (tmp_path / "mine.toml").write_text(text)
+    try:
+        load_profile(tmp_path / "mine.toml")
+    except ProfileError as exc:
+        assert "'stack.image_driver' = 470 is below 'stack.min_driver' = 525" in exc.message
+    else:
+        raise AssertionError("an image_driver below the CUDA floor was accepted")
+
+
 def test_a_cuda_13_image_needs_driver_580_and_a_525_driver_is_pointed_at_cuda_12():
     a10 = host(driver="550.54.15", gpus=((0, "NVIDIA A10", 8.6),))
     driver = by_name(check_host(a10, load_profile("a10")))["driver"]
-    assert not driver.ok and "≥ 580 (CUDA 13" in driver.detail and "25.07 or earlier" in driver.fix
+    assert not driver.ok and "older than 580 (CUDA 13" in driver.detail
+    assert "25.07 or earlier" in driver.fix
     ok = by_name(check_host(host(driver="580.65.06", gpus=((0, "NVIDIA A10", 8.6),)),
                             load_profile("a10")))["driver"]
     assert ok.ok

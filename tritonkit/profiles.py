@@ -57,8 +57,12 @@ class Stack:
     triton_image_tensorrt: str
     tensorrt_version: str
     cuda_major: int
-    min_driver: int
+    min_driver: int                  # the CUDA major's own floor (CUDA toolkit release notes)
     onnxruntime_gpu: str
+    # The driver the profile's Triton image asks for (its release notes' "Driver
+    # Requirements"); below it only NGC's forward-compatible branches run the image. Unset:
+    # min_driver.
+    image_driver: int | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,12 @@ def _validate(profile: GpuProfile) -> None:
     if profile.serving.instance_count < 1:
         raise ProfileError(f"{where}: field 'serving.instance_count' must be >= 1",
                            hint="e.g. 1")
+    if profile.stack.image_driver is not None and profile.stack.image_driver < profile.stack.min_driver:
+        raise ProfileError(f"{where}: field 'stack.image_driver' = {profile.stack.image_driver} "
+                           f"is below 'stack.min_driver' = {profile.stack.min_driver}, the "
+                           f"floor of CUDA {profile.stack.cuda_major} itself",
+                           hint="take image_driver from the image's release notes "
+                                "(\"Driver Requirements\")")
     if profile.compute_capability < 3.0:
         raise ProfileError(f"{where}: field 'compute_capability' = {profile.compute_capability} "
                            "is not a CUDA compute capability", hint="e.g. 8.6")

@@ -21,15 +21,17 @@ from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 from tritonkit.server.compose import NVIDIA_HOOK, docker_gives_gpus
 
 # Triton containers are CUDA 13 from 25.08 (2.60.0) and CUDA 12 from 23.01 before it
-# (release notes); the CUDA toolkit release notes give each major's minimum driver.
+# (release notes); the CUDA toolkit release notes give each major's minimum driver: no
+# image of that major asks for less. An image asks for more (24.10, CUDA 12.6.2: 560): a
+# profile records its image's own requirement (stack.image_driver); another tag falls back
+# to its major's minimum.
 CUDA13_FROM = (25, 8)
 MIN_DRIVER = {12: 525, 13: 580}
 # NGC images carry CUDA's forward-compatibility package: on a data-center GPU (the P100
-# and the A10 are) a CUDA 12 image runs on these branches only from the release given
-# (Triton release notes, "Driver Requirements": 470.57 or later R470, 525.85 or later
-# R525, 535.86 or later R535, 545.23 or later R545). A branch below the CUDA major's
-# minimum runs it in forward-compatibility mode; on a listed branch above it the release
-# matters too (525.60 is R525, yet older than 525.85).
+# and the A10 are) a CUDA 12 image runs below its own driver requirement on these branches
+# only, each from the release given (Triton release notes, "Driver Requirements": 470.57
+# or later R470, 525.85 or later R525, 535.86 or later R535, 545.23 or later R545). Every
+# other branch below the requirement (R530, R550, R555 for 24.10) is not forward-compatible.
 FORWARD_COMPATIBLE = {12: {470: (470, 57), 525: (525, 85), 535: (535, 86), 545: (545, 23)}}
 # A card of the profile's compute capability with less memory than this share of the
 # profile's is another card (an A2 or A16 is 8.6 like the A10; a P100 comes in 12 GB):
@@ -88,7 +90,8 @@ class ImageNeeds:
 
     image: str
     cuda_major: int
-    min_driver: int
+    min_driver: int                  # the CUDA major's own floor
+    image_driver: int                # the image's own requirement (≥ min_driver)
     min_compute_capability: float
 
 
@@ -159,12 +162,13 @@ def image_needs(image: str, profile: GpuProfile) -> ImageNeeds:
 
     release = image_release(image)
     if image == profile.stack.triton_image or release is None:
-        cuda, driver = profile.stack.cuda_major, profile.stack.min_driver
+        cuda, floor = profile.stack.cuda_major, profile.stack.min_driver
+        driver = profile.stack.image_driver or floor
     else:
         cuda = 13 if release >= CUDA13_FROM else 12
-        driver = MIN_DRIVER[cuda]
+        floor = driver = MIN_DRIVER[cuda]
     min_cc = 7.5 if release is not None and release >= (25, 1) else 6.0
-    return ImageNeeds(image, cuda, driver, min_cc)
+    return ImageNeeds(image, cuda, floor, driver, min_cc)
 
 
 def check_host(facts: HostFacts, profile: GpuProfile, image: str | None = None) -> list[Check]:
@@ -185,42 +189,68 @@ def _driver_release(version: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
-def _first_release(cuda_major: int, branch: int, min_driver: int) -> tuple[int, int] | None:
-    """The first release of driver ``branch`` that runs a CUDA ``cuda_major`` image (an NGC
-    image needs ``min_driver``), or None when no release of that branch does."""
-    since = FORWARD_COMPATIBLE.get(cuda_major, {}).get(branch)
-    if since:
-        return since
-    return (branch, 0) if branch >= min_driver else None
+def _first_release(cuda_major: int, branch: int, image_driver: int) -> tuple[int, int] | None:
+    """The first release of driver ``branch`` that runs a CUDA ``cuda_major`` image asking
+    for driver ``image_driver``, or None when no release of that branch does.
+
+    Every branch above the image's requirement runs it, and its own branch from the release
+    NGC lists (if it lists one: a fallback of 525 means 525.85); below it only the
+    forward-compatible branches do, each from its first release. So a driver that passes
+    never fails once upgraded within its branch, and nothing at or above the requirement
+    fails."""
+    listed = FORWARD_COMPATIBLE.get(cuda_major, {}).get(branch)
+    if branch > image_driver:
+        return branch, 0
+    if branch == image_driver:
+        return listed or (branch, 0)
+    return listed
+
+
+def _release_text(release: tuple[int, int]) -> str:
+    return f"{release[0]}.{release[1]}"
+
+
+def _ways_out(needs: ImageNeeds, branch: int) -> str:
+    """The upgrades that run the image from a driver of ``branch``: the image's own
+    requirement, or a newer forward-compatible branch NGC lists."""
+    listed = [f"R{newer} ≥ {_release_text(first)}"
+              for newer, first in FORWARD_COMPATIBLE.get(needs.cuda_major, {}).items()
+              if branch < newer < needs.image_driver]
+    return (f"upgrade the NVIDIA driver to ≥ {needs.image_driver}"
+            + (f", or on a data-center GPU to a forward-compatible {', '.join(listed)}"
+               if listed else ""))
 
 
 def _check_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
-    want = f"≥ {needs.min_driver} (CUDA {needs.cuda_major}, needed by {needs.image})"
+    want = f"{needs.image_driver} (CUDA {needs.cuda_major}, needed by {needs.image})"
     if facts.driver_version is None:
         return Check("driver", False, facts.driver_error or "no NVIDIA driver",
-                     f"install NVIDIA driver {want}")
+                     f"install NVIDIA driver ≥ {want}")
     release = _driver_release(facts.driver_version)
     branch = release[0] if release else 0
-    first = _first_release(needs.cuda_major, branch, needs.min_driver)
+    first = _first_release(needs.cuda_major, branch, needs.image_driver)
     if release and first and release >= first:
-        if branch < needs.min_driver:
+        if branch < needs.image_driver:
             return Check("driver", True,
                          f"driver {facts.driver_version} is older than {want}, which runs it in "
                          f"forward-compatibility mode on data-center GPUs (R{branch} from "
-                         f"{first[0]}.{first[1]}; NGC release notes)")
-        return Check("driver", True, f"driver {facts.driver_version} {want}")
+                         f"{_release_text(first)}; NGC release notes)")
+        return Check("driver", True, f"driver {facts.driver_version} ≥ {want}")
     if release and first:            # the branch runs the image, from a later release on
         return Check("driver", False,
-                     f"driver {facts.driver_version} is older than {first[0]}.{first[1]}, the "
+                     f"driver {facts.driver_version} is older than {_release_text(first)}, the "
                      f"first R{branch} release that runs CUDA {needs.cuda_major} images such as "
                      f"{needs.image} (NGC release notes)",
-                     f"upgrade the NVIDIA driver to {first[0]}.{first[1]} or a later R{branch}"
-                     + (f", or to ≥ {needs.min_driver}" if branch < needs.min_driver else ""))
+                     f"upgrade the NVIDIA driver to {_release_text(first)} or a later R{branch}"
+                     + (f", or to ≥ {needs.image_driver}" if branch < needs.image_driver else ""))
+    listed = FORWARD_COMPATIBLE.get(needs.cuda_major, {})
+    why = (f"; R{branch} is not forward-compatible with it (NGC lists "
+           f"{', '.join(f'R{b}' for b in listed)} for data-center GPUs)" if release and listed else "")
     cuda12 = release and _first_release(12, branch, MIN_DRIVER[12])
-    older = ("or use an image of 25.07 or earlier (CUDA 12, driver ≥ 525)"
-             if needs.cuda_major == 13 and cuda12 and release >= cuda12 else "")
-    return Check("driver", False, f"driver {facts.driver_version} is older than {want}",
-                 f"upgrade the NVIDIA driver to ≥ {needs.min_driver} {older}".strip())
+    older = (", or use an image of 25.07 or earlier (CUDA 12; its release notes say from "
+             "which driver)" if needs.cuda_major == 13 and cuda12 and release >= cuda12 else "")
+    return Check("driver", False, f"driver {facts.driver_version} is older than {want}{why}",
+                 _ways_out(needs, branch) + older)
 
 
 def _check_image(profile: GpuProfile, image: str) -> Check:
