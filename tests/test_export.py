@@ -294,8 +294,8 @@ def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next_export_
     assert not folder.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp"]
     said = "".join(capsys.readouterr().out.split())     # long paths wrap mid-word
-    assert "".join(f"removed {folder}: the staging folder of an export that was killed".split()) \
-        in said
+    assert said.count("".join(f"removed {folder}: the staging folder of an export that was "
+                              "killed".split())) == 1
 
 
 def test_the_staging_folder_of_an_export_still_running_is_left_alone(tmp_path):
@@ -310,21 +310,45 @@ def test_the_staging_folder_of_an_export_still_running_is_left_alone(tmp_path):
         child.wait()
 
 
-def test_a_model_a_killed_export_was_replacing_is_moved_back_not_removed(tmp_path, capsys):
-    child, folder = staging_of_an_export_in_flight(tmp_path, "mlp")
-    (tmp_path / "mlp" / "1").mkdir(parents=True)
-    (tmp_path / "mlp" / "1" / "model.onnx").write_bytes(b"the user's model")
-    # killed in the instant between moving the old folder aside and the new one in
-    (tmp_path / "mlp").rename(folder / ".previous")
+def parked_by_a_killed_export(repository: Path, name: str) -> Path:
+    """The staging folder of an export of ``name`` killed in the instant between moving the
+    user's model folder aside (into it) and moving the new one in."""
+    child, folder = staging_of_an_export_in_flight(repository, name)
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "1" / "model.onnx").write_bytes(b"the user's model")
+    (repository / name).rename(folder / ".previous")
     child.kill()
     child.wait()
+    return folder
+
+
+def test_a_model_a_killed_export_was_parking_is_moved_back_and_said_so_though_the_export_fails(
+        tmp_path, capsys):
+    folder = parked_by_a_killed_export(tmp_path, "mlp")
 
     assert run_cli("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository",
                    tmp_path, "--exporter", "torchscript") != 0
+    said = capsys.readouterr()
     # back in place, so it is the user's model this export (without --force) must not replace
-    assert f"error: model {tmp_path / 'mlp'} already exists" in capsys.readouterr().err
+    assert f"error: model {tmp_path / 'mlp'} already exists" in said.err
     assert (tmp_path / "mlp" / "1" / "model.onnx").read_bytes() == b"the user's model"
     assert not folder.exists()
+    out = "".join(said.out.split())     # long paths wrap mid-word
+    for note in (f"restored {tmp_path / 'mlp'} from {folder}: an export killed while replacing "
+                 "it had left it there",
+                 f"removed {folder}: the staging folder of an export that was killed"):
+        assert "".join(note.split()) in out
+
+
+def test_the_python_apis_error_carries_the_clean_ups_notes(tmp_path):
+    folder = parked_by_a_killed_export(tmp_path, "linear")
+    with pytest.raises(tritonkit.errors.UsageError, match="already exists") as raised:
+        tritonkit.export(torch.nn.Linear(4, 3), torch.randn(2, 4), name="linear",
+                         repository=tmp_path, exporters=("torchscript",))
+    assert raised.value.__notes__ == [
+        f"restored {tmp_path / 'linear'} from {folder}: an export killed while replacing it had "
+        "left it there",
+        f"removed {folder}: the staging folder of an export that was killed"]
 
 
 REAL_FLOCK = fcntl.flock

@@ -66,12 +66,18 @@ def export(
         max_batch_size=max_batch_size, opset=opset, atol=atol, rtol=rtol, verify=verify,
         force=force, input_names=_names(input_names), output_names=_names(output_names),
         **({"exporters": tuple(exporter)} if exporter else {}))
+    said: list[str] = []
+
+    def say(note: str) -> None:     # the clean-up's, said at once: the export may yet fail
+        console.print(escape(note))
+        said.append(note)
+
     with err_console.status(f"exporting {spec}"):
-        result = export_spec(spec, options, dynamic_axes=axes)
-    _render(result)
+        result = export_spec(spec, options, dynamic_axes=axes, on_note=say)
+    _render(result, said)
 
 
-def _render(result: ExportResult) -> None:
+def _render(result: ExportResult, said: list[str]) -> None:
     report = result.report
     console.print(f"exported [bold]{report['name']}[/] to {escape(str(result.path))} with the "
                   f"{report['exporter']} exporter (opset {report['opset']}, "
@@ -99,7 +105,8 @@ def _render(result: ExportResult) -> None:
     else:
         console.print("[yellow]not verified[/] (--no-verify)")
     for note in result.notes:
-        console.print(escape(note))
+        if note not in said:
+            console.print(escape(note))
     for warning in result.warnings:
         err_console.print(f"warning: {escape(warning)}", highlight=False, soft_wrap=True)
     for path in result.written:

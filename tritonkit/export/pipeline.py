@@ -6,12 +6,14 @@ is exported, checked, verified, reported and configured; on any failure the
 staging folder is removed and the repository is as it was. A replaced model folder
 goes whole (a version it kept would be served instead of the new one): what it held
 that the new one lacks is named in the notes and the report. Staging folders that
-killed exports of the name left behind are removed first (staging.py).
+killed exports of the name left behind are removed first (staging.py), and said so at
+once: a failure of the export after it does not undo that.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -20,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -71,10 +73,12 @@ class ExportResult:
 
 
 def export_spec(spec: str, options: ExportOptions,
-                dynamic_axes: Mapping[str, Mapping[int, str]] | None = None) -> ExportResult:
+                dynamic_axes: Mapping[str, Mapping[int, str]] | None = None, *,
+                on_note: Callable[[str], None] | None = None) -> ExportResult:
     """Export the model a SPEC's factory builds (``file.py:factory`` or ``pkg.module:factory``).
 
-    ``dynamic_axes`` adds to (and overrides) what the factory declares.
+    ``dynamic_axes`` adds to (and overrides) what the factory declares; ``on_note`` is
+    export_model's.
     """
     _check_options(options)
     # Refuse before the factory runs: building a large model only to refuse it wastes minutes.
@@ -86,15 +90,21 @@ def export_spec(spec: str, options: ExportOptions,
     target, sep, attr = spec.rpartition(":")
     if target.endswith(".py") or "/" in target:
         spec = f"{Path(target).resolve()}{sep}{attr}"
-    return export_model(module, example_inputs, options, dynamic_axes=axes, spec=spec)
+    return export_model(module, example_inputs, options, dynamic_axes=axes, spec=spec,
+                        on_note=on_note)
 
 
 def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOptions, *,
                  dynamic_axes: Mapping[str, Mapping[int, str]] | None = None,
-                 spec: str | None = None) -> ExportResult:
+                 spec: str | None = None,
+                 on_note: Callable[[str], None] | None = None) -> ExportResult:
     """Export ``module`` to ``options.repository/options.name``, verified against PyTorch.
 
     The module is in eval mode meanwhile, and afterwards in the modes the caller had it in.
+    Before the export, killed exports' staging folders are cleared (a model one had parked
+    is moved back): ``on_note`` hears each note of that at once, and an error raised after
+    carries them too (``add_note``, shown under its traceback), since the failure does not
+    undo them. The result's notes repeat them.
     """
     _check_options(options)
     if not isinstance(module, torch.nn.Module):
@@ -108,9 +118,27 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
         tensorrt.refuse_unsupported(profile)
 
     repository = Path(options.repository)
-    target = repository / options.name
-    # Before the check: a killed export may have left the model it was replacing parked.
+    # Before the overwrite check: a killed export may have left the model it was replacing
+    # parked, which is the user's model again once it is moved back.
     cleared = staging.clear_dead_stagings(repository, options.name)
+    for note in cleared if on_note else ():
+        on_note(note)
+    try:
+        result = _export_cleared(module, example_inputs, options, profile, dynamic_axes, spec)
+    except BaseException as exc:
+        for note in cleared if hasattr(exc, "add_note") else ():    # Python 3.11+
+            exc.add_note(note)
+        raise
+    return dataclasses.replace(result, notes=cleared + result.notes)
+
+
+def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: ExportOptions,
+                    profile: GpuProfile | None,
+                    dynamic_axes: Mapping[str, Mapping[int, str]] | None,
+                    spec: str | None) -> ExportResult:
+    """export_model once the killed exports' staging folders are cleared."""
+    repository = Path(options.repository)
+    target = repository / options.name
     refuse_overwrite(target, force=options.force, what="model")
     if repository.exists() and not repository.is_dir():
         raise UsageError(f"model repository {repository} is not a folder",
@@ -144,8 +172,8 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
                     created_folder.rmdir()
             raise
     written = [target / path.relative_to(stage) for path in result.written]
-    notes = cleared + unlocked + ([staging.replaced_line(target, replaced)] if replaced else []) \
-        + result.notes
+    replaced_lines = [staging.replaced_line(target, replaced)] if replaced else []
+    notes = unlocked + replaced_lines + result.notes
     return ExportResult(path=target, report=result.report, written=written, notes=notes,
                         warnings=result.warnings)
 
