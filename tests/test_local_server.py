@@ -777,6 +777,74 @@ def test_a_server_whose_state_file_was_removed_blocks_a_second_server_and_down_s
     assert not _alive(deployed.pid)
 
 
+# A process that reads as a tritonserver whose record was deleted: its command line is all
+# unrecorded_servers looks at. On SIGINT it lingers as a draining Triton does, then exits.
+FAKE_SERVER = """
+import signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: (time.sleep({linger}), sys.exit(0)))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _fake_unrecorded_server(repo: Path, linger: float = 0.0) -> subprocess.Popen:
+    from tritonkit.server.local import mirror_dir
+
+    fake = subprocess.Popen(["tritonserver", "-c", FAKE_SERVER.format(linger=linger),
+                             f"--model-repository={mirror_dir(repo)}"],
+                            executable=sys.executable, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert fake.stdout.readline() == "ready\n"           # its SIGINT handler is set
+    return fake
+
+
+def test_without_proc_no_unrecorded_server_is_found_and_nothing_fails_on_it(tmp_path, monkeypatch,
+                                                                          capsys):
+    """macOS has no /proc: a compose deploy (which refuses a repository a local server still
+    serves) and `down` with no record raised FileNotFoundError there."""
+    from tritonkit.server import local
+
+    monkeypatch.setattr(local, "PROC", tmp_path / "no-proc")
+    assert local.unrecorded_servers(tmp_path) == []
+    local.refuse_if_running(tmp_path)
+    assert run_cli("down", "--repository", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"no deployment recorded in {tmp_path}" in err and "internal error" not in err
+
+
+def test_down_names_a_server_of_another_user_it_may_not_signal_and_still_stops_its_own(
+        tmp_path, monkeypatch, capsys):
+    import errno
+    import pwd
+
+    from tritonkit.server import local
+
+    ours, theirs = _fake_unrecorded_server(tmp_path), _fake_unrecorded_server(tmp_path)
+    real_kill = os.kill
+
+    def kill(pid, signum):                  # the kernel's answer for another user's process
+        if pid == theirs.pid:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        real_kill(pid, signum)
+
+    monkeypatch.setattr(local.os, "kill", kill)
+    try:
+        code = run_cli("down", "--repository", tmp_path, "--timeout", "10")
+        err = capsys.readouterr().err
+        user = pwd.getpwuid(os.getuid()).pw_name
+        assert code == 1 and "Traceback" not in err and "internal error" not in err
+        assert err.startswith(f"error: not allowed to stop the tritonserver serving {tmp_path}: "
+                              f"pid {theirs.pid} (user {user})"), err
+        assert f"sudo kill -INT {theirs.pid}" in err
+        assert ours.wait(timeout=5) is not None              # its own stopped all the same
+        assert theirs.poll() is None
+    finally:
+        monkeypatch.undo()
+        for fake in (ours, theirs):
+            fake.kill()
+            fake.wait()
+
+
 @pytest.mark.parametrize("content", [b"\xff\xfe not json", b'{"target": "local"}', b"[1, 2]"])
 def test_a_corrupt_state_file_is_one_line_naming_it(tmp_path, capsys, content):
     state = state_dir(tmp_path) / "server.json"

@@ -147,12 +147,22 @@ def mirror_dir(repository: Path) -> Path:
     return state_dir(Path(repository).resolve()) / "local"
 
 
+# Where Linux lists its processes; a host without it (macOS writing compose files) has no
+# local server of ours to find.
+PROC = Path("/proc")
+
+
 def unrecorded_servers(repository: Path) -> list[int]:
     """Pids of tritonservers serving ``repository``'s mirror, found by their command line:
-    the ones no record names once the state file was deleted while they ran."""
+    the ones no record names once the state file was deleted while they ran. Where there is
+    no /proc, none."""
     served = f"--model-repository={mirror_dir(repository)}".encode()
+    try:
+        entries = list(PROC.iterdir())
+    except OSError:
+        return []
     pids = []
-    for entry in Path("/proc").iterdir():
+    for entry in entries:
         if not entry.name.isdigit():
             continue
         try:
@@ -178,12 +188,42 @@ def refuse_if_running(repository: Path) -> None:
 
 
 def stop_unrecorded(repository: Path, timeout: float = 40.0) -> bool:
-    """Stop the servers ``unrecorded_servers`` finds, all within ``timeout``; True if any."""
+    """Stop the servers ``unrecorded_servers`` finds, all within ``timeout``; True if any.
+    A server this user may not signal (another user's) is left running and named in a
+    ServerError, once the others are stopped."""
     strays = unrecorded_servers(repository)
     deadline = Deadline(timeout)
+    refused = []
     for pid in strays:
-        _terminate(pid, Deadline(deadline.left()))
+        try:
+            _terminate(pid, Deadline(deadline.left()))
+        except PermissionError:
+            refused.append(pid)
+    if refused:
+        raise _not_ours_to_signal(refused, repository)
     return bool(strays)
+
+
+def _not_ours_to_signal(pids: list[int], repository: Path) -> ServerError:
+    """A server of another user: this one may not signal it."""
+    listed = ", ".join(f"{pid} (user {_owner(pid)})" for pid in pids)
+    return ServerError(f"not allowed to stop the tritonserver serving {repository}: pid {listed}",
+                       hint="stop it as that user (tritonkit down --repository "
+                            f"{repository}), or with sudo: sudo kill -INT "
+                            f"{' '.join(map(str, pids))}")
+
+
+def _owner(pid: int) -> str:
+    """The name (else the uid) of the user a process runs as; '?' if it cannot be told."""
+    try:
+        uid = (PROC / str(pid)).stat().st_uid
+    except OSError:
+        return "?"
+    try:
+        import pwd
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
 
 
 def refuse_if_recorded(repository: Path) -> None:
@@ -313,8 +353,12 @@ def stop_local(deployment: Deployment, timeout: float = 40.0,
     ``progress`` hears what a stopping Triton still waits for. True if it was running."""
     was_running = is_our_server(deployment)
     if was_running:
-        _terminate(deployment.pid, Deadline(timeout), progress,  # type: ignore[arg-type]
-                   Path(deployment.log_path) if deployment.log_path else None)
+        pid: int = deployment.pid        # type: ignore[assignment]
+        try:
+            _terminate(pid, Deadline(timeout), progress,
+                       Path(deployment.log_path) if deployment.log_path else None)
+        except PermissionError:          # its record stays: the server still runs
+            raise _not_ours_to_signal([pid], Path(deployment.repository)) from None
     clear_deployment(Path(deployment.repository))
     return was_running
 
@@ -487,7 +531,8 @@ def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
 
     The last tenth of it (at most 1 s) is kept for the kill, so a server that ignores
     SIGINT (Triton waits for requests in flight) is still gone when the deadline ends.
-    While it waits, ``progress`` hears what Triton's log says it waits for."""
+    While it waits, ``progress`` hears what Triton's log says it waits for. A
+    PermissionError (another user's process) is raised before anything is sent."""
     try:
         os.kill(pid, signal.SIGINT)
     except ProcessLookupError:
