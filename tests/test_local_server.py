@@ -845,6 +845,23 @@ def test_down_names_a_server_of_another_user_it_may_not_signal_and_still_stops_i
             fake.wait()
 
 
+def test_down_says_what_a_server_no_record_names_waits_for(tmp_path):
+    from tritonkit.deploy import down
+
+    log = state_dir(tmp_path) / "server.log"
+    log.parent.mkdir(parents=True)
+    log.write_text('I1203 server.cc:345] "Timeout 14: Found 1 HTTP service connections"\n')
+    stray = _fake_unrecorded_server(tmp_path, linger=1.5)
+    heard: list[str] = []
+    try:
+        assert down(tmp_path, timeout=10, progress=heard.append)
+        assert (f"stopping tritonserver (pid {stray.pid}): Triton waits for 1 HTTP service "
+                "connections (14 s left of its exit timeout)") in heard, heard
+    finally:
+        stray.kill()
+        stray.wait()
+
+
 @pytest.mark.parametrize("content", [b"\xff\xfe not json", b'{"target": "local"}', b"[1, 2]"])
 def test_a_corrupt_state_file_is_one_line_naming_it(tmp_path, capsys, content):
     state = state_dir(tmp_path) / "server.json"

@@ -153,8 +153,8 @@ def down(repository: Path, *, timeout: float = 40.0, progress: Progress | None =
     With no record, a local server still serving the repository is stopped all the same.
     ``progress`` hears what a stopping local server waits for (Triton drains open client
     connections for up to its exit timeout)."""
-    if not (state_dir(repository) / STATE_FILENAME).exists() and stop_unrecorded(repository,
-                                                                                  timeout):
+    if not (state_dir(repository) / STATE_FILENAME).exists() and stop_unrecorded(
+            repository, timeout, progress):
         return True
     deployment = load_deployment(repository)
     if deployment.target == "compose":

@@ -147,6 +147,11 @@ def mirror_dir(repository: Path) -> Path:
     return state_dir(Path(repository).resolve()) / "local"
 
 
+def server_log(repository: Path) -> Path:
+    """The log the local server of ``repository`` writes (its record names it too)."""
+    return state_dir(Path(repository).resolve()) / LOG_FILENAME
+
+
 # Where Linux lists its processes; a host without it (macOS writing compose files) has no
 # local server of ours to find.
 PROC = Path("/proc")
@@ -187,16 +192,18 @@ def refuse_if_running(repository: Path) -> None:
                          "removed)", hint=f"stop it first: tritonkit down --repository {repository}")
 
 
-def stop_unrecorded(repository: Path, timeout: float = 40.0) -> bool:
+def stop_unrecorded(repository: Path, timeout: float = 40.0,
+                    progress: Progress | None = None) -> bool:
     """Stop the servers ``unrecorded_servers`` finds, all within ``timeout``; True if any.
-    A server this user may not signal (another user's) is left running and named in a
-    ServerError, once the others are stopped."""
+    ``progress`` hears what each waits for (from the repository's server log). A server
+    this user may not signal (another user's) is left running and named in a ServerError,
+    once the others are stopped."""
     strays = unrecorded_servers(repository)
     deadline = Deadline(timeout)
     refused = []
     for pid in strays:
         try:
-            _terminate(pid, Deadline(deadline.left()))
+            _terminate(pid, Deadline(deadline.left()), progress, server_log(repository))
         except PermissionError:
             refused.append(pid)
     if refused:
@@ -317,7 +324,7 @@ def start_local(
         # default prefix their stubs' regions collide (a second server then took its whole
         # exit timeout, 30 s, to stop). The HTTP port is unique while the server runs.
         python_shm_prefix=f"tritonkit_{ports.http}_")
-    log_path = sdir / LOG_FILENAME
+    log_path = server_log(repository)
     proc = None
     try:
         with open(log_path, "wb") as log:
