@@ -777,6 +777,17 @@ def test_a_server_whose_state_file_was_removed_blocks_a_second_server_and_down_s
     assert not _alive(deployed.pid)
 
 
+def test_the_repository_a_local_server_serves_is_recovered_from_its_mirror(tmp_path):
+    from tritonkit.server.local import mirror_dir, repository_of_mirror
+
+    repo = tmp_path / "repo"
+    assert mirror_dir(repo) == repo / ".tritonkit" / "local"
+    assert repository_of_mirror(mirror_dir(repo)) == repo
+    # a server given the repository itself (not its mirror) serves that folder
+    assert repository_of_mirror(repo) == repo
+    assert repository_of_mirror(repo / ".tritonkit" / "backends") == repo / ".tritonkit" / "backends"
+
+
 # A process that reads as a tritonserver whose record was deleted: its command line is all
 # unrecorded_servers looks at. On SIGINT it lingers as a draining Triton does, then exits.
 FAKE_SERVER = """

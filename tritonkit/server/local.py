@@ -32,6 +32,7 @@ from tritonkit.server.settings import Ports, ServerSettings, tritonserver_argv
 from tritonkit.server.state import (
     RUNNING,
     STARTING,
+    STATE_DIRNAME,
     STATE_FILENAME,
     Deployment,
     clear_deployment,
@@ -142,9 +143,21 @@ def running_deployment(repository: Path) -> Deployment | None:
     return None
 
 
+MIRROR_DIRNAME = "local"
+
+
 def mirror_dir(repository: Path) -> Path:
     """The CPU mirror of ``repository`` that its local server reads."""
-    return state_dir(Path(repository).resolve()) / "local"
+    return state_dir(Path(repository).resolve()) / MIRROR_DIRNAME
+
+
+def repository_of_mirror(served: Path) -> Path:
+    """The repository whose mirror (``mirror_dir``) a server reads, from the folder it was
+    given; that folder itself when it is no mirror (a server started on a repository)."""
+    served = Path(served)
+    if served.name == MIRROR_DIRNAME and served.parent.name == STATE_DIRNAME:
+        return served.parent.parent
+    return served
 
 
 def server_log(repository: Path) -> Path:

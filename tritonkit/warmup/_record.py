@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tritonkit.errors import ServerError
-from tritonkit.server.local import how_it_ended, is_our_server, mirror_dir
-from tritonkit.server.state import STATE_DIRNAME, Deployment
+from tritonkit.server.local import how_it_ended, is_our_server, mirror_dir, repository_of_mirror
+from tritonkit.server.state import Deployment
 
 
 def refuse_gone_local_server(deployment: Deployment) -> None:
@@ -35,8 +35,7 @@ def refuse_moved_repository(deployment: Deployment) -> None:
     here = Path(deployment.repository)
     if deployment.target != "local" or not served or Path(served) in (here, mirror_dir(here)):
         return
-    served = Path(served)
-    old = served.parent.parent if served.parent.name == STATE_DIRNAME else served
+    old = repository_of_mirror(Path(served))
     raise ServerError(
         f"the server recorded in {here} serves this repository from its old place, {old} "
         "(it was moved after its deploy)",
