@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -308,6 +309,62 @@ def test_the_staging_folder_of_an_export_still_running_is_left_alone(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_staging_folder_is_named_like_one_only_once_it_is_locked(tmp_path, monkeypatch):
+    """A concurrent export's clean-up, run at each step of setting a staging folder up,
+    neither takes it for a killed export's nor for an old one (no owner.lock): so a folder
+    named like a staging folder without owner.lock can only be an old one."""
+    said = []
+
+    def clean_up_now():
+        said.extend(staging.clear_dead_stagings(tmp_path, "linear"))
+
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args, **kwargs):       # right after the folder is made
+        clean_up_now()
+        return real_mkstemp(*args, **kwargs)
+
+    def flock(fd: int, operation: int) -> None:
+        if operation & fcntl.LOCK_NB:   # the clean-up's own
+            return REAL_FLOCK(fd, operation)
+        clean_up_now()
+        REAL_FLOCK(fd, operation)
+        clean_up_now()                  # locked, not yet renamed
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with staging.owned_staging(tmp_path, "linear") as (folder, notes):
+        clean_up_now()
+        assert folder.is_dir() and (folder / "owner.lock").is_file()
+        assert folder.name.startswith(".linear.export-")
+    assert said == [] and notes == []
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_folder_an_export_was_killed_setting_up_is_removed_once_locked_and_passed_by_before(
+        tmp_path):
+    locked = tmp_path / ".mlp.starting-dead1234"     # killed between lock and rename
+    locked.mkdir()
+    (locked / "owner.lock").touch()
+    unlocked = tmp_path / ".mlp.starting-abcd1234"   # starting now, or killed before its lock
+    unlocked.mkdir()
+    assert staging.clear_dead_stagings(tmp_path, "mlp") == [
+        f"removed {locked}: the staging folder of an export that was killed"]
+    assert unlocked.is_dir() and not locked.exists()
+
+
+def test_a_staging_folder_without_owner_lock_is_left_with_a_note_that_never_calls_it_dead(
+        tmp_path):
+    folder = tmp_path / ".mlp.export-old12345"
+    (folder / "mlp").mkdir(parents=True)
+    [note] = staging.clear_dead_stagings(tmp_path, "mlp")
+    assert folder.is_dir()
+    assert note == (f"left {folder}: it has no owner.lock (an older tritonkit's export, or one "
+                    "on a filesystem that refused to lock it), so it may be an export still "
+                    f"running; remove it only once no process on any machine using {tmp_path} "
+                    "exports mlp (check with ps)")
 
 
 def parked_by_a_killed_export(repository: Path, name: str) -> Path:

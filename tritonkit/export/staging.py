@@ -6,9 +6,12 @@ An export builds in ``DIR/.<name>.export-XXXXXXXX/`` and holds an ``flock`` on t
 process ends, however it ends (kill -9, the OOM killer), so a staging folder whose lock
 can be taken is proven dead and the next export of that name removes it; one whose lock
 is held is a concurrent export's and is left alone. A lock works where a recorded pid
-would not: across PID namespaces (containers sharing the repository) and on NFS. Where
-the filesystem refuses locks (some FUSE and SMB mounts), an export runs unlocked and its
-staging folder, like one whose lock cannot be tested, is left for the user, with a note.
+would not: across PID namespaces (containers sharing the repository) and on NFS. The
+folder is made and locked as ``.<name>.starting-XXXXXXXX`` and only then renamed, so a
+staging folder without ``owner.lock`` is never one being set up: it is an older
+tritonkit's, or one the filesystem refused to lock (some FUSE and SMB mounts refuse
+flock: the export then runs unlocked). Such a folder, like one whose lock cannot be
+tested, may be a running export's: it is left for the user, with a note.
 
 An export with --force replaces the model folder whole: a version folder it kept would be
 served instead of the new export (Triton's default version policy serves the highest).
@@ -44,7 +47,8 @@ def owned_staging(repository: Path, name: str) -> Iterator[OwnedStaging]:
     """A new staging folder for ``name``, locked as this process's while the block runs,
     and removed after it however it ends. Where the filesystem refuses the lock, the folder
     is unlocked and has no owner.lock (a concurrent export leaves it alone), and a note says so."""
-    staging = Path(tempfile.mkdtemp(dir=repository, prefix=f".{name}.export-"))
+    starting = f".{name}.starting-"
+    staging = Path(tempfile.mkdtemp(dir=repository, prefix=starting))
     fd = None
     notes = []
     try:
@@ -60,6 +64,10 @@ def owned_staging(repository: Path, name: str) -> Iterator[OwnedStaging]:
                          f"staging folder for you to remove")
         else:
             os.replace(locking, staging / OWNER_LOCK)
+        # Named as a staging folder only once it is locked (see the module's docstring).
+        exporting = staging.with_name(f".{name}.export-{staging.name.removeprefix(starting)}")
+        os.rename(staging, exporting)
+        staging = exporting
         yield OwnedStaging(staging, notes)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -70,7 +78,8 @@ def owned_staging(repository: Path, name: str) -> Iterator[OwnedStaging]:
 def clear_dead_stagings(repository: Path, name: str) -> list[str]:
     """Remove the staging folders of ``name``'s killed exports; a note for each one
     removed or restored, and for one left because it cannot be proven dead (no owner.lock,
-    or a lock the filesystem will not test).
+    or a lock the filesystem will not test). A folder still starting (no owner.lock yet)
+    is passed by.
 
     A killed export may have died with the model it replaces parked in its staging folder
     (the instant between the two renames): that model is moved back, not removed.
@@ -78,18 +87,21 @@ def clear_dead_stagings(repository: Path, name: str) -> list[str]:
     repository = Path(repository)
     if not repository.is_dir():
         return []
-    pattern = re.compile(rf"\.{re.escape(name)}\.export-[a-z0-9_]+")   # mkdtemp's suffix
+    pattern = re.compile(rf"\.{re.escape(name)}\.(export|starting)-[a-z0-9_]+")  # mkdtemp's
     notes = []
     for folder in sorted(repository.iterdir()):
-        if not pattern.fullmatch(folder.name) or folder.is_symlink() or not folder.is_dir():
+        matched = pattern.fullmatch(folder.name)
+        if not matched or folder.is_symlink() or not folder.is_dir():
             continue
         try:
             # Read-write: on NFS an flock is an fcntl lock, and an exclusive one needs a
             # file open for writing (EBADF otherwise).
             fd = os.open(folder / OWNER_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            notes.append(f"left {folder}: a staging folder that records no owner (an older "
-                         f"tritonkit's export); remove it by hand once no export of {name} runs")
+            if matched[1] == "export":
+                notes.append(_left(folder, repository, name,
+                                   f"it has no {OWNER_LOCK} (an older tritonkit's export, or "
+                                   "one on a filesystem that refused to lock it)"))
             continue
         except OSError as exc:
             notes.append(_left(folder, repository, name,
