@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -299,23 +300,28 @@ def test_the_local_server_listens_on_the_settings_bind_address(example_repositor
         run_cli("down", "--repository", example_repository)
 
 
-def test_a_server_killed_while_it_starts_is_said_to_be_killed_not_quoted_from_its_log(
-        example_repository):
-    import threading
-
+def _deploy_local_in_a_thread(repo: Path) -> tuple[threading.Thread, dict]:
+    """deploy_local running in a thread (started); what it raises lands in outcome['error']."""
     from tritonkit.deploy import deploy_local
-    from tritonkit.errors import ServerError
 
-    outcome = {}
+    outcome: dict = {}
 
     def deploy():
         try:
-            deploy_local(example_repository, http_port=0, grpc_port=0, metrics_port=0, timeout=60)
+            deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=60)
         except Exception as exc:  # handed to the test thread
             outcome["error"] = exc
 
     thread = threading.Thread(target=deploy)
     thread.start()
+    return thread, outcome
+
+
+def test_a_server_killed_while_it_starts_is_said_to_be_killed_not_quoted_from_its_log(
+        example_repository):
+    from tritonkit.errors import ServerError
+
+    thread, outcome = _deploy_local_in_a_thread(example_repository)
     try:
         end = time.monotonic() + 30
         while not (state_dir(example_repository) / "server.json").exists():
@@ -400,22 +406,10 @@ def test_only_sigint_sigterm_and_sighup_read_as_stopped_from_outside(tmp_path, s
 def test_a_server_that_crashes_while_its_models_load_is_said_to_have_crashed(example_repository):
     """A backend that segfaults during the start-up load ends tritonserver before Triton's
     crash handler is set: exit code -11, no 'Signal (11) received.' in its log."""
-    import threading
-
-    from tritonkit.deploy import deploy_local
     from tritonkit.errors import ServerError
 
     add_python_model(example_repository, "slow_load", LOADS_FOR_A_MINUTE)
-    outcome = {}
-
-    def deploy():
-        try:
-            deploy_local(example_repository, http_port=0, grpc_port=0, metrics_port=0, timeout=60)
-        except Exception as exc:  # handed to the test thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=deploy)
-    thread.start()
+    thread, outcome = _deploy_local_in_a_thread(example_repository)
     try:
         pid = _wait_recorded(example_repository).pid
         log = state_dir(example_repository) / "server.log"
