@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import struct
@@ -201,6 +202,42 @@ def test_down_says_what_a_stopping_triton_waits_for_an_open_client_connection(de
     assert not _alive(deployed.pid)
 
 
+def test_a_down_that_has_to_kill_leaves_no_stub_and_no_shared_memory_behind(deployed):
+    """A server still draining a client's connection when `down`'s timeout ends is killed
+    with its process group: its python-backend stubs die before they can remove their
+    regions from /dev/shm (RAM, a megabyte or more per instance, until a reboot). `down`
+    removes them itself."""
+    from tritonkit.deploy import down
+    from tritonkit.server.local import SHM, shm_prefix
+
+    prefix = shm_prefix(deployed.argv)
+    assert prefix and list(SHM.glob(prefix + "*"))        # the stub's regions, while it serves
+    stubs = [pid for pid in _stubs() if prefix in " ".join(_cmdline_of(pid))]
+    assert stubs
+    client = httpclient.InferenceServerClient(deployed.http_url)
+    assert client.is_server_ready()        # Triton would drain this for 30 s: down kills
+    try:
+        assert down(Path(deployed.repository), timeout=2)
+    finally:
+        client.close()
+    _wait_for(lambda: not any(_alive(pid) for pid in stubs), "the stubs to be gone", timeout=5)
+    assert not list(SHM.glob(prefix + "*"))
+
+
+def _stubs() -> list[int]:
+    return [int(e.name) for e in Path("/proc").iterdir()
+            if e.name.isdigit() and _cmdline_of(int(e.name))[:1] != []
+            and _cmdline_of(int(e.name))[0].endswith("triton_python_backend_stub")
+            and _alive(int(e.name))]
+
+
+def _cmdline_of(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
 def test_deploy_binds_to_loopback_and_records_its_state(deployed):
     assert deployed.host == "127.0.0.1"
     for role in ("http", "grpc", "metrics"):
@@ -211,7 +248,8 @@ def test_deploy_binds_to_loopback_and_records_its_state(deployed):
     assert "--model-control-mode=explicit" in deployed.argv
     assert deployed.status == "running"
     # its own python-backend shared memory, so local servers can run side by side
-    assert f"--backend-config=python,shm-region-prefix-name=tritonkit_{deployed.http_port}_" in deployed.argv
+    assert any(re.fullmatch(rf"--backend-config=python,shm-region-prefix-name=tritonkit_"
+                            rf"{deployed.http_port}_[0-9a-f]{{8}}_", arg) for arg in deployed.argv)
     # The secret never lands in the state file, only in its 0600 file.
     state = (state_dir(Path(deployed.repository)) / "server.json").read_text()
     assert deployed.secret() not in state

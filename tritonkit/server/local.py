@@ -16,6 +16,7 @@ import dataclasses
 import errno
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -335,8 +336,9 @@ def start_local(
         model_config_name=model_config_name, gpu_metrics=False,
         # Several local servers share this host's /dev/shm: with the python backend's one
         # default prefix their stubs' regions collide (a second server then took its whole
-        # exit timeout, 30 s, to stop). The HTTP port is unique while the server runs.
-        python_shm_prefix=f"tritonkit_{ports.http}_")
+        # exit timeout, 30 s, to stop). The HTTP port is unique while the server runs, the
+        # token for ever: the regions a killed server left are this server's alone to remove.
+        python_shm_prefix=f"tritonkit_{ports.http}_{secrets.token_hex(4)}_")
     log_path = server_log(repository)
     proc = None
     try:
@@ -360,7 +362,8 @@ def start_local(
         save_deployment(deployment)
     except BaseException:
         if proc is not None:
-            _terminate(proc.pid, Deadline(min(5.0, settings.exit_timeout_secs)))
+            _terminate(proc.pid, Deadline(min(5.0, settings.exit_timeout_secs)),
+                       prefix=shm_prefix(argv))
             proc.poll()                      # reaped already: settle its return code
             clear_deployment(repository)
         raise
@@ -372,13 +375,16 @@ def stop_local(deployment: Deployment, timeout: float = 40.0,
     """Stop a local deployment (SIGINT, wait, then kill), all within ``timeout`` seconds;
     ``progress`` hears what a stopping Triton still waits for. True if it was running."""
     was_running = is_our_server(deployment)
+    prefix = shm_prefix(deployment.argv)
     if was_running:
         pid: int = deployment.pid        # type: ignore[assignment]
         try:
             _terminate(pid, Deadline(timeout), progress,
-                       Path(deployment.log_path) if deployment.log_path else None)
+                       Path(deployment.log_path) if deployment.log_path else None, prefix)
         except PermissionError:          # its record stays: the server still runs
             raise _not_ours_to_signal([pid], Path(deployment.repository)) from None
+    elif deployment.pid:                 # crashed or killed: what it left behind
+        _clear_leftovers(deployment.pid, prefix)
     clear_deployment(Path(deployment.repository))
     return was_running
 
@@ -546,16 +552,20 @@ def is_our_server(deployment: Deployment) -> bool:
 
 
 def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
-               log_path: Path | None = None) -> None:
-    """SIGINT the server, wait, then SIGKILL its process group: all within ``deadline``.
+               log_path: Path | None = None, prefix: str | None = None) -> None:
+    """SIGINT the server, wait, then SIGKILL its process group: all within ``deadline``;
+    then what it left behind (``_clear_leftovers``: stubs, shared memory under ``prefix``,
+    else the one its command line names).
 
     The last tenth of it (at most 1 s) is kept for the kill, so a server that ignores
     SIGINT (Triton waits for requests in flight) is still gone when the deadline ends.
     While it waits, ``progress`` hears what Triton's log says it waits for. A
     PermissionError (another user's process) is raised before anything is sent."""
+    prefix = prefix or shm_prefix(_cmdline(pid))
     try:
         os.kill(pid, signal.SIGINT)
     except ProcessLookupError:
+        _clear_leftovers(pid, prefix)
         return
     kill_at = deadline.end - min(1.0, deadline.seconds / 10)
     told_at = 0.0
@@ -572,6 +582,65 @@ def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
         pass
     while _alive(pid) and not deadline.expired():
         time.sleep(0.01)
+    if not _alive(pid):
+        _clear_leftovers(pid, prefix)
+
+
+# The python backend's regions of one server: tritonkit_<http port>_<token>_<uuid>.
+_SHM_PREFIX = re.compile(r"shm-region-prefix-name=(tritonkit_\d+_[0-9a-f]{8}_)$")
+SHM = Path("/dev/shm")
+
+
+def shm_prefix(argv: Sequence[str]) -> str | None:
+    """The python backend's shared-memory prefix a tritonserver command line gives, if it
+    is one of tritonkit's unique ones (an older record's port-only prefix may be another
+    live server's too: None)."""
+    for arg in argv:
+        if found := _SHM_PREFIX.search(arg):
+            return found.group(1)
+    return None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _clear_leftovers(pgid: int, prefix: str | None) -> None:
+    """What a server that is gone left behind: its python-backend stubs (a server killed or
+    crashed leaves them running, in its process group) and their shared-memory regions in
+    /dev/shm (memory, a megabyte or more per model instance, until the host reboots)."""
+    for pid in _group_stubs(pgid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if prefix:
+        for region in SHM.glob(prefix + "*"):
+            region.unlink(missing_ok=True)
+
+
+def _group_stubs(pgid: int) -> list[int]:
+    """The python-backend stubs still running in process group ``pgid`` (a server's: the
+    group outlives it while any stub does, so no other process can take its id)."""
+    try:
+        entries = list(PROC.iterdir())
+    except OSError:
+        return []
+    stubs = []
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if (len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"
+                and (_cmdline(int(entry.name)) or [""])[0].endswith("triton_python_backend_stub")):
+            stubs.append(int(entry.name))
+    return stubs
 
 
 # Triton's countdown while it stops: 'Timeout 14: Found 1 HTTP service connections' (an
