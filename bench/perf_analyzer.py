@@ -71,8 +71,36 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
     """One perf_analyzer measurement at a fixed concurrency (sync, stable windows).
 
     A run that ends without a stable window still reports its last one, with ``returncode``
-    set (``stable`` False); a run that wrote no figures at all raises.
+    set (``stable`` False). One that wrote no figures because no window was stable is run
+    once more with windows twice as long (perf_analyzer's own advice: "increase the
+    --measurement-interval"); a run that still wrote none raises.
     """
+    try:
+        return _run_perf_analyzer(url, model, concurrency, protocol=protocol,
+                                  interval_ms=interval_ms, batch_size=batch_size, shape=shape,
+                                  stability_pct=stability_pct, max_trials=max_trials, extra=extra)
+    except _NoFigures as unstable:
+        if not unstable.unstable:
+            raise RuntimeError(str(unstable)) from None
+    try:
+        return _run_perf_analyzer(url, model, concurrency, protocol=protocol,
+                                  interval_ms=2 * interval_ms, batch_size=batch_size, shape=shape,
+                                  stability_pct=stability_pct, max_trials=max_trials, extra=extra)
+    except _NoFigures as again:
+        raise RuntimeError(f"{again} (also with {2 * interval_ms} ms windows)") from None
+
+
+class _NoFigures(Exception):
+    """perf_analyzer wrote no figures; ``unstable``: because no window was stable."""
+
+    def __init__(self, message: str, unstable: bool) -> None:
+        super().__init__(message)
+        self.unstable = unstable
+
+
+def _run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str, interval_ms: int,
+                       batch_size: int, shape: str | None, stability_pct: int, max_trials: int,
+                       extra: list[str] | None) -> PerfResult:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(_library_dir()),
                                                            env.get("LD_LIBRARY_PATH")]))
@@ -90,8 +118,9 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
             with report.open(newline="") as figures:
                 rows = list(csv.DictReader(figures))
         if not rows:
-            raise RuntimeError(f"perf_analyzer failed ({done.returncode}): "
-                               f"{(done.stderr or done.stdout).strip()[-500:]}")
+            raise _NoFigures(f"perf_analyzer failed ({done.returncode}): "
+                             f"{(done.stderr or done.stdout).strip()[-500:]}",
+                             unstable=_failure(done) == "no stable window")
         row = rows[0]
     return PerfResult(
         concurrency=concurrency, throughput=float(row["Inferences/Second"]),

@@ -2070,6 +2070,37 @@ def test_perf_analyzer_that_fails_for_another_reason_says_what_it_printed_last(t
     assert result.failure == "exit 99: error: failed to get model metadata: m"
 
 
+def test_perf_analyzer_that_found_no_stable_window_and_wrote_nothing_is_asked_again_with_longer_windows(
+        tmp_path, monkeypatch):
+    """perf_analyzer that finds no stable window sometimes writes no figures at all (a
+    6-minute benchmark then died at its last level): it is run once more with windows twice
+    as long, its own advice; a second run that writes nothing still fails, saying both."""
+    from bench import perf_analyzer
+
+    columns = "Concurrency,Inferences/Second,p50 latency,p90 latency,p95 latency,p99 latency"
+    tool = tmp_path / "perf_analyzer"
+    tool.write_text(
+        "#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n"
+        "interval=; out=\n"
+        "while [ $# -gt 0 ]; do case \"$1\" in -p) interval=$2;; -f) out=$2;; esac; shift; done\n"
+        "if [ \"$interval\" -ge 6000 ] && [ ! -e \"$(dirname \"$0\")/never\" ]; then\n"
+        f"  printf '{columns}\\n1,2000,400,450,480,900\\n' > \"$out\"; exit 0; fi\n"
+        "echo 'Failed to obtain stable measurement within 10 measurement windows for concurrency 1.'\n"
+        "exit 2\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(perf_analyzer, "perf_analyzer_binary", lambda: tool)
+    monkeypatch.setattr(perf_analyzer, "_library_dir", lambda: tmp_path)
+
+    result = perf_analyzer.run_perf_analyzer("127.0.0.1:1", "m", 1, interval_ms=3000)
+    assert result.stable and result.throughput == 2000.0
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 2 and "-p 3000" in calls[0] and "-p 6000" in calls[1]
+
+    (tmp_path / "never").touch()
+    with pytest.raises(RuntimeError, match="stable measurement.*also with 6000 ms windows"):
+        perf_analyzer.run_perf_analyzer("127.0.0.1:1", "m", 1, interval_ms=3000)
+
+
 def test_a_perf_analyzer_library_link_left_dangling_is_pointed_anew(tmp_path, monkeypatch):
     import tempfile
 
