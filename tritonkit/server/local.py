@@ -175,22 +175,9 @@ def unrecorded_servers(repository: Path) -> list[int]:
     """Pids of tritonservers serving ``repository``'s mirror, found by their command line:
     the ones no record names once the state file was deleted while they ran. Where there is
     no /proc, none."""
-    served = f"--model-repository={mirror_dir(repository)}".encode()
-    try:
-        entries = list(PROC.iterdir())
-    except OSError:
-        return []
-    pids = []
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"tritonserver" in argv[0] and served in argv[1:] and _running(int(entry.name)):
-            pids.append(int(entry.name))
-    return pids
+    served = f"--model-repository={mirror_dir(repository)}"
+    return [pid for pid in _pids()
+            if _is_tritonserver(_cmdline(pid), served) and _running(pid)]
 
 
 def refuse_if_running(repository: Path) -> None:
@@ -542,13 +529,13 @@ def is_our_server(deployment: Deployment) -> bool:
     never signalled)."""
     if not deployment.pid:
         return False
-    try:
-        argv = Path(f"/proc/{deployment.pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
     served = deployment.extra.get("served_repository") or deployment.repository
-    return (b"tritonserver" in argv[0]
-            and f"--model-repository={served}".encode() in argv[1:])
+    return _is_tritonserver(_cmdline(deployment.pid), f"--model-repository={served}")
+
+
+def _is_tritonserver(argv: list[str], serving: str) -> bool:
+    """A command line of tritonserver started with ``serving`` (its --model-repository)."""
+    return bool(argv) and "tritonserver" in argv[0] and serving in argv[1:]
 
 
 def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
@@ -601,10 +588,27 @@ def shm_prefix(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _pids() -> list[int]:
+    """Every process's id (none where there is no /proc)."""
+    try:
+        return [int(entry.name) for entry in PROC.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
+
+
 def _cmdline(pid: int) -> list[str]:
+    """A process's command line ([] once it is gone)."""
     try:
         return (PROC / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
+        return []
+
+
+def _stat(pid: int) -> list[str]:
+    """A process's /proc stat fields after its name: state, ppid, pgrp, ... ([] once gone)."""
+    try:
+        return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return []
 
 
@@ -625,21 +629,12 @@ def _clear_leftovers(pgid: int, prefix: str | None) -> None:
 def _group_stubs(pgid: int) -> list[int]:
     """The python-backend stubs still running in process group ``pgid`` (a server's: the
     group outlives it while any stub does, so no other process can take its id)."""
-    try:
-        entries = list(PROC.iterdir())
-    except OSError:
-        return []
     stubs = []
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
+    for pid in _pids():
+        fields = _stat(pid)
         if (len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"
-                and (_cmdline(int(entry.name)) or [""])[0].endswith("triton_python_backend_stub")):
-            stubs.append(int(entry.name))
+                and (_cmdline(pid) or [""])[0].endswith("triton_python_backend_stub")):
+            stubs.append(pid)
     return stubs
 
 
@@ -677,8 +672,5 @@ def _alive(pid: int) -> bool:
 
 def _running(pid: int) -> bool:
     """The process exists and is not a zombie (reaps nothing)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
