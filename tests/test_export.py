@@ -283,11 +283,17 @@ def staging_of_an_export_in_flight(repository: Path, name: str) -> tuple[subproc
     return child, folder
 
 
-def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next_export_of_its_name(
-        tmp_path, capsys):
-    child, folder = staging_of_an_export_in_flight(tmp_path, "mlp")
+def staging_of_a_killed_export(repository: Path, name: str) -> Path:
+    """The staging folder an export of ``name`` killed midway (kill -9) left behind."""
+    child, folder = staging_of_an_export_in_flight(repository, name)
     child.kill()
     child.wait()
+    return folder
+
+
+def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next_export_of_its_name(
+        tmp_path, capsys):
+    folder = staging_of_a_killed_export(tmp_path, "mlp")
     assert folder.is_dir(), "kill -9 runs no clean-up"
 
     assert run_cli("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository",
@@ -427,9 +433,7 @@ def refused_flock(fd: int, operation: int) -> None:
 
 def test_a_killed_exports_staging_folder_is_removed_where_an_exclusive_lock_needs_write_access(
         tmp_path, monkeypatch):
-    child, folder = staging_of_an_export_in_flight(tmp_path, "mlp")
-    child.kill()
-    child.wait()
+    folder = staging_of_a_killed_export(tmp_path, "mlp")
     monkeypatch.setattr(fcntl, "flock", nfs_flock)
     notes = staging.clear_dead_stagings(tmp_path, "mlp")
     assert not folder.exists()
@@ -438,9 +442,7 @@ def test_a_killed_exports_staging_folder_is_removed_where_an_exclusive_lock_need
 
 def test_a_staging_folder_whose_lock_the_filesystem_refuses_is_left_and_said_to_be_maybe_running(
         tmp_path, monkeypatch):
-    child, folder = staging_of_an_export_in_flight(tmp_path, "mlp")
-    child.kill()
-    child.wait()
+    folder = staging_of_a_killed_export(tmp_path, "mlp")
     monkeypatch.setattr(fcntl, "flock", refused_flock)
     [note] = staging.clear_dead_stagings(tmp_path, "mlp")
     assert folder.is_dir(), "not proven dead: it may be a running export's"
