@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -222,6 +223,36 @@ def test_a_down_that_has_to_kill_leaves_no_stub_and_no_shared_memory_behind(depl
         client.close()
     _wait_for(lambda: not any(_alive(pid) for pid in stubs), "the stubs to be gone", timeout=5)
     assert not list(SHM.glob(prefix + "*"))
+
+
+def test_leftovers_are_cleared_only_under_the_gone_servers_own_shm_prefix(tmp_path):
+    """A recorded pid the OS has since given to another server: that server's stubs share
+    the process group id, so only a stub whose command line names the gone server's own
+    shared-memory prefix is killed, and only that prefix's regions are removed."""
+    from tritonkit.server import local
+
+    mine, theirs = "tritonkit_8000_0123abcd_", "tritonkit_8000_fedc4321_"
+    # a process whose command line reads as another server's stub: a python-backend stub's
+    # name, the model file, its shared-memory region
+    other = subprocess.Popen(["bash", "-c", 'exec -a "$0" bash -c "sleep 60; true" "$@"',
+                              str(tmp_path / "triton_python_backend_stub"), "model.py",
+                              theirs + "uuid"], start_new_session=True)
+    regions = [local.SHM / (mine + "a-test-region"), local.SHM / (theirs + "a-test-region")]
+    try:
+        for region in regions:
+            region.write_bytes(b"")
+        local._clear_leftovers(other.pid, mine)
+        time.sleep(0.2)
+        assert other.poll() is None, "another server's stub was killed"
+        assert not regions[0].exists() and regions[1].exists()
+        local._clear_leftovers(other.pid, theirs)
+        assert other.wait(timeout=5) == -signal.SIGKILL
+        assert not regions[1].exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(other.pid, signal.SIGKILL)      # its sleep too
+        for region in regions:
+            region.unlink(missing_ok=True)
 
 
 def _stubs() -> list[int]:

@@ -615,26 +615,32 @@ def _stat(pid: int) -> list[str]:
 def _clear_leftovers(pgid: int, prefix: str | None) -> None:
     """What a server that is gone left behind: its python-backend stubs (a server killed or
     crashed leaves them running, in its process group) and their shared-memory regions in
-    /dev/shm (memory, a megabyte or more per model instance, until the host reboots)."""
-    for pid in _group_stubs(pgid):
+    /dev/shm (memory, a megabyte or more per model instance, until the host reboots).
+
+    Only what carries the server's own shm prefix: a recorded pid the OS has since given to
+    another server (whose stubs would share that process group id) is left alone."""
+    if not prefix:
+        return
+    for pid in _stubs_of(pgid, prefix):
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    if prefix:
-        for region in SHM.glob(prefix + "*"):
-            region.unlink(missing_ok=True)
+    for region in SHM.glob(prefix + "*"):
+        region.unlink(missing_ok=True)
 
 
-def _group_stubs(pgid: int) -> list[int]:
-    """The python-backend stubs still running in process group ``pgid`` (a server's: the
-    group outlives it while any stub does, so no other process can take its id)."""
+def _stubs_of(pgid: int, prefix: str) -> list[int]:
+    """The python-backend stubs still running in process group ``pgid`` whose command line
+    names shared memory under ``prefix``: the ones a gone server of that prefix left."""
     stubs = []
     for pid in _pids():
         fields = _stat(pid)
-        if (len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"
-                and (_cmdline(pid) or [""])[0].endswith("triton_python_backend_stub")):
-            stubs.append(pid)
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            argv = _cmdline(pid)
+            if (argv and argv[0].endswith("triton_python_backend_stub")
+                    and any(arg.startswith(prefix) for arg in argv[1:])):
+                stubs.append(pid)
     return stubs
 
 
