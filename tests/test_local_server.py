@@ -269,6 +269,27 @@ def _cmdline_of(pid: int) -> list[str]:
         return []
 
 
+def test_a_server_left_running_by_an_in_process_deploy_raises_no_resource_warning(example_repository):
+    """deploy_local returns with the server running, as it should: its Popen must not be
+    collected with a "subprocess is still running" ResourceWarning (the Python API's
+    users, and this suite, saw one per deploy)."""
+    import gc
+    import warnings
+
+    from tritonkit.deploy import deploy_local, down
+
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", ResourceWarning)
+        deploy_local(example_repository, http_port=0, grpc_port=0, metrics_port=0,
+                     timeout=60, warmup=False)
+        try:
+            gc.collect()
+        finally:
+            down(example_repository)
+    assert not [w for w in warned if "still running" in str(w.message)], \
+        [str(w.message) for w in warned]
+
+
 def test_deploy_binds_to_loopback_and_records_its_state(deployed):
     assert deployed.host == "127.0.0.1"
     for role in ("http", "grpc", "metrics"):

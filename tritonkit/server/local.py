@@ -347,6 +347,7 @@ def start_local(
         _wait_until_ready(proc, deployment, deadline, progress)
         deployment = dataclasses.replace(deployment, status=RUNNING)
         save_deployment(deployment)
+        _LEFT_RUNNING.append(proc)
     except BaseException:
         if proc is not None:
             _terminate(proc.pid, Deadline(min(5.0, settings.exit_timeout_secs)),
@@ -355,6 +356,12 @@ def start_local(
             clear_deployment(repository)
         raise
     return deployment
+
+
+# The servers this process started and left running, as a deploy does: held so that their
+# Popen is never collected while they serve (its __del__ warns "subprocess is still
+# running" about a server meant to outlive the command).
+_LEFT_RUNNING: list[subprocess.Popen] = []
 
 
 def stop_local(deployment: Deployment, timeout: float = 40.0,
