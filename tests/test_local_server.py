@@ -255,6 +255,24 @@ def test_leftovers_are_cleared_only_under_the_gone_servers_own_shm_prefix(tmp_pa
             region.unlink(missing_ok=True)
 
 
+def test_a_deploy_over_a_killed_servers_record_clears_what_it_left_behind(deployed):
+    """A server killed with its stubs (kill -9 of its process group: the OOM killer, a
+    reboot of the container) leaves its regions in /dev/shm and its record; the next deploy
+    replaces the record and removes them."""
+    from tritonkit.server.local import SHM, shm_prefix
+
+    prefix = shm_prefix(deployed.argv)
+    os.killpg(deployed.pid, signal.SIGKILL)
+    _wait_for(lambda: not _alive(deployed.pid), "the server to die")
+    assert list(SHM.glob(prefix + "*"))                   # what the killed stubs left
+    again = _deploy(Path(deployed.repository), "--no-warmup")
+    try:
+        assert not list(SHM.glob(prefix + "*"))
+        assert shm_prefix(again.argv) != prefix
+    finally:
+        run_cli("down", "--repository", deployed.repository)
+
+
 def _stubs() -> list[int]:
     return [int(e.name) for e in Path("/proc").iterdir()
             if e.name.isdigit() and _cmdline_of(int(e.name))[:1] != []

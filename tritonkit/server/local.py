@@ -237,7 +237,8 @@ def _owner(pid: int) -> str:
 def refuse_if_recorded(repository: Path) -> None:
     """A UsageError if ``repository`` has a deployment that a local deploy would replace:
     a live local server, or any compose deployment (its clients hold the secret a new
-    deploy would overwrite). A local server that is gone is only a stale record."""
+    deploy would overwrite). A local server that is gone is only a stale record: what it
+    left behind (a killed server's stubs and shared memory) is cleared before the new one."""
     refuse_if_running(repository)
     if not (state_dir(Path(repository)) / STATE_FILENAME).exists():
         return
@@ -246,6 +247,8 @@ def refuse_if_recorded(repository: Path) -> None:
         raise UsageError(f"a {recorded.target} deployment is recorded for {repository}; a "
                          "local deploy would replace its state and secret",
                          hint=f"stop it first: tritonkit down --repository {repository}")
+    if recorded.pid:
+        _clear_leftovers(recorded.pid, shm_prefix(recorded.argv))
 
 
 @contextmanager
@@ -628,11 +631,17 @@ def _clear_leftovers(pgid: int, prefix: str | None) -> None:
     another server (whose stubs would share that process group id) is left alone."""
     if not prefix:
         return
-    for pid in _stubs_of(pgid, prefix):
+    stubs = _stubs_of(pgid, prefix)
+    for pid in stubs:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    # A SIGKILL lands when the kernel delivers it: a stub still starting could make a region
+    # after the glob below. Gone first (a second at most), then the regions.
+    gone_by = time.monotonic() + 1.0
+    while any(_running(pid) for pid in stubs) and time.monotonic() < gone_by:
+        time.sleep(0.01)
     for region in SHM.glob(prefix + "*"):
         region.unlink(missing_ok=True)
 
