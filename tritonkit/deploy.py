@@ -24,8 +24,8 @@ from tritonkit.server.local import (Deadline, Progress, mirror_dir, refuse_if_re
                                     start_local, stop_local, stop_unrecorded)
 from tritonkit.server.local_repository import build_local_repository
 from tritonkit.server.settings import Ports, load_server_settings
-from tritonkit.server.state import (STATE_FILENAME, Deployment, deploy_lock, load_deployment,
-                                    save_deployment, state_dir)
+from tritonkit.server.state import (Deployment, deploy_lock, is_recorded, load_deployment,
+                                    save_deployment)
 from tritonkit.warmup import load_and_warm
 
 
@@ -153,8 +153,7 @@ def down(repository: Path, *, timeout: float = 40.0, progress: Progress | None =
     With no record, a local server still serving the repository is stopped all the same.
     ``progress`` hears what a stopping local server waits for (Triton drains open client
     connections for up to its exit timeout)."""
-    if not (state_dir(repository) / STATE_FILENAME).exists() and stop_unrecorded(
-            repository, timeout, progress):
+    if not is_recorded(repository) and stop_unrecorded(repository, timeout, progress):
         return True
     deployment = load_deployment(repository)
     if deployment.target == "compose":

@@ -34,9 +34,9 @@ from tritonkit.server.state import (
     RUNNING,
     STARTING,
     STATE_DIRNAME,
-    STATE_FILENAME,
     Deployment,
     clear_deployment,
+    is_recorded,
     load_deployment,
     new_secret,
     save_deployment,
@@ -240,7 +240,7 @@ def refuse_if_recorded(repository: Path) -> None:
     deploy would overwrite). A local server that is gone is only a stale record: what it
     left behind (a killed server's stubs and shared memory) is cleared before the new one."""
     refuse_if_running(repository)
-    if not (state_dir(Path(repository)) / STATE_FILENAME).exists():
+    if not is_recorded(repository):
         return
     recorded = load_deployment(repository)        # a corrupt record is an error too
     if recorded.target != "local":

@@ -98,14 +98,23 @@ def read_secret(repository: Path) -> str:
                          hint="deploy with 'tritonkit deploy' first") from None
 
 
+def _state_file(repository: Path) -> Path:
+    return state_dir(Path(repository)) / STATE_FILENAME
+
+
+def is_recorded(repository: Path) -> bool:
+    """Whether a deployment is recorded in ``repository`` (its server may be gone)."""
+    return _state_file(repository).exists()
+
+
 def save_deployment(deployment: Deployment) -> Path:
-    path = state_dir(Path(deployment.repository)) / STATE_FILENAME
+    path = _state_file(deployment.repository)
     return atomic_write(path, json.dumps(asdict(deployment), indent=2) + "\n")
 
 
 def load_deployment(repository: Path) -> Deployment:
     """The deployment recorded in ``repository``; UsageError if there is none."""
-    path = state_dir(Path(repository)) / STATE_FILENAME
+    path = _state_file(repository)
     if Path(repository).exists() and not Path(repository).is_dir():
         raise UsageError(f"model repository {repository} is not a folder",
                          hint="pass --repository with the folder you deployed")
@@ -136,7 +145,7 @@ def load_deployment(repository: Path) -> Deployment:
 
 
 def clear_deployment(repository: Path) -> None:
-    (state_dir(Path(repository)) / STATE_FILENAME).unlink(missing_ok=True)
+    _state_file(repository).unlink(missing_ok=True)
 
 
 @contextmanager
