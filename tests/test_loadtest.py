@@ -1072,16 +1072,21 @@ def test_open_loop_rates_are_honoured_within_a_few_percent(served):
 @pytest.mark.server
 def test_open_loop_sends_leave_on_time_without_a_core_spinning_for_them(served):
     """Several arrival slots share one process; a send is due every 1.7 ms. The worker
-    sleeps until each, on microsecond timers: yield-spinning through the last millisecond
-    before every send kept it busy 56-65 % of a core here (~15 % asleep), CPU taken from
-    the server it measures."""
-    result = run_loadtest(Endpoint.from_deployment(served),
-                          LoadSpec(model="example", rates=(600.0,), arrivals="constant", duration_s=2,
-                                   warmup_s=0.3, workers=1, max_in_flight=8))
-    level = result.levels[0]
-    assert level.error_count == 0 and level.saturated == 0
-    busy = level.client_cpu_us * 1e-6 * level.achieved_rate        # the share of a core it kept
-    assert busy < 0.3, f"{level.client_cpu_us:.0f} µs of CPU a request: {busy:.0%} of a core"
+    sleeps until each, on microsecond timers. Yield-spinning through the last millisecond
+    before every send costs that millisecond of CPU a request whatever the host: 8-11x
+    the CPU of a closed-loop request here, against 2.6-3.5x asleep. The closed loop on
+    the same server is the yardstick, so a slower host (CI's, or this one on a busy day,
+    at 400 us a request) moves both."""
+    endpoint = Endpoint.from_deployment(served)
+    closed = run_loadtest(endpoint, LoadSpec(model="example", concurrency=(1,), duration_s=1,
+                                             warmup_s=0.3, workers=1)).levels[0]
+    level = run_loadtest(endpoint, LoadSpec(model="example", rates=(600.0,), arrivals="constant",
+                                            duration_s=2, warmup_s=0.3, workers=1,
+                                            max_in_flight=32)).levels[0]
+    assert level.error_count == 0 and level.ok == level.sent > 1000
+    ratio = level.client_cpu_us / closed.client_cpu_us
+    assert ratio < 6, (f"{level.client_cpu_us:.0f} µs of CPU an open-loop request against "
+                       f"{closed.client_cpu_us:.0f} closed: {ratio:.1f}x")
     assert level.send_lag_ms["p50"] < 0.3                # on time: gevent's own sleeps are 1 ms late
 
 
