@@ -10,6 +10,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def _save(model: onnx.ModelProto, model_dir: Path) -> Path:
+    # Stamped as an exporter stamps it, with its opset's IR version: onnx.helper's default is
+    # the package's newest (13 with onnx 1.22), which no Triton image's ONNX Runtime loads.
+    model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
     onnx.checker.check_model(model)
     path = model_dir / "1" / "model.onnx"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -387,11 +388,17 @@ def test_the_python_api_refuses_what_the_cli_flags_would_before_anything_runs(
     assert not (tmp_path / "repo").exists()
 
 
-def test_an_opset_neither_exporter_makes_is_refused_not_swapped_for_another(capsys, repository):
+def test_an_opset_neither_exporter_makes_is_refused_not_swapped_for_another(
+        capsys, repository, tmp_path):
     # The dynamo exporter kept its opset-18 graph when converting it to 30 failed: the
     # export passed, reporting opset 18, a graph the user's runtime was not asked about.
+    # (For a card whose profile does not say what its ONNX Runtime loads: the A10's would
+    # refuse opset 30 before any export.)
+    unsaid = tmp_path / "card.toml"
+    unsaid.write_text("".join(line for line in (ROOT / "configs" / "gpus" / "a10.toml").read_text()
+                              .splitlines(keepends=True) if not line.startswith("onnx_max_")))
     code, line, hint = export_fails(capsys, repository, f"{MLP}:build", "--name", "m",
-                                    "--opset", "30")
+                                    "--opset", "30", "--gpu", str(unsaid))
     assert code == EXIT_ERROR
     assert line == ("error: dynamo exporter: the graph came out at opset 18, its conversion "
                     "to --opset 30 failed")
@@ -494,3 +501,21 @@ def test_a_name_that_cannot_sit_in_a_request_url_is_refused_before_anything_runs
     assert code == 2
     assert "is not a plain folder name" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("gpu, opset, says", [
+    ("p100", "22", "error: --opset 22: ONNX Runtime 1.19.2 in the p100 profile's Triton "
+                   "(nvcr.io/nvidia/tritonserver:24.10-py3) loads opset 21 at most"),
+    (None, "24", "error: --opset 24: ONNX Runtime 1.23.2 in the a10 profile's Triton "
+                 "(nvcr.io/nvidia/tritonserver:25.12-py3) loads opset 23 at most"),
+])
+def test_an_opset_the_cards_onnx_runtime_cannot_load_is_refused_before_the_export(
+        capsys, repository, gpu, opset, says):
+    """Without --gpu the model's config.pbtxt is the A10's: its image must load it. The
+    check costs no export (the encoder's takes a minute on a CPU)."""
+    started = time.monotonic()
+    code, line, hint = export_fails(capsys, repository, f"{MLP}:build", "--name", "m",
+                                    "--opset", opset, *(("--gpu", gpu) if gpu else ()))
+    assert code == EXIT_USAGE and line == says
+    assert hint == f"hint: use --opset {21 if gpu else 23} or lower"
+    assert time.monotonic() - started < 5

@@ -323,6 +323,61 @@ def test_axes_with_different_names_are_warmed_at_their_own_lengths(tmp_path):
     assert {pair for pair in warm.values()} == {((4,), (50,)), ((8,), (100,)), ((12,), (150,))}
 
 
+def _stamped(repo: Path, opset: int, ir_version: int, **report) -> None:
+    """The mlp model stamped with another opset and IR version (what an exporter asked for
+    ``--opset`` writes), its export report after it."""
+    import onnx
+
+    path = repo / "mlp" / "1" / "model.onnx"
+    model = onnx.load(str(path))
+    model.opset_import[0].version, model.ir_version = opset, ir_version
+    onnx.save(model, str(path))
+    _export_report(repo / "mlp", 32, {"INPUT__0": [4, 16]}, **report)
+
+
+def test_a_card_whose_onnx_runtime_cannot_load_the_model_gets_no_config_saying_why(
+        mlp_repo, tmp_path_factory):
+    """Triton 24.10, the P100's image, runs ONNX Runtime 1.19.2: an opset-22 model fails
+    its load on the card ("official support for domain ai.onnx is till opset 21"), while
+    the embedded server here, on this machine's newer ONNX Runtime, serves it."""
+    _stamped(mlp_repo, opset=22, ir_version=10)
+    configured = configure(mlp_repo, "mlp", force=True)          # the A10's 1.23.2 takes 23
+    assert configured.skipped == {"p100": (
+        "model 'mlp' is ONNX opset 22, IR version 10: ONNX Runtime 1.19.2 in the p100 "
+        "profile's Triton (nvcr.io/nvidia/tritonserver:24.10-py3) loads opset 21 at most")}
+    assert sorted(p.name for p in configured.written) == ["a10.pbtxt", "config.pbtxt"]
+    with pytest.raises(UsageError, match="loads opset 21 at most") as refused:
+        configure(mlp_repo, "mlp", gpu="p100", force=True)
+    assert refused.value.hint.startswith("re-export it with --opset 21 or lower")
+    out = tmp_path_factory.mktemp("deploy") / "docker"
+    code = run_cli("deploy", "--target", "compose", "--repository", str(mlp_repo), "--gpu", "p100",
+                   "--out", str(out), "--no-up")
+    assert code == 2 and not out.exists()         # no config for it: nothing written
+
+
+@pytest.mark.parametrize("opset, ir_version, refused", [
+    (21, 11, {"p100": "IR version 10 at most"}),            # onnx >= 1.18 stamps 11 at opset 23
+    (24, 12, {"p100": "opset 21 and IR version 10 at most", "a10": "opset 23 and IR version 11 at most"}),
+    (18, 10, {}),                                             # tritonkit export's default
+])
+def test_each_card_is_checked_for_the_opset_and_the_ir_version(mlp_repo, opset, ir_version, refused):
+    _stamped(mlp_repo, opset, ir_version)
+    for gpu in ("a10", "p100"):
+        if gpu in refused:
+            with pytest.raises(UsageError, match=refused[gpu] + "$"):
+                configure(mlp_repo, "mlp", gpu=gpu, force=True)
+        else:
+            configure(mlp_repo, "mlp", gpu=gpu, force=True)
+            assert read_config(mlp_repo / "mlp" / "config.pbtxt").platform == "onnxruntime_onnx"
+
+
+def test_a_card_served_from_a_tensorrt_plan_is_not_held_to_onnx_runtime(mlp_repo):
+    _stamped(mlp_repo, opset=24, ir_version=12, plans={"8.6": "model.a10.plan"})
+    configured = configure(mlp_repo, "mlp", gpu="a10", force=True)
+    assert read_config(mlp_repo / "mlp" / "config.pbtxt").platform == "tensorrt_plan"
+    assert "opset 21" in configured.skipped["p100"]           # the P100 has no plan: ONNX Runtime
+
+
 def test_a_profile_the_model_does_not_fit_is_left_out_not_a_failure(mlp_repo, monkeypatch):
     import tritonkit.model_config as model_config
 

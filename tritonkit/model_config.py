@@ -60,6 +60,8 @@ class GraphSpec:
     lengths: dict[str, list[int]] = field(default_factory=dict)
     lengths_source: str = ""      # "verified", "example" or "default" (see warmup_lengths)
     digest: str = ""              # sha256 of the model file (keys ONNX Runtime's engine cache)
+    opset: int = 0                # the ai.onnx opset, and the IR version, the file is stamped with
+    ir_version: int = 0
 
 
 def triton_data_type(elem_type: int) -> str:
@@ -95,9 +97,10 @@ def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
     weight_bytes = sum(_tensor_bytes(init) for init in graph.initializer)
     labels = _axis_labels(graph, initializers)
     lengths, source = warmup_lengths(report or {}, labels)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     return GraphSpec(inputs, outputs, weight_bytes,
                      _activation_bytes_per_sample(model, labels, lengths), labels, lengths, source,
-                     _digest(onnx_path, report or {}))
+                     _digest(onnx_path, report or {}), opset, model.ir_version)
 
 
 def _digest(onnx_path: Path, report: dict) -> str:
@@ -236,6 +239,19 @@ class Tuning:
     notes: tuple[str, ...]
 
 
+def _refuse_unloadable(name: str, graph: GraphSpec, profile: GpuProfile) -> None:
+    """A UsageError if the ONNX Runtime in the profile's Triton cannot load the model:
+    Triton would fail its load on the card, long after this config was written."""
+    why = profile.onnx_refusal(graph.opset, graph.ir_version)
+    if why is None:
+        return
+    newest = profile.stack.onnx_max_opset
+    raise UsageError(
+        f"model '{name}' is ONNX opset {graph.opset}, IR version {graph.ir_version}: {why}",
+        hint=(f"re-export it with --opset {newest} or lower (the exporter stamps the IR "
+              "version from the opset)" if newest else "re-export it with a lower --opset"))
+
+
 def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
                  max_batch_size: int, plans: dict | None = None) -> tuple[mc.ModelConfig, Tuning]:
     """The production ModelConfig for ``profile`` and the reasons for its choices."""
@@ -252,6 +268,7 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
     else:
         config.platform = "onnxruntime_onnx"
         config.default_model_filename = ONNX_FILENAME
+        _refuse_unloadable(name, graph, profile)
         if plans and not profile.stack.tensorrt_plans:
             notes.append("TensorRT plans exist but this card cannot run TensorRT >= 10: "
                          "served by ONNX Runtime")

@@ -63,6 +63,12 @@ class Stack:
     # Requirements"); below it only NGC's forward-compatible branches run the image. Unset:
     # min_driver.
     image_driver: int | None = None
+    # The ONNX Runtime inside triton_image (Triton's compatibility matrix) and the newest
+    # ONNX it loads: a model past either fails to load on the card, and nothing here would
+    # say so (the embedded server runs this machine's onnxruntime). Unset: unchecked.
+    onnxruntime_server: str | None = None
+    onnx_max_opset: int | None = None
+    onnx_max_ir_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,23 @@ class GpuProfile:
     def supports(self, precision: str) -> bool:
         return {"fp32": True, "fp16": self.compute.fp16, "bf16": self.compute.bf16,
                 "int8": self.compute.int8}[precision]
+
+    def onnx_refusal(self, opset: int, ir_version: int | None = None) -> str | None:
+        """Why the ONNX Runtime in this profile's Triton image cannot load a model of
+        ``opset`` (and ``ir_version``), or None when it can (or the profile does not say)."""
+        stack = self.stack
+        past = []
+        if stack.onnx_max_opset is not None and opset > stack.onnx_max_opset:
+            past.append(f"opset {stack.onnx_max_opset}")
+        if ir_version and stack.onnx_max_ir_version is not None and \
+                ir_version > stack.onnx_max_ir_version:
+            past.append(f"IR version {stack.onnx_max_ir_version}")
+        if not past:
+            return None
+        runtime = f"ONNX Runtime {stack.onnxruntime_server}" if stack.onnxruntime_server \
+            else "the ONNX Runtime"
+        return (f"{runtime} in the {self.name} profile's Triton ({stack.triton_image}) loads "
+                f"{' and '.join(past)} at most")
 
     def server_settings(self, base: ServerSettings) -> ServerSettings:
         """Server settings for this card: Triton must not ignore it (>= 2.52 defaults to 7.5)."""

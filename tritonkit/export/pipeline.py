@@ -116,6 +116,8 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
             raise UsageError("--format tensorrt needs --gpu: a plan is built for one GPU",
                              hint="add --gpu a10 (or another profile in configs/gpus/)")
         tensorrt.refuse_unsupported(profile)
+    else:
+        _refuse_unloadable_opset(profile or load_profile(DEFAULT_GPU), options.opset)
 
     repository = Path(options.repository)
     # Before the overwrite check: a killed export may have left the model it was replacing
@@ -130,6 +132,15 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
             exc.add_note(note)
         raise
     return dataclasses.replace(result, notes=cleared + result.notes)
+
+
+def _refuse_unloadable_opset(served: GpuProfile, opset: int) -> None:
+    """Before minutes of export and verification: the card its config.pbtxt is for could
+    not load the model (other cards' configs are left out, each with the reason)."""
+    why = served.onnx_refusal(opset)
+    if why:
+        raise UsageError(f"--opset {opset}: {why}",
+                         hint=f"use --opset {served.stack.onnx_max_opset} or lower")
 
 
 def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: ExportOptions,
