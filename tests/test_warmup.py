@@ -257,7 +257,9 @@ def test_warmup_on_a_warm_server_is_quick_harmless_and_writes_json(warm_server, 
     records = json.loads(out.read_text())["models"]
     assert [r["model"] for r in records] == ["example", "pipeline"]   # steps first
     assert all(r["steady"] and r["load_s"] is None for r in records)  # nothing reloaded
-    assert all(r["first_ms"] < 10 * r["steady_p50_ms"] for r in records)  # it was warm
+    # it was warm: a cold first request here is 53-58x p50, a warm one 1.1-3.4x, 10.5x once
+    # on a busy CI host
+    assert all(r["first_ms"] < 20 * r["steady_p50_ms"] for r in records)
     # ... so its first request is no cold start, and no cold-start ratio is claimed
     assert all(r["cold"] is False and r["ratio"] is None for r in records)
     table = capsys.readouterr().out
@@ -938,6 +940,46 @@ def test_every_version_a_model_serves_is_warmed_not_only_the_latest(tmp_path):
         client.close()
     finally:
         run_cli("down", "--repository", repo)
+
+
+@pytest.mark.server
+def test_a_recorded_local_server_that_dies_mid_warmup_and_is_not_restarted_fails_after_the_grace(
+        tmp_path, monkeypatch):
+    """An out-of-memory kill on the first big batch, say: the warm-up waited out its whole
+    timeout (120 s by default) for a restart that nothing was going to make, then said
+    only that no server answered."""
+    import tritonkit.warmup._record as record
+    from tritonkit.errors import ServerError
+
+    monkeypatch.setattr(record, "RESTART_GRACE_S", 1.0)
+    repo = tmp_path / "repo"
+    _python_model(repo, "slow", ECHO_CONFIG + "dynamic_batching { }\n", SLOW_MODEL)
+    first = _deploy(repo, "--no-warmup")
+    outcome: dict = {}
+
+    def warm() -> None:
+        try:   # 4 shapes x 80 requests x 20 ms: about 6 s, so the kill lands in the middle
+            outcome["results"] = warm_up(repo, timeout=60, rule=SteadyRule(window=40, tolerance=1.0))
+        except Exception as exc:  # handed to the test thread
+            outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=warm)
+    try:
+        thread.start()
+        time.sleep(1.0)
+        os.killpg(first.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        thread.join(timeout=60)
+    finally:
+        run_cli("down", "--repository", repo)
+    error = outcome.get("error")
+    assert isinstance(error, ServerError), outcome
+    assert outcome["ended"] - killed < 5                  # the grace and a poll, not the timeout
+    assert error.message.startswith(
+        f"the local server recorded in {repo.resolve()} (pid {first.pid}) stopped during the "
+        "warm-up and no deploy replaced it within 1 s: its log ends with no shutdown (killed")
+    assert error.hint.startswith(f"start it again: tritonkit deploy --repository {repo.resolve()}")
 
 
 @pytest.mark.server

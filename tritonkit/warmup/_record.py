@@ -1,15 +1,23 @@
 """What a local deployment's record says before its server is asked anything: a server
 that is gone (nothing restarts a local server by itself, so waiting for it only runs out
 the timeout), or one started on the repository at the place it had before it was moved
-(every load would read a folder that is no longer there)."""
+(every load would read a folder that is no longer there); and, during the warm-up, when
+its server is gone for good rather than restarting."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Callable
 
-from tritonkit.errors import ServerError
+from tritonkit.errors import ServerError, UsageError
 from tritonkit.server.local import how_it_ended, is_our_server, mirror_dir, repository_of_mirror
-from tritonkit.server.state import Deployment
+from tritonkit.server.state import Deployment, load_deployment
+
+#: How long a recorded local server may be gone with no deploy recording another before
+#: the warm-up stops waiting for one (a deploy records its server within a second or two
+#: of starting; a supervisor's restart delay is seconds).
+RESTART_GRACE_S = 10.0
 
 
 def refuse_gone_local_server(deployment: Deployment) -> None:
@@ -41,3 +49,43 @@ def refuse_moved_repository(deployment: Deployment) -> None:
         "(it was moved after its deploy)",
         hint=f"restart it from here: tritonkit down --repository {here}, then tritonkit "
              f"deploy --repository {here}")
+
+
+class GoneForGood:
+    """``server_exited`` for the warm-up of a recorded local server: None while the
+    recorded server runs, or while a restart may be under way (a deploy that replaced the
+    record is followed, and watched in turn); a ServerError once the server has been gone
+    ``grace_s`` with the record still naming it, or none. Without it a server that died
+    in the middle (an out-of-memory kill on the first big batch, say) ran the warm-up's
+    whole timeout out, 120 s by default, saying only that no server answered."""
+
+    def __init__(self, deployment: Deployment, grace_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.deployment = deployment
+        self.grace_s = RESTART_GRACE_S if grace_s is None else grace_s
+        self.clock = clock
+        self.gone_since: float | None = None
+
+    def __call__(self) -> ServerError | None:
+        if self.deployment.target != "local" or is_our_server(self.deployment):
+            self.gone_since = None
+            return None
+        try:
+            recorded = load_deployment(Path(self.deployment.repository))
+        except UsageError:
+            recorded = None                     # a down cleared it: a deploy may follow
+        if recorded is not None and recorded.pid != self.deployment.pid:
+            self.deployment, self.gone_since = recorded, None     # restarted: watch the new one
+            return None
+        now = self.clock()
+        if self.gone_since is None:
+            self.gone_since = now
+        if now - self.gone_since < self.grace_s:
+            return None
+        repository = self.deployment.repository
+        return ServerError(
+            f"the local server recorded in {repository} (pid {self.deployment.pid}) stopped "
+            f"during the warm-up and no deploy replaced it within {self.grace_s:g} s: "
+            f"{how_it_ended(self.deployment)}",
+            hint=f"start it again: tritonkit deploy --repository {repository}; its log: "
+                 f"{self.deployment.log_path}")

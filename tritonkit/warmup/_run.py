@@ -14,7 +14,7 @@ from tritonkit.server.state import load_deployment
 from tritonkit.warmup._config import ensemble_steps, file_config, load_order
 from tritonkit.warmup._errors import LoadFailed, ServerGone
 from tritonkit.warmup._model import warm_model
-from tritonkit.warmup._record import refuse_gone_local_server, refuse_moved_repository
+from tritonkit.warmup._record import GoneForGood, refuse_gone_local_server, refuse_moved_repository
 from tritonkit.warmup._results import ModelWarmup, SteadyRule
 from tritonkit.warmup._server import (
     http_client,
@@ -151,7 +151,8 @@ def warm_up(repository: Path | None = None, url: str | None = None,
     its own). With a deployment, a restart in the middle is followed to its new state
     (ports, secret) and the ensembles' steps are read from the folder the server serves;
     a local one whose server is already gone when this starts, or that serves the
-    repository from where it was before a move, fails at once."""
+    repository from where it was before a move, fails at once, and one whose server
+    stops in the middle fails once no deploy has replaced it for ``RESTART_GRACE_S``."""
     deadline = Deadline(timeout)
     endpoint = resolve_endpoint(repository=repository, url=url, grpc_url=grpc_url,
                                 secret=secret)
@@ -167,6 +168,8 @@ def warm_up(repository: Path | None = None, url: str | None = None,
             if url is None:                 # before any load is sent, --reload or not
                 refuse_gone_local_server(deployment)
                 refuse_moved_repository(deployment)
+                if deployment.target == "local":
+                    options.setdefault("server_exited", GoneForGood(deployment))
             config_dir = Path(deployment.extra.get("served_repository") or deployment.repository)
             # The deployment's own models, not whatever else its repository folder holds.
             models = models or (deployment.models if url is None else None)
