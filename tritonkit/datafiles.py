@@ -28,15 +28,17 @@ CONFIGS_ENV = "TRITONKIT_CONFIGS"
 
 
 def configs_dir() -> Path:
-    """The folder that holds ``server.toml`` and ``gpus/``.
+    """The folder that holds ``server.toml``, ``alerts.toml`` and ``gpus/``.
 
     ``$TRITONKIT_CONFIGS`` wins; otherwise the ``configs/`` folder of the checkout
-    tritonkit runs from.
+    tritonkit runs from, or, installed from a wheel, the copy inside the package.
     """
     override = os.environ.get(CONFIGS_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent.parent / "configs"
+    package = Path(__file__).resolve().parent
+    installed = package / "configs"
+    return installed if installed.is_dir() else package.parent / "configs"
 
 
 def load_toml(path: Path) -> dict[str, Any]:
