@@ -239,15 +239,20 @@ def test_force_names_the_versions_and_files_the_replaced_folder_had_and_the_new_
         shutil.copytree(old / "1", old / version)
     (old / "configs" / "h100.pbtxt").write_text("# written by hand\n")
     (old / "labels.txt").write_text("cat\ndog\n")
+    # instances tuned by hand in the A10's config; the P100's left as tritonkit wrote it
+    tuned = (old / "configs" / "a10.pbtxt").read_text().replace("count: 2", "count: 3")
+    (old / "configs" / "a10.pbtxt").write_text(tuned)
     capsys.readouterr()
 
     assert run_cli(*args, "--force") == 0
     said = "".join(capsys.readouterr().out.split())     # long paths wrap mid-word
     assert "".join(f"replaced {old}: removed versions 2, 7 and configs/h100.pbtxt, labels.txt, "
-                   "which the new export does not have".split()) in said
+                   "which the new export does not have; replaced configs/a10.pbtxt (edited since "
+                   "tritonkit wrote it) with the new export's".split()) in said
     assert sorted(p.name for p in old.iterdir() if p.name.isdigit()) == ["1"]
-    assert report_of(old)["replaced"] == {"removed_versions": ["2", "7"],
-                                          "removed_files": ["configs/h100.pbtxt", "labels.txt"]}
+    assert report_of(old)["replaced"] == {
+        "removed_versions": ["2", "7"], "removed_files": ["configs/h100.pbtxt", "labels.txt"],
+        "edited_configs": {"configs/a10.pbtxt": "edited since tritonkit wrote it"}}
 
 
 def test_an_export_that_replaces_nothing_records_no_replacement(tmp_path):

@@ -323,6 +323,22 @@ def test_axes_with_different_names_are_warmed_at_their_own_lengths(tmp_path):
     assert {pair for pair in warm.values()} == {((4,), (50,)), ((8,), (100,)), ((12,), (150,))}
 
 
+def test_force_names_each_config_it_replaces_that_was_tuned_or_written_by_hand(mlp_repo, capsys):
+    """--force is consent to replace, not to lose a hand-tuned config without a word."""
+    configure(mlp_repo, "mlp", gpu="a10")
+    model = mlp_repo / "mlp"
+    (model / "config.pbtxt").write_text((model / "config.pbtxt").read_text()
+                                        .replace("count: 2", "count: 4"))
+    (model / "configs" / "p100.pbtxt").write_text('name: "mlp"\nmax_batch_size: 8\n')
+    assert run_cli("config", "mlp", "--repository", str(mlp_repo), "--gpu", "a10", "--force") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "replaced config.pbtxt: edited since tritonkit wrote it" in out
+    assert "replaced configs/p100.pbtxt: not written by tritonkit" in out
+    assert "configs/a10.pbtxt:" not in out                 # as tritonkit wrote it: nothing to say
+    configured = configure(mlp_repo, "mlp", gpu="a10", force=True)   # all as written now
+    assert not [n for n in configured.notes if n.startswith("replaced")]
+
+
 def _stamped(repo: Path, opset: int, ir_version: int, **report) -> None:
     """The mlp model stamped with another opset and IR version (what an exporter asked for
     ``--opset`` writes), its export report after it."""

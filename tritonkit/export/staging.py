@@ -29,10 +29,13 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from tritonkit.model_config import edited_by_hand
+
 OWNER_LOCK = "owner.lock"
 #: Where a replaced model folder waits inside the staging folder until the new one is in.
 PREVIOUS = ".previous"
 _SHOWN = 5      # removed files named in the one-line note; the report lists them all
+_CONFIG = re.compile(r"config\.pbtxt|configs/[^/]+\.pbtxt")
 
 
 class OwnedStaging(NamedTuple):
@@ -146,7 +149,8 @@ def _clear_dead(folder: Path, target: Path) -> list[str]:
 
 def replaced_record(old: Path, new: Path) -> dict | None:
     """What moving ``new`` into ``old``'s place removes: the version folders and the files
-    (relative paths) ``old`` has and ``new`` has not; None if there is no ``old``."""
+    (relative paths) ``old`` has and ``new`` has not, and the configs both have that were
+    edited by hand in ``old`` (path -> why); None if there is no ``old``."""
     if not old.exists():
         return None
     if old.is_symlink():
@@ -158,7 +162,9 @@ def replaced_record(old: Path, new: Path) -> dict | None:
     tops = {p.split("/")[0] for p in gone} - {p.split("/")[0] for p in kept}
     versions = sorted((top for top in tops if top.isdigit() and (old / top).is_dir()), key=int)
     files = [p for p in gone if p.split("/")[0] not in versions]
-    return {"removed_versions": versions, "removed_files": files}
+    edited = {p: why for p in sorted(kept & _entries(old)) if _CONFIG.fullmatch(p)
+              and (why := edited_by_hand(old / p))}
+    return {"removed_versions": versions, "removed_files": files, "edited_configs": edited}
 
 
 def _entries(folder: Path) -> set[str]:
@@ -180,13 +186,19 @@ def replaced_line(target: Path, record: dict) -> str:
     if record.get("file"):
         return f"replaced the file {target}"
     versions, files = record["removed_versions"], record["removed_files"]
+    edited = record.get("edited_configs") or {}
     removed = []
     if versions:
         removed.append(f"version{'s' if len(versions) > 1 else ''} {', '.join(versions)}")
     if files:
         more = f" and {len(files) - _SHOWN} more" if len(files) > _SHOWN else ""
         removed.append(f"{', '.join(files[:_SHOWN])}{more}")
-    if not removed:
+    said = []
+    if removed:
+        said.append(f"removed {' and '.join(removed)}, which the new export does not have")
+    if edited:
+        said.append("replaced " + ", ".join(f"{path} ({why})" for path, why in edited.items())
+                    + " with the new export's")
+    if not said:
         return f"replaced {target}"
-    return (f"replaced {target}: removed {' and '.join(removed)}, which the new export does "
-            "not have (replaced in export-report.json)")
+    return f"replaced {target}: {'; '.join(said)} (replaced in export-report.json)"
