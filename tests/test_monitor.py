@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import http.client
 import signal
 import subprocess
 import sys
@@ -239,7 +240,7 @@ def test_a_server_watched_from_another_gpu_host_shows_the_servers_gpus(monkeypat
 def test_without_a_driver_here_the_servers_gpu_gauges_are_recorded_and_diagnosed(
         monkeypatch, tmp_path, capsys):
     no_driver = _fake_pynvml()
-    no_driver.nvmlInit = lambda: (_ for _ in ()).throw(_FakeNvmlError("Driver Not Loaded"))
+    no_driver.nvmlInit = _raising("DRIVER_NOT_LOADED")
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: no_driver)
     _scraping(monkeypatch, A100_SERVER)
     recording = tmp_path / "remote.csv"
@@ -399,26 +400,88 @@ def test_a_wrong_metrics_address_is_named(capsys, tmp_path):
     assert f"http://127.0.0.1:{port}/metrics did not answer" in capsys.readouterr().err
 
 
+class _Answer:
+    """What urlopen returns: a response whose body is ``text``, or whose read fails with
+    ``error`` (the server going away mid-response)."""
+
+    def __init__(self, text: str = "", error: Exception | None = None) -> None:
+        self.text, self.error = text, error
+
+    def __enter__(self): return self
+    def __exit__(self, *exc): pass
+
+    def read(self) -> bytes:
+        if self.error:
+            raise self.error
+        return self.text.encode()
+
+
+def _answering(monkeypatch, *answers) -> None:
+    """urlopen answering each scrape in turn: an _Answer, or an exception it raises."""
+    queue = iter(answers)
+
+    def urlopen(url, timeout):
+        answer = next(queue)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr("urllib.request.urlopen", urlopen)
+
+
+@pytest.mark.parametrize("cut", [
+    _Answer(error=http.client.IncompleteRead(b"# TYPE nv_inference_count counter\n", 900)),
+    http.client.BadStatusLine(""),
+    http.client.RemoteDisconnected("Remote end closed connection without response")],
+    ids=["IncompleteRead", "BadStatusLine", "RemoteDisconnected"])
+def test_a_server_restarting_mid_response_is_a_scrape_that_failed(monkeypatch, cut):
+    from tritonkit.monitor.triton_metrics import scrape
+
+    _answering(monkeypatch, cut)
+    with pytest.raises(ServerError, match="http://h:8002/metrics did not answer"):
+        scrape("http://h:8002/metrics", at=0)
+
+
+def test_a_recording_goes_on_through_a_scrape_cut_off_mid_response(monkeypatch, capsys):
+    cut = http.client.IncompleteRead(b"# TYPE nv_inference_count counter\n", 900)
+    _answering(monkeypatch, _Answer(TRITON_2_51_METRICS), _Answer(error=cut),
+               _Answer(TRITON_2_51_METRICS))
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.05",
+                   "--duration", "0.1") == 0
+    out = capsys.readouterr()
+    assert "internal error" not in out.err
+    assert "Triton: Triton's metrics endpoint" in out.out and "IncompleteRead" in out.out
+
+
 # --- NVML -------------------------------------------------------------------------------------
 
-class _FakeNvmlError(Exception):
-    pass
+def _nvml_error(name: str) -> Exception:
+    """The error pynvml raises for NVML's NVML_ERROR_<name> (its own class and text)."""
+    import pynvml
+
+    return pynvml.NVMLError(getattr(pynvml, f"NVML_ERROR_{name}"))
+
+
+def _raising(name: str):
+    """An NVML call that fails with NVML_ERROR_<name>."""
+    def call(*_args):
+        raise _nvml_error(name)
+    return call
 
 
 def _fake_pynvml(power_supported: bool = True, clock_events: int = 0) -> SimpleNamespace:
-    """pynvml's surface as a Tesla P100 under load would answer it (no GPU on CI);
-    ``clock_events``: NVML's clocks-event reasons bitmask."""
+    """pynvml's surface as a Tesla P100 under load would answer it (no GPU on CI), raising
+    pynvml's own errors; ``clock_events``: NVML's clocks-event reasons bitmask."""
+    import pynvml
 
     def power(_handle):
         if not power_supported:
-            raise _FakeNvmlError("Not Supported")
+            raise _nvml_error("NOT_SUPPORTED")
         return 187_500  # mW
 
-    def remapped_rows(_handle):
-        raise _FakeNvmlError("Not Supported")      # row remapping is Ampere's; Pascal retires pages
-
     return SimpleNamespace(
-        NVMLError=_FakeNvmlError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
+        NVMLError=pynvml.NVMLError, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
         NVML_PCIE_UTIL_TX_BYTES=0, NVML_PCIE_UTIL_RX_BYTES=1,
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,
         nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
@@ -436,8 +499,15 @@ def _fake_pynvml(power_supported: bool = True, clock_events: int = 0) -> SimpleN
         nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
         nvmlDeviceGetCurrentClocksEventReasons=lambda h: clock_events,
         NVML_FEATURE_ENABLED=1, nvmlDeviceGetRetiredPagesPendingStatus=lambda h: 0,
-        nvmlDeviceGetRemappedRows=remapped_rows, nvmlDeviceGetEccMode=lambda h: [1, 1],
+        # row remapping is Ampere's; Pascal retires pages
+        nvmlDeviceGetRemappedRows=_raising("NOT_SUPPORTED"), nvmlDeviceGetEccMode=lambda h: [1, 1],
     )
+
+
+def _failing_from_now_on(fake: SimpleNamespace, error: str) -> None:
+    """Every per-GPU call of ``fake`` fails with NVML_ERROR_<error> from now on."""
+    for name in [n for n in vars(fake) if n.startswith("nvmlDevice")]:
+        setattr(fake, name, _raising(error))
 
 
 def test_nvml_samples_are_converted_to_mib_watts_and_decimal_mb_per_s():
@@ -471,7 +541,107 @@ def test_clock_event_reasons_are_a_bitmask_of_which_only_slowdowns_count():
 def test_a_reading_the_card_does_not_support_is_empty_not_an_error():
     with Nvml(_fake_pynvml(power_supported=False)) as nvml:
         (gpu,) = nvml.sample()
-    assert gpu.power_w is None and gpu.utilization_pct == 93
+    assert gpu.power_w is None and gpu.utilization_pct == 93 and gpu.error is None
+
+
+@pytest.mark.parametrize("error", ["GPU_IS_LOST", "DRIVER_NOT_LOADED", "RESET_REQUIRED",
+                                   "UNKNOWN"])
+def test_a_gpu_lost_mid_run_is_a_failed_sample_and_one_alert_naming_it(error):
+    fake = _fake_pynvml()
+    with Nvml(fake) as nvml:
+        monitor = Monitor(nvml, None, LIMITS)
+        first = monitor.snapshot()
+        _failing_from_now_on(fake, error)           # it falls off the bus
+        lost, still_lost = monitor.snapshot(), monitor.snapshot()
+    assert first.alerts == [] and first.gpus[0].error is None
+    (gpu,) = lost.gpus
+    assert gpu.error.endswith(f"(NVML_ERROR_{error})") and gpu.utilization_pct is None
+    assert (gpu.index, gpu.name, gpu.uuid) == (0, "Tesla P100-PCIE-16GB", "GPU-abc")  # as it was
+    (alert,) = lost.alerts
+    assert alert.kind == "gpu_lost" and alert.gpu == 0
+    assert f"GPU 0 (Tesla P100-PCIE-16GB) cannot be read: {gpu.error}" in alert.message
+    assert still_lost.alerts == []                  # edge-triggered: once
+    assert [(r.gpu, r.util_pct) for r in lost.rows()] == [(0, None)]
+
+
+def test_a_gpu_lost_before_its_first_sample_is_named_by_the_uuid_it_had_when_opened():
+    """The UUID is how a monitor pairs NVML's GPUs with the server's."""
+    fake = _fake_pynvml()
+    with Nvml(fake) as nvml:
+        _failing_from_now_on(fake, "GPU_IS_LOST")
+        (gpu,) = nvml.sample()
+    assert (gpu.name, gpu.uuid) == ("Tesla P100-PCIE-16GB", "GPU-abc") and gpu.error
+
+
+def test_a_gpu_back_after_a_reset_alerts_again_if_it_is_lost_again():
+    tracker = AlertTracker(LIMITS)
+    lost = GpuSample.failed(0, "NVIDIA A10", "GPU-1", "GPU is lost (NVML_ERROR_GPU_IS_LOST)")
+    fired = [tracker.observe(t, s) for t, s in enumerate([_gpu(), lost, lost, _gpu(), lost])]
+    assert [[a.kind for a in f] for f in fired] == [[], ["gpu_lost"], [], [], ["gpu_lost"]]
+
+
+def test_a_hot_card_lost_and_back_still_hot_is_not_a_second_temperature_alert():
+    tracker = AlertTracker(LIMITS)
+    lost = GpuSample.failed(0, "NVIDIA A10", "GPU-1", "GPU is lost (NVML_ERROR_GPU_IS_LOST)")
+    fired = [tracker.observe(t, s) for t, s in enumerate([_gpu(temp=90), lost, _gpu(temp=90)])]
+    assert [[a.kind for a in f] for f in fired] == [["temperature"], ["gpu_lost"], []]
+
+
+def test_clock_events_on_a_driver_before_r535_are_read_by_their_throttle_name():
+    """nvidia-ml-py has nvmlDeviceGetCurrentClocksEventReasons whatever the driver; a
+    driver before NVML 12.2 (R470, R525: the P100's) lacks the symbol and answers
+    FUNCTION_NOT_FOUND. The throttle call gives the same bits."""
+    import pynvml
+
+    fake, asked = _fake_pynvml(), []
+
+    def events(handle):
+        asked.append(handle)
+        raise _nvml_error("FUNCTION_NOT_FOUND")
+
+    fake.nvmlDeviceGetCurrentClocksEventReasons = events
+    fake.nvmlDeviceGetCurrentClocksThrottleReasons = (
+        lambda h: pynvml.nvmlClocksThrottleReasonHwThermalSlowdown)        # 0x40
+    with Nvml(fake) as nvml:
+        first, second = nvml.sample()[0], nvml.sample()[0]
+    assert first.clock_events == 0x40 and first.slowdowns == ("hw_thermal",)
+    assert second.slowdowns == ("hw_thermal",) and len(asked) == 1      # the choice is kept
+    (alert,) = AlertTracker(LIMITS).observe(0, first)
+    assert alert.kind == "clocks" and "hw_thermal" in alert.message
+
+
+def test_a_gpu_this_process_may_not_use_is_named_and_the_others_are_watched():
+    """nvmlDeviceGetCount_v2 counts GPUs whose handle is NVML_ERROR_NO_PERMISSION."""
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetCount = lambda: 3
+    fake.nvmlDeviceGetHandleByIndex = (
+        lambda i: _raising("NO_PERMISSION")() if i == 1 else f"h{i}")
+    with Nvml(fake) as nvml:
+        assert [g.index for g in nvml.sample()] == [0, 2]
+        assert [g.index for g in nvml.identities()] == [0, 2]
+        assert [str(f) for f in nvml.unreachable] == [
+            "gpu 1: Insufficient Permissions (NVML_ERROR_NO_PERMISSION)"]
+
+
+def test_a_gpu_that_fails_while_identified_is_named_not_raised():
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlDeviceGetCudaComputeCapability = (
+        lambda h: _raising("GPU_IS_LOST")() if h == "h0" else (6, 0))
+    with Nvml(fake) as nvml:
+        assert [g.index for g in nvml.identities()] == [1]
+    assert [str(f) for f in nvml.unreachable] == ["gpu 0: GPU is lost (NVML_ERROR_GPU_IS_LOST)"]
+
+
+def test_when_no_gpu_can_be_reached_each_is_named_in_one_line():
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlDeviceGetHandleByIndex = _raising("NO_PERMISSION")
+    with pytest.raises(GpuUnavailableError) as raised:
+        Nvml(fake).open()
+    assert "gpu 0: Insufficient Permissions" in raised.value.message
+    assert "gpu 1: Insufficient Permissions" in raised.value.message
+    assert "\n" not in raised.value.message and raised.value.hint
 
 
 def test_monitor_with_a_gpu_prints_the_table_and_writes_one_row_per_gpu(monkeypatch, tmp_path,
@@ -492,7 +662,8 @@ def test_monitor_with_a_gpu_prints_the_table_and_writes_one_row_per_gpu(monkeypa
 # --- alerts -----------------------------------------------------------------------------------
 
 LIMITS = AlertThresholds(temperature_c=85, memory_pct=95, low_utilization_pct=60,
-                         low_utilization_minutes=5, idle_utilization_pct=5)
+                         low_utilization_minutes=5, idle_utilization_pct=5,
+                         temperature_hysteresis_c=5, hw_slowdown_samples=3)
 
 
 def _gpu(util=90.0, mem_pct=50.0, temp=60.0) -> GpuSample:
@@ -500,9 +671,25 @@ def _gpu(util=90.0, mem_pct=50.0, temp=60.0) -> GpuSample:
                      1695, 6251, 100.0, 50.0)
 
 
-def test_the_default_thresholds_are_the_field_notes_three_numbers():
-    alerts = load_thresholds().alerts
-    assert (alerts.temperature_c, alerts.memory_pct, alerts.low_utilization_pct) == (85, 95, 60)
+def _kinds(tracker: AlertTracker, samples: list[GpuSample]) -> list[list[str]]:
+    return [[a.kind for a in tracker.observe(t, s)] for t, s in enumerate(samples)]
+
+
+def test_a_thresholds_file_decides_when_alerts_fire(tmp_path):
+    import pynvml
+
+    hw_slowdown = pynvml.nvmlClocksEventReasonHwSlowdown
+    samples = [_gpu(temp=80), replace(_gpu(temp=83), clock_events=hw_slowdown), _gpu(temp=78),
+               _gpu(temp=83)]
+    default = _kinds(AlertTracker(load_thresholds().alerts), samples)
+    text = (ROOT / "configs" / "alerts.toml").read_text()
+    changed = tmp_path / "alerts.toml"
+    changed.write_text(text.replace("temperature_c = 85", "temperature_c = 79")
+                       .replace("temperature_hysteresis_c = 5", "temperature_hysteresis_c = 0")
+                       .replace("hw_slowdown_samples = 3", "hw_slowdown_samples = 1"))
+    assert default == [[], [], [], []]
+    assert _kinds(AlertTracker(load_thresholds(changed).alerts), samples) == [
+        ["temperature"], ["clocks"], [], ["temperature"]]
 
 
 def test_a_hot_card_alerts_once_until_it_cools_down():
@@ -525,6 +712,38 @@ def test_clocks_held_by_heat_or_the_power_brake_alert_once_and_the_power_cap_doe
     assert [[a.kind for a in f] for f in fired] == [[], ["clocks"], [], [], ["clocks"]]
     assert "hw_thermal" in fired[1][0].message and "sw_power_cap" not in fired[1][0].message
     assert "hw_power_brake" in fired[4][0].message
+
+
+def test_a_card_hovering_at_the_threshold_is_one_temperature_alert():
+    tracker = AlertTracker(LIMITS)                  # 85 °C, ending 5 °C below it
+    assert _kinds(tracker, [_gpu(temp=t) for t in (86, 84, 86, 81, 86)]) == [
+        ["temperature"], [], [], [], []]
+    assert _kinds(tracker, [_gpu(temp=t) for t in (79, 86)]) == [[], ["temperature"]]
+
+
+def test_a_moments_hw_slowdown_at_a_clock_change_is_no_alert_a_lasting_one_is():
+    """nvml.h: HwSlowdown "may be also reported during PState or clock change"."""
+    import pynvml
+
+    hw = pynvml.nvmlClocksEventReasonHwSlowdown
+    events = lambda *bits: [replace(_gpu(), clock_events=b) for b in bits]  # noqa: E731
+    assert _kinds(AlertTracker(LIMITS), events(hw, 0, hw, hw, 0)) == [[], [], [], [], []]
+    assert _kinds(AlertTracker(LIMITS), events(hw, hw, hw, hw)) == [[], [], ["clocks"], []]
+    # with heat's own bit it alerts at once
+    thermal = hw | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    assert _kinds(AlertTracker(LIMITS), events(thermal)) == [["clocks"]]
+
+
+def test_a_bad_hysteresis_or_sample_count_is_refused_naming_the_field(tmp_path):
+    text = (ROOT / "configs" / "alerts.toml").read_text()
+    for old, new, field in (("temperature_hysteresis_c = 5", "temperature_hysteresis_c = -1",
+                             "alerts.temperature_hysteresis_c"),
+                            ("hw_slowdown_samples = 3", "hw_slowdown_samples = 0",
+                             "alerts.hw_slowdown_samples")):
+        bad = tmp_path / "alerts.toml"
+        bad.write_text(text.replace(old, new))
+        with pytest.raises(ProfileError, match=field):
+            load_thresholds(bad)
 
 
 def test_memory_above_95_percent_alerts():

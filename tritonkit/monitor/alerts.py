@@ -1,11 +1,16 @@
 """Thresholds (``configs/alerts.toml``) and the alerts ``tritonkit monitor`` raises.
 
 An alert fires when a threshold is crossed and again only after the value has come
-back: a card at 90 °C for an hour is one alert, not 360. Clocks held down by heat or
-by the board's power brake (NVML's clocks-event reasons) alert the same way: each
-request takes longer while they are, a P99 spike no model change explains. Low
-utilization fires only when it has lasted ``low_utilization_minutes`` while the GPU was
-under load; an idle card is not starved.
+back: a card at 90 °C for an hour is one alert, not 360, and one hovering at the
+threshold is one too (a temperature alert ends only ``temperature_hysteresis_c`` below
+it). Clocks held down by heat or by the board's power brake (NVML's clocks-event
+reasons) alert the same way: each request takes longer while they are, a P99 spike no
+model change explains. NVML's HwSlowdown alone alerts only once it has lasted
+``hw_slowdown_samples`` samples: it is also set for a moment at P-state and clock
+changes (nvml.h), and its lasting causes have bits of their own. Low utilization fires
+only when it has lasted ``low_utilization_minutes`` while the GPU was under load; an
+idle card is not starved. A GPU NVML cannot read any more (lost, its driver gone)
+alerts once, ``gpu_lost``, naming NVML's error.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ class AlertThresholds:
     low_utilization_pct: float
     low_utilization_minutes: float
     idle_utilization_pct: float
+    temperature_hysteresis_c: float
+    hw_slowdown_samples: int
 
 
 @dataclass(frozen=True)
@@ -55,13 +62,19 @@ def load_thresholds(path: Path | None = None) -> Thresholds:
     if not 0 < thresholds.walls.pcie_link_fraction <= 1:
         raise ProfileError(f"{path}: field 'walls.pcie_link_fraction' must be in (0, 1]",
                            hint="e.g. 0.8 (80 % of the link)")
+    if thresholds.alerts.temperature_hysteresis_c < 0:
+        raise ProfileError(f"{path}: field 'alerts.temperature_hysteresis_c' must be 0 or more",
+                           hint="e.g. 5 (°C below temperature_c before the alert ends)")
+    if thresholds.alerts.hw_slowdown_samples < 1:
+        raise ProfileError(f"{path}: field 'alerts.hw_slowdown_samples' must be 1 or more",
+                           hint="e.g. 3 (1 alerts on the first sample that shows it)")
     return thresholds
 
 
 @dataclass(frozen=True)
 class Alert:
     gpu: int
-    kind: str            # "temperature" | "memory" | "clocks" | "low_utilization"
+    kind: str        # "temperature" | "memory" | "clocks" | "low_utilization" | "gpu_lost"
     message: str
 
 
@@ -72,6 +85,7 @@ class AlertTracker:
         self.thresholds = thresholds
         self._active: set[tuple[int, str]] = set()
         self._starved_since: dict[int, float] = {}
+        self._hw_slowdown_run: dict[int, int] = {}      # consecutive samples showing it
 
     def under_load(self, sample: GpuSample, triton_inferences: float | None) -> bool:
         """Triton ran inferences (or, where it does not count them, requests) since the last
@@ -84,9 +98,20 @@ class AlertTracker:
                 triton_inferences: float | None = None) -> list[Alert]:
         t = self.thresholds
         fired = []
+        # A failed sample has no readings: the other alerts keep their state through it.
+        if self._crossed(sample.index, "gpu_lost", sample.error is not None):
+            fired.append(Alert(sample.index, "gpu_lost",
+                               f"GPU {sample.index} ({sample.name or sample.uuid}) cannot be "
+                               f"read: {sample.error}: it fell off the bus or its driver "
+                               "failed; check dmesg for Xid errors and nvidia-smi, then "
+                               "reset the GPU (nvidia-smi -r) or reboot"))
+        if sample.error is not None:
+            return fired
         temperature = sample.temperature_c
         if self._crossed(sample.index, "temperature",
-                         temperature is not None and temperature > t.temperature_c):
+                         temperature is not None and temperature > t.temperature_c,
+                         clear=temperature is not None
+                         and temperature < t.temperature_c - t.temperature_hysteresis_c):
             fired.append(Alert(sample.index, "temperature",
                                f"GPU {sample.index} at {temperature:.0f} °C (> {t.temperature_c:g} °C):"
                                " check cooling and fan/airflow, or the load"))
@@ -96,7 +121,10 @@ class AlertTracker:
                                f"GPU {sample.index} memory {memory:.1f} % full (> {t.memory_pct:g} %):"
                                " the next larger batch or model will run out of memory"))
         alarming = [r for r in sample.slowdowns if r in ALARMING_SLOWDOWNS]
-        if self._crossed(sample.index, "clocks", bool(alarming)):
+        run = self._hw_slowdown_run.get(sample.index, 0) + 1 if "hw_slowdown" in alarming else 0
+        self._hw_slowdown_run[sample.index] = run
+        lasting = [r for r in alarming if r != "hw_slowdown" or run >= t.hw_slowdown_samples]
+        if self._crossed(sample.index, "clocks", bool(lasting)):
             clock = "" if sample.sm_clock_mhz is None else f" (SM at {sample.sm_clock_mhz:.0f} MHz)"
             fired.append(Alert(sample.index, "clocks",
                                f"GPU {sample.index} clocks held down by {', '.join(alarming)}"
@@ -118,11 +146,13 @@ class AlertTracker:
                                "it is starved; run tritonkit diagnose on the CSV"))
         return fired
 
-    def _crossed(self, gpu: int, kind: str, condition: bool) -> bool:
+    def _crossed(self, gpu: int, kind: str, condition: bool, clear: bool | None = None) -> bool:
+        """Whether ``kind`` fires now: ``condition`` holds and it was not active. It stays
+        active until ``clear`` (by default: until ``condition`` no longer holds)."""
         key = (gpu, kind)
         if condition and key not in self._active:
             self._active.add(key)
             return True
-        if not condition:
+        if (not condition) if clear is None else clear:
             self._active.discard(key)
         return False

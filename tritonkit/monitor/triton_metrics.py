@@ -21,6 +21,7 @@ and batch sizes are unknown.
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field, fields
@@ -264,8 +265,10 @@ def scrape(url: str, at: float, timeout: float = 5.0) -> TritonMetrics:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             text = response.read().decode("utf-8", errors="replace")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
+    # A server restarting mid-response gives http.client's own errors (IncompleteRead,
+    # BadStatusLine): not OSErrors, and urllib lets them through.
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
         raise ServerError(f"Triton's metrics endpoint {url} did not answer ({reason})",
                           hint="check the server is up and that the port is its --metrics-port "
                                "(8002 by default)") from None
