@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -364,6 +365,43 @@ def test_a_folder_an_export_was_killed_setting_up_is_removed_once_locked_and_pas
     assert staging.clear_dead_stagings(tmp_path, "mlp") == [
         f"removed {locked}: the staging folder of an export that was killed"]
     assert unlocked.is_dir() and not locked.exists()
+
+
+def test_a_folder_an_export_was_killed_setting_up_before_its_lock_is_removed_once_old(tmp_path):
+    """Killed in the microseconds before its lock: nothing could tell it from one starting
+    now, so it stayed for ever. Ten minutes on, with no lock file in it held, it is dead."""
+    empty = tmp_path / ".mlp.starting-empty123"          # killed before its lock file
+    pending = tmp_path / ".mlp.starting-pend1234"        # killed before it locked that file
+    held = tmp_path / ".mlp.starting-held1234"           # a stopped export's, holding its lock
+    for folder in (empty, pending, held):
+        folder.mkdir()
+    (pending / ".owner.x1y2").touch()
+    (held / ".owner.z3w4").touch()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(held / ".owner.z3w4")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        young = tmp_path / ".mlp.starting-young123"       # being set up right now
+        young.mkdir()
+        hour_ago = time.time() - 3600
+        for folder in (empty, pending, held):
+            os.utime(folder, (hour_ago, hour_ago))
+        notes = staging.clear_dead_stagings(tmp_path, "mlp")
+        assert sorted(notes) == sorted(f"removed {f}: the staging folder of an export that was killed"
+                                       for f in (empty, pending))
+        assert held.is_dir() and young.is_dir()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
 
 
 def test_a_staging_folder_without_owner_lock_is_left_with_a_note_that_never_calls_it_dead(

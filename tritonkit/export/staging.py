@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
@@ -35,6 +36,7 @@ OWNER_LOCK = "owner.lock"
 #: Where a replaced model folder waits inside the staging folder until the new one is in.
 PREVIOUS = ".previous"
 _SHOWN = 5      # removed files named in the one-line note; the report lists them all
+STARTING_GRACE_S = 600.0
 _CONFIG = re.compile(r"config\.pbtxt|configs/[^/]+\.pbtxt")
 
 
@@ -105,6 +107,8 @@ def clear_dead_stagings(repository: Path, name: str) -> list[str]:
                 notes.append(_left(folder, repository, name,
                                    f"it has no {OWNER_LOCK} (an older tritonkit's export, or "
                                    "one on a filesystem that refused to lock it)"))
+            elif _abandoned_start(folder):
+                notes += _clear_dead(folder, repository / name)
             continue
         except OSError as exc:
             notes.append(_left(folder, repository, name,
@@ -124,6 +128,31 @@ def clear_dead_stagings(repository: Path, name: str) -> list[str]:
         finally:
             os.close(fd)
     return notes
+
+
+def _abandoned_start(folder: Path) -> bool:
+    """A folder still named as starting, with no owner.lock, is one being set up (for
+    microseconds) or one whose export was killed in those microseconds, which nothing
+    else would ever remove. Dead when it is old (STARTING_GRACE_S, generous for the
+    clocks of a network filesystem) and no lock file inside it is held."""
+    try:
+        if time.time() - folder.stat().st_mtime < STARTING_GRACE_S:
+            return False
+        pending = [entry for entry in folder.iterdir() if entry.name.startswith(".owner.")]
+    except OSError:
+        return False
+    for entry in pending:
+        try:
+            fd = os.open(entry, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:                         # held (a stopped process?), or untestable
+            return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def _left(folder: Path, repository: Path, name: str, why: str) -> str:
