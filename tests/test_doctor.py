@@ -9,7 +9,8 @@ import subprocess
 
 from tests.conftest import run_cli
 from tritonkit.monitor.doctor import (DockerFacts, HostFacts, PortFact, check_host,
-                                      check_repository, gather_host_facts, image_needs,
+                                      check_repository, checks_to_json, gather_host_facts,
+                                      image_needs, image_releases_path, load_image_releases,
                                       run_doctor)
 from tritonkit.monitor.nvml import GpuIdentity
 from tritonkit.profiles import load_profile
@@ -108,8 +109,8 @@ def test_a_driver_that_passes_still_passes_after_an_upgrade_within_its_branch_or
     """530.30 and 555.42 passed where 525.60 and 535.54 failed: a branch NGC does not list
     passed from its first release whenever it was at least CUDA 12's 525."""
     cases = [(load_profile("p100"), None, 560), (load_profile("a10"), None, 580),
-             # another tag: its CUDA major's minimum (R525 from the release NGC lists)
-             (load_profile("p100"), "nvcr.io/nvidia/tritonserver:24.04-py3", 525)]
+             # another tag: its own requirement (24.04's release notes: 545, R545 from 545.23)
+             (load_profile("p100"), "nvcr.io/nvidia/tritonserver:24.04-py3", 545)]
     for profile, image, requirement in cases:
         verdicts = {d: _driver_ok(d, profile, image) for d in DRIVERS}
         # at or above the image's requirement: failing, then passing for good
@@ -145,7 +146,8 @@ def test_a_cuda_13_image_needs_driver_580_and_a_525_driver_is_pointed_at_cuda_12
     a10 = host(driver="550.54.15", gpus=((0, "NVIDIA A10", 8.6),))
     driver = by_name(check_host(a10, load_profile("a10")))["driver"]
     assert not driver.ok and "older than 580 (CUDA 13" in driver.detail
-    assert "25.07 or earlier" in driver.fix
+    # the newest CUDA 12 release a 550 runs: 24.06 asks for 545, 24.07 for 555 (R550 unlisted)
+    assert "use nvcr.io/nvidia/tritonserver:24.06-py3 (CUDA 12.5.0.23)" in driver.fix
     ok = by_name(check_host(host(driver="580.65.06", gpus=((0, "NVIDIA A10", 8.6),)),
                             load_profile("a10")))["driver"]
     assert ok.ok
@@ -160,6 +162,19 @@ def test_the_cuda_major_comes_from_the_image_tag():
 def test_a_gpu_that_is_not_the_profiles_card_names_the_right_profile():
     gpu = by_name(check_host(host(gpus=((0, "NVIDIA A10", 8.6),)), load_profile("p100")))["gpu 0"]
     assert not gpu.ok and gpu.fix == "--gpu a10"
+
+
+def test_a_p100_checked_against_the_a10_profile_is_pointed_at_the_p100_profile_not_its_image():
+    # the A10's 25.12 needs compute capability 7.5: the fix is the P100's profile and image,
+    # never the image that ignores the card
+    a10_host = host(driver="580.65.06", gpus=((0, "Tesla P100-PCIE-16GB", 6.0),))
+    gpu = by_name(check_host(a10_host, load_profile("a10")))["gpu 0"]
+    assert not gpu.ok and "minimum 7.5" in gpu.detail
+    assert gpu.fix == "--gpu p100 (its image: nvcr.io/nvidia/tritonserver:24.10-py3)"
+    # a mixed host without --gpu: the A10 found first picks the profile, the P100 is sent to its own
+    mixed = by_name(run_doctor(None, host(driver="580.65.06", gpus=(
+        (0, "NVIDIA A10", 8.6), (1, "Tesla P100-PCIE-16GB", 6.0)))))
+    assert mixed["gpu 0"].ok and mixed["gpu 1"].fix.startswith("--gpu p100 ")
 
 
 def test_a_card_of_the_profiles_compute_capability_with_less_memory_is_not_that_card():
@@ -271,17 +286,34 @@ def test_the_repository_check_parses_configs_and_names_mismatches(example_reposi
     assert not check_repository(tmp_path / "missing").ok
 
 
-def test_doctor_runs_on_this_host_and_exits_non_zero_on_a_problem(example_repository, tmp_path,
-                                                                  capsys):
+def test_doctor_runs_on_this_host_and_prints_one_line_per_check(example_repository, tmp_path,
+                                                                capsys):
     out = tmp_path / "doctor.json"
-    code = run_cli("doctor", "--gpu", "p100", "--repository", example_repository,
-                   "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3", "--json", out)
+    run_cli("doctor", "--gpu", "p100", "--repository", example_repository,
+            "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3", "--json", out)
     data = json.loads(out.read_text())
     names = [c["name"] for c in data["checks"]]
     assert names[:2] == ["driver", "image"] and "repository" in names
-    assert code == (0 if data["ok"] else 1)
     printed = capsys.readouterr().out
     assert all(line.startswith(("ok", "problem")) for line in printed.splitlines() if line)
+
+
+def test_doctor_exits_zero_on_a_host_that_passes_and_one_on_a_host_that_does_not(
+        example_repository, tmp_path, monkeypatch, capsys):
+    from tritonkit.monitor import doctor
+
+    def run_on(facts: HostFacts, out):
+        monkeypatch.setattr(doctor, "gather_host_facts", lambda *args, **kwargs: facts)
+        code = run_cli("doctor", "--gpu", "p100", "--repository", example_repository,
+                       "--json", out)
+        return code, json.loads(out.read_text())
+
+    code, data = run_on(host(), tmp_path / "ready.json")            # a P100 on 535.104.05
+    assert code == 0 and data["ok"] and data["warnings"] == []
+    code, data = run_on(host(driver="530.30.02"), tmp_path / "old-driver.json")
+    assert code == 1 and not data["ok"]
+    assert [c["name"] for c in data["checks"] if c["status"] == "problem"] == ["driver"]
+    assert "1 of" in capsys.readouterr().err
 
 
 def test_doctor_keeps_an_existing_json_report_unless_force(example_repository, tmp_path, capsys):
@@ -310,3 +342,89 @@ def test_doctor_checks_the_default_repository_only_where_there_is_one(example_re
     run_cli("doctor", "--gpu", "a10", *ports, "--repository", bare / "missing", "--json", bare / "c.json")
     checks = {c["name"]: c for c in json.loads((bare / "c.json").read_text())["checks"]}
     assert not checks["repository"]["ok"]
+
+
+# --- the image table (configs/triton_images.toml) --------------------------------------------
+
+IMAGE = "nvcr.io/nvidia/tritonserver:{}-py3"
+
+
+def test_p100_with_the_24_04_image_refuses_a_530_driver_and_names_the_upgrade_that_works():
+    # 24.04's release notes: CUDA 12.4 requires 545; on a data-center GPU 470.57, 525.85,
+    # 535.86 or 545.23; R530 is none of them (CUDA 12's own floor, 525, is not the image's)
+    p100 = load_profile("p100")
+    driver = by_name(check_host(host(driver="530.30.02"), p100, image=IMAGE.format("24.04")))["driver"]
+    assert not driver.ok and "older than 545 (CUDA 12" in driver.detail
+    assert "R530 is not forward-compatible" in driver.detail
+    assert driver.fix == ("upgrade the NVIDIA driver to ≥ 545.23, or on a data-center GPU to a "
+                          "forward-compatible R535 ≥ 535.86")
+    # the upgrades it names run the image, and the first R545 before 545.23 does not
+    for upgrade in ("535.86.05", "545.23.08", "550.54.15"):
+        assert _driver_ok(upgrade, p100, IMAGE.format("24.04")), upgrade
+    assert not _driver_ok("545.22.01", p100, IMAGE.format("24.04"))
+
+
+def test_24_12_refuses_a_555_driver_which_its_release_notes_call_not_forward_compatible():
+    driver = by_name(check_host(host(driver="555.42.02"), load_profile("p100"),
+                                image=IMAGE.format("24.12")))["driver"]
+    assert not driver.ok and "older than 560 (CUDA 12" in driver.detail
+    assert "R555 is not forward-compatible" in driver.detail
+    assert driver.fix.startswith("upgrade the NVIDIA driver to ≥ 560")
+
+
+def test_a_tag_the_table_does_not_record_is_unknown_a_warning_never_an_ok_or_a_failure():
+    p100 = load_profile("p100")
+    for image in (IMAGE.format("23.12"),                             # no row
+                  IMAGE.format("24.09"),                             # a row without a driver
+                  "nvcr.io/nvidia/tritonserver:24.10-trtllm-python-py3"):  # another CUDA
+        checks = check_host(host(), p100, image=image)
+        driver = by_name(checks)["driver"]
+        assert driver.status == "warning" and driver.warning, image
+        assert driver.detail.startswith("unknown: check its release notes"), image
+        assert "triton_images.toml" in driver.fix
+        report = checks_to_json(checks)
+        assert report["warnings"] == ["driver"]
+        assert {"name": "driver", "status": "warning"}.items() <= report["checks"][0].items()
+    # a CUDA 13 row's notes name 575 and R470 (the CUDA 12 text): recorded without a driver
+    a10 = host(driver="575.51.03", gpus=((0, "NVIDIA A10", 8.6),))
+    assert by_name(check_host(a10, load_profile("a10"), image=IMAGE.format("25.10")))[
+        "driver"].status == "warning"
+
+
+def test_the_profiles_own_images_agree_with_the_table():
+    releases = load_image_releases()
+    p100 = load_profile("p100")
+    row = releases["24.10"]
+    assert (row.driver, row.forward_compatible) == (p100.stack.image_driver,
+                                                    ("470.57", "525.85", "535.86", "545.23"))
+    needs = image_needs(p100.stack.triton_image, p100)
+    assert needs.forward_compatible == {470: (470, 57), 525: (525, 85), 535: (535, 86),
+                                        545: (545, 23)}
+    for name in ("p100", "a10"):
+        stack = load_profile(name).stack
+        key = stack.triton_image.rsplit(":", 1)[1].removesuffix("-py3")
+        assert releases[key].onnxruntime == stack.onnxruntime_server, name
+    # every release the project meets, 24.04 to 25.12, has a row; every driver its source
+    assert sorted(releases) == [f"{y}.{m:02d}" for y in (24, 25) for m in range(1, 13)
+                                if (y, m) >= (24, 4)]
+    assert all(r.source.startswith("https://") for r in releases.values() if r.driver)
+
+
+def test_a_bad_row_in_the_image_table_names_the_file_and_the_field(tmp_path):
+    from tritonkit.errors import ProfileError
+
+    row = image_releases_path().read_text()
+    cases = [('driver = 545\n', 'driver = "545"\n', "'releases.24.04.driver' = '545' is not a int"),
+             ('driver = 545\n', 'driver = 470\n', "'releases.24.04.driver' = 470 is below 525"),
+             ('"545.23"]\nonnxruntime = "1.17.3"', '"555.42"]\nonnxruntime = "1.17.3"',
+              "'releases.24.04.forward_compatible' = [") ,
+             ('cuda = "12.4"\n', 'cuda = "12.4"\ncudnn = "9"\n', "unknown field 'releases.24.04.cudnn'")]
+    for old, new, message in cases:
+        bad = tmp_path / "triton_images.toml"
+        bad.write_text(row.replace(old, new, 1))
+        try:
+            load_image_releases(bad)
+        except ProfileError as exc:
+            assert exc.message.startswith(f"{bad}: ") and message in exc.message, exc.message
+        else:
+            raise AssertionError(f"accepted {new!r}")

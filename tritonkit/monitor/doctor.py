@@ -3,36 +3,42 @@
 Facts are gathered once (``gather_host_facts``: NVML, docker, sockets) into a
 ``HostFacts`` value, and judged separately (``check_host``), so every judgment can be
 tested with the facts of a host we do not have: a P100 with a 25.01 image, a 470
-driver under a CUDA 13 image. Each check is one line: ok, or a problem and its fix.
+driver under a CUDA 13 image. Each check is one line: ok, a warning (doctor cannot
+tell), or a problem and its fix. What an image asks of the driver is data:
+``configs/triton_images.toml``, one row per NGC release, from its release notes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from tritonkit.errors import UsageError
+from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
+from tritonkit.errors import ProfileError, UsageError
 from tritonkit.monitor.nvml import GpuIdentity, GpuUnavailableError, Nvml
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 from tritonkit.server.compose import NVIDIA_HOOK, docker_gives_gpus
 
 # Triton containers are CUDA 13 from 25.08 (2.60.0) and CUDA 12 from 23.01 before it
-# (release notes); the CUDA toolkit release notes give each major's minimum driver: no
-# image of that major asks for less. An image asks for more (24.10, CUDA 12.6.2: 560): a
-# profile records its image's own requirement (stack.image_driver); another tag falls back
-# to its major's minimum.
+# (release notes); the CUDA toolkit release notes give each major's minimum driver. What
+# one image asks for (24.04: 545, 24.10: 560) and which older branches run it in
+# forward-compatibility mode on a data-center GPU is in IMAGE_RELEASES_FILE, per release.
 CUDA13_FROM = (25, 8)
 MIN_DRIVER = {12: 525, 13: 580}
-# NGC images carry CUDA's forward-compatibility package: on a data-center GPU (the P100
-# and the A10 are) a CUDA 12 image runs below its own driver requirement on these branches
-# only, each from the release given (Triton release notes, "Driver Requirements": 470.57
-# or later R470, 525.85 or later R525, 535.86 or later R535, 545.23 or later R545). Every
-# other branch below the requirement (R530, R550, R555 for 24.10) is not forward-compatible.
-FORWARD_COMPATIBLE = {12: {470: (470, 57), 525: (525, 85), 535: (535, 86), 545: (545, 23)}}
+IMAGE_RELEASES_FILE = "triton_images.toml"
+RELEASE_NOTES = "https://docs.nvidia.com/deeplearning/triton-inference-server/release-notes/"
+NGC_TRITON = "nvcr.io/nvidia/tritonserver"
+# The tag the release notes describe: nvcr.io/nvidia/tritonserver:24.10-py3 (a digest may
+# follow). Other tags of a release (-trtllm-python-py3, -vllm-python-py3) carry another CUDA.
+_PY3_TAG = re.compile(r":(\d{2}\.\d{2})-py3(?:@|$)")
+_RELEASE_KEY = re.compile(r"\d{2}\.\d{2}")
+_CUDA_VERSION = re.compile(r"\d+(?:\.\d+)+")
+_DRIVER_RELEASE = re.compile(r"\d{3}\.\d+")
 # A card of the profile's compute capability with less memory than this share of the
 # profile's is another card (an A2 or A16 is 8.6 like the A10; a P100 comes in 12 GB):
 # configs sized for the profile's memory would not fit it. NVML reports a little less
@@ -74,14 +80,39 @@ class HostFacts:
 
 @dataclass(frozen=True)
 class Check:
+    """One line of the report. A warning (doctor cannot tell) does not block a deploy:
+    ``ok`` is true, ``status`` says "warning"."""
+
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    warning: bool = False
 
     @property
     def status(self) -> str:
-        return "ok" if self.ok else "problem"
+        return "warning" if self.warning else "ok" if self.ok else "problem"
+
+
+@dataclass(frozen=True)
+class ImageRelease:
+    """One NGC Triton release (``tritonserver:YY.MM-py3``) as IMAGE_RELEASES_FILE records
+    it. Unset fields were not recorded: doctor does not guess them."""
+
+    onnxruntime: str                          # Triton's compatibility matrix
+    cuda: str | None = None                   # } its release notes,
+    driver: int | None = None                 # } "Driver Requirements"
+    forward_compatible: tuple[str, ...] = ()  # } ("470.57": 470.57 or later R470)
+    source: str | None = None                 # the release notes page they come from
+
+    @property
+    def cuda_major(self) -> int | None:
+        return int(self.cuda.split(".")[0]) if self.cuda else None
+
+    def first_releases(self) -> dict[int, tuple[int, int]]:
+        """Each forward-compatible branch and its first release: {470: (470, 57)}."""
+        return {release[0]: release for release in map(_driver_release, self.forward_compatible)
+                if release}
 
 
 @dataclass(frozen=True)
@@ -90,9 +121,11 @@ class ImageNeeds:
 
     image: str
     cuda_major: int
-    min_driver: int                  # the CUDA major's own floor
-    image_driver: int                # the image's own requirement (≥ min_driver)
+    min_driver: int | None           # the CUDA major's own floor
+    image_driver: int | None         # the image's own requirement; None: not recorded
     min_compute_capability: float
+    # below image_driver, the branches that run it on a data-center GPU, from this release
+    forward_compatible: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 # --- facts -----------------------------------------------------------------------------------
@@ -150,32 +183,108 @@ def _port_fact(host: str, role: str, port: int) -> PortFact:
     return PortFact(role, port, free=problem is None, problem=problem or "")
 
 
+# --- the image table ------------------------------------------------------------------------
+
+def image_releases_path() -> Path:
+    return configs_dir() / IMAGE_RELEASES_FILE
+
+
+def load_image_releases(path: Path | None = None) -> dict[str, ImageRelease]:
+    """The NGC releases ``configs/triton_images.toml`` records, by "YY.MM"; a bad row is a
+    ProfileError naming the file and the field."""
+    path = Path(path) if path is not None else image_releases_path()
+    table = load_toml(path)
+    unknown = sorted(set(table) - {"onnxruntime_source", "releases"})
+    if unknown:
+        raise ProfileError(f"{path}: unknown field '{unknown[0]}'",
+                           hint="known fields here: onnxruntime_source, releases")
+    rows = table.get("releases")
+    if not isinstance(rows, dict):
+        raise ProfileError(f"{path}: missing table 'releases'",
+                           hint='add one [releases."YY.MM"] table per release')
+    releases = {}
+    for key, row in rows.items():
+        where = f"releases.{key}"
+        if not _RELEASE_KEY.fullmatch(key) or not isinstance(row, dict):
+            raise ProfileError(f"{path}: '{where}' is not a release table",
+                               hint='name each [releases."YY.MM"], e.g. [releases."24.10"]')
+        release = dataclass_from_table(ImageRelease, row, source=str(path), prefix=f"{where}.")
+        _validate_release(path, where, release)
+        releases[key] = release
+    return releases
+
+
+def _validate_release(path: Path, where: str, release: ImageRelease) -> None:
+    def bad(name: str, why: str, hint: str) -> ProfileError:
+        value = getattr(release, name)
+        value = list(value) if isinstance(value, tuple) else value
+        return ProfileError(f"{path}: field '{where}.{name}' = {value!r} {why}", hint=hint)
+
+    if release.cuda is not None and not _CUDA_VERSION.fullmatch(release.cuda):
+        raise bad("cuda", "is not a CUDA version", 'e.g. cuda = "12.6.2"')
+    if release.driver is None:
+        if release.forward_compatible:
+            raise bad("forward_compatible", "is given without 'driver'",
+                      "add the driver the release notes say it requires")
+        return
+    if release.cuda is None or release.source is None:
+        raise bad("driver", "needs 'cuda' and 'source' beside it",
+                  "add the CUDA version and the release notes page the driver comes from")
+    floor = MIN_DRIVER.get(release.cuda_major)
+    if floor is not None and release.driver < floor:
+        raise bad("driver", f"is below {floor}, the floor of CUDA {release.cuda_major} itself",
+                  "take it from the release notes' Driver Requirements")
+    for version in release.forward_compatible:
+        if not _DRIVER_RELEASE.fullmatch(version) or int(version[:3]) > release.driver:
+            raise bad("forward_compatible",
+                      f"lists {version!r}, not a driver release at or below R{release.driver}",
+                      'list the first release of each branch, e.g. ["470.57", "525.85"]')
+
+
+def _release_key(image: str) -> str | None:
+    """ "24.10" for ...tritonserver:24.10-py3; None for any other tag."""
+    match = _PY3_TAG.search(image)
+    return match.group(1) if match else None
+
+
 # --- judgment --------------------------------------------------------------------------------
 
-def image_needs(image: str, profile: GpuProfile) -> ImageNeeds:
-    """CUDA major, driver and compute capability an image needs, from its YY.MM tag.
+def image_needs(image: str, profile: GpuProfile,
+                releases: dict[str, ImageRelease] | None = None) -> ImageNeeds:
+    """CUDA major, driver and compute capability an image needs.
 
-    The profile's own image uses the profile's stack numbers; a tag that says no
-    release is assumed to be built like the profile's image.
+    A ``YY.MM-py3`` tag with a driver recorded in IMAGE_RELEASES_FILE is judged by its row.
+    Otherwise the profile's own image uses the profile's stack numbers, a tag that names no
+    release is assumed to be built like the profile's image, and any other tag's driver
+    requirement is unknown (``image_driver`` None).
     """
     from tritonkit.server.container import image_release
 
+    releases = load_image_releases() if releases is None else releases
     release = image_release(image)
-    if image == profile.stack.triton_image or release is None:
-        cuda, floor = profile.stack.cuda_major, profile.stack.min_driver
-        driver = profile.stack.image_driver or floor
-    else:
-        cuda = 13 if release >= CUDA13_FROM else 12
-        floor = driver = MIN_DRIVER[cuda]
+    if release is None and image != profile.stack.triton_image:
+        return replace(image_needs(profile.stack.triton_image, profile, releases), image=image)
     min_cc = 7.5 if release is not None and release >= (25, 1) else 6.0
-    return ImageNeeds(image, cuda, floor, driver, min_cc)
+    row = releases.get(_release_key(image) or "")
+    if row is not None and row.driver is not None:
+        cuda = row.cuda_major
+        return ImageNeeds(image, cuda, MIN_DRIVER.get(cuda), row.driver, min_cc,
+                          row.first_releases())
+    if image == profile.stack.triton_image:
+        stack = profile.stack
+        return ImageNeeds(image, stack.cuda_major, stack.min_driver,
+                          stack.image_driver or stack.min_driver, min_cc)
+    cuda = (row and row.cuda_major) or (13 if release >= CUDA13_FROM else 12)
+    return ImageNeeds(image, cuda, MIN_DRIVER.get(cuda), None, min_cc)
 
 
-def check_host(facts: HostFacts, profile: GpuProfile, image: str | None = None) -> list[Check]:
+def check_host(facts: HostFacts, profile: GpuProfile, image: str | None = None,
+               releases: dict[str, ImageRelease] | None = None) -> list[Check]:
     """Judge the facts against the profile and image: one Check per line of the report."""
     image = image or profile.stack.triton_image
-    needs = image_needs(image, profile)
-    return [_check_driver(facts, needs), _check_image(profile, image),
+    releases = load_image_releases() if releases is None else releases
+    needs = image_needs(image, profile, releases)
+    return [_check_driver(facts, needs, releases), _check_image(profile, image),
             *_check_gpus(facts, profile, needs), _check_docker(facts.docker),
             _check_nvidia_runtime(facts.docker), _check_ports(facts.ports)]
 
@@ -189,16 +298,17 @@ def _driver_release(version: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
-def _first_release(cuda_major: int, branch: int, image_driver: int) -> tuple[int, int] | None:
-    """The first release of driver ``branch`` that runs a CUDA ``cuda_major`` image asking
-    for driver ``image_driver``, or None when no release of that branch does.
+def _first_release(image_driver: int, forward_compatible: dict[int, tuple[int, int]],
+                   branch: int) -> tuple[int, int] | None:
+    """The first release of driver ``branch`` that runs an image asking for driver
+    ``image_driver``, or None when no release of that branch does.
 
     Every branch above the image's requirement runs it, and its own branch from the release
-    NGC lists (if it lists one: a fallback of 525 means 525.85); below it only the
+    the notes list (if they list one: 24.04 asks for 545 and lists 545.23); below it only the
     forward-compatible branches do, each from its first release. So a driver that passes
     never fails once upgraded within its branch, and nothing at or above the requirement
     fails."""
-    listed = FORWARD_COMPATIBLE.get(cuda_major, {}).get(branch)
+    listed = forward_compatible.get(branch)
     if branch > image_driver:
         return branch, 0
     if branch == image_driver:
@@ -206,29 +316,60 @@ def _first_release(cuda_major: int, branch: int, image_driver: int) -> tuple[int
     return listed
 
 
+def _runs(needs: ImageNeeds, release: tuple[int, int]) -> tuple[int, int] | None:
+    """Whether a driver of (branch, release) runs the image: the first release of its
+    branch that does when it does, None when no release of the branch does."""
+    assert needs.image_driver is not None
+    return _first_release(needs.image_driver, needs.forward_compatible, release[0])
+
+
 def _release_text(release: tuple[int, int]) -> str:
     return f"{release[0]}.{release[1]}"
 
 
+def _requirement_text(needs: ImageNeeds) -> str:
+    """ "545.23" where the notes name the requirement branch's first release, else "560"."""
+    listed = needs.forward_compatible.get(needs.image_driver)
+    return _release_text(listed) if listed else str(needs.image_driver)
+
+
 def _ways_out(needs: ImageNeeds, branch: int) -> str:
     """The upgrades that run the image from a driver of ``branch``: the image's own
-    requirement, or a newer forward-compatible branch NGC lists."""
+    requirement, or a newer forward-compatible branch its release notes list."""
     listed = [f"R{newer} ≥ {_release_text(first)}"
-              for newer, first in FORWARD_COMPATIBLE.get(needs.cuda_major, {}).items()
+              for newer, first in sorted(needs.forward_compatible.items())
               if branch < newer < needs.image_driver]
-    return (f"upgrade the NVIDIA driver to ≥ {needs.image_driver}"
+    return (f"upgrade the NVIDIA driver to ≥ {_requirement_text(needs)}"
             + (f", or on a data-center GPU to a forward-compatible {', '.join(listed)}"
                if listed else ""))
 
 
-def _check_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
+def _newest_cuda12_release(release: tuple[int, int],
+                           releases: dict[str, ImageRelease]) -> str | None:
+    """The newest CUDA 12 image in the table that a driver of (branch, release) runs."""
+    for key in sorted(releases, reverse=True):
+        row = releases[key]
+        if row.driver is None or row.cuda_major != 12:
+            continue
+        image = f"{NGC_TRITON}:{key}-py3"
+        first = _runs(ImageNeeds(image, 12, MIN_DRIVER[12], row.driver, 6.0,
+                                 row.first_releases()), release)
+        if first and release >= first:
+            return f"{image} (CUDA {row.cuda})"
+    return None
+
+
+def _check_driver(facts: HostFacts, needs: ImageNeeds,
+                  releases: dict[str, ImageRelease]) -> Check:
+    if needs.image_driver is None:
+        return _unknown_driver(facts, needs)
     want = f"{needs.image_driver} (CUDA {needs.cuda_major}, needed by {needs.image})"
     if facts.driver_version is None:
         return Check("driver", False, facts.driver_error or "no NVIDIA driver",
                      f"install NVIDIA driver ≥ {want}")
     release = _driver_release(facts.driver_version)
     branch = release[0] if release else 0
-    first = _first_release(needs.cuda_major, branch, needs.image_driver)
+    first = _runs(needs, release or (0, 0))
     if release and first and release >= first:
         if branch < needs.image_driver:
             return Check("driver", True,
@@ -239,18 +380,32 @@ def _check_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
     if release and first:            # the branch runs the image, from a later release on
         return Check("driver", False,
                      f"driver {facts.driver_version} is older than {_release_text(first)}, the "
-                     f"first R{branch} release that runs CUDA {needs.cuda_major} images such as "
-                     f"{needs.image} (NGC release notes)",
+                     f"first R{branch} release that runs {needs.image} (NGC release notes)",
                      f"upgrade the NVIDIA driver to {_release_text(first)} or a later R{branch}"
-                     + (f", or to ≥ {needs.image_driver}" if branch < needs.image_driver else ""))
-    listed = FORWARD_COMPATIBLE.get(needs.cuda_major, {})
+                     + (f", or to ≥ {_requirement_text(needs)}"
+                        if branch < needs.image_driver else ""))
+    listed = sorted(needs.forward_compatible)
     why = (f"; R{branch} is not forward-compatible with it (NGC lists "
            f"{', '.join(f'R{b}' for b in listed)} for data-center GPUs)" if release and listed else "")
-    cuda12 = release and _first_release(12, branch, MIN_DRIVER[12])
-    older = (", or use an image of 25.07 or earlier (CUDA 12; its release notes say from "
-             "which driver)" if needs.cuda_major == 13 and cuda12 and release >= cuda12 else "")
+    older = release and needs.cuda_major == 13 and _newest_cuda12_release(release, releases)
     return Check("driver", False, f"driver {facts.driver_version} is older than {want}{why}",
-                 _ways_out(needs, branch) + older)
+                 _ways_out(needs, branch) + (f", or use {older}, the newest CUDA 12 image "
+                                             f"in {IMAGE_RELEASES_FILE} it runs" if older else ""))
+
+
+def _unknown_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
+    """An image whose driver requirement the table does not record: a warning (neither a
+    pass nor a failure), unless there is no driver at all."""
+    fix = (f"read the Driver Requirements in its release notes ({RELEASE_NOTES}), and add "
+           f"them to configs/{IMAGE_RELEASES_FILE}")
+    if facts.driver_version is None:
+        return Check("driver", False, facts.driver_error or "no NVIDIA driver",
+                     f"install the NVIDIA driver {needs.image}'s release notes ask for "
+                     f"({RELEASE_NOTES})")
+    return Check("driver", True,
+                 f"unknown: check its release notes — configs/{IMAGE_RELEASES_FILE} does not "
+                 f"record which driver {needs.image} needs (this host has "
+                 f"{facts.driver_version})", fix, warning=True)
 
 
 def _check_image(profile: GpuProfile, image: str) -> Check:
@@ -274,6 +429,18 @@ def _matching_profile(cc: float) -> str | None:
     return None
 
 
+def _fix_for_older_card(gpu: GpuIdentity, profile: GpuProfile) -> str:
+    """The fix for a card the image ignores: the profile made for that card, with its own
+    image, when the card is not the profile's (a P100 checked against the A10's 25.12)."""
+    other = _matching_profile(gpu.compute_capability)
+    if other is None:
+        return (f"add a profile for it: copy configs/gpus/{profile.name}.toml with an image of "
+                "24.12 or earlier")
+    if other != profile.name:
+        return f"--gpu {other} (its image: {load_profile(other).stack.triton_image})"
+    return f"use {profile.stack.triton_image}, an image of 24.12 or earlier"
+
+
 def _check_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> list[Check]:
     if not facts.gpus:
         return [Check("gpu", False, "no NVIDIA GPU visible on this host",
@@ -286,7 +453,7 @@ def _check_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> lis
             checks.append(Check(name, False,
                                 f"{gpu.name} (compute capability {cc}) is below {needs.image}'s "
                                 f"minimum {needs.min_compute_capability:.1f}: Triton would ignore it",
-                                f"use {profile.stack.triton_image}, an image of 24.12 or earlier"))
+                                _fix_for_older_card(gpu, profile)))
         elif abs(gpu.compute_capability - profile.compute_capability) > 1e-6:
             other = _matching_profile(gpu.compute_capability)
             checks.append(Check(name, False,
@@ -418,4 +585,5 @@ def run_doctor(profile: GpuProfile | None, facts: HostFacts, *, image: str | Non
 
 def checks_to_json(checks: list[Check]) -> dict:
     return {"ok": all(c.ok for c in checks),
+            "warnings": [c.name for c in checks if c.warning],
             "checks": [{**asdict(c), "status": c.status} for c in checks]}
