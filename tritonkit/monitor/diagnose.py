@@ -4,11 +4,15 @@ The four walls of the field notes, checked in this order (the first that fits wi
 because the earlier ones make the later ones' symptoms):
 
     memory       memory near full while utilization stays low (OOM is next)
-    bandwidth    PCIe rx or tx near the link's limit (the profile's, or the slower link
-                 the card was recorded running on), whatever the utilization:
-                 NVML's utilization counts time a kernel runs, not copies, so a GPU
-                 waiting on a saturated link reads low (the field notes' "utilization
-                 near 100 %" missed it, called it the I/O wall or no wall at all)
+    bandwidth    PCIe rx or tx near what the link carries in most samples under load,
+                 whatever the utilization: NVML's utilization counts time a kernel
+                 runs, not copies, so a GPU waiting on a saturated link reads low (the
+                 field notes' "utilization near 100 %" missed it, called it the I/O wall
+                 or no wall at all). What a link carries is a share of its rated
+                 bandwidth (the profile's, or the slower link the card was recorded
+                 running on): a P100's Gen3 x16, rated 15.75 GB/s, moves ~11.7 GB/s
+                 host to device from pinned memory (bandwidthTest), below 80 % of the
+                 rating, so a wall judged against the rating could never show
     scheduling   Triton runs about one inference per execution with short compute
                  times while requests wait in its queue (at least one at a time on
                  average): launch and scheduling overhead dominate. With nothing waiting
@@ -18,8 +22,11 @@ because the earlier ones make the later ones' symptoms):
                  queue in Triton, the input copy dominates, or the client sends too little)
 
 Only samples taken under load count (Triton ran inferences in the interval, or without
-Triton's columns the GPU was above the idle threshold). Nothing fits: ``none``. No load
-at all: ``idle``. Every verdict carries its evidence numbers and what to try.
+Triton's columns the GPU was above the idle threshold). Triton's counters are the
+whole server's: in a recording of several GPUs, a GPU's sample counts only where the
+GPU itself was above the idle threshold too, so a card that served none of the traffic
+is ``idle``, not starved. Nothing fits: ``none``. No load at all: ``idle``. Every
+verdict carries its evidence numbers and what to try.
 """
 
 from __future__ import annotations
@@ -40,6 +47,11 @@ WALLS = ("memory", "bandwidth", "scheduling", "io", "none", "idle")
 # Requests waiting in Triton's queue on average for small batches to be the scheduler's
 # doing: below one, most requests found no other to be batched with.
 BATCHABLE_QUEUE_DEPTH = 1.0
+# Until configs/alerts.toml has them ([walls]): the share of a link's rated bandwidth
+# that copies achieve (a P100's Gen3 x16: ~11.7 of 15.75 GB/s pinned, bandwidthTest),
+# and the share of loaded samples that must be near it for the bandwidth wall.
+PCIE_ACHIEVABLE_FRACTION = 0.75
+PCIE_SATURATED_SHARE = 0.5
 
 TITLES = {
     "memory": "memory wall",
@@ -64,6 +76,10 @@ class Figures:
     pcie_rx_mean_gb_s: float | None
     pcie_tx_mean_gb_s: float | None
     link_gb_s: float                     # the link the card ran on (at most the profile's)
+    achievable_gb_s: float = 0.0         # what that link carries (a share of link_gb_s)
+    # loaded samples whose rx or tx was near what the link carries, of those with PCIe figures
+    saturated_samples: int = 0
+    pcie_samples: int = 0
     link: str = ""                       # "PCIe Gen3 x16"
     link_below_profile: bool = False     # the host gave it a slower link than it is rated for
     requests: float | None = None
@@ -85,6 +101,10 @@ class Figures:
         return max(values) if values else None
 
     @property
+    def saturated_share(self) -> float | None:
+        return self.saturated_samples / self.pcie_samples if self.pcie_samples else None
+
+    @property
     def has_triton(self) -> bool:
         return self.requests is not None
 
@@ -100,6 +120,7 @@ class Diagnosis:
     advice: list[str]
     figures: Figures
     notes: list[str] = field(default_factory=list)
+    gpu_uuid: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -116,8 +137,9 @@ def diagnose(rows: list[MonitorRow], profile: GpuProfile, thresholds: Thresholds
                          hint="record on the GPU host: tritonkit monitor --csv FILE "
                               "(with --url to add Triton's metrics)")
     triton = _triton_intervals(rows)
+    shared = len(by_gpu) > 1
     return [_diagnose_gpu(gpu, sorted(gpu_rows, key=lambda r: r.elapsed_s), triton, profile,
-                          thresholds) for gpu, gpu_rows in sorted(by_gpu.items())]
+                          thresholds, shared) for gpu, gpu_rows in sorted(by_gpu.items())]
 
 
 def guess_profile(rows: list[MonitorRow]) -> str | None:
@@ -133,7 +155,10 @@ def guess_profile(rows: list[MonitorRow]) -> str | None:
 # --- figures ---------------------------------------------------------------------------------
 
 def _triton_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
-    """Triton's counter increase over the interval ending at each sample time."""
+    """Triton's counter increase over the interval ending at each sample time.
+
+    Monitor records totals that never fall (carried on model by model); a CSV recorded
+    before it did holds raw sums, in which an unloaded model still reads as a restart."""
     series: dict[float, ModelCounters] = {}
     for row in rows:
         if row.triton is not None:
@@ -147,10 +172,13 @@ def _triton_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
 
 
 def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile: GpuProfile,
-             thresholds: Thresholds) -> Figures:
+             thresholds: Thresholds, shared: bool = False) -> Figures:
+    """``shared``: the recording has several GPUs, among which Triton's traffic is split in
+    ways its counters do not tell."""
     idle = thresholds.alerts.idle_utilization_pct
     if triton:
-        loaded = [r for r in rows if (triton.get(r.elapsed_s) or ModelCounters()).served]
+        loaded = [r for r in rows if (triton.get(r.elapsed_s) or ModelCounters()).served
+                  and not (shared and r.util_pct is not None and r.util_pct <= idle)]
         windows = [triton[r.elapsed_s] for r in loaded]
     else:
         loaded = [r for r in rows if (r.util_pct or 0.0) > idle]
@@ -160,6 +188,12 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
     mem = [r.mem_pct for r in loaded if r.mem_pct is not None]
     rx = [r.pcie_rx_mb_s / 1000 for r in loaded if r.pcie_rx_mb_s is not None]
     tx = [r.pcie_tx_mb_s / 1000 for r in loaded if r.pcie_tx_mb_s is not None]
+    link = _link(loaded, profile)
+    achievable = link["link_gb_s"] * _walls(thresholds, "pcie_achievable_fraction",
+                                            PCIE_ACHIEVABLE_FRACTION)
+    busiest = [max(v for v in (r.pcie_rx_mb_s, r.pcie_tx_mb_s) if v is not None) / 1000
+               for r in loaded if (r.pcie_rx_mb_s, r.pcie_tx_mb_s) != (None, None)]
+    near = thresholds.walls.pcie_link_fraction * achievable
     figures = dict(
         samples=len(rows), loaded_samples=len(loaded), seconds_under_load=seconds,
         util_mean_pct=mean([r.util_pct for r in loaded]),
@@ -167,7 +201,8 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
         mem_total_mib=max((r.mem_total_mib or 0.0 for r in rows), default=None) or None,
         pcie_rx_mean_gb_s=mean(rx), pcie_tx_mean_gb_s=mean(tx),
         slowdown_samples=dict(Counter(r for row in loaded for r in row.slowdowns)),
-        **_link(loaded, profile))
+        achievable_gb_s=achievable, pcie_samples=len(busiest),
+        saturated_samples=sum(1 for v in busiest if v >= near), **link)
     if windows:
         total = sum(windows, ModelCounters())
         compute = total.compute_duration_us
@@ -202,6 +237,11 @@ def _link(loaded: list[MonitorRow], profile: GpuProfile) -> dict:
                 link_below_profile=True)
 
 
+def _walls(thresholds: Thresholds, name: str, default: float) -> float:
+    """A [walls] threshold that configs/alerts.toml may not have yet: ``default`` then."""
+    return getattr(thresholds.walls, name, default)
+
+
 def _seconds_covered(rows: list[MonitorRow], loaded: list[MonitorRow]) -> float:
     if len(rows) < 2 or not loaded:
         return 0.0
@@ -218,8 +258,8 @@ def _classify(f: Figures, t: Thresholds) -> str:
     low_util = f.util_mean_pct < w.low_utilization_pct
     if f.mem_peak_pct is not None and f.mem_peak_pct >= w.memory_full_pct and low_util:
         return "memory"
-    pcie = f.pcie_peak_direction_gb_s
-    if pcie is not None and pcie >= w.pcie_link_fraction * f.link_gb_s:
+    share = f.saturated_share
+    if share is not None and share >= _walls(t, "pcie_saturated_share", PCIE_SATURATED_SHARE):
         return "bandwidth"
     if (f.avg_batch is not None and f.avg_batch <= w.small_batch
             and f.compute_us is not None and f.compute_us <= w.short_compute_us
@@ -231,10 +271,15 @@ def _classify(f: Figures, t: Thresholds) -> str:
 
 
 def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCounters],
-                  profile: GpuProfile, thresholds: Thresholds) -> Diagnosis:
-    figures = _figures(rows, triton, profile, thresholds)
+                  profile: GpuProfile, thresholds: Thresholds, shared: bool = False) -> Diagnosis:
+    figures = _figures(rows, triton, profile, thresholds, shared)
     wall = _classify(figures, thresholds)
     notes = []
+    if shared and figures.has_triton:
+        notes.append("Triton's counters are the whole server's, not this GPU's: requests, "
+                     "batches and queue times here are every GPU's together, and a sample "
+                     "counts as under load only where this GPU was busy (above "
+                     f"{thresholds.alerts.idle_utilization_pct:g} % utilization)")
     if not figures.has_triton and wall not in ("idle",):
         notes.append("no Triton columns in the recording: batches and queueing could not be "
                      "checked (record with --url or --repository)")
@@ -262,12 +307,12 @@ def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCou
         notes.append(f"memory peaked at {figures.mem_peak_pct:.1f} %: OOM risk at a larger "
                      "batch or a second model")
     return Diagnosis(gpu=gpu, gpu_name=rows[0].name, profile=profile.name, wall=wall,
-                     title=TITLES[wall], evidence=_evidence(figures, profile),
+                     title=TITLES[wall], evidence=_evidence(figures, profile, thresholds),
                      advice=_advice(wall, figures, profile, thresholds), figures=figures,
-                     notes=notes)
+                     notes=notes, gpu_uuid=next((r.uuid for r in rows if r.uuid), ""))
 
 
-def _evidence(f: Figures, profile: GpuProfile) -> list[str]:
+def _evidence(f: Figures, profile: GpuProfile, t: Thresholds) -> list[str]:
     lines = [f"{f.loaded_samples} of {f.samples} samples under load "
              f"(~{f.seconds_under_load:.0f} s)"]
     if f.util_mean_pct is not None:
@@ -278,12 +323,15 @@ def _evidence(f: Figures, profile: GpuProfile) -> list[str]:
     pcie = f.pcie_peak_direction_gb_s
     if pcie is not None:
         lines.append(f"PCIe rx {f.pcie_rx_mean_gb_s or 0:.1f} / tx {f.pcie_tx_mean_gb_s or 0:.1f} "
-                     f"GB/s (mean) = {100 * pcie / f.link_gb_s:.0f} % of the "
-                     + (f"card's link as recorded ({f.link}, {f.link_gb_s:g} GB/s; the "
-                        f"{profile.name} is rated for PCIe Gen{profile.bus.pcie_gen} "
+                     f"GB/s (mean) = {100 * pcie / f.achievable_gb_s:.0f} % of the "
+                     f"~{f.achievable_gb_s:.1f} GB/s that the "
+                     + (f"card's link as recorded carries ({f.link}, rated {f.link_gb_s:g} GB/s; "
+                        f"the {profile.name} is rated for PCIe Gen{profile.bus.pcie_gen} "
                         f"x{profile.bus.pcie_lanes}, {profile.bus.link_gb_s:g} GB/s)"
                         if f.link_below_profile else
-                        f"{profile.name} link ({f.link}, {f.link_gb_s:g} GB/s)"))
+                        f"{profile.name} link carries ({f.link}, rated {f.link_gb_s:g} GB/s)"))
+        lines.append(f"PCIe near that limit (at least {100 * t.walls.pcie_link_fraction:.0f} % "
+                     f"of it) in {f.saturated_samples} of {f.pcie_samples} samples under load")
     elif f.loaded_samples:      # (with none under load there is no mean to take at all)
         lines.append("PCIe: not recorded (the GPU's figures came without PCIe throughput, as "
                      "Triton's own gauges give them for a server watched from another host), "

@@ -4,7 +4,8 @@ Columns (units in the names; an empty cell is a value the card or server did not
 
     timestamp                  UTC time of the sample, ISO 8601
     elapsed_s                  seconds since the first sample
-    gpu, name                  NVML index and name (empty on a row without a GPU)
+    gpu, name, uuid            NVML index, name and UUID (empty on a row without a GPU;
+                               no uuid column in CSVs recorded before it was added)
     util_pct                   GPU utilization, % of the sample period a kernel ran
     mem_used_mib, mem_total_mib
     temp_c, power_w
@@ -14,10 +15,15 @@ Columns (units in the names; an empty cell is a value the card or server did not
     clock_events               NVML's clocks-event reasons, the bitmask as an integer
                                (nvidia-smi's clocks_event_reasons.active): 4 = power
                                cap, 8 = hardware slowdown, 32/64 = thermal, 128 = power brake
-    request_success ...        Triton's cumulative nv_inference_* counters, summed over
-                               models (the same on every GPU row of one sample); empty
-                               without --url/--repository, and each one Triton does not
-                               report (batch counts under counter_latencies=false):
+    request_success ...        Triton's nv_inference_* counters, summed over models and
+                               counted on model by model: from the first sample's totals,
+                               each later sample adds what every model counted since the
+                               one before (a model unloaded, a version swapped or the
+                               server restarted takes nothing back, so they never fall;
+                               CSVs recorded before this hold the raw sums, which do).
+                               The same on every GPU row of one sample; empty without
+                               --url/--repository, and each one Triton does not report
+                               (batch counts under counter_latencies=false):
                                request_success, request_failure, inference_count,
                                exec_count, request_duration_us, queue_duration_us,
                                compute_input_duration_us, compute_infer_duration_us,
@@ -46,7 +52,7 @@ GPU_COLUMNS = ("util_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
                "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s", "pcie_gen",
                "pcie_width", "clock_events")
 TRITON_COLUMNS = tuple(f.name for f in fields(ModelCounters))
-COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", *GPU_COLUMNS, *TRITON_COLUMNS)
+COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", "uuid", *GPU_COLUMNS, *TRITON_COLUMNS)
 REQUIRED_COLUMNS = ("elapsed_s", "util_pct", "mem_used_mib", "mem_total_mib")
 
 
@@ -58,6 +64,7 @@ class MonitorRow:
     gpu: int | None = None
     name: str = ""
     timestamp: str = ""
+    uuid: str = ""
     util_pct: float | None = None
     mem_used_mib: float | None = None
     mem_total_mib: float | None = None
@@ -90,7 +97,7 @@ def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
     if not gpus:
         return [MonitorRow(elapsed_s=elapsed_s, timestamp=stamp, triton=triton)]
     return [MonitorRow(
-        elapsed_s=elapsed_s, gpu=g.index, name=g.name, timestamp=stamp,
+        elapsed_s=elapsed_s, gpu=g.index, name=g.name, timestamp=stamp, uuid=g.uuid,
         util_pct=g.utilization_pct, mem_used_mib=g.memory_used_mib,
         mem_total_mib=g.memory_total_mib, temp_c=g.temperature_c, power_w=g.power_w,
         sm_clock_mhz=g.sm_clock_mhz, mem_clock_mhz=g.memory_clock_mhz,
@@ -143,7 +150,7 @@ class CsvRecorder:
         for row in rows:
             counters = row.triton
             values = {"timestamp": row.timestamp, "elapsed_s": round(row.elapsed_s, 3),
-                      "gpu": row.gpu, "name": row.name,
+                      "gpu": row.gpu, "name": row.name, "uuid": row.uuid,
                       **{c: getattr(row, c) for c in GPU_COLUMNS},
                       **{c: getattr(counters, c) if counters else None for c in TRITON_COLUMNS}}
             self._writer.writerow([_cell(values[c]) for c in COLUMNS])
@@ -181,7 +188,7 @@ def read_monitor_csv(path: Path) -> list[MonitorRow]:
             rows.append(MonitorRow(
                 elapsed_s=number("elapsed_s") or 0.0,
                 gpu=None if gpu is None else int(gpu), name=record.get("name") or "",
-                timestamp=record.get("timestamp") or "",
+                timestamp=record.get("timestamp") or "", uuid=record.get("uuid") or "",
                 **{c: number(c) for c in GPU_COLUMNS}, triton=counters))
     if not rows:
         raise UsageError(f"{path} has a header but no samples",

@@ -5,16 +5,26 @@ host without a driver still shows what the server counts); a Triton scrape that 
 after the first one is reported on the sample, not raised, so a server restart does
 not end a day's recording.
 
-The GPUs are the server's: NVML's where this host is the server's, else (no driver
-here, or none of the GPUs NVML sees is among those Triton reports, by UUID: a server
+The GPUs are the server's: NVML's where this host is the server's (only those Triton
+reports, by UUID: the host's other cards are named in a note and not watched), else (no
+driver here, or none of the GPUs NVML sees is among those Triton reports: a server
 watched from another host) Triton's own GPU gauges. Pairing one host's GPUs with
 another's traffic would diagnose a card that serves nothing.
+
+Triton's request counters are the whole server's, not a GPU's: on a server with several
+GPUs, one whose own utilization is at the idle threshold or below served none of it,
+and is not called starved for it.
+
+The Triton counters a snapshot records are carried on model by model: unloading one
+model (or swapping its version) removes its counters from Triton's sum, which read as
+a server restart would pour every other model's lifetime count into one interval.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Iterator
 
 from tritonkit.errors import ServerError, TritonkitError, UsageError
@@ -22,7 +32,7 @@ from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import MonitorRow, rows_for
 from tritonkit.monitor.triton_metrics import (ModelCounters, ModelRates, TritonMetrics, increase,
-                                               rates_of, scrape, server_gpus)
+                                               plus, rates_of, scrape, server_gpus)
 
 
 @dataclass(frozen=True)
@@ -38,10 +48,11 @@ class Snapshot:
     triton_error: str | None = None
     alerts: list[Alert] = field(default_factory=list)
     notes: tuple[str, ...] = ()      # what this sample cannot tell, or where it comes from
+    # Triton's counters summed over models as the CSV records them (see carry_counters)
+    triton_totals: ModelCounters | None = None
 
     def rows(self) -> list[MonitorRow]:
-        return rows_for(self.timestamp, self.elapsed_s, self.gpus,
-                        self.triton.total() if self.triton else None)
+        return rows_for(self.timestamp, self.elapsed_s, self.gpus, self.triton_totals)
 
 
 class Monitor:
@@ -60,10 +71,12 @@ class Monitor:
         self._wall_clock = wall_clock
         self._start: float | None = None
         self._previous: TritonMetrics | None = None
-        # Set by the first scrape that reports GPUs: whether NVML's are the server's. It
-        # outlasts a failed scrape, which would otherwise record this host's cards in the
-        # remote server's place.
+        # Set by the first scrape that reports GPUs: whether NVML's are the server's, and
+        # which they are. Both outlast a failed scrape, which would otherwise record this
+        # host's cards in the remote server's place, or all of them.
         self._gpus_from_server = False
+        self._server_uuids: set[str] = set()
+        self._totals: ModelCounters | None = None
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
@@ -74,13 +87,22 @@ class Monitor:
         triton, error = self._scrape(elapsed)
         notes = list(triton.notes) if triton else []
         if triton and triton.gpus:
-            self._gpus_from_server = not {g.uuid for g in gpus} & set(triton.gpus)
+            self._server_uuids = set(triton.gpus)
+            self._gpus_from_server = not {g.uuid for g in gpus} & self._server_uuids
         if self._gpus_from_server:
             if triton and gpus:
                 notes.append("the GPUs NVML sees on this host are not the server's (no UUID "
                              "in common with Triton's GPU metrics): showing the server's GPUs "
                              "from Triton's own gauges (no temperature, clocks or PCIe)")
             gpus = server_gpus(triton) if triton else []
+        elif self._server_uuids:
+            others = [g for g in gpus if g.uuid not in self._server_uuids]
+            if others:
+                names = ", ".join(f"GPU {g.index} ({g.uuid or 'no UUID'})" for g in others)
+                notes.append(f"{names} on this host {'is' if len(others) == 1 else 'are'} not "
+                             "among the server's GPUs (Triton's GPU metrics do not name "
+                             f"{'it' if len(others) == 1 else 'them'}): not watched")
+                gpus = [g for g in gpus if g.uuid in self._server_uuids]
         model_rates: dict[str, ModelRates] = {}
         total_rates, served = None, None     # served: what Triton ran since the last sample
         previous = self._previous
@@ -92,12 +114,28 @@ class Monitor:
             model_rates = {name: rates_of(c, seconds) for name, c in counted.items()}
             total = sum(counted.values(), ModelCounters())
             total_rates, served = rates_of(total, seconds), total.served
+            self._totals = carry_counters(self._totals, total, triton.total())
+        elif triton:
+            self._totals = triton.total()
         if triton:
             self._previous = triton
-        alerts = [a for g in gpus for a in self.tracker.observe(elapsed, g, served)]
+        alerts = [a for g in gpus
+                  for a in self.tracker.observe(elapsed, g, self._served_by(g, served, gpus))]
         return Snapshot(timestamp=self._wall_clock(), elapsed_s=elapsed, gpus=gpus,
                         triton=triton, model_rates=model_rates, total_rates=total_rates,
-                        triton_error=error, alerts=alerts, notes=tuple(notes))
+                        triton_error=error, alerts=alerts, notes=tuple(notes),
+                        triton_totals=self._totals if triton else None)
+
+    def _served_by(self, gpu: GpuSample, served: float | None,
+                   gpus: list[GpuSample]) -> float | None:
+        """What Triton ran that counts as ``gpu``'s load: the server's count, except on a
+        server with several GPUs for one idle by its own utilization (the traffic was
+        another GPU's: Triton's counters do not say which)."""
+        idle = self.tracker.thresholds.idle_utilization_pct
+        if (served and len(gpus) > 1 and gpu.utilization_pct is not None
+                and gpu.utilization_pct <= idle):
+            return 0.0
+        return served
 
     def _scrape(self, elapsed: float) -> tuple[TritonMetrics | None, str | None]:
         if not self.metrics_url:
@@ -137,19 +175,36 @@ def watch(monitor: Monitor, interval: float, duration: float | None = None,
           once: bool = False, sleep: Callable[[float], None] = time.sleep) -> Iterator[Snapshot]:
     """Snapshots every ``interval`` seconds until ``duration`` (None: until interrupted).
 
-    The schedule is fixed (start + k * interval), so slow scrapes do not drift it.
+    The schedule is fixed (start + k * interval), so slow scrapes do not drift it; the
+    slots a slow sample ran past are skipped, not caught up on: samples fired back to
+    back would give rates over a few milliseconds.
     """
     start = monitor.clock()
-    k = 0
+    slot = 0
     while True:
         yield monitor.snapshot()
-        k += 1
         if once:
             return
-        due = start + k * interval
+        # the first slot still ahead (and never the one just taken, whatever the rounding)
+        slot = max(slot + 1, math.floor((monitor.clock() - start) / interval) + 1)
+        due = start + slot * interval
         if duration is not None and due - start > duration + 1e-9:
             return
         sleep(max(0.0, due - monitor.clock()))
+
+
+def carry_counters(recorded: ModelCounters | None, counted: ModelCounters,
+                   now: ModelCounters) -> ModelCounters:
+    """The totals to record after ``recorded``: plus what the models ``counted`` since the
+    last scrape (each model's increase, a reset taken as its own), so they never fall.
+    A counter that was unknown starts again from Triton's sum ``now``; the pending
+    requests, a gauge, are Triton's now."""
+    if recorded is None:
+        return now
+    values = {f.name: getattr(now, f.name) if getattr(recorded, f.name) is None
+              else plus(getattr(recorded, f.name), getattr(counted, f.name))
+              for f in fields(ModelCounters)}
+    return replace(ModelCounters(**values), pending_request_count=now.pending_request_count)
 
 
 @dataclass

@@ -1,0 +1,166 @@
+"""The sampling loop (tritonkit.monitor.watch): which GPUs it watches, what it records of
+Triton's counters, and its schedule. NVML and Triton's metrics endpoint are stand-ins."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from tests.test_monitor import _Clock, _fake_pynvml
+from tritonkit.monitor.alerts import load_thresholds
+from tritonkit.monitor.diagnose import diagnose
+from tritonkit.monitor.nvml import Nvml
+from tritonkit.monitor.recording import CsvRecorder, read_monitor_csv
+from tritonkit.monitor.triton_metrics import ModelCounters, TritonMetrics
+from tritonkit.monitor.watch import Monitor, watch
+from tritonkit.profiles import load_profile
+
+URL = "http://127.0.0.1:8002/metrics"
+THRESHOLDS = load_thresholds()
+
+
+def _counters(requests: float, *, queue_us: float = 500, infer_us: float = 800) -> ModelCounters:
+    """One model's cumulative counters after ``requests`` requests of one inference each."""
+    return ModelCounters(
+        request_success=requests, inference_count=requests, exec_count=requests,
+        request_duration_us=requests * (queue_us + infer_us + 70), queue_duration_us=requests * queue_us,
+        compute_input_duration_us=requests * 50, compute_infer_duration_us=requests * infer_us,
+        compute_output_duration_us=requests * 20)
+
+
+def _serving(monkeypatch, models, gpu_uuids=("GPU-abc",), on_scrape=lambda k: None) -> None:
+    """Triton's metrics endpoint: scrape k reports ``models(k)`` and GPU metrics naming
+    ``gpu_uuids``; ``on_scrape(k)`` runs first (a slow scrape moves the clock)."""
+    scrapes = iter(range(1_000_000))
+
+    def scrape(url, at):
+        k = next(scrapes)
+        on_scrape(k)
+        return TritonMetrics(at=at, models=models(k),
+                             gpus={u: {"nv_gpu_utilization": 0.5} for u in gpu_uuids})
+
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape", scrape)
+
+
+def _two_gpus(utilization: dict[str, float]) -> SimpleNamespace:
+    """pynvml for a host of two P100s, GPU-abc and GPU-def, busy as ``utilization`` says."""
+    fake = _fake_pynvml()
+    uuids = {"h0": "GPU-abc", "h1": "GPU-def"}
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlDeviceGetUUID = lambda handle: uuids[handle]
+    fake.nvmlDeviceGetUtilizationRates = lambda handle: SimpleNamespace(
+        gpu=utilization[uuids[handle]], memory=40)
+    fake.nvmlDeviceGetPcieThroughput = lambda handle, counter: 1_000_000   # ~1 GB/s
+    return fake
+
+
+def _watched(pynvml, seconds: float, tmp_path):
+    """The snapshots of ``seconds`` of sampling every 10 s, and the CSV they recorded, read."""
+    clock = _Clock()
+    path = tmp_path / "gpu.csv"
+    with Nvml(pynvml) as nvml, CsvRecorder(path) as recorder:
+        monitor = Monitor(nvml, URL, THRESHOLDS.alerts, clock=clock,
+                          wall_clock=lambda: 1_767_225_600.0)
+        snapshots = []
+        for snapshot in watch(monitor, interval=10, duration=seconds, sleep=clock.sleep):
+            recorder.write(snapshot.rows())
+            snapshots.append(snapshot)
+    return snapshots, read_monitor_csv(path)
+
+
+def _steady(k: int) -> dict[str, ModelCounters]:
+    return {"resnet": _counters(300 * k)}
+
+
+# --- which GPUs are the server's -------------------------------------------------------------
+
+def test_a_hosts_gpu_triton_does_not_report_is_not_watched_nor_called_starved(
+        monkeypatch, tmp_path):
+    # GPU 1 runs someone else's job at 30 %; Triton's traffic is GPU 0's alone
+    _serving(monkeypatch, _steady, gpu_uuids=("GPU-abc",))
+    snapshots, rows = _watched(_two_gpus({"GPU-abc": 93, "GPU-def": 30}), 360, tmp_path)
+    assert not [a for s in snapshots for a in s.alerts]     # GPU 1 would be "starved" at 5 min
+    assert {g.index for s in snapshots for g in s.gpus} == {0}
+    assert any("GPU 1 (GPU-def)" in note and "not watched" in note for note in snapshots[0].notes)
+    assert {(r.gpu, r.uuid) for r in rows} == {(0, "GPU-abc")}
+    (result,) = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert result.gpu_uuid == "GPU-abc"
+
+
+def test_an_idle_gpu_of_a_two_gpu_server_is_idle_not_starved_by_the_others_traffic(
+        monkeypatch, tmp_path):
+    # both GPUs are the server's; the model it serves runs on GPU 0 only
+    _serving(monkeypatch, _steady, gpu_uuids=("GPU-abc", "GPU-def"))
+    snapshots, rows = _watched(_two_gpus({"GPU-abc": 93, "GPU-def": 0}), 360, tmp_path)
+    assert not [a for s in snapshots for a in s.alerts if a.gpu == 1]
+    assert {r.uuid for r in rows if r.gpu == 1} == {"GPU-def"}
+    busy, idle = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert idle.gpu == 1 and idle.wall == "idle"
+    assert busy.gpu == 0 and busy.wall == "none"
+    assert any("the whole server's" in note for note in busy.notes)
+
+
+# --- Triton's counters ----------------------------------------------------------------------
+
+def test_a_model_unloaded_mid_recording_does_not_pour_the_others_lifetime_into_one_interval(
+        monkeypatch, tmp_path):
+    """Model A has served 2 M requests since the server started; B serves too until it is
+    unloaded. Its counters leave Triton's sum, which then falls: read as a restart, A's
+    2 M would land in one interval (and 2 M requests of 0.5 ms queued in 5 minutes make
+    a queue that was never there: the scheduling wall)."""
+    unloaded_after = 14
+
+    def models(k):
+        served = {"a": _counters(2_000_000 + 30 * k)}
+        if k <= unloaded_after:
+            served["b"] = _counters(10_000 + 20 * k)
+        return served
+
+    _serving(monkeypatch, models)
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetPcieThroughput = lambda handle, counter: 1_000_000
+    snapshots, rows = _watched(fake, 290, tmp_path)
+    intervals = len(snapshots) - 1
+    assert intervals == 29
+    (result,) = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert result.figures.requests == 30 * intervals + 20 * unloaded_after
+    assert result.figures.queue_depth == pytest.approx(
+        500 * result.figures.requests / (290 * 1e6), rel=0.05)
+    assert result.wall == "none"
+    # the counters recorded never fall, and start from Triton's own sum
+    recorded = [r.triton.request_success for r in rows]
+    assert recorded == sorted(recorded) and recorded[0] == 2_000_000 + 10_000
+
+
+def test_a_server_restart_is_still_counted_from_zero_model_by_model(monkeypatch, tmp_path):
+    restarted_at = 10
+
+    def models(k):
+        return {"a": _counters(30 * (k - restarted_at) if k >= restarted_at else 5_000 + 30 * k)}
+
+    _serving(monkeypatch, models)
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetPcieThroughput = lambda handle, counter: 1_000_000
+    snapshots, rows = _watched(fake, 290, tmp_path)
+    (result,) = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    # every interval but the one the restart cut (0 requests since the restart) served 30
+    assert result.figures.requests == 30 * (len(snapshots) - 2)
+
+
+# --- the schedule ---------------------------------------------------------------------------
+
+def test_a_slow_scrape_skips_the_slots_it_ran_past_instead_of_sampling_back_to_back(
+        monkeypatch):
+    clock = _Clock()
+
+    def slow_second_scrape(k):
+        if k == 1:
+            clock.now += 5.0           # the server took 5 s to answer
+
+    _serving(monkeypatch, _steady, on_scrape=slow_second_scrape)
+    monitor = Monitor(None, URL, THRESHOLDS.alerts, clock=clock, wall_clock=lambda: 0.0)
+    elapsed = [s.elapsed_s for s in watch(monitor, interval=1, duration=10, sleep=clock.sleep)]
+    assert all(b - a >= 1 for a, b in zip(elapsed, elapsed[1:])), elapsed
+    assert elapsed == pytest.approx([0, 1.01, 7.01, 8.01, 9.01, 10.01])   # slots 2-6 skipped
