@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import shutil
 import socket
@@ -29,6 +31,33 @@ def host(driver="535.104.05", gpus=((0, "Tesla P100-PCIE-16GB", 6.0),), docker=D
 
 def by_name(checks):
     return {c.name: c for c in checks}
+
+
+def test_a_gpu_nvml_counts_but_cannot_reach_is_named_beside_the_ones_it_can():
+    """One lost or forbidden card made NVML "unavailable" for the whole host: doctor said
+    to install the driver, and saw no GPU."""
+    from tritonkit.monitor.doctor import gather_host_facts
+    from tritonkit.monitor.nvml import GpuFault
+
+    class TwoCards:                 # NVML as it answers when it opened only the first card
+        unreachable = (GpuFault(1, "GPU is lost (NVML_ERROR_GPU_IS_LOST)"),
+                       GpuFault(2, "Insufficient Permissions (NVML_ERROR_NO_PERMISSION)"))
+
+        def open(self): pass
+        def close(self): pass
+        def driver_version(self): return "535.104.05"
+        def identities(self): return [GpuIdentity(0, "Tesla P100-PCIE-16GB", 6.0)]
+
+    facts = gather_host_facts(nvml=TwoCards(), run=lambda *a, **k: None, which=lambda tool: None)
+    assert facts.driver_version == "535.104.05" and [g.index for g in facts.gpus] == [0]
+    checks = by_name(check_host(dataclasses.replace(host(), gpu_faults=facts.gpu_faults),
+                                load_profile("p100")))
+    lost, forbidden = checks["gpu 1"], checks["gpu 2"]
+    assert lost.status == "problem" and lost.detail == (
+        "NVML counts it but cannot reach it: GPU is lost (NVML_ERROR_GPU_IS_LOST)")
+    assert "nvidia-smi -r -i 1" in lost.fix
+    assert forbidden.status == "warning" and "/dev/nvidia2" in forbidden.fix
+    assert checks["gpu 0"].ok and checks["driver"].ok
 
 
 def test_a_p100_host_with_its_profiles_image_passes_every_check():
@@ -314,6 +343,19 @@ def test_doctor_exits_zero_on_a_host_that_passes_and_one_on_a_host_that_does_not
     assert code == 1 and not data["ok"]
     assert [c["name"] for c in data["checks"] if c["status"] == "problem"] == ["driver"]
     assert "1 of" in capsys.readouterr().err
+
+
+def test_a_warning_is_printed_as_one_not_as_ok_and_does_not_fail_the_host(
+        example_repository, monkeypatch, capsys):
+    from tritonkit.monitor import doctor
+
+    monkeypatch.setattr(doctor, "gather_host_facts", lambda *args, **kwargs: host())
+    code = run_cli("doctor", "--gpu", "p100", "--repository", example_repository,
+                   "--image", IMAGE.format("24.09"))       # a release whose driver is unrecorded
+    printed = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert [line.split()[:2] for line in printed if " driver " in f" {line} "] == [
+        ["warning", "driver"]]
 
 
 def test_doctor_keeps_an_existing_json_report_unless_force(example_repository, tmp_path, capsys):

@@ -564,6 +564,22 @@ def test_a_gpu_lost_mid_run_is_a_failed_sample_and_one_alert_naming_it(error):
     assert [(r.gpu, r.util_pct) for r in lost.rows()] == [(0, None)]
 
 
+def test_the_gpu_table_says_why_a_lost_gpus_row_is_empty():
+    from rich.console import Console
+
+    from tritonkit.cli.monitor import _snapshot_view
+
+    fake = _fake_pynvml()
+    with Nvml(fake) as nvml:
+        monitor = Monitor(nvml, None, LIMITS)
+        _failing_from_now_on(fake, "GPU_IS_LOST")
+        snapshot = monitor.snapshot()
+    console = Console(record=True, width=300)
+    console.print(_snapshot_view(snapshot))
+    said = " ".join(console.export_text().split())        # the caption wraps to the table
+    assert "0 = Tesla P100-PCIE-16GB; cannot be read: " + snapshot.gpus[0].error in said
+
+
 def test_a_gpu_lost_before_its_first_sample_is_named_by_the_uuid_it_had_when_opened():
     """The UUID is how a monitor pairs NVML's GPUs with the server's."""
     fake = _fake_pynvml()

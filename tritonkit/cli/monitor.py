@@ -133,6 +133,7 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
             f"{g.index} = {g.name or g.uuid}" + (f" (PCIe Gen{g.pcie_gen} x{g.pcie_width})"
                                        if g.pcie_gen and g.pcie_width else "")
             + (f"; clocks held down by {'+'.join(g.slowdowns)}" if g.slowdowns else "")
+            + (f"; cannot be read: {g.error}" if g.error else "")
             for g in snapshot.gpus)
         table.caption_justify = "left"
         parts.append(table)
@@ -241,7 +242,8 @@ def doctor(
     to_stdout = json_out is not None and str(json_out) == "-"
     width = max(len(c.name) for c in checks)
     for check in [] if to_stdout else checks:
-        status = "[green]ok     [/green]" if check.ok else "[red]problem[/red]"
+        status = {"ok": "[green]ok     [/green]", "warning": "[yellow]warning[/yellow]",
+                  "problem": "[red]problem[/red]"}[check.status]
         line = f"{status} {check.name:<{width}}  {escape(check.detail)}"
         if check.fix:
             line += f" [dim]— fix: {escape(check.fix)}[/dim]"

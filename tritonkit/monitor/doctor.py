@@ -20,7 +20,7 @@ from typing import Callable
 
 from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
 from tritonkit.errors import ProfileError, UsageError
-from tritonkit.monitor.nvml import GpuIdentity, GpuUnavailableError, Nvml
+from tritonkit.monitor.nvml import GpuFault, GpuIdentity, GpuUnavailableError, Nvml
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 from tritonkit.server.compose import NVIDIA_HOOK, docker_gives_gpus
 
@@ -74,6 +74,7 @@ class HostFacts:
     driver_version: str | None = None
     driver_error: str | None = None
     gpus: tuple[GpuIdentity, ...] = ()
+    gpu_faults: tuple[GpuFault, ...] = ()      # GPUs NVML counts but cannot reach
     docker: DockerFacts = field(default_factory=DockerFacts)
     ports: tuple[PortFact, ...] = ()
 
@@ -137,17 +138,19 @@ def gather_host_facts(host: str = "127.0.0.1", ports: dict[str, int] | None = No
                       nvml: Nvml | None = None, run: Runner = subprocess.run,
                       which: Callable[[str], str | None] = shutil.which) -> HostFacts:
     """Ask NVML, docker and the sockets what this host has (nothing here raises)."""
-    driver, driver_error, gpus = None, None, ()
+    driver, driver_error, gpus, faults = None, None, (), ()
     nvml = nvml or Nvml()
     try:
         nvml.open()
         try:
             driver, gpus = nvml.driver_version(), tuple(nvml.identities())
+            faults = nvml.unreachable
         finally:
             nvml.close()
     except GpuUnavailableError as exc:
         driver_error = exc.message
     return HostFacts(driver_version=driver, driver_error=driver_error, gpus=gpus,
+                     gpu_faults=faults,
                      docker=_docker_facts(run, which),
                      ports=tuple(_port_fact(host, role, port)
                                  for role, port in (ports or DEFAULT_PORTS).items()))
@@ -442,6 +445,19 @@ def _fix_for_older_card(gpu: GpuIdentity, profile: GpuProfile) -> str:
 
 
 def _check_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> list[Check]:
+    # A card NVML counts and cannot reach: lost (off the bus, Xid), or not this user's to read.
+    faults = [Check(f"gpu {fault.index}", "NO_PERMISSION" in fault.error,
+                    f"NVML counts it but cannot reach it: {fault.error}",
+                    f"give this user access to /dev/nvidia{fault.index}"
+                    if "NO_PERMISSION" in fault.error else
+                    "read the kernel log for Xid errors (dmesg), then reset the card "
+                    f"(nvidia-smi -r -i {fault.index}) or reboot the host",
+                    warning="NO_PERMISSION" in fault.error)
+              for fault in facts.gpu_faults]
+    return faults + _check_reached_gpus(facts, profile, needs)
+
+
+def _check_reached_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> list[Check]:
     if not facts.gpus:
         return [Check("gpu", False, "no NVIDIA GPU visible on this host",
                       f"run doctor on the host with the {profile.display_name}")]
