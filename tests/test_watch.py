@@ -164,3 +164,17 @@ def test_a_slow_scrape_skips_the_slots_it_ran_past_instead_of_sampling_back_to_b
     elapsed = [s.elapsed_s for s in watch(monitor, interval=1, duration=10, sleep=clock.sleep)]
     assert all(b - a >= 1 for a, b in zip(elapsed, elapsed[1:])), elapsed
     assert elapsed == pytest.approx([0, 1.01, 7.01, 8.01, 9.01, 10.01])   # slots 2-6 skipped
+
+
+def test_a_gpu_nvml_cannot_reach_is_named_when_the_monitor_opens():
+    from tests.test_monitor import _raising
+    from tritonkit.monitor.watch import open_monitor
+
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlDeviceGetHandleByIndex = lambda i: _raising("NO_PERMISSION")() if i == 1 else f"h{i}"
+    monitor, note = open_monitor(None, THRESHOLDS.alerts, nvml=Nvml(fake))
+    assert note == "gpu 1: Insufficient Permissions (NVML_ERROR_NO_PERMISSION): not watched"
+    assert [g.index for g in monitor.snapshot().gpus] == [0]
+    _, note = open_monitor(None, THRESHOLDS.alerts, nvml=Nvml(_fake_pynvml()))
+    assert note is None

@@ -39,6 +39,8 @@ class WallThresholds:
     memory_full_pct: float
     low_utilization_pct: float
     pcie_link_fraction: float
+    pcie_achievable_fraction: float
+    pcie_saturated_share: float
     small_batch: float
     short_compute_us: float
     queue_share: float
@@ -59,9 +61,12 @@ def load_thresholds(path: Path | None = None) -> Thresholds:
     """Read the thresholds file (default ``configs/alerts.toml``); errors name the field."""
     path = Path(path) if path else default_thresholds_path()
     thresholds = dataclass_from_table(Thresholds, load_toml(path), source=str(path))
-    if not 0 < thresholds.walls.pcie_link_fraction <= 1:
-        raise ProfileError(f"{path}: field 'walls.pcie_link_fraction' must be in (0, 1]",
-                           hint="e.g. 0.8 (80 % of the link)")
+    for field_name, example in (("pcie_link_fraction", "0.8 (80 % of what the link carries)"),
+                                ("pcie_achievable_fraction", "0.75 (what copies achieve of the rating)"),
+                                ("pcie_saturated_share", "0.5 (half the samples under load)")):
+        if not 0 < getattr(thresholds.walls, field_name) <= 1:
+            raise ProfileError(f"{path}: field 'walls.{field_name}' must be in (0, 1]",
+                               hint=f"e.g. {example}")
     if thresholds.alerts.temperature_hysteresis_c < 0:
         raise ProfileError(f"{path}: field 'alerts.temperature_hysteresis_c' must be 0 or more",
                            hint="e.g. 5 (°C below temperature_c before the alert ends)")

@@ -47,11 +47,6 @@ WALLS = ("memory", "bandwidth", "scheduling", "io", "none", "idle")
 # Requests waiting in Triton's queue on average for small batches to be the scheduler's
 # doing: below one, most requests found no other to be batched with.
 BATCHABLE_QUEUE_DEPTH = 1.0
-# Until configs/alerts.toml has them ([walls]): the share of a link's rated bandwidth
-# that copies achieve (a P100's Gen3 x16: ~11.7 of 15.75 GB/s pinned, bandwidthTest),
-# and the share of loaded samples that must be near it for the bandwidth wall.
-PCIE_ACHIEVABLE_FRACTION = 0.75
-PCIE_SATURATED_SHARE = 0.5
 
 TITLES = {
     "memory": "memory wall",
@@ -189,8 +184,7 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
     rx = [r.pcie_rx_mb_s / 1000 for r in loaded if r.pcie_rx_mb_s is not None]
     tx = [r.pcie_tx_mb_s / 1000 for r in loaded if r.pcie_tx_mb_s is not None]
     link = _link(loaded, profile)
-    achievable = link["link_gb_s"] * _walls(thresholds, "pcie_achievable_fraction",
-                                            PCIE_ACHIEVABLE_FRACTION)
+    achievable = link["link_gb_s"] * thresholds.walls.pcie_achievable_fraction
     busiest = [max(v for v in (r.pcie_rx_mb_s, r.pcie_tx_mb_s) if v is not None) / 1000
                for r in loaded if (r.pcie_rx_mb_s, r.pcie_tx_mb_s) != (None, None)]
     near = thresholds.walls.pcie_link_fraction * achievable
@@ -237,11 +231,6 @@ def _link(loaded: list[MonitorRow], profile: GpuProfile) -> dict:
                 link_below_profile=True)
 
 
-def _walls(thresholds: Thresholds, name: str, default: float) -> float:
-    """A [walls] threshold that configs/alerts.toml may not have yet: ``default`` then."""
-    return getattr(thresholds.walls, name, default)
-
-
 def _seconds_covered(rows: list[MonitorRow], loaded: list[MonitorRow]) -> float:
     if len(rows) < 2 or not loaded:
         return 0.0
@@ -259,7 +248,7 @@ def _classify(f: Figures, t: Thresholds) -> str:
     if f.mem_peak_pct is not None and f.mem_peak_pct >= w.memory_full_pct and low_util:
         return "memory"
     share = f.saturated_share
-    if share is not None and share >= _walls(t, "pcie_saturated_share", PCIE_SATURATED_SHARE):
+    if share is not None and share >= w.pcie_saturated_share:
         return "bandwidth"
     if (f.avg_batch is not None and f.avg_batch <= w.small_batch
             and f.compute_us is not None and f.compute_us <= w.short_compute_us

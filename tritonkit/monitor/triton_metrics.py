@@ -5,10 +5,12 @@ person reads is their change between two scrapes: requests and inferences per
 second, inferences per execution (the batch the scheduler actually formed), and the
 queue and compute time per request. ``nv_gpu_*`` gauges appear only on a GPU server.
 
-A counter that went down means the server restarted between the two scrapes (Triton
-keeps a model's counters across an unload and a reload): as Prometheus' ``increase()``
-does, the counters are then taken as counted from zero, all of a model's together, so
-no rate mixes the old server's figures with the new one's.
+A counter that went down means the server restarted between the two scrapes, or the
+model was unloaded and loaded again (Triton 2.51 keeps the counters through the unload
+and starts them from zero at the next load; a load of a model still loaded keeps them:
+measured on the local server). As Prometheus' ``increase()`` does, the counters are then
+taken as counted from zero, all of a model's together, so no rate mixes the figures of
+before with those of after.
 
 A figure Triton does not report is None, never 0: a server started with
 ``--metrics-config counter_latencies=false`` has no duration counters (their

@@ -157,7 +157,8 @@ def open_monitor(metrics_url: str | None, thresholds: AlertThresholds,
     """A monitor on this host's GPUs and/or Triton's metrics, and a note on what is missing.
 
     Without a driver the GpuUnavailableError is raised unless Triton's metrics are
-    watched; then the note says the GPU part is absent.
+    watched; then the note says the GPU part is absent. A GPU NVML counts but cannot
+    reach (lost, or not this user's) is named in the note; the others are watched.
     """
     nvml = nvml or Nvml()
     try:
@@ -168,7 +169,9 @@ def open_monitor(metrics_url: str | None, thresholds: AlertThresholds,
         return Monitor(None, metrics_url, thresholds), (
             f"{exc.message}; showing Triton's metrics only (its GPU gauges where the server "
             "reports them)")
-    return Monitor(nvml, metrics_url, thresholds), None
+    unreachable = "; ".join(map(str, nvml.unreachable))
+    return Monitor(nvml, metrics_url, thresholds), (
+        f"{unreachable}: not watched" if unreachable else None)
 
 
 def watch(monitor: Monitor, interval: float, duration: float | None = None,
