@@ -1,34 +1,49 @@
 """tritonkit's load generator vs NVIDIA's perf_analyzer 2.51.0, side by side in one run.
 
 Both load the same model on the same embedded local Triton, closed loop, at the same
-concurrencies, taking turns (perf_analyzer, ours, perf_analyzer, ours, ...) so that a
-noisy neighbour hurts both alike; each figure is the median of the rounds. Reported as
-ratios ours / perf_analyzer: throughput, p50, p99 — the goal is agreement within ±10 % —
-and the best throughput each reached over all concurrencies (the goal: ours >= theirs, so
-the load generator is never what limits a test).
+concurrencies. Each round runs the two back to back at each level, in turns: ours first
+in even rounds, perf_analyzer first in odd ones (A B, B A, ...), so neither always runs
+right after the other's load. Both get the same warm-up — ``--warmup-s`` of untimed load
+at that concurrency: ours discards it, perf_analyzer sends as many requests first
+(``--warmup-request-count``, about that long at the rate last measured there) — and
+measure comparable spans: ours ``--seconds``; perf_analyzer merges its last 3 windows
+of ``--seconds``/3 once they agree within ``--stability-pct`` in throughput and mean
+latency (``--stabilize-on p99``: p99), at most ``--max-trials`` windows. A perf_analyzer
+run that found no stable window (non-zero exit, or no figures even with windows twice as
+long) is left out with its pair, and flagged.
+
+Figures are per round: each ratio ours / perf_analyzer is taken within a round (the pair
+ran back to back), and reported as the median of the rounds with their min–max. Goals:
+
+- *agreement*: at every concurrency, the median paired ratio of QPS, p50 and p99 within ±10 %;
+- *maximum throughput*: the median over rounds of (ours' best QPS over the concurrencies /
+  perf_analyzer's best) >= 1.00, so the load generator is never what limits a test.
 
 The server runs on one half of the CPUs and the load generators on the other (``--no-pin``
 shares them all): otherwise every microsecond a client spends is taken from the server,
-and the faster client measures a faster server. Two more columns show where any difference comes from:
+and the faster client measures a faster server. Columns that show where a difference comes from:
 
-- *server ms*: Triton's own queue + compute time per request while each tool drove it —
-  what the server did, which both tools should agree on;
-- *PA net*: perf_analyzer's figures without its own client time, which it measures itself
-  (its "Client Send" + "Client Recv", a mean: the net percentiles are the percentile less
-  that mean, an approximation): at concurrency 1 that time is in every latency. Over gRPC
-  perf_analyzer counts only its marshalling there (~2 µs), so the net figures are its raw ones.
+- *server ms*: Triton's own queue + compute time per request while each tool drove it,
+  over its measured span (both from Triton's statistics) — which both should agree on;
+- *outside ms*: each tool's mean latency less that server time: its client, the network
+  and Triton's HTTP/gRPC handling, measured the same way for both;
+- *client CPU µs/req*: CPU of every client process over the whole invocation (start-up,
+  warm-up, every window) over the requests Triton answered in it — perf_analyzer's process;
+  ours: this process (which runs the load test's parent and its server watcher) and its workers.
 
-    .venv/bin/python bench/bench_loadtest.py [--json out/bench_loadtest.json]
-        [--concurrency 1,4,16] [--rounds 2] [--seconds 4] [--protocol http,grpc] [--no-pin]
+With ``--check`` (the default) a missed goal exits 1; a level where perf_analyzer found no
+stable window in any round exits 3 (nothing to compare). Every run's JSON is kept in
+out/bench-runs/ (with the commit and host); ``--json`` writes a copy where asked.
+
+    .venv/bin/python bench/bench_loadtest.py [--json out/bench_loadtest.json] [--rounds 5]
+        [--concurrency 1,4,16] [--seconds 6] [--warmup-s 1] [--protocol http,grpc]
+        [--stability-pct 10] [--stabilize-on mean|p99] [--max-trials 10] [--no-pin] [--no-check]
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -36,152 +51,249 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from bench.common import measure_ours, served, split_cpus, write_report  # noqa: E402
-from bench.perf_analyzer import run_perf_analyzer  # noqa: E402
+from bench.common import (EXIT_GOAL_MISSED, EXIT_INCOMPLETE, ROOT, abba, cpu_seconds,  # noqa: E402
+                          describe_cpus, fmt_spread, measure_ours, run_facts, served, split_cpus,
+                          spread, triton_counts, write_report)
+from bench.perf_analyzer import run_perf_analyzer, warmup_requests_for  # noqa: E402
 from tritonkit.client import Endpoint  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "example"
 TOLERANCE = 0.10
+SIDES = ("tritonkit", "perf_analyzer")          # round 0 runs them in this order, round 1 reversed
+AGREEMENT = ("qps", "p50_ms", "p99_ms")
+COLUMNS = AGREEMENT + ("server_ms", "outside_ms", "client_cpu_us")
 
 
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run_theirs(url: str, concurrency: int, seconds: float, protocol: str) -> dict:
-    """perf_analyzer at one concurrency: its last stable window, and its CPU per request."""
-    cpu, wall = _children_cpu_s(), time.perf_counter()
-    result = run_perf_analyzer(url, MODEL, concurrency, protocol=protocol,
-                               interval_ms=int(seconds * 1000), stability_pct=50, max_trials=8)
-    cpu, wall = _children_cpu_s() - cpu, time.perf_counter() - wall
-    own_ms = (result.client_us or 0.0) / 1000
+def run_theirs(endpoint: Endpoint, url: str, concurrency: int, args: argparse.Namespace, protocol: str,
+               rate: float | None) -> dict:
+    """perf_analyzer at one concurrency: its stable window's figures, how it got them, and
+    its CPU per request Triton answered over the whole invocation."""
+    warmup = warmup_requests_for(rate, args.warmup_s, concurrency)
+    interval_ms = round(args.seconds * 1000 / 3)
+    before, cpu = triton_counts(endpoint, MODEL), cpu_seconds(own=False)
+    try:
+        result = run_perf_analyzer(url, MODEL, concurrency, protocol=protocol, interval_ms=interval_ms,
+                                   stability_pct=args.stability_pct, max_trials=args.max_trials,
+                                   warmup_requests=warmup, stability_percentile=_percentile(args))
+    except RuntimeError as exc:     # no figures at all, also with windows twice as long
+        return {key: None for key in COLUMNS} | {
+            "stable": False, "exit_code": None, "failure": "no figures: " + " ".join(str(exc).split()),
+            "interval_ms": interval_ms, "stability_pct": args.stability_pct, "max_trials": args.max_trials,
+            "retried": True, "warmup_requests": warmup}
+    cpu, answered = cpu_seconds(own=False) - cpu, triton_counts(endpoint, MODEL).minus(before)
+    if result.server_us is None or result.throughput <= 0:
+        raise SystemExit(f"perf_analyzer at concurrency {concurrency} ({protocol}) gave no server "
+                         f"time or no throughput (exit {result.returncode}: {result.failure})")
     return {"qps": result.throughput, "p50_ms": result.p50_us / 1000, "p99_ms": result.p99_us / 1000,
-            # its whole run (start-up and every trial window) over the requests it sent in it
-            "client_cpu_us": cpu / (result.throughput * wall) * 1e6,
-            "server_ms": (result.server_us or float("nan")) / 1000,
-            "own_client_ms": own_ms,
-            # False: perf_analyzer exited non-zero and these are its last window's figures;
-            # "failure" says why ("no stable window", or what it printed last)
-            "stable": result.stable, "failure": result.failure,
-            # closed loop, throughput ∝ 1 / mean latency: its own measured rate, scaled by
-            # how much shorter the mean request would be without its client time
-            "net_qps": result.throughput * result.avg_us / (result.avg_us - own_ms * 1000),
-            "net_p50_ms": result.p50_us / 1000 - own_ms, "net_p99_ms": result.p99_us / 1000 - own_ms}
+            "server_ms": result.server_us / 1000, "outside_ms": (result.avg_us - result.server_us) / 1000,
+            "client_cpu_us": cpu / answered.requests * 1e6,
+            # its own "Client Send" + "Client Recv" (part of outside_ms), for reference
+            "own_client_ms": None if result.client_us is None else result.client_us / 1000,
+            # False: it exited non-zero (no stable window; "failure" says why): left out
+            "stable": result.stable, "exit_code": result.returncode, "failure": result.failure,
+            "interval_ms": result.interval_ms, "stability_pct": result.stability_pct,
+            "stabilized_on": args.stabilize_on,
+            "max_trials": result.max_trials, "trials": result.trials, "retried": result.retried,
+            "measured_span_s": result.measured_span_s, "warmup_requests": result.warmup_requests,
+            "invocation_requests": answered.requests, "invocation_cpu_s": cpu}
 
 
-def run_ours(endpoint: Endpoint, concurrency: int, seconds: float, protocol: str) -> dict:
-    level = measure_ours(endpoint, MODEL, concurrency, seconds, protocol)
-    split = level.server_split_ms or {}
-    server = sum(split.get(k, float("nan")) for k in ("queue", "compute_input", "compute_infer",
-                                                       "compute_output"))
+def run_ours(endpoint: Endpoint, concurrency: int, args: argparse.Namespace, protocol: str) -> dict:
+    """Our load generator at one concurrency, and the CPU of this process and its workers
+    per request Triton answered over the whole call."""
+    before, cpu = triton_counts(endpoint, MODEL), cpu_seconds(own=True)
+    level = measure_ours(endpoint, MODEL, concurrency, args.seconds, protocol, args.warmup_s)
+    cpu, answered = cpu_seconds(own=True) - cpu, triton_counts(endpoint, MODEL).minus(before)
+    split = level.server_split_ms
+    server = sum(split[k] for k in ("queue", "compute_input", "compute_infer", "compute_output"))
     return {"qps": level.qps, "p50_ms": level.latency_ms["p50"], "p99_ms": level.latency_ms["p99"],
-            "client_cpu_us": level.client_cpu_us, "workers": level.workers, "server_ms": server}
+            "server_ms": server, "outside_ms": level.latency_ms["mean"] - server,
+            "client_cpu_us": cpu / answered.requests * 1e6,
+            # no stability test: it measures the span it is given
+            "stable": None, "workers": level.workers, "measured_span_s": level.duration_s,
+            "warmup_s": args.warmup_s, "invocation_requests": answered.requests, "invocation_cpu_s": cpu,
+            # what `tritonkit loadtest` itself reports: its workers' CPU per request sent
+            "loadtest_reported_client_cpu_us": level.client_cpu_us}
 
 
-def compare(levels: list[int], runs: dict) -> list[dict]:
+def compare(levels: list[int], runs: dict[int, list[dict]]) -> list[dict]:
+    """Per concurrency: each side's figures and the paired ratios over the rounds kept."""
     rows = []
     for concurrency in levels:
-        pa, ours = runs["perf_analyzer", concurrency], runs["tritonkit", concurrency]
-        row = {"concurrency": concurrency, "rounds": {"perf_analyzer": pa, "tritonkit": ours}}
-        for key in ("qps", "p50_ms", "p99_ms", "client_cpu_us", "server_ms"):
-            row[f"perf_analyzer_{key}"] = statistics.median(r[key] for r in pa)
-            row[f"tritonkit_{key}"] = statistics.median(r[key] for r in ours)
-            row[f"ratio_{key}"] = row[f"tritonkit_{key}"] / row[f"perf_analyzer_{key}"]
-        for key in ("qps", "p50_ms", "p99_ms"):
-            row[f"perf_analyzer_net_{key}"] = statistics.median(r[f"net_{key}"] for r in pa)
-            row[f"ratio_net_{key}"] = row[f"tritonkit_{key}"] / row[f"perf_analyzer_net_{key}"]
-        row["perf_analyzer_own_client_ms"] = statistics.median(r["own_client_ms"] for r in pa)
-        row["perf_analyzer_unstable_rounds"] = sum(not r["stable"] for r in pa)
-        row["perf_analyzer_failures"] = sorted({r["failure"] for r in pa if not r["stable"]})
-        row["within"] = all(abs(row[f"ratio_{k}"] - 1) <= TOLERANCE for k in ("qps", "p50_ms", "p99_ms"))
-        row["within_net"] = all(abs(row[f"ratio_net_{k}"] - 1) <= TOLERANCE
-                                for k in ("qps", "p50_ms", "p99_ms"))
+        rounds = runs[concurrency]
+        kept = [r for r in rounds if r["perf_analyzer"]["stable"]]
+        row = {"concurrency": concurrency, "rounds": rounds, "rounds_kept": len(kept),
+               "rounds_left_out": [{"round": r["round"], "failure": r["perf_analyzer"]["failure"]}
+                                   for r in rounds if not r["perf_analyzer"]["stable"]]}
+        for key in COLUMNS:
+            row[key] = {side: spread((r[side][key] for r in kept), f"{side} {key} at {concurrency}")
+                        for side in SIDES}
+            row[key]["ratio"] = spread((r["tritonkit"][key] / r["perf_analyzer"][key] for r in kept),
+                                       f"ratio {key} at {concurrency}")
+        row["within"] = (all(abs(row[k]["ratio"]["median"] - 1) <= TOLERANCE for k in AGREEMENT)
+                         if kept else None)
         rows.append(row)
     return rows
 
 
-def show(console: Console, protocol: str, rows: list[dict], rounds: int, pinned: str) -> dict:
+def best_throughput(rows: list[dict], n_rounds: int) -> dict:
+    """Per round, ours' best QPS over the concurrencies over perf_analyzer's (over the levels
+    whose pair was kept that round), and their spread."""
+    ratios, bests = [], []
+    for index in range(n_rounds):
+        pairs = [r for row in rows for r in row["rounds"]
+                 if r["round"] == index and r["perf_analyzer"]["stable"]]
+        if not pairs:
+            continue
+        best = {side: max(r[side]["qps"] for r in pairs) for side in SIDES}
+        bests.append({"round": index, **best})
+        ratios.append(best["tritonkit"] / best["perf_analyzer"])
+    return {"per_round": bests, "ratio": spread(ratios, "best throughput ratio")}
+
+
+def show(console: Console, protocol: str, rows: list[dict], best: dict, heading: str) -> dict:
     table = Table(title=f"tritonkit loadtest vs perf_analyzer 2.51.0 — '{MODEL}' on the local Triton, "
-                        f"{protocol}, closed loop, median of {rounds} rounds, {pinned}")
-    for col in ("conc.", "QPS PA / ours", "×", "p50 ms PA / ours", "×", "p99 ms PA / ours", "×",
-                "server ms PA / ours", "PA own client ms", "× vs PA net QPS / p50 / p99",
-                "client CPU µs/req PA / ours"):
+                        f"{protocol}, closed loop; {heading}. Figures: median of the rounds kept; "
+                        "×: ours / perf_analyzer paired within each round, median (min–max)")
+    for col in ("conc.", "rounds kept", "QPS PA / ours", "×", "p50 ms PA / ours", "×", "p99 ms PA / ours",
+                "×", "server ms PA / ours", "outside ms PA / ours", "client CPU µs/req PA / ours"):
         table.add_column(col, justify="right")
-    for r in rows:
+
+    def pair(row: dict, key: str, digits: int, scale: str = "") -> str:
+        pa, ours = row[key]["perf_analyzer"], row[key]["tritonkit"]
+        if not pa:
+            return "—"
+        return f"{pa['median']:{scale}.{digits}f} / {ours['median']:{scale}.{digits}f}"
+
+    for row in rows:
         table.add_row(
-            str(r["concurrency"]) + ("*" if r["perf_analyzer_unstable_rounds"] else ""),
-            f"{r['perf_analyzer_qps']:,.0f} / {r['tritonkit_qps']:,.0f}", f"{r['ratio_qps']:.2f}",
-            f"{r['perf_analyzer_p50_ms']:.3f} / {r['tritonkit_p50_ms']:.3f}", f"{r['ratio_p50_ms']:.2f}",
-            f"{r['perf_analyzer_p99_ms']:.3f} / {r['tritonkit_p99_ms']:.3f}", f"{r['ratio_p99_ms']:.2f}",
-            f"{r['perf_analyzer_server_ms']:.3f} / {r['tritonkit_server_ms']:.3f}",
-            f"{r['perf_analyzer_own_client_ms']:.3f}",
-            f"{r['ratio_net_qps']:.2f} / {r['ratio_net_p50_ms']:.2f} / {r['ratio_net_p99_ms']:.2f}",
-            f"{r['perf_analyzer_client_cpu_us']:.0f} / {r['tritonkit_client_cpu_us']:.0f}")
+            str(row["concurrency"]), f"{row['rounds_kept']}/{len(row['rounds'])}",
+            pair(row, "qps", 0, ","), fmt_spread(row["qps"]["ratio"]),
+            pair(row, "p50_ms", 3), fmt_spread(row["p50_ms"]["ratio"]),
+            pair(row, "p99_ms", 3), fmt_spread(row["p99_ms"]["ratio"]),
+            pair(row, "server_ms", 3), pair(row, "outside_ms", 3), pair(row, "client_cpu_us", 0))
     console.print(table)
-    for r in rows:
-        if r["perf_analyzer_unstable_rounds"]:
-            console.print(f"* concurrency {r['concurrency']}: perf_analyzer exited non-zero in "
-                          f"{r['perf_analyzer_unstable_rounds']} round(s) "
-                          f"({'; '.join(r['perf_analyzer_failures'])}): its figures there are its last "
-                          "window's (no stable window: raise --seconds, or quiet the machine)",
+    for row in rows:
+        for left in row["rounds_left_out"]:
+            console.print(f"concurrency {row['concurrency']}, round {left['round']}: perf_analyzer exited "
+                          f"non-zero ({left['failure']}): the pair is left out",
                           markup=False, highlight=False)
-    best_pa = max(r["perf_analyzer_qps"] for r in rows)
-    best_ours = max(r["tritonkit_qps"] for r in rows)
-    verdict = {"best_qps": {"perf_analyzer": best_pa, "tritonkit": best_ours},
-               "max_throughput_ratio": best_ours / best_pa,
-               "max_throughput_goal_met": best_ours >= best_pa,
-               "all_within_10_percent": all(r["within"] for r in rows),
-               "all_within_10_percent_of_pa_net": all(r["within_net"] for r in rows)}
-    console.print(f"{protocol}: best throughput perf_analyzer {best_pa:,.0f}/s, tritonkit {best_ours:,.0f}/s "
-                  f"(ratio {best_ours / best_pa:.2f}; goal >= 1.00: "
-                  f"{'met' if verdict['max_throughput_goal_met'] else 'NOT met'})")
-    console.print(f"{protocol}: QPS/p50/p99 within ±10 % of perf_analyzer's at concurrency "
-                  f"{[r['concurrency'] for r in rows if r['within']]}; of perf_analyzer's net of its own "
-                  f"client time at {[r['concurrency'] for r in rows if r['within_net']]}")
+    complete = all(row["rounds_kept"] for row in rows) and best["ratio"] is not None
+    ratio = best["ratio"]
+    verdict = {
+        "complete": complete,
+        "max_throughput_ratio": ratio,
+        "max_throughput_goal": "median over rounds of ours' best QPS / perf_analyzer's best >= 1.00",
+        "max_throughput_goal_met": None if ratio is None else ratio["median"] >= 1.0,
+        "agreement_goal": (f"median paired ratio of QPS, p50 and p99 within ±{TOLERANCE:.0%} "
+                           "at every concurrency"),
+        "agreement_goal_met": all(row["within"] for row in rows) if complete else None,
+        "within_at": [row["concurrency"] for row in rows if row["within"]],
+    }
+    if ratio:
+        console.print(f"{protocol}: best throughput, ours / perf_analyzer over {ratio['n']} round(s): "
+                      f"{fmt_spread(ratio)} (goal: median >= 1.00: "
+                      f"{'met' if verdict['max_throughput_goal_met'] else 'NOT met'})")
+    agreed = verdict["agreement_goal_met"]
+    console.print(f"{protocol}: QPS/p50/p99 median paired ratios within ±10 % at concurrency "
+                  f"{verdict['within_at']} of {[row['concurrency'] for row in rows]} (goal: all: "
+                  f"{'not judged' if agreed is None else 'met' if agreed else 'NOT met'})")
+    if not complete:
+        console.print(f"{protocol}: INCOMPLETE — perf_analyzer found no stable window in any round at "
+                      f"concurrency {[row['concurrency'] for row in rows if not row['rounds_kept']]}")
     return verdict
+
+
+def _percentile(args: argparse.Namespace) -> int | None:
+    return 99 if args.stabilize_on == "p99" else None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", type=Path, help="also write the report here (every run's is kept "
+                                                  "in out/bench-runs/)")
     parser.add_argument("--concurrency", default="1,4,16")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per run")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=6.0,
+                        help="measured seconds per run: ours measures this long; perf_analyzer's "
+                             "windows are a third of it (its figures merge its last 3)")
+    parser.add_argument("--warmup-s", type=float, default=1.0,
+                        help="untimed load before each measurement, both tools")
     parser.add_argument("--protocol", default="http", help="http, grpc or both: http,grpc")
+    parser.add_argument("--stability-pct", type=int, default=10,
+                        help="perf_analyzer's -s: its last 3 windows agree within this")
+    parser.add_argument("--max-trials", type=int, default=10, help="perf_analyzer's -r: most windows")
+    parser.add_argument("--stabilize-on", choices=("mean", "p99"), default="mean",
+                        help="what perf_analyzer's windows must agree on besides throughput: mean "
+                             "latency (its default) or p99 (--percentile 99, stricter)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="server on the first half of the CPUs, load generators on the rest")
+    parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                        help="exit 1 when a goal is missed")
     args = parser.parse_args()
+    facts = run_facts()
     levels = [int(c) for c in args.concurrency.split(",")]
     protocols = args.protocol.split(",")
     if not set(protocols) <= {"http", "grpc"}:
         parser.error("--protocol takes http, grpc or http,grpc")
+    if args.rounds < 1 or args.seconds <= 0 or args.warmup_s < 0:
+        parser.error("--rounds >= 1, --seconds > 0 and --warmup-s >= 0")
     server_cpus, client_cpus = split_cpus(args.pin)
-    pinned = (f"server on CPUs {sorted(server_cpus)}, clients on {sorted(client_cpus)}"
-              if server_cpus != client_cpus else "server and clients share the CPUs")
+    pinned = describe_cpus(server_cpus, client_cpus)
+    console = Console(width=None if sys.stdout.isatty() else 200)
 
-    runs: dict[str, dict] = {p: {} for p in protocols}
+    runs: dict[str, dict[int, list[dict]]] = {p: {c: [] for c in levels} for p in protocols}
+    rates: dict[tuple[str, int], float] = {}
     with served(ROOT / "model_repository", server_cpus=server_cpus, client_cpus=client_cpus) as deployment:
         endpoint = Endpoint.from_deployment(deployment)
-        for _ in range(args.rounds):
+        for index in range(args.rounds):
             for protocol in protocols:
                 url = deployment.http_url if protocol == "http" else deployment.grpc_url
                 for concurrency in levels:
-                    runs[protocol].setdefault(("perf_analyzer", concurrency), []).append(
-                        run_theirs(url, concurrency, args.seconds, protocol))
-                    runs[protocol].setdefault(("tritonkit", concurrency), []).append(
-                        run_ours(endpoint, concurrency, args.seconds, protocol))
+                    entry: dict = {"round": index, "order": abba(SIDES, index)}
+                    for side in entry["order"]:
+                        if side == "tritonkit":
+                            result = run_ours(endpoint, concurrency, args, protocol)
+                        else:
+                            result = run_theirs(endpoint, url, concurrency, args, protocol,
+                                                rates.get((protocol, concurrency)))
+                        entry[side] = result
+                        said = f"round {index + 1}/{args.rounds} {protocol} c={concurrency} {side}: "
+                        if result["qps"] is not None:
+                            rates[protocol, concurrency] = result["qps"]
+                            said += (f"{result['qps']:,.0f}/s p50 {result['p50_ms']:.3f} ms "
+                                     f"p99 {result['p99_ms']:.3f} ms")
+                        if result["stable"] is False:
+                            said += f" (left out: exit {result['exit_code']}, {result['failure']})"
+                        console.log(said, markup=False, highlight=False)
+                    runs[protocol][concurrency].append(entry)
 
-    console = Console()
-    report = {"model": MODEL, "rounds": args.rounds, "seconds": args.seconds, "cpus": pinned, "protocols": {}}
+    heading = (f"{args.rounds} round(s), ours {args.seconds:g} s / perf_analyzer 3 x "
+               f"{round(args.seconds * 1000 / 3)} ms windows within {args.stability_pct} % "
+               f"({args.stabilize_on} latency, throughput), "
+               f"{args.warmup_s:g} s warm-up each, {pinned}")
+    report = {"model": MODEL, "rounds": args.rounds, "seconds": args.seconds, "warmup_s": args.warmup_s,
+              "perf_analyzer": {"interval_ms": round(args.seconds * 1000 / 3),
+                                "stability_pct": args.stability_pct, "stabilized_on": args.stabilize_on,
+                                "max_trials": args.max_trials,
+                                "merged_windows": 3},
+              "order": "ABBA: round 0 " + " then ".join(SIDES) + ", round 1 reversed, ...",
+              "tolerance": TOLERANCE, "cpus": pinned, "protocols": {}}
+    verdicts = []
     for protocol in protocols:
         rows = compare(levels, runs[protocol])
-        report["protocols"][protocol] = {"levels": rows,
-                                         **show(console, protocol, rows, args.rounds, pinned)}
-    if args.json:
-        write_report(args.json, report)
-    return 0
+        best = best_throughput(rows, args.rounds)
+        verdict = show(console, protocol, rows, best, heading)
+        verdicts.append(verdict)
+        report["protocols"][protocol] = {"levels": rows, "best_qps": best, **verdict}
+    complete = all(v["complete"] for v in verdicts)
+    goals_met = complete and all(v["max_throughput_goal_met"] and v["agreement_goal_met"] for v in verdicts)
+    report.update(complete=complete, goals_met=goals_met, checked=args.check)
+    for path in write_report(args.json, report, "bench_loadtest", facts):
+        console.print(f"wrote {path}", markup=False, highlight=False)
+    if not complete:
+        return EXIT_INCOMPLETE
+    return EXIT_GOAL_MISSED if args.check and not goals_met else 0
 
 
 if __name__ == "__main__":

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tritonkit.server.binary import find_install
@@ -35,6 +36,22 @@ class PerfResult:
     returncode: int = 0
     # why it exited non-zero: "no stable window", or the last line it printed when it was not that
     failure: str | None = None
+    # how it was run: its window (-p; the run's, after any retry), stability threshold (-s),
+    # most windows (-r), the requests it sent before measuring (--warmup-request-count),
+    # whether this is the second run (no figures from the first: windows twice as long),
+    # and the windows it took (from -v's "Pass [n]" lines; None when it printed none)
+    interval_ms: int | None = None
+    stability_pct: int | None = None
+    stability_percentile: int | None = None      # None: mean latency (and throughput)
+    max_trials: int | None = None
+    warmup_requests: int = 0
+    retried: bool = False
+    trials: int | None = None
+
+    @property
+    def measured_span_s(self) -> float | None:
+        """What its figures cover: a stable result merges its last 3 windows."""
+        return 3 * self.interval_ms / 1000 if self.interval_ms else None
 
     @property
     def stable(self) -> bool:
@@ -66,26 +83,32 @@ def _library_dir() -> Path:
 
 def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str = "http",
                       interval_ms: int = 3000, batch_size: int = 1, shape: str | None = None,
-                      stability_pct: int = 10, max_trials: int = 10,
+                      stability_pct: int = 10, max_trials: int = 10, warmup_requests: int = 0,
+                      stability_percentile: int | None = None,
                       extra: list[str] | None = None) -> PerfResult:
     """One perf_analyzer measurement at a fixed concurrency (sync, stable windows).
 
-    A run that ends without a stable window still reports its last one, with ``returncode``
-    set (``stable`` False). One that wrote no figures because no window was stable is run
+    ``warmup_requests``: requests it sends at that concurrency before its first window
+    (2.51's ``--warmup-request-count``, which its --help does not list but it takes:
+    "Sending N warmup requests"), none counted. Its last 3 windows must agree within
+    ``stability_pct`` in throughput and in mean latency (its default), or in the
+    ``stability_percentile`` latency when given (--percentile). A run that ends without a
+    stable window still reports its last one, with ``returncode`` set (``stable`` False):
+    the benchmarks leave such rounds out. One that wrote no figures because no window was stable is run
     once more with windows twice as long (perf_analyzer's own advice: "increase the
-    --measurement-interval"); a run that still wrote none raises.
+    --measurement-interval"), ``retried`` set; a run that still wrote none raises.
     """
+    common = dict(protocol=protocol, batch_size=batch_size, shape=shape, stability_pct=stability_pct,
+                  max_trials=max_trials, warmup_requests=warmup_requests,
+                  stability_percentile=stability_percentile, extra=extra)
     try:
-        return _run_perf_analyzer(url, model, concurrency, protocol=protocol,
-                                  interval_ms=interval_ms, batch_size=batch_size, shape=shape,
-                                  stability_pct=stability_pct, max_trials=max_trials, extra=extra)
+        return _run_perf_analyzer(url, model, concurrency, interval_ms=interval_ms, **common)
     except _NoFigures as unstable:
         if not unstable.unstable:
             raise RuntimeError(str(unstable)) from None
     try:
-        return _run_perf_analyzer(url, model, concurrency, protocol=protocol,
-                                  interval_ms=2 * interval_ms, batch_size=batch_size, shape=shape,
-                                  stability_pct=stability_pct, max_trials=max_trials, extra=extra)
+        return replace(_run_perf_analyzer(url, model, concurrency, interval_ms=2 * interval_ms, **common),
+                       retried=True)
     except _NoFigures as again:
         raise RuntimeError(f"{again} (also with {2 * interval_ms} ms windows)") from None
 
@@ -98,8 +121,12 @@ class _NoFigures(Exception):
         self.unstable = unstable
 
 
+_PASS = re.compile(r"^\s*Pass \[(\d+)\]", re.MULTILINE)
+
+
 def _run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str, interval_ms: int,
                        batch_size: int, shape: str | None, stability_pct: int, max_trials: int,
+                       warmup_requests: int, stability_percentile: int | None,
                        extra: list[str] | None) -> PerfResult:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(_library_dir()),
@@ -109,10 +136,14 @@ def _run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str,
         argv = [str(perf_analyzer_binary()), "-m", model, "-u", url, "-i", protocol,
                 "-b", str(batch_size), "--concurrency-range", f"{concurrency}:{concurrency}",
                 "-p", str(interval_ms), "-s", str(stability_pct), "-r", str(max_trials), "-f", str(report),
-                "--percentile", "99", *(extra or [])]
+                "-v", *(extra or [])]
+        if stability_percentile is not None:
+            argv += ["--percentile", str(stability_percentile)]
+        if warmup_requests > 0:
+            argv += ["--warmup-request-count", str(warmup_requests)]
         if shape:
             argv += ["--shape", shape]
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
         rows = []
         if report.exists():
             with report.open(newline="") as figures:
@@ -122,6 +153,7 @@ def _run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str,
                              f"{(done.stderr or done.stdout).strip()[-500:]}",
                              unstable=_failure(done) == "no stable window")
         row = rows[0]
+    passes = [int(n) for n in _PASS.findall(done.stdout)]
     return PerfResult(
         concurrency=concurrency, throughput=float(row["Inferences/Second"]),
         p50_us=float(row["p50 latency"]), p90_us=float(row["p90 latency"]),
@@ -133,7 +165,10 @@ def _run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str,
         client_us=_sum(row, ("Client Send", "Client Recv")),
         server_us=_sum(row, ("Server Queue", "Server Compute Input", "Server Compute Infer",
                              "Server Compute Output")),
-        returncode=done.returncode, failure=_failure(done))
+        returncode=done.returncode, failure=_failure(done),
+        interval_ms=interval_ms, stability_pct=stability_pct, stability_percentile=stability_percentile,
+        max_trials=max_trials, warmup_requests=max(0, warmup_requests),
+        trials=max(passes) if passes else None)
 
 
 _UNSTABLE = "Failed to obtain stable measurement"
@@ -156,3 +191,13 @@ def _lines(text: str) -> list[str]:
 
 def _sum(row: dict, keys: tuple[str, ...]) -> float | None:
     return sum(float(row[k]) for k in keys) if all(k in row for k in keys) else None
+
+
+def warmup_requests_for(rate: float | None, warmup_s: float, concurrency: int) -> int:
+    """How many warm-up requests give perf_analyzer about ``warmup_s`` of load, as our load
+    generator gets (its --warmup-s), at ``rate`` requests/s (the last rate measured at this
+    level; without one, 500 per concurrent request). At least one per concurrent request."""
+    if warmup_s <= 0:
+        return 0
+    estimate = rate * warmup_s if rate and rate > 0 else 500 * concurrency
+    return max(concurrency, round(estimate))
