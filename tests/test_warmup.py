@@ -942,6 +942,24 @@ def test_every_version_a_model_serves_is_warmed_not_only_the_latest(tmp_path):
         run_cli("down", "--repository", repo)
 
 
+def _warming_in_a_thread(repo: Path) -> tuple[threading.Thread, dict]:
+    """warm_up of ``repo``'s slow model, started in a thread: 4 shapes x 80 requests x 20 ms,
+    about 6 s, so what the test does a second in lands in the middle. The outcome dict
+    gets its results or its error, and when it ended."""
+    outcome: dict = {}
+
+    def warm() -> None:
+        try:
+            outcome["results"] = warm_up(repo, timeout=60, rule=SteadyRule(window=40, tolerance=1.0))
+        except Exception as exc:  # handed to the test thread
+            outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=warm)
+    thread.start()
+    return thread, outcome
+
+
 @pytest.mark.server
 def test_a_recorded_local_server_that_dies_mid_warmup_and_is_not_restarted_fails_after_the_grace(
         tmp_path, monkeypatch):
@@ -955,18 +973,8 @@ def test_a_recorded_local_server_that_dies_mid_warmup_and_is_not_restarted_fails
     repo = tmp_path / "repo"
     _python_model(repo, "slow", ECHO_CONFIG + "dynamic_batching { }\n", SLOW_MODEL)
     first = _deploy(repo, "--no-warmup")
-    outcome: dict = {}
-
-    def warm() -> None:
-        try:   # 4 shapes x 80 requests x 20 ms: about 6 s, so the kill lands in the middle
-            outcome["results"] = warm_up(repo, timeout=60, rule=SteadyRule(window=40, tolerance=1.0))
-        except Exception as exc:  # handed to the test thread
-            outcome["error"] = exc
-        outcome["ended"] = time.monotonic()
-
-    thread = threading.Thread(target=warm)
+    thread, outcome = _warming_in_a_thread(repo)
     try:
-        thread.start()
         time.sleep(1.0)
         os.killpg(first.pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -993,17 +1001,8 @@ def test_a_server_restarted_mid_warmup_is_waited_for_and_warmed_again(tmp_path):
         'dynamic_batching { preferred_batch_size: [2, 4] }\n')
     (repo / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
     first = _deploy(repo, "--no-warmup")
-    outcome: dict = {}
-
-    def warm() -> None:
-        try:   # 4 shapes x 80 requests x 20 ms: about 6 s, so the restart lands in the middle
-            outcome["results"] = warm_up(repo, timeout=60, rule=SteadyRule(window=40, tolerance=1.0))
-        except Exception as exc:  # handed to the test thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=warm)
+    thread, outcome = _warming_in_a_thread(repo)
     try:
-        thread.start()
         time.sleep(1.0)
         os.killpg(first.pid, signal.SIGKILL)                 # a crash...
         while _alive(first.pid):
