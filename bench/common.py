@@ -27,7 +27,8 @@ from tritonkit.loadtest import LevelResult, LoadSpec, run_loadtest
 from tritonkit.server.state import Deployment
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS_DIR = ROOT / "out" / "bench-runs"
+# Every run's JSON is kept here; TRITONKIT_BENCH_RUNS moves it (the tests' runs go to theirs).
+RUNS_DIR = Path(os.environ.get("TRITONKIT_BENCH_RUNS") or ROOT / "out" / "bench-runs")
 # Exit statuses of the benchmarks: a goal missed (with --check), a measurement that cannot
 # be judged (a side failed in every round of a level, or gave no figures).
 EXIT_GOAL_MISSED = 1

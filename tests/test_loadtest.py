@@ -2139,12 +2139,16 @@ def test_a_perf_analyzer_library_link_left_dangling_is_pointed_anew(tmp_path, mo
 
 def test_a_benchmarks_json_lands_whole_in_a_folder_that_did_not_exist(tmp_path):
     target = tmp_path / "new" / "folder" / "bench_export.json"
+    runs = tmp_path / "runs"                # every run's own copy: here, not in the checkout's out/
     done = subprocess.run([sys.executable, str(EXAMPLE_REPOSITORY.parent / "bench" / "bench_export.py"),
                            "--models", "mlp", "--iterations", "2", "--warmup", "1", "--threads", "1",
-                           "--json", str(target)], capture_output=True, text=True, timeout=300)
+                           "--json", str(target)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITONKIT_BENCH_RUNS": str(runs)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert [row["batch"] for row in json.loads(target.read_text())["results"]] == [1, 32]
     assert [p.name for p in target.parent.iterdir()] == ["bench_export.json"]   # no temporary left
+    [kept] = runs.iterdir()
+    assert json.loads(kept.read_text())["results"] == json.loads(target.read_text())["results"]
 
 
 @pytest.mark.parametrize("args,says", [
