@@ -141,8 +141,8 @@ def bench_model(name: str, spec: str, repository: Path, *, threads: int, iterati
                "speedup_all_calls": statistics.median(calls["torch"]) / statistics.median(calls["ort"])}
         for engine in ENGINES:
             for q in (10, 50, 90):
-                name = "median" if q == 50 else f"p{q}"
-                row[f"{engine}_ms_{name}"] = float(np.percentile(calls[engine], q))
+                label = "median" if q == 50 else f"p{q}"
+                row[f"{engine}_ms_{label}"] = float(np.percentile(calls[engine], q))
         rows.append(row)
     return rows
 

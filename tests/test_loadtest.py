@@ -2145,7 +2145,8 @@ def test_a_benchmarks_json_lands_whole_in_a_folder_that_did_not_exist(tmp_path):
                            "--json", str(target)], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TRITONKIT_BENCH_RUNS": str(runs)})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert [row["batch"] for row in json.loads(target.read_text())["results"]] == [1, 32]
+    assert [(row["model"], row["batch"]) for row in json.loads(target.read_text())["results"]] == [
+        ("mlp", 1), ("mlp", 32)]
     assert [p.name for p in target.parent.iterdir()] == ["bench_export.json"]   # no temporary left
     [kept] = runs.iterdir()
     assert json.loads(kept.read_text())["results"] == json.loads(target.read_text())["results"]
