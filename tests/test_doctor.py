@@ -9,12 +9,12 @@ import shutil
 import socket
 import subprocess
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tritonkit.monitor.doctor import (DockerFacts, HostFacts, PortFact, check_host,
                                       check_repository, checks_to_json, gather_host_facts,
                                       image_needs, image_releases_path, load_image_releases,
                                       run_doctor)
-from tritonkit.monitor.nvml import GpuIdentity
+from tritonkit.monitor.nvml import GpuIdentity, Nvml
 from tritonkit.profiles import load_profile
 
 DOCKER_OK = DockerFacts(cli="/usr/bin/docker", server_version="27.1.1",
@@ -56,7 +56,7 @@ def test_a_gpu_nvml_counts_but_cannot_reach_is_named_beside_the_ones_it_can():
     assert lost.status == "problem" and lost.detail == (
         "NVML counts it but cannot reach it: GPU is lost (NVML_ERROR_GPU_IS_LOST)")
     assert "nvidia-smi -r -i 1" in lost.fix
-    assert forbidden.status == "warning" and "/dev/nvidia2" in forbidden.fix
+    assert forbidden.status == "warning" and "ls -l /dev/nvidia*" in forbidden.fix
     assert checks["gpu 0"].ok and checks["driver"].ok
 
 
@@ -324,7 +324,7 @@ def test_doctor_runs_on_this_host_and_prints_one_line_per_check(example_reposito
     names = [c["name"] for c in data["checks"]]
     assert names[:2] == ["driver", "image"] and "repository" in names
     printed = capsys.readouterr().out
-    assert all(line.startswith(("ok", "problem")) for line in printed.splitlines() if line)
+    assert all(line.startswith(("ok", "warning", "problem")) for line in printed.splitlines() if line)
 
 
 def test_doctor_exits_zero_on_a_host_that_passes_and_one_on_a_host_that_does_not(
@@ -470,3 +470,37 @@ def test_a_bad_row_in_the_image_table_names_the_file_and_the_field(tmp_path):
             assert exc.message.startswith(f"{bad}: ") and message in exc.message, exc.message
         else:
             raise AssertionError(f"accepted {new!r}")
+
+
+def test_a_configs_folder_made_for_its_settings_alone_still_has_the_image_table(
+        tmp_path, monkeypatch):
+    """TRITONKIT_CONFIGS holds server.toml, alerts.toml and gpus/ (what a user tunes);
+    without triton_images.toml in it doctor stopped at "does not exist"."""
+    from tritonkit.monitor.doctor import image_releases_path, load_image_releases
+
+    mine = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs", mine, ignore=shutil.ignore_patterns("triton_images.toml"))
+    monkeypatch.setenv("TRITONKIT_CONFIGS", str(mine))
+    assert image_releases_path() == ROOT / "configs" / "triton_images.toml"
+    assert load_image_releases()["24.10"].driver == 560
+    (mine / "triton_images.toml").write_text((ROOT / "configs" / "triton_images.toml").read_text())
+    assert image_releases_path() == mine / "triton_images.toml"      # one given is used
+
+
+def test_a_host_whose_every_gpu_is_another_users_is_not_told_to_install_the_driver():
+    """The driver answered; the GPUs' handles were NO_PERMISSION. Doctor said "install
+    NVIDIA driver >= 560" and "no NVIDIA GPU visible"."""
+    from tests.test_monitor import _fake_pynvml, _raising
+    from tritonkit.monitor.doctor import gather_host_facts
+
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlDeviceGetHandleByIndex = _raising("NO_PERMISSION")
+    fake.nvmlSystemGetDriverVersion = lambda: "560.35.03"
+    facts = gather_host_facts(nvml=Nvml(fake), run=lambda *a, **k: None, which=lambda tool: None)
+    assert facts.driver_version == "560.35.03" and facts.driver_error is None
+    checks = by_name(check_host(dataclasses.replace(host(driver="560.35.03", gpus=()),
+                                                    gpu_faults=facts.gpu_faults),
+                                load_profile("p100")))
+    assert checks["driver"].ok and "gpu" not in checks
+    assert [checks[f"gpu {i}"].status for i in (0, 1)] == ["warning", "warning"]

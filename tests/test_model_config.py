@@ -339,6 +339,28 @@ def test_force_names_each_config_it_replaces_that_was_tuned_or_written_by_hand(m
     assert not [n for n in configured.notes if n.startswith("replaced")]
 
 
+def test_force_says_removed_for_a_tuned_config_of_a_card_the_model_no_longer_gets_one_for(mlp_repo):
+    configure(mlp_repo, "mlp", gpu="a10")
+    p100 = mlp_repo / "mlp" / "configs" / "p100.pbtxt"
+    p100.write_text(p100.read_text().replace("max_batch_size: 32", "max_batch_size: 16"))
+    _stamped(mlp_repo, opset=22, ir_version=10)                 # the P100's image cannot load it
+    configured = configure(mlp_repo, "mlp", gpu="a10", force=True)
+    assert [n for n in configured.notes if "p100" in n] == [
+        "removed configs/p100.pbtxt: edited since tritonkit wrote it (no config for p100: "
+        + configured.skipped["p100"] + ")"]
+    assert not p100.exists()
+
+
+def test_force_says_so_of_a_config_from_a_tritonkit_that_recorded_no_digest(mlp_repo):
+    configure(mlp_repo, "mlp", gpu="a10")
+    config = mlp_repo / "mlp" / "config.pbtxt"
+    config.write_text("".join(line for line in config.read_text().splitlines(keepends=True)
+                              if not line.startswith("# sha256 of the config below")))
+    configured = configure(mlp_repo, "mlp", gpu="a10", force=True)
+    assert ("replaced config.pbtxt: written by a tritonkit that recorded no digest, so an edit "
+            "by hand cannot be told") in configured.notes
+
+
 def _stamped(repo: Path, opset: int, ir_version: int, **report) -> None:
     """The mlp model stamped with another opset and IR version (what an exporter asked for
     ``--opset`` writes), its export report after it."""

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT, default_signals, run_cli
 from tritonkit.errors import ProfileError, ServerError
-from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, load_thresholds
+from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, default_thresholds_path, load_thresholds
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv, rows_for
 from tritonkit.monitor.triton_metrics import ModelCounters, parse_metrics, rates
@@ -544,6 +544,19 @@ def test_a_reading_the_card_does_not_support_is_empty_not_an_error():
     assert gpu.power_w is None and gpu.utilization_pct == 93 and gpu.error is None
 
 
+@pytest.mark.parametrize("error", ["TIMEOUT", "IN_USE", "VGPU_ECC_NOT_SUPPORTED", "NOT_SUPPORTED"])
+def test_a_reading_that_fails_for_another_reason_is_empty_and_the_card_not_lost(error):
+    """A PCIe counter timing out once, or a vGPU's ECC: not a card to reset."""
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetPowerUsage = _raising(error)
+    with Nvml(fake) as nvml:
+        monitor = Monitor(nvml, None, LIMITS)
+        snapshot = monitor.snapshot()
+    (gpu,) = snapshot.gpus
+    assert gpu.error is None and gpu.power_w is None and gpu.utilization_pct == 93
+    assert snapshot.alerts == []
+
+
 @pytest.mark.parametrize("error", ["GPU_IS_LOST", "DRIVER_NOT_LOADED", "RESET_REQUIRED",
                                    "UNKNOWN"])
 def test_a_gpu_lost_mid_run_is_a_failed_sample_and_one_alert_naming_it(error):
@@ -854,3 +867,17 @@ def test_an_interval_no_sleep_can_take_is_refused_as_bad_input(monkeypatch, caps
         assert run_cli(*flags) == 2, flags
         err = capsys.readouterr().err
         assert flags[-2] in err and "internal error" not in err
+
+
+def test_a_thresholds_file_copied_before_the_newer_fields_still_loads_with_their_defaults(tmp_path):
+    """Users copy alerts.toml to tune it (--thresholds, TRITONKIT_CONFIGS): a copy made
+    before temperature_hysteresis_c, hw_slowdown_samples and the bandwidth wall's two
+    shares existed failed to load ("missing field") once they did."""
+    newer = ("temperature_hysteresis_c", "hw_slowdown_samples", "pcie_achievable_fraction",
+             "pcie_saturated_share")
+    current = load_thresholds()
+    old = tmp_path / "alerts.toml"
+    old.write_text("".join(line for line in default_thresholds_path().read_text()
+                           .splitlines(keepends=True) if not line.startswith(newer)))
+    copied = load_thresholds(old)
+    assert copied == current                 # the defaults are the shipped file's values

@@ -102,6 +102,18 @@ def test_an_idle_gpu_of_a_two_gpu_server_is_idle_not_starved_by_the_others_traff
     assert any("the whole server's" in note for note in busy.notes)
 
 
+def test_two_gpus_both_idle_under_the_servers_traffic_are_each_starved_not_idle(
+        monkeypatch, tmp_path):
+    """Only a GPU idle while another is busy gives its traffic away: with both at 3 %
+    under load, a client or an I/O path starves them both."""
+    _serving(monkeypatch, _steady, gpu_uuids=("GPU-abc", "GPU-def"))
+    snapshots, rows = _watched(_two_gpus({"GPU-abc": 3, "GPU-def": 3}), 360, tmp_path)
+    starved = {a.gpu for s in snapshots for a in s.alerts if a.kind == "low_utilization"}
+    assert starved == {0, 1}
+    diagnosed = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert all(d.wall != "idle" and d.figures.loaded_samples > 0 for d in diagnosed), diagnosed
+
+
 # --- Triton's counters ----------------------------------------------------------------------
 
 def test_a_model_unloaded_mid_recording_does_not_pour_the_others_lifetime_into_one_interval(

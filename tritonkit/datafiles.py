@@ -36,6 +36,12 @@ def configs_dir() -> Path:
     override = os.environ.get(CONFIGS_ENV)
     if override:
         return Path(override)
+    return shipped_configs_dir()
+
+
+def shipped_configs_dir() -> Path:
+    """The ``configs/`` tritonkit comes with: the checkout's, or the copy a wheel installs
+    inside the package; ``$TRITONKIT_CONFIGS`` aside."""
     package = Path(__file__).resolve().parent
     installed = package / "configs"
     return installed if installed.is_dir() else package.parent / "configs"

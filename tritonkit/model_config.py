@@ -450,8 +450,8 @@ def _digest_of(body: str) -> str:
 
 
 def edited_by_hand(path: Path) -> str | None:
-    """Why the config at ``path`` is not as tritonkit wrote it (edited since, or never
-    tritonkit's), or None: as written, or from a tritonkit that recorded no digest."""
+    """Why the config at ``path`` may not be as tritonkit wrote it (edited since, never
+    tritonkit's, or from a tritonkit that recorded no digest), or None: as written."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
@@ -462,7 +462,9 @@ def edited_by_hand(path: Path) -> str | None:
     if not header.startswith(_GENERATED):
         return "not written by tritonkit"
     recorded = _DIGEST.search(header)
-    if recorded and recorded[1] != _digest_of(body):
+    if recorded is None:
+        return "written by a tritonkit that recorded no digest, so an edit by hand cannot be told"
+    if recorded[1] != _digest_of(body):
         return "edited since tritonkit wrote it"
     return None
 
@@ -552,8 +554,7 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
     for target in targets:                       # refuse before anything is written
         refuse_overwrite(target, force=force, what="model config")
     # With --force a config tuned by hand is replaced too: said, so the tuning is not lost unseen.
-    notes += [f"replaced {target.relative_to(model_dir)}: {why}" for target in targets
-              if (why := edited_by_hand(target)) and target.exists()]
+    edited = {target: why for target in targets if target.exists() and (why := edited_by_hand(target))}
     texts, skipped = {}, {}
     for profile in profiles.values():
         try:
@@ -564,6 +565,10 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
             skipped[profile.name] = exc.message
             continue
         texts[profile.name] = config_to_text(config, tuning)
+    for target, why in edited.items():
+        gone = target.stem in skipped and target.parent.name == "configs"
+        notes.append(f"{'removed' if gone else 'replaced'} {target.relative_to(model_dir)}: {why}"
+                     + (f" (no config for {target.stem}: {skipped[target.stem]})" if gone else ""))
     written = [atomic_write(model_dir / "config.pbtxt", texts[default.name])]
     written += [atomic_write(model_dir / "configs" / f"{p}.pbtxt", text) for p, text in texts.items()]
     for stale in skipped:                        # a config from before would mis-serve

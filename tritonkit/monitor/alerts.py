@@ -30,8 +30,10 @@ class AlertThresholds:
     low_utilization_pct: float
     low_utilization_minutes: float
     idle_utilization_pct: float
-    temperature_hysteresis_c: float
-    hw_slowdown_samples: int
+    # Added after users had copied alerts.toml: a copy without them keeps loading, with the
+    # values configs/alerts.toml gives them.
+    temperature_hysteresis_c: float = 5.0
+    hw_slowdown_samples: int = 3
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,12 @@ class WallThresholds:
     memory_full_pct: float
     low_utilization_pct: float
     pcie_link_fraction: float
-    pcie_achievable_fraction: float
-    pcie_saturated_share: float
     small_batch: float
     short_compute_us: float
     queue_share: float
     input_share: float
+    pcie_achievable_fraction: float = 0.75     # (as above: later than the copies)
+    pcie_saturated_share: float = 0.5
 
 
 @dataclass(frozen=True)

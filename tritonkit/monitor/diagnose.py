@@ -132,9 +132,13 @@ def diagnose(rows: list[MonitorRow], profile: GpuProfile, thresholds: Thresholds
                          hint="record on the GPU host: tritonkit monitor --csv FILE "
                               "(with --url to add Triton's metrics)")
     triton = _triton_intervals(rows)
-    shared = len(by_gpu) > 1
+    idle = thresholds.alerts.idle_utilization_pct
+    busy = {gpu: {r.elapsed_s for r in gpu_rows if r.util_pct > idle}
+            for gpu, gpu_rows in by_gpu.items()}
     return [_diagnose_gpu(gpu, sorted(gpu_rows, key=lambda r: r.elapsed_s), triton, profile,
-                          thresholds, shared) for gpu, gpu_rows in sorted(by_gpu.items())]
+                          thresholds, shared=len(by_gpu) > 1,
+                          others_busy=frozenset().union(*(b for g, b in busy.items() if g != gpu)))
+            for gpu, gpu_rows in sorted(by_gpu.items())]
 
 
 def guess_profile(rows: list[MonitorRow]) -> str | None:
@@ -167,13 +171,15 @@ def _triton_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
 
 
 def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile: GpuProfile,
-             thresholds: Thresholds, shared: bool = False) -> Figures:
-    """``shared``: the recording has several GPUs, among which Triton's traffic is split in
-    ways its counters do not tell."""
+             thresholds: Thresholds, others_busy: frozenset[float] = frozenset()) -> Figures:
+    """``others_busy``: when another GPU of the recording was busy. Triton's counters do
+    not say which GPU served, so where this one was idle and another busy the traffic was
+    the other's; where every GPU was idle under traffic, each was starved."""
     idle = thresholds.alerts.idle_utilization_pct
     if triton:
         loaded = [r for r in rows if (triton.get(r.elapsed_s) or ModelCounters()).served
-                  and not (shared and r.util_pct is not None and r.util_pct <= idle)]
+                  and not (r.elapsed_s in others_busy and r.util_pct is not None
+                           and r.util_pct <= idle)]
         windows = [triton[r.elapsed_s] for r in loaded]
     else:
         loaded = [r for r in rows if (r.util_pct or 0.0) > idle]
@@ -260,15 +266,16 @@ def _classify(f: Figures, t: Thresholds) -> str:
 
 
 def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCounters],
-                  profile: GpuProfile, thresholds: Thresholds, shared: bool = False) -> Diagnosis:
-    figures = _figures(rows, triton, profile, thresholds, shared)
+                  profile: GpuProfile, thresholds: Thresholds, shared: bool = False,
+                  others_busy: frozenset[float] = frozenset()) -> Diagnosis:
+    figures = _figures(rows, triton, profile, thresholds, others_busy)
     wall = _classify(figures, thresholds)
     notes = []
     if shared and figures.has_triton:
         notes.append("Triton's counters are the whole server's, not this GPU's: requests, "
                      "batches and queue times here are every GPU's together, and a sample "
-                     "counts as under load only where this GPU was busy (above "
-                     f"{thresholds.alerts.idle_utilization_pct:g} % utilization)")
+                     "where this GPU was idle while another was busy (above "
+                     f"{thresholds.alerts.idle_utilization_pct:g} % utilization) is not its load")
     if not figures.has_triton and wall not in ("idle",):
         notes.append("no Triton columns in the recording: batches and queueing could not be "
                      "checked (record with --url or --repository)")

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
+from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml, shipped_configs_dir
 from tritonkit.errors import ProfileError, UsageError
 from tritonkit.monitor.nvml import GpuFault, GpuIdentity, GpuUnavailableError, Nvml
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
@@ -148,7 +148,10 @@ def gather_host_facts(host: str = "127.0.0.1", ports: dict[str, int] | None = No
         finally:
             nvml.close()
     except GpuUnavailableError as exc:
-        driver_error = exc.message
+        # the driver answered, its GPUs did not (permissions, say): the driver is judged
+        # by its version, and each GPU is named with why
+        driver, faults = exc.driver_version, exc.faults
+        driver_error = None if driver else exc.message
     return HostFacts(driver_version=driver, driver_error=driver_error, gpus=gpus,
                      gpu_faults=faults,
                      docker=_docker_facts(run, which),
@@ -189,7 +192,10 @@ def _port_fact(host: str, role: str, port: int) -> PortFact:
 # --- the image table ------------------------------------------------------------------------
 
 def image_releases_path() -> Path:
-    return configs_dir() / IMAGE_RELEASES_FILE
+    """The table in the configs folder, or, where a $TRITONKIT_CONFIGS folder made for its
+    settings has none, the one tritonkit ships: facts about NGC's images, not settings."""
+    chosen = configs_dir() / IMAGE_RELEASES_FILE
+    return chosen if chosen.is_file() else shipped_configs_dir() / IMAGE_RELEASES_FILE
 
 
 def load_image_releases(path: Path | None = None) -> dict[str, ImageRelease]:
@@ -448,7 +454,8 @@ def _check_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> lis
     # A card NVML counts and cannot reach: lost (off the bus, Xid), or not this user's to read.
     faults = [Check(f"gpu {fault.index}", "NO_PERMISSION" in fault.error,
                     f"NVML counts it but cannot reach it: {fault.error}",
-                    f"give this user access to /dev/nvidia{fault.index}"
+                    "give this user the GPU's device node (ls -l /dev/nvidia*: its group, "
+                    "or the container's device list), or run doctor as the user who deploys"
                     if "NO_PERMISSION" in fault.error else
                     "read the kernel log for Xid errors (dmesg), then reset the card "
                     f"(nvidia-smi -r -i {fault.index}) or reboot the host",
@@ -458,6 +465,8 @@ def _check_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> lis
 
 
 def _check_reached_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds) -> list[Check]:
+    if not facts.gpus and facts.gpu_faults:
+        return []                                # each is named, with why, above
     if not facts.gpus:
         return [Check("gpu", False, "no NVIDIA GPU visible on this host",
                       f"run doctor on the host with the {profile.display_name}")]

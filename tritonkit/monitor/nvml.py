@@ -24,7 +24,11 @@ NO_DRIVER_HINT = ("install the NVIDIA driver on this host (nvidia-smi must work)
 
 
 class GpuUnavailableError(TritonkitError):
-    """NVML cannot be used here: no NVIDIA driver, no library, or no GPU."""
+    """NVML cannot be used here: no NVIDIA driver, no library, or no GPU. When the driver
+    answered but no GPU could be reached, ``driver_version`` and ``faults`` say so."""
+
+    driver_version: str | None = None
+    faults: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -159,12 +163,19 @@ class Nvml:
                 self._handles.append((index, handle))
         if not self._handles:
             faults = "; ".join(map(str, self.unreachable))
-            self.close()
             if faults:
-                raise GpuUnavailableError(
+                error = GpuUnavailableError(
                     f"NVML cannot reach any of this host's {count} GPUs ({faults})",
                     hint="run nvidia-smi as this user: a GPU held by another user or "
                          "container (device permissions, cgroups) cannot be read from here")
+                error.faults = self.unreachable
+                try:                            # the driver itself answered
+                    error.driver_version = _text(nv.nvmlSystemGetDriverVersion())
+                except nv.NVMLError:
+                    pass
+                self.close()
+                raise error
+            self.close()
             raise GpuUnavailableError("the NVIDIA driver is loaded but reports no GPU",
                                       hint="check nvidia-smi; a GPU passed through to a VM "
                                            "or container must be visible to it")
@@ -324,10 +335,13 @@ def pcie_link_gb_s(gen: int | None, width: int | None) -> float | None:
     return PCIE_LANE_GB_S[int(gen)] * int(width)
 
 
-# The NVML errors that mean "this card or driver does not report that reading", not
-# that the GPU failed: the card lacks it, this user may not read it, there is nothing
-# to report yet, or the driver predates the call.
-NO_READING = ("NOT_SUPPORTED", "NO_PERMISSION", "NO_DATA", "FUNCTION_NOT_FOUND")
+# The NVML errors that mean the GPU or its driver failed (off the bus, needs a reset, the
+# kernel module gone or mismatched, NVML's own "unknown"): the sample fails with it. Any
+# other error of a reading (NOT_SUPPORTED, NO_PERMISSION, NO_DATA, FUNCTION_NOT_FOUND: the
+# card or driver does not report it; TIMEOUT, IN_USE, a vGPU's ECC, ...: not this time)
+# leaves that reading empty, never a lost card.
+FAILED = ("GPU_IS_LOST", "RESET_REQUIRED", "DRIVER_NOT_LOADED", "UNKNOWN",
+          "LIB_RM_VERSION_MISMATCH", "IRQ_ISSUE", "GPU_NOT_FOUND")
 
 
 @cache
@@ -354,14 +368,18 @@ def describe_nvml_error(exc: BaseException) -> str:
 
 
 def _optional(nv: Any, read: Callable[[], Any]) -> Any:
-    """A reading, or None when this card or driver does not report it; any other NVML
-    error (the GPU lost, the driver gone) is raised."""
+    """A reading, or None when it cannot be had; an error that says the GPU or its driver
+    failed (FAILED: the GPU lost, the driver gone) is raised."""
     try:
         return read()
     except nv.NVMLError as exc:
-        if _code(exc) in {_error_code(name) for name in NO_READING}:
-            return None
-        raise
+        if _code(exc) in {_error_code(name) for name in FAILED if _known(name)}:
+            raise
+        return None
+
+
+def _known(name: str) -> bool:
+    return f"NVML_ERROR_{name}" in _error_names().values()
 
 
 def _float(value: Any) -> float | None:

@@ -128,11 +128,13 @@ class Monitor:
 
     def _served_by(self, gpu: GpuSample, served: float | None,
                    gpus: list[GpuSample]) -> float | None:
-        """What Triton ran that counts as ``gpu``'s load: the server's count, except on a
-        server with several GPUs for one idle by its own utilization (the traffic was
-        another GPU's: Triton's counters do not say which)."""
+        """What Triton ran that counts as ``gpu``'s load: the server's count, except for a
+        GPU idle by its own utilization while another is busy (the traffic was the other's:
+        Triton's counters do not say which). Every GPU idle under traffic: each is starved."""
         idle = self.tracker.thresholds.idle_utilization_pct
-        if (served and len(gpus) > 1 and gpu.utilization_pct is not None
+        others_busy = any(other is not gpu and other.utilization_pct is not None
+                          and other.utilization_pct > idle for other in gpus)
+        if (served and others_busy and gpu.utilization_pct is not None
                 and gpu.utilization_pct <= idle):
             return 0.0
         return served
