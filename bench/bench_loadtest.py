@@ -52,8 +52,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.common import (EXIT_GOAL_MISSED, EXIT_INCOMPLETE, ROOT, abba, cpu_seconds,  # noqa: E402
-                          describe_cpus, fmt_spread, measure_ours, run_facts, served, split_cpus,
-                          spread, triton_counts, write_report)
+                          describe_cpus, fmt_spread, log_round, measure_ours, print_left_out,
+                          run_facts, served, split_cpus, spread, triton_counts, write_report)
 from bench.perf_analyzer import run_perf_analyzer, warmup_requests_for  # noqa: E402
 from tritonkit.client import Endpoint  # noqa: E402
 
@@ -173,11 +173,7 @@ def show(console: Console, protocol: str, rows: list[dict], best: dict, heading:
             pair(row, "p99_ms", 3), fmt_spread(row["p99_ms"]["ratio"]),
             pair(row, "server_ms", 3), pair(row, "outside_ms", 3), pair(row, "client_cpu_us", 0))
     console.print(table)
-    for row in rows:
-        for left in row["rounds_left_out"]:
-            console.print(f"concurrency {row['concurrency']}, round {left['round']}: perf_analyzer exited "
-                          f"non-zero ({left['failure']}): the pair is left out",
-                          markup=False, highlight=False)
+    print_left_out(console, rows)
     complete = all(row["rounds_kept"] for row in rows) and best["ratio"] is not None
     ratio = best["ratio"]
     verdict = {
@@ -263,9 +259,7 @@ def main() -> int:
                             rates[protocol, concurrency] = result["qps"]
                             said += (f"{result['qps']:,.0f}/s p50 {result['p50_ms']:.3f} ms "
                                      f"p99 {result['p99_ms']:.3f} ms")
-                        if result["stable"] is False:
-                            said += f" (left out: exit {result['exit_code']}, {result['failure']})"
-                        console.log(said, markup=False, highlight=False)
+                        log_round(console, said, result)
                     runs[protocol][concurrency].append(entry)
 
     heading = (f"{args.rounds} round(s), ours {args.seconds:g} s / perf_analyzer 3 x "

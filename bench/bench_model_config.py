@@ -50,8 +50,8 @@ from rich.table import Table  # noqa: E402
 from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
 
 from bench.common import (EXIT_GOAL_MISSED, EXIT_INCOMPLETE, abba, describe_cpus, fmt_spread,  # noqa: E402
-                          measure_ours, run_facts, served, split_cpus, spread, triton_counts,
-                          write_report)
+                          log_round, measure_ours, print_left_out, run_facts, served,
+                          split_cpus, spread, triton_counts, write_report)
 from bench.perf_analyzer import run_perf_analyzer, warmup_requests_for  # noqa: E402
 from tritonkit.client import Endpoint  # noqa: E402
 from tritonkit.fileio import atomic_write  # noqa: E402
@@ -218,9 +218,7 @@ def main() -> int:
                             rates[model, concurrency] = result["throughput"]
                             said += (f"{result['throughput']:,.0f} infer/s, p99 {result['p99_ms']:.2f} ms, "
                                      f"batch {result['mean_batch_invocation'] or 0:.1f}")
-                        if result["stable"] is False:
-                            said += f" (left out: exit {result['exit_code']}, {result['failure']})"
-                        console.log(said, markup=False, highlight=False)
+                        log_round(console, said, result)
                     runs[concurrency].append(entry)
 
     summary = []
@@ -261,11 +259,7 @@ def main() -> int:
                       f"{med(row[BASE]['mean_batch_invocation'], '.1f')} / "
                       f"{med(row[TUNED]['mean_batch_invocation'], '.1f')}")
     console.print(table)
-    for row in summary:
-        for left in row["rounds_left_out"]:
-            console.print(f"concurrency {row['concurrency']}, round {left['round']}: perf_analyzer exited "
-                          f"non-zero ({left['failure']}): the pair is left out",
-                          markup=False, highlight=False)
+    print_left_out(console, summary)
 
     complete = all(row["rounds_kept"] for row in summary)
     at16 = next((row for row in summary if row["concurrency"] == 16), None)

@@ -238,3 +238,19 @@ def write_report(path: Path | None, data: dict, bench: str, facts: dict,
     if path is not None:
         written.append(atomic_write(path, text))
     return written
+
+
+def log_round(console, said: str, result: dict) -> None:
+    """One round of one side, as the bench runs: ``said`` and, for a run left out, why."""
+    if result["stable"] is False:
+        said += f" (left out: exit {result['exit_code']}, {result['failure']})"
+    console.log(said, markup=False, highlight=False, _stack_offset=2)   # the bench's line
+
+
+def print_left_out(console, rows: list[dict]) -> None:
+    """The rounds whose perf_analyzer run was left out, with their pair, and why."""
+    for row in rows:
+        for left in row["rounds_left_out"]:
+            console.print(f"concurrency {row['concurrency']}, round {left['round']}: perf_analyzer exited "
+                          f"non-zero ({left['failure']}): the pair is left out",
+                          markup=False, highlight=False)
