@@ -190,3 +190,24 @@ def test_a_gpu_nvml_cannot_reach_is_named_when_the_monitor_opens():
     assert [g.index for g in monitor.snapshot().gpus] == [0]
     _, note = open_monitor(None, THRESHOLDS.alerts, nvml=Nvml(_fake_pynvml()))
     assert note is None
+
+
+def test_a_gpu_lost_mid_recording_is_said_in_the_csv_and_by_diagnose(tmp_path):
+    """Its rows' empty cells were those of a card that does not report them."""
+    from tests.test_monitor import _failing_from_now_on
+
+    fake = _fake_pynvml()
+    with Nvml(fake) as nvml:
+        monitor = Monitor(nvml, None, THRESHOLDS.alerts)
+        path = tmp_path / "lost.csv"
+        with CsvRecorder(path) as recorder:
+            for k in range(6):
+                if k == 4:
+                    _failing_from_now_on(fake, "GPU_IS_LOST")
+                recorder.write(monitor.snapshot().rows())
+    rows = read_monitor_csv(path)
+    assert [r.nvml_error for r in rows] == [""] * 4 + ["GPU is lost (NVML_ERROR_GPU_IS_LOST)"] * 2
+    (result,) = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert result.figures.samples == 4
+    assert any(n.startswith("NVML could not read this GPU in 2 sample(s)") and
+               "GPU is lost (NVML_ERROR_GPU_IS_LOST)" in n for n in result.notes), result.notes

@@ -135,9 +135,14 @@ def diagnose(rows: list[MonitorRow], profile: GpuProfile, thresholds: Thresholds
     idle = thresholds.alerts.idle_utilization_pct
     busy = {gpu: {r.elapsed_s for r in gpu_rows if r.util_pct > idle}
             for gpu, gpu_rows in by_gpu.items()}
+    lost: dict[int, list[MonitorRow]] = {}
+    for row in rows:
+        if row.gpu is not None and row.nvml_error:
+            lost.setdefault(row.gpu, []).append(row)
     return [_diagnose_gpu(gpu, sorted(gpu_rows, key=lambda r: r.elapsed_s), triton, profile,
                           thresholds, shared=len(by_gpu) > 1,
-                          others_busy=frozenset().union(*(b for g, b in busy.items() if g != gpu)))
+                          others_busy=frozenset().union(*(b for g, b in busy.items() if g != gpu)),
+                          lost=lost.get(gpu, []))
             for gpu, gpu_rows in sorted(by_gpu.items())]
 
 
@@ -267,10 +272,15 @@ def _classify(f: Figures, t: Thresholds) -> str:
 
 def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCounters],
                   profile: GpuProfile, thresholds: Thresholds, shared: bool = False,
-                  others_busy: frozenset[float] = frozenset()) -> Diagnosis:
+                  others_busy: frozenset[float] = frozenset(),
+                  lost: list[MonitorRow] | None = None) -> Diagnosis:
     figures = _figures(rows, triton, profile, thresholds, others_busy)
     wall = _classify(figures, thresholds)
     notes = []
+    if lost:
+        notes.append(f"NVML could not read this GPU in {len(lost)} sample(s), from "
+                     f"{lost[0].elapsed_s:g} s (last: {lost[-1].nvml_error}): they are left "
+                     "out, and the card needs looking at (dmesg for Xid errors)")
     if shared and figures.has_triton:
         notes.append("Triton's counters are the whole server's, not this GPU's: requests, "
                      "batches and queue times here are every GPU's together, and a sample "

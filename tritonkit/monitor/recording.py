@@ -28,6 +28,11 @@ Columns (units in the names; an empty cell is a value the card or server did not
                                exec_count, request_duration_us, queue_duration_us,
                                compute_input_duration_us, compute_infer_duration_us,
                                compute_output_duration_us, pending_request_count (a gauge)
+    nvml_error                 why NVML could not read the GPU in this sample (lost, its
+                               driver gone): that row's GPU cells are empty because it
+                               failed, not because the card does not report them (last,
+                               so files read by position keep their columns; none in
+                               CSVs recorded before it was added)
 
 Counters rather than rates: diagnose takes differences over any window it likes and a
 missed sample loses nothing.
@@ -52,7 +57,8 @@ GPU_COLUMNS = ("util_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
                "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s", "pcie_gen",
                "pcie_width", "clock_events")
 TRITON_COLUMNS = tuple(f.name for f in fields(ModelCounters))
-COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", "uuid", *GPU_COLUMNS, *TRITON_COLUMNS)
+COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", "uuid", *GPU_COLUMNS, *TRITON_COLUMNS,
+           "nvml_error")
 REQUIRED_COLUMNS = ("elapsed_s", "util_pct", "mem_used_mib", "mem_total_mib")
 
 
@@ -78,6 +84,7 @@ class MonitorRow:
     pcie_width: float | None = None
     clock_events: float | None = None
     triton: ModelCounters | None = None
+    nvml_error: str = ""
 
     @property
     def mem_pct(self) -> float | None:
@@ -102,7 +109,8 @@ def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
         mem_total_mib=g.memory_total_mib, temp_c=g.temperature_c, power_w=g.power_w,
         sm_clock_mhz=g.sm_clock_mhz, mem_clock_mhz=g.memory_clock_mhz,
         pcie_rx_mb_s=g.pcie_rx_mb_s, pcie_tx_mb_s=g.pcie_tx_mb_s, pcie_gen=g.pcie_gen,
-        pcie_width=g.pcie_width, clock_events=g.clock_events, triton=triton) for g in gpus]
+        pcie_width=g.pcie_width, clock_events=g.clock_events, triton=triton,
+        nvml_error=g.error or "") for g in gpus]
 
 
 def _cell(value: object) -> str:
@@ -152,7 +160,8 @@ class CsvRecorder:
             values = {"timestamp": row.timestamp, "elapsed_s": round(row.elapsed_s, 3),
                       "gpu": row.gpu, "name": row.name, "uuid": row.uuid,
                       **{c: getattr(row, c) for c in GPU_COLUMNS},
-                      **{c: getattr(counters, c) if counters else None for c in TRITON_COLUMNS}}
+                      **{c: getattr(counters, c) if counters else None for c in TRITON_COLUMNS},
+                      "nvml_error": row.nvml_error or None}
             self._writer.writerow([_cell(values[c]) for c in COLUMNS])
         self._file.flush()
 
@@ -189,7 +198,8 @@ def read_monitor_csv(path: Path) -> list[MonitorRow]:
                 elapsed_s=number("elapsed_s") or 0.0,
                 gpu=None if gpu is None else int(gpu), name=record.get("name") or "",
                 timestamp=record.get("timestamp") or "", uuid=record.get("uuid") or "",
-                **{c: number(c) for c in GPU_COLUMNS}, triton=counters))
+                **{c: number(c) for c in GPU_COLUMNS}, triton=counters,
+                nvml_error=record.get("nvml_error") or ""))
     if not rows:
         raise UsageError(f"{path} has a header but no samples",
                          hint="record for longer: tritonkit monitor --duration 300 --csv FILE")
