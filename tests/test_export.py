@@ -289,9 +289,12 @@ def staging_of_an_export_in_flight(repository: Path, name: str) -> tuple[subproc
     return child, folder
 
 
-def staging_of_a_killed_export(repository: Path, name: str) -> Path:
-    """The staging folder an export of ``name`` killed midway (kill -9) left behind."""
+def staging_of_a_killed_export(repository: Path, name: str, before_the_kill=None) -> Path:
+    """The staging folder an export of ``name`` killed midway (kill -9) left behind;
+    ``before_the_kill(folder)`` does what the export had done by then."""
     child, folder = staging_of_an_export_in_flight(repository, name)
+    if before_the_kill:
+        before_the_kill(folder)
     child.kill()
     child.wait()
     return folder
@@ -419,13 +422,12 @@ def test_a_staging_folder_without_owner_lock_is_left_with_a_note_that_never_call
 def parked_by_a_killed_export(repository: Path, name: str) -> Path:
     """The staging folder of an export of ``name`` killed in the instant between moving the
     user's model folder aside (into it) and moving the new one in."""
-    child, folder = staging_of_an_export_in_flight(repository, name)
-    (repository / name / "1").mkdir(parents=True)
-    (repository / name / "1" / "model.onnx").write_bytes(b"the user's model")
-    (repository / name).rename(folder / ".previous")
-    child.kill()
-    child.wait()
-    return folder
+    def park(folder: Path) -> None:
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "1" / "model.onnx").write_bytes(b"the user's model")
+        (repository / name).rename(folder / ".previous")
+
+    return staging_of_a_killed_export(repository, name, before_the_kill=park)
 
 
 def test_a_model_a_killed_export_was_parking_is_moved_back_and_said_so_though_the_export_fails(

@@ -38,6 +38,9 @@ PREVIOUS = ".previous"
 _SHOWN = 5      # removed files named in the one-line note; the report lists them all
 STARTING_GRACE_S = 600.0
 _CONFIG = re.compile(r"config\.pbtxt|configs/[^/]+\.pbtxt")
+# Read-write: on NFS an flock is an fcntl lock, and an exclusive one needs a file open for
+# writing (EBADF otherwise).
+_LOCK_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class OwnedStaging(NamedTuple):
@@ -84,7 +87,7 @@ def clear_dead_stagings(repository: Path, name: str) -> list[str]:
     """Remove the staging folders of ``name``'s killed exports; a note for each one
     removed or restored, and for one left because it cannot be proven dead (no owner.lock,
     or a lock the filesystem will not test). A folder still starting (no owner.lock yet)
-    is passed by.
+    is passed by, unless it is long abandoned (``_abandoned_start``).
 
     A killed export may have died with the model it replaces parked in its staging folder
     (the instant between the two renames): that model is moved back, not removed.
@@ -99,9 +102,7 @@ def clear_dead_stagings(repository: Path, name: str) -> list[str]:
         if not matched or folder.is_symlink() or not folder.is_dir():
             continue
         try:
-            # Read-write: on NFS an flock is an fcntl lock, and an exclusive one needs a
-            # file open for writing (EBADF otherwise).
-            fd = os.open(folder / OWNER_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(folder / OWNER_LOCK, _LOCK_OPEN)
         except FileNotFoundError:
             if matched[1] == "export":
                 notes.append(_left(folder, repository, name,
@@ -143,7 +144,7 @@ def _abandoned_start(folder: Path) -> bool:
         return False
     for entry in pending:
         try:
-            fd = os.open(entry, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(entry, _LOCK_OPEN)
         except OSError:
             return False
         try:

@@ -23,9 +23,10 @@ because the earlier ones make the later ones' symptoms):
 
 Only samples taken under load count (Triton ran inferences in the interval, or without
 Triton's columns the GPU was above the idle threshold). Triton's counters are the
-whole server's: in a recording of several GPUs, a GPU's sample counts only where the
-GPU itself was above the idle threshold too, so a card that served none of the traffic
-is ``idle``, not starved. Nothing fits: ``none``. No load at all: ``idle``. Every
+whole server's: in a recording of several GPUs, a GPU's sample does not count where
+the GPU itself was at the idle threshold or below while another was above it (the
+traffic was the other's), so a card that served none of it is ``idle``, not starved;
+where every GPU was idle under traffic, each was starved. Nothing fits: ``none``. No load at all: ``idle``. Every
 verdict carries its evidence numbers and what to try.
 """
 
@@ -124,9 +125,12 @@ class Diagnosis:
 def diagnose(rows: list[MonitorRow], profile: GpuProfile, thresholds: Thresholds) -> list[Diagnosis]:
     """One diagnosis per GPU in the recording."""
     by_gpu: dict[int, list[MonitorRow]] = {}
+    lost: dict[int, list[MonitorRow]] = {}      # samples NVML could not read (nvml_error)
     for row in rows:
         if row.gpu is not None and row.util_pct is not None:
             by_gpu.setdefault(row.gpu, []).append(row)
+        elif row.gpu is not None and row.nvml_error:
+            lost.setdefault(row.gpu, []).append(row)
     if not by_gpu:
         raise UsageError("the recording has no GPU samples (no util_pct values)",
                          hint="record on the GPU host: tritonkit monitor --csv FILE "
@@ -135,10 +139,6 @@ def diagnose(rows: list[MonitorRow], profile: GpuProfile, thresholds: Thresholds
     idle = thresholds.alerts.idle_utilization_pct
     busy = {gpu: {r.elapsed_s for r in gpu_rows if r.util_pct > idle}
             for gpu, gpu_rows in by_gpu.items()}
-    lost: dict[int, list[MonitorRow]] = {}
-    for row in rows:
-        if row.gpu is not None and row.nvml_error:
-            lost.setdefault(row.gpu, []).append(row)
     return [_diagnose_gpu(gpu, sorted(gpu_rows, key=lambda r: r.elapsed_s), triton, profile,
                           thresholds, shared=len(by_gpu) > 1,
                           others_busy=frozenset().union(*(b for g, b in busy.items() if g != gpu)),

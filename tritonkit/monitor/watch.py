@@ -12,8 +12,9 @@ watched from another host) Triton's own GPU gauges. Pairing one host's GPUs with
 another's traffic would diagnose a card that serves nothing.
 
 Triton's request counters are the whole server's, not a GPU's: on a server with several
-GPUs, one whose own utilization is at the idle threshold or below served none of it,
-and is not called starved for it.
+GPUs, one whose own utilization is at the idle threshold or below while another's is
+above it served none of it, and is not called starved for it (every GPU idle under
+traffic: each is).
 
 The Triton counters a snapshot records are carried on model by model: unloading one
 model (or swapping its version) removes its counters from Triton's sum, which read as
