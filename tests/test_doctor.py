@@ -427,10 +427,13 @@ def test_a_tag_the_table_does_not_record_is_unknown_a_warning_never_an_ok_or_a_f
         report = checks_to_json(checks)
         assert report["warnings"] == ["driver"]
         assert {"name": "driver", "status": "warning"}.items() <= report["checks"][0].items()
-    # a CUDA 13 row's notes name 575 and R470 (the CUDA 12 text): recorded without a driver
+    # a CUDA 13 release whose driver is unrecorded (25.11) is unknown too; where a CUDA 13 row
+    # records one (25.10: CUDA 13's 580, not the 575 of the notes' CUDA 12 text), 575 fails
     a10 = host(driver="575.51.03", gpus=((0, "NVIDIA A10", 8.6),))
-    assert by_name(check_host(a10, load_profile("a10"), image=IMAGE.format("25.10")))[
+    assert by_name(check_host(a10, load_profile("a10"), image=IMAGE.format("25.11")))[
         "driver"].status == "warning"
+    assert by_name(check_host(a10, load_profile("a10"), image=IMAGE.format("25.10")))[
+        "driver"].status == "problem"
 
 
 def test_the_profiles_own_images_agree_with_the_table():
