@@ -167,6 +167,18 @@ def test_figures_round_trip_through_the_deployment_state():
     assert ModelWarmup.from_dict(data) == result
 
 
+def test_a_streamed_models_first_response_figures_round_trip_and_give_their_own_ratio():
+    result = ModelWarmup(model="s", steady=True, requests=12, load_s=1.4, first_ms=340.0,
+                         steady_p50_ms=20.0, first_response_ms=300.0, first_response_p50_ms=2.0,
+                         after=ColdStart(21.0, 20.0, clients=3, first_response_ms=2.5))
+    data = json.loads(json.dumps(result.as_dict()))
+    assert data["first_response_ratio"] == pytest.approx(150.0)     # not 340 / 20
+    assert data["after"]["first_response_ms"] == 2.5
+    assert ModelWarmup.from_dict(data) == result
+    # warmed, not loaded cold: no ratio, as for the final response
+    assert ModelWarmup.from_dict({**data, "cold": False}).first_response_ratio is None
+
+
 # -- on the real local Triton -------------------------------------------------------------
 
 ENSEMBLE = """name: "pipeline"
@@ -692,8 +704,9 @@ class TritonPythonModel:
 """
 
 # A decoupled model: two responses, then the final flag on its own (an empty final response
-# to a client that asks for one). Its first execution is slow after its first response:
-# only a client that waits for the final response meets that cold start.
+# to a client that asks for one). Its first execution is slow after its first response
+# (AFTER: only a client that waits for the final response meets that cold start) or
+# before it (BEFORE: a streaming user's time to first token holds it).
 DECOUPLED_MODEL = """
 import time
 import triton_python_backend_utils as pb_utils
@@ -708,9 +721,11 @@ class TritonPythonModel:
         for r in requests:
             x = pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy()
             sender = r.get_response_sender()
+            if self.calls == 1:
+                time.sleep(BEFORE)
             sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT__0", x)]))
             if self.calls == 1:
-                time.sleep(SLEEP)
+                time.sleep(AFTER)
             sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT__0", x + 1)]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
@@ -724,7 +739,10 @@ def stateful_and_decoupled(tmp_path_factory):
     """One real server, deployed (so warmed), with a stateful and a decoupled model."""
     repo = tmp_path_factory.mktemp("stateful") / "repo"
     _python_model(repo, "stateful", STATEFUL_CONFIG, STATEFUL_MODEL)
-    _python_model(repo, "streaming", DECOUPLED_CONFIG, DECOUPLED_MODEL.replace("SLEEP", "0.3"))
+    _python_model(repo, "streaming", DECOUPLED_CONFIG,
+                  DECOUPLED_MODEL.replace("BEFORE", "0").replace("AFTER", "0.3"))
+    _python_model(repo, "slow_first_token", DECOUPLED_CONFIG,
+                  DECOUPLED_MODEL.replace("BEFORE", "0.3").replace("AFTER", "0"))
     deployment = _deploy(repo)
     yield deployment
     run_cli("down", "--repository", repo)
@@ -799,10 +817,23 @@ def test_a_decoupled_model_is_warmed_over_grpc_streaming_to_its_final_response(
     assert figures["warmed"] and figures["steady"]
     assert f"streamed over gRPC at {stateful_and_decoupled.grpc_url}" in figures["note"]
     # The cold start comes after the first response: the first figure holds it, since
-    # warm-up waits for the final response ...
+    # warm-up waits for the final response, and the first response came before it ...
     assert figures["first_ms"] >= 300 and figures["ratio"] > 5
+    assert figures["first_response_ms"] < figures["first_ms"] - 250
     # ... and a user's first streamed request after warm-up meets none of it.
     assert _streamed_first_request_s(stateful_and_decoupled.grpc_url) < 0.2
+
+
+@pytest.mark.server
+def test_a_decoupled_models_cold_first_token_is_measured_apart_from_its_final_response(
+        stateful_and_decoupled):
+    """A streaming user waits for the first response (the first token): a cold start
+    before it is that user's, and warm-up measures it there, against its own p50."""
+    figures = {r["model"]: r for r in stateful_and_decoupled.extra["warmup"]}["slow_first_token"]
+    assert figures["warmed"] and figures["steady"]
+    assert figures["first_response_ms"] >= 300 and figures["first_response_ratio"] > 5
+    assert figures["first_response_p50_ms"] <= figures["steady_p50_ms"]
+    assert figures["after"]["first_response_ms"] < 100      # a fresh client's, once warm
 
 
 @pytest.mark.server
@@ -826,6 +857,7 @@ def test_with_only_an_http_url_a_decoupled_model_is_skipped_and_told_to_add_grpc
     assert code == 0, capsys.readouterr().err
     [record] = json.loads(out.read_text())["models"]
     assert record["warmed"] and record["steady"] and record["requests"] > 0
+    assert "streaming: first response (time to first token): 1st" in capsys.readouterr().out
 
 
 @pytest.mark.server
@@ -848,7 +880,8 @@ def test_a_grpc_url_that_does_not_answer_is_one_line_naming_it(stateful_and_deco
 @pytest.mark.server
 @pytest.mark.parametrize("config, model_py", [
     (ECHO_CONFIG, _echo_model("        if self.calls == 1:\n            time.sleep(6)")),
-    (DECOUPLED_CONFIG, DECOUPLED_MODEL.replace("SLEEP", "6"))], ids=["plain", "streamed"])
+    (DECOUPLED_CONFIG, DECOUPLED_MODEL.replace("BEFORE", "0").replace("AFTER", "6"))],
+    ids=["plain", "streamed"])
 def test_a_warm_up_request_that_outlives_the_timeout_is_said_so_not_blamed_on_the_input(
         config, model_py, tmp_path, capsys):
     repo = tmp_path / "repo"

@@ -67,6 +67,21 @@ def print_results(results: list[warmup_lib.ModelWarmup]) -> None:
     for r in results:
         if r.note:
             console.print(f"  {escape(r.model)}: {escape(r.note)}", highlight=False, soft_wrap=True)
+        if r.first_response_ms is not None:
+            console.print(f"  {escape(r.model)}: {first_response_line(r)}", highlight=False,
+                          soft_wrap=True)
+
+
+def first_response_line(r: warmup_lib.ModelWarmup) -> str:
+    """A streamed model's time to its first response, as the table gives its final one."""
+    line = f"first response (time to first token): 1st {_ms(r.first_response_ms)} ms"
+    if r.first_response_p50_ms is not None:
+        line += f", p50 {_ms(r.first_response_p50_ms)} ms"
+    if r.first_response_ratio is not None:
+        line += f", 1st/p50 {_ratio(r.first_response_ratio)}"
+    if r.after is not None and r.after.first_response_ms is not None:
+        line += f", after {_ms(r.after.first_response_ms)} ms"
+    return line
 
 
 def print_warmup(records: list[dict], repository: Path) -> None:

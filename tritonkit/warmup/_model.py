@@ -60,6 +60,10 @@ def warm_model(endpoint: Endpoint, name: str, load_s: float | None, *, requests:
     # cold start as the norm (first / p50 = 1.0 on a model that was cold).
     p50 = (statistics.median(lead.series[-rule.window:])
            if lead and rule.is_steady(lead.series) else None)
+    # A streamed model's first responses, over the same samples.
+    first_responses = lead.first_responses if lead else []
+    first_response_p50 = (statistics.median(first_responses[-rule.window:])
+                          if p50 is not None and first_responses else None)
     after = None
     if check and steady:
         progress(f"measuring {name}: a fresh client's first request")
@@ -68,7 +72,9 @@ def warm_model(endpoint: Endpoint, name: str, load_s: float | None, *, requests:
                        first_ms=lead.first_ms if lead else None, steady_p50_ms=p50, after=after,
                        shapes=[t.label for t in warming.targets],
                        note="; ".join(filter(None, [driver.describe(), *notes])), cold=cold,
-                       series_ms={t.label: [round(v, 3) for v in t.series] for t in taken})
+                       series_ms={t.label: [round(v, 3) for v in t.series] for t in taken},
+                       first_response_ms=first_responses[0] if first_responses else None,
+                       first_response_p50_ms=first_response_p50)
 
 
 @dataclass(eq=False)
@@ -80,6 +86,8 @@ class _Target:
     inputs: list
     first_ms: float | None = None                       # its first request alone
     series: list[float] = field(default_factory=list)   # one figure per sample, in order
+    # A streamed model: each sample's first request's time to its first response.
+    first_responses: list[float] = field(default_factory=list)
 
 
 def _targets(driver: Driver, config: dict, versions: list[str]) -> list[_Target]:
@@ -115,11 +123,13 @@ class _Warming:
         """One sample of ``target`` on ``connection``, its figures kept."""
         self.progress(f"warming {self.name}: shape {self.targets.index(target) + 1}/"
                       f"{len(self.targets)} ({target.label}), {self.sent} requests sent")
-        latencies = self.driver.sample(connection, target.inputs, target.version)
+        sample = self.driver.sample(connection, target.inputs, target.version)
         if target.first_ms is None:
-            target.first_ms = latencies[0]
-        target.series.append(statistics.fmean(latencies))
-        self.sent += len(latencies)
+            target.first_ms = sample.latencies[0]
+        target.series.append(sample.mean_ms)
+        if sample.first_response_ms is not None:
+            target.first_responses.append(sample.first_response_ms)
+        self.sent += len(sample.latencies)
 
 
 def _first_requests(warming: _Warming, burst: int, guessed: bool,
@@ -193,16 +203,22 @@ def _cold_start_figures(driver: Driver, inputs: list, *, requests: int = CHECK_R
                         clients: int = CHECK_CLIENTS) -> ColdStart:
     """``cold_start_figures`` through ``driver``: a stateful model's first request is the
     start of a fresh client's first sequence, its p50 that of the ``requests`` sequences
-    after it (each sequence's mean request)."""
-    firsts, p50s = [], []
+    after it (each sequence's mean request); a streamed model's first request is timed to
+    its first response too."""
+    firsts, p50s, first_responses = [], [], []
     for _ in range(clients):
         connection = driver.connect()
         try:
             connection.ready(driver.name)
-            firsts.append(driver.sample(connection, inputs)[0])
+            first = driver.sample(connection, inputs)
+            firsts.append(first.latencies[0])
+            if first.first_response_ms is not None:
+                first_responses.append(first.first_response_ms)
             p50s.append(statistics.median(
-                statistics.fmean(driver.sample(connection, inputs)) for _ in range(requests)))
+                driver.sample(connection, inputs).mean_ms for _ in range(requests)))
         finally:
             connection.close()
     return ColdStart(first_ms=statistics.median(firsts), p50_ms=statistics.median(p50s),
-                     clients=clients)
+                     clients=clients,
+                     first_response_ms=(statistics.median(first_responses)
+                                        if first_responses else None))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -54,6 +55,7 @@ class _HttpRequests:
         return model_ready(self.client, name)
 
     def infer(self, name: str, inputs: list, version: str, sequence: tuple | None) -> None:
+        """One request, answered (a plain response is its first and its last)."""
         with self._bounded():
             self.client.infer(name, inputs, model_version=version,
                               **_sequence_parameters(sequence))
@@ -75,7 +77,9 @@ class _StreamRequests:
     """A decoupled model's requests over one gRPC stream (Triton's HTTP endpoint refuses
     such a model), each until its final response: asked for with
     ``enable_empty_final_response``, Triton flags it ``triton_final_response``, as an empty
-    response when the model sends the final flag on its own. The stream ends with the
+    response when the model sends the final flag on its own. The time each request's first
+    response came is kept too: a streaming model's user waits for that one (its time to
+    first token), and a cold start can sit before it or after it. The stream ends with the
     deadline's time left when it opens; waits for a response take what is left then."""
 
     def __init__(self, endpoint: Endpoint, deadline: Deadline, concurrency: int = 1) -> None:
@@ -86,7 +90,8 @@ class _StreamRequests:
         self.request_ids = itertools.count(1)
         try:
             self.client.start_stream(
-                callback=lambda result, error: self.responses.put((result, error)),
+                callback=lambda result, error: self.responses.put(
+                    (result, error, time.perf_counter())),
                 stream_timeout=max(0.5, deadline.left()))
         except BaseException:
             self.client.close()
@@ -105,12 +110,17 @@ class _StreamRequests:
         except Exception as exc:
             raise ServerGone(triton_message(exc)) from None
 
-    def infer(self, name: str, inputs: list, version: str, sequence: tuple | None) -> None:
-        self.infer_all(name, inputs, version, [sequence])
+    def infer(self, name: str, inputs: list, version: str, sequence: tuple | None) -> float:
+        """One request, until its final response; when its first response came
+        (``time.perf_counter``)."""
+        [first] = self.infer_all(name, inputs, version, [sequence])
+        return first
 
     def infer_all(self, name: str, inputs: list, version: str,
-                  sequences: list[tuple | None]) -> None:
-        waiting = set()
+                  sequences: list[tuple | None]) -> list[float]:
+        """One request per sequence, in flight together, each until its final response;
+        when each one's first response came, in the order they were sent."""
+        sent, waiting, firsts = [], set(), {}
         for sequence in sequences:
             request_id = str(next(self.request_ids))
             try:
@@ -124,28 +134,32 @@ class _StreamRequests:
                 # failure to send is its own cause.
                 raise self._reported_error() or exc from None
             waiting.add(request_id)
+            sent.append(request_id)
         while waiting:
-            result, error = self._next(self.deadline.left())
+            result, error, at = self._next(self.deadline.left())
             if error is not None:
                 raise error
             response = result.get_response()
+            firsts.setdefault(response.id, at)
             if response.parameters["triton_final_response"].bool_param:
                 waiting.discard(response.id)
+        return [firsts[request_id] for request_id in sent]
 
-    def _next(self, timeout: float) -> tuple[Any, Exception | None]:
+    def _next(self, timeout: float) -> tuple[Any, Exception | None, float]:
+        """The next response or error on the stream, and when it came."""
         try:
-            result, error = self.responses.get(timeout=timeout)
+            result, error, at = self.responses.get(timeout=timeout)
         except queue.Empty:
             raise TimeoutError("no final response within the deadline") from None
         if error is not None and error_status(error) == "StatusCode.DEADLINE_EXCEEDED":
-            return None, TimeoutError(triton_message(error))      # the stream's own end
-        return result, error
+            return None, TimeoutError(triton_message(error)), at      # the stream's own end
+        return result, error, at
 
     def _reported_error(self) -> Exception | None:
         """The error the stream's callback reported (it may lag the stream's end a little)."""
         try:
             while True:
-                _, error = self._next(min(1.0, self.deadline.left()))
+                _, error, _ = self._next(min(1.0, self.deadline.left()))
                 if error is not None:
                     return error
         except TimeoutError:
@@ -167,6 +181,19 @@ def _filled(protocol: Any, shape: dict[str, tuple[str, list[int]]],
             rng: np.random.Generator) -> list:
     return infer_inputs(protocol, ((name, datatype, example_input(datatype, dims, rng))
                                    for name, (datatype, dims) in shape.items()))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One warm-up sample: each of its requests' latency until its (final) response, and
+    for a decoupled model its first request's time to its first response (ms)."""
+
+    latencies: list[float]
+    first_response_ms: float | None = None
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.fmean(self.latencies)
 
 
 @dataclass
@@ -221,18 +248,21 @@ class Driver:
         return [[(i, step == 0, step == last) for i in ids] for step in range(SEQUENCE_LENGTH)]
 
     def sample(self, connection: _HttpRequests | _StreamRequests, inputs: list,
-               version: str = "") -> list[float]:
-        """One warm-up sample on ``connection``: each of its requests' latency in ms."""
-        latencies = []
+               version: str = "") -> Sample:
+        """One warm-up sample on ``connection``: each of its requests' latency in ms, and a
+        streamed first request's time to its first response."""
+        latencies, first_response = [], None
         steps = self._steps(1)
         for [sequence] in steps:
             started = time.perf_counter()
             try:
-                connection.infer(self.name, inputs, version, sequence)
+                answered = connection.infer(self.name, inputs, version, sequence)
             except Exception as exc:
                 raise self._failed(exc, connection, inputs, version, steps, started) from None
             latencies.append((time.perf_counter() - started) * 1e3)
-        return latencies
+            if answered is not None and first_response is None:
+                first_response = (answered - started) * 1e3
+        return Sample(latencies, first_response)
 
     def burst(self, inputs: list, count: int, version: str = "") -> int:
         """``count`` samples in flight at once, on a connection of their own; the requests
@@ -276,7 +306,7 @@ class Driver:
         how = []
         if self.decoupled:
             how.append(f"decoupled: streamed over gRPC at {self.endpoint.grpc_url}, each "
-                       "request until its final response")
+                       "request until its final response, its first response timed too")
         if self.sequence_ids is not None:
             how.append(f"stateful: each sample a whole sequence of {SEQUENCE_LENGTH} requests "
                        f"(start, continue, end), correlation IDs from {self.first_id} up")

@@ -54,6 +54,9 @@ class ColdStart:
     first_ms: float
     p50_ms: float
     clients: int = 1
+    # A decoupled model: the median fresh client's first request's time to its first
+    # response (what a streaming user waits for); None for any other model.
+    first_response_ms: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -82,6 +85,11 @@ class ModelWarmup:
     # Each shape's samples in the order sent, its cold first one first (ms; a stateful
     # model's sample is its sequence's mean request): how the cold start decayed.
     series_ms: dict[str, list[float]] = field(default_factory=dict)
+    # A decoupled model, streamed: ``first_ms`` and ``steady_p50_ms`` run to the final
+    # response; these to the first one (a streaming user's time to first token): the cold
+    # request's, and the p50 of the same steady window. None for any other model.
+    first_response_ms: float | None = None
+    first_response_p50_ms: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -90,17 +98,25 @@ class ModelWarmup:
             return None
         return self.first_ms / self.steady_p50_ms
 
+    @property
+    def first_response_ratio(self) -> float | None:
+        """A decoupled model's cold first response over its steady p50 (None unless cold)."""
+        if not self.cold or self.first_response_ms is None or not self.first_response_p50_ms:
+            return None
+        return self.first_response_ms / self.first_response_p50_ms
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelWarmup":
         """The inverse of ``as_dict`` (a deployment's state keeps its warm-up this way)."""
-        fields = {k: v for k, v in data.items() if k != "ratio"}
+        fields = {k: v for k, v in data.items() if k not in ("ratio", "first_response_ratio")}
         after = fields.pop("after", None)
         return cls(**fields, after=None if after is None else ColdStart(
-            after["first_ms"], after["p50_ms"], after.get("clients", 1)))
+            **{k: v for k, v in after.items() if k != "ratio"}))
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ratio"] = self.ratio
+        data["first_response_ratio"] = self.first_response_ratio
         data["after"] = None if self.after is None else {
             **asdict(self.after), "ratio": self.after.ratio}
         return data
