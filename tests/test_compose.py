@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, run_cli
 from tritonkit.errors import UsageError
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
-from tritonkit.server.compose import compose_dict, engine_problem
+from tritonkit.server.compose import compose_dict, engine_problem, project_name
 from tritonkit.server.container import container_spec
 from tritonkit.server.state import Deployment, load_deployment, read_secret, save_deployment
 
@@ -154,6 +154,26 @@ def test_the_healthcheck_and_deploy_allow_for_loading_and_warming_every_model_fi
     assert waited == {"compose": STARTUP_S, "local": 120}
 
 
+def test_two_repositories_of_one_name_get_compose_projects_of_their_own(tmp_path, monkeypatch):
+    """Compose knows a deployment's containers by project and service: two repositories both
+    named model_repository on one host must not share a project, or the second's `up`
+    replaces the first's Triton (and `down` of either stops the other's)."""
+    repos = [tmp_path / team / "model_repository" for team in ("a", "b")]
+    projects = []
+    for repo in repos:
+        shutil.copytree(EXAMPLE_REPOSITORY, repo,
+                        ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+        out = repo.parent / "docker"
+        assert write(repo, out, "--gpu", "a10") == 0
+        [project] = [line.split("=", 1)[1] for line in (out / ".env").read_text().splitlines()
+                     if line.startswith("COMPOSE_PROJECT_NAME=")]
+        projects.append(project)
+    assert projects[0] != projects[1]
+    assert all(p.startswith("tritonkit-model_repository-") for p in projects)
+    monkeypatch.chdir(tmp_path / "a")          # one repository, however its path is spelled
+    assert project_name(Path("model_repository")) == projects[0]
+
+
 def test_public_publishes_the_ports_on_every_interface(example_repository, tmp_path):
     spec = container_spec(example_repository, "a10")
     ports = compose_dict(spec, example_repository, public=True)["services"]["tritonserver"]["ports"]
@@ -265,6 +285,47 @@ def test_an_engine_without_the_nvidia_runtime_is_named(tmp_path, monkeypatch):
 def test_a_machine_without_docker_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert engine_problem() == "no Docker CLI on this machine"
+
+
+def gpu_docker(tmp_path: Path, up: str) -> tuple[Path, Path]:
+    """A docker CLI whose engine has the NVIDIA runtime and whose `compose ... up -d` runs the
+    shell line ``up``; every compose call is logged. Returns (its folder, the log)."""
+    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir.mkdir()
+    script = bindir / "docker"
+    script.write_text(f"""#!/bin/sh
+[ "$1" = info ] && echo '{{"nvidia":{{"path":"nvidia-container-runtime"}}}}' && exit 0
+[ "$1 $2" = "compose version" ] && exit 0
+echo "$@" >> {calls}
+case "$*" in *" up -d") {up};; esac
+exit 0
+""")
+    script.chmod(0o755)
+    return bindir, calls
+
+
+@pytest.mark.parametrize("up,code", [
+    ("echo 'Error response from daemon: port is already allocated' >&2; exit 1", 1),
+    ("kill -INT $PPID; exec /bin/sleep 5", 130),     # Ctrl-C while Compose makes containers
+])
+def test_an_up_that_fails_or_is_interrupted_half_way_is_recorded_so_down_removes_what_it_made(
+        example_repository, tmp_path, monkeypatch, capsys, default_sigint, up, code):
+    """Compose may have made containers (one that could not start holds its GPU
+    reservation and network) before it failed or was stopped: `tritonkit down` must know
+    them, not say there is nothing to stop."""
+    bindir, calls = gpu_docker(tmp_path, up)
+    monkeypatch.setenv("PATH", str(bindir))          # only the stub: never a real engine
+    assert run_cli("deploy", "--target", "compose", "--gpu", "a10", "--repository",
+                   example_repository, "--out", tmp_path / "docker") == code
+    if code == 1:
+        err = capsys.readouterr().err
+        assert f"tritonkit down --repository {example_repository.resolve()}" in err
+    recorded = load_deployment(example_repository)
+    assert recorded.target == "compose"
+    assert run_cli("down", "--repository", example_repository) == 0
+    assert calls.read_text().splitlines()[-1].endswith("down --timeout 40")
+    with pytest.raises(UsageError):
+        load_deployment(example_repository)
 
 
 def test_down_stops_a_recorded_compose_deployment_with_docker_compose_down(

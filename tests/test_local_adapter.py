@@ -154,3 +154,34 @@ def test_a_config_with_a_tensor_without_dims_fails_the_check(tmp_path, capsys):
     assert "dims: 1" in text and config.read_text() != text
     assert run_cli("config", "scorer", "--repository", tmp_path, "--check") == 2
     assert "has no dims (Triton refuses it)" in capsys.readouterr().err
+
+
+def test_an_onnx_model_whose_output_has_a_label_file_serves_its_labels(tmp_path):
+    """Triton opens an output's label_filename from the model's folder when it loads the
+    model (the classification extension answers with those labels): the local mirror
+    must hold it too, or the model fails to load locally while the GPU host serves it."""
+    onnx_graphs.mlp(tmp_path / "mlp")
+    (tmp_path / "mlp" / "export-report.json").write_text(json.dumps(
+        {"max_batch_size": 8, "inputs": [{"name": "INPUT__0", "example_shape": [4, 16]}]}))
+    configure(tmp_path, "mlp", gpu="a10")
+    (tmp_path / "mlp" / "labels.txt").write_text("".join(f"class{i}\n" for i in range(10)))
+    config = tmp_path / "mlp" / "config.pbtxt"
+    output = '  name: "OUTPUT__0"\n  data_type: TYPE_FP32\n  dims: 10\n'
+    assert output in config.read_text()
+    config.write_text(config.read_text().replace(output,
+                                                 output + '  label_filename: "labels.txt"\n'))
+    assert run_cli("deploy", "--repository", tmp_path, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--timeout", "90", "--no-warmup") == 0
+    client = httpclient.InferenceServerClient(load_deployment(tmp_path).http_url)
+    try:
+        x = np.random.default_rng(5).standard_normal((1, 16)).astype(np.float32)
+        inp = httpclient.InferInput("INPUT__0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        top = httpclient.InferRequestedOutput("OUTPUT__0", class_count=1)
+        [[best]] = client.infer("mlp", [inp], outputs=[top]).as_numpy("OUTPUT__0")
+        scores = ort.InferenceSession(str(tmp_path / "mlp" / "1" / "model.onnx")).run(
+            None, {"INPUT__0": x})[0][0]
+        assert best.decode().endswith(f":{scores.argmax()}:class{scores.argmax()}")
+    finally:
+        client.close()
+        run_cli("down", "--repository", tmp_path)

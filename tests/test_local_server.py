@@ -327,6 +327,16 @@ def test_deploy_binds_to_loopback_and_records_its_state(deployed):
     assert mode == 0o600
 
 
+def test_serving_a_python_backend_model_leaves_its_production_folder_unchanged(deployed):
+    """The python backend's stub writes __pycache__ beside the model.py it imports: into the
+    mirror the server reads, never into the user's model folder."""
+    repo = Path(deployed.repository)
+    files = {str(p.relative_to(repo)) for p in repo.rglob("*") if state_dir(repo) not in p.parents
+             and p != state_dir(repo)}
+    assert files == {"example", "example/config.pbtxt", "example/1", "example/1/model.py"}
+    assert list((state_dir(repo) / "local").rglob("__pycache__/model.*.pyc"))  # it was imported
+
+
 def test_model_repository_api_needs_the_secret_header(deployed):
     client = httpclient.InferenceServerClient(deployed.http_url)
     with pytest.raises(InferenceServerException, match="restricted"):
@@ -1003,3 +1013,22 @@ def test_a_python_without_a_shared_libpython_is_told_which_package_or_build_give
     assert f"libpython{version}.so.1.0" in str(raised.value) and str(tmp_path) in str(raised.value)
     assert f"apt install libpython{version}" in raised.value.hint
     assert "PYTHON_CONFIGURE_OPTS=--enable-shared" in raised.value.hint
+
+
+def test_a_python_backend_model_is_served_locally_with_the_gpus_own_config(example_repository):
+    """`deploy --gpu a10` serves each model with its configs/a10.pbtxt, as Triton's
+    --model-config-name does on the GPU host: a python-backend model too, not its
+    config.pbtxt."""
+    configs = example_repository / "example" / "configs"
+    configs.mkdir()
+    config = (example_repository / "example" / "config.pbtxt").read_text()
+    (configs / "a10.pbtxt").write_text(config.replace("max_batch_size: 8", "max_batch_size: 4"))
+    deployment = _deploy(example_repository, "--gpu", "a10", "--no-warmup")
+    try:
+        client = httpclient.InferenceServerClient(deployment.http_url)
+        try:
+            assert client.get_model_config("example")["max_batch_size"] == 4
+        finally:
+            client.close()
+    finally:
+        run_cli("down", "--repository", example_repository)

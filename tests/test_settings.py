@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import EXAMPLE_REPOSITORY, run_cli
 from tritonkit.errors import ProfileError
 from tritonkit.server.settings import Ports, load_server_settings, tritonserver_argv
 
@@ -78,3 +79,44 @@ def test_a_settings_path_that_is_no_toml_file_is_one_line(tmp_path, capsys, make
     err = capsys.readouterr().err
     assert ("is a folder" if make == "folder" else "not UTF-8") in err
     assert "internal error" not in err
+
+
+@pytest.mark.parametrize("categories", ['["inference"]', "[]"])
+def test_settings_that_leave_the_model_repository_api_open_are_refused(tmp_path, capsys,
+                                                                      categories):
+    """Every deployment restricts load and unload to the secret header: a settings file
+    whose restricted categories leave model-repository out (or list none) is refused
+    before any file is written or any server started."""
+    settings = tmp_path / "server.toml"
+    settings.write_text(f'[restricted_api]\nheader = "k"\ncategories = {categories}\n')
+    with pytest.raises(ProfileError, match="must include 'model-repository'"):
+        load_server_settings(settings)
+    out = tmp_path / "docker"
+    assert run_cli("deploy", "--target", "compose", "--gpu", "a10", "--no-up", "--repository",
+                   EXAMPLE_REPOSITORY, "--out", out, "--server-config", settings) == 2
+    assert "model-repository" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("categories,says", [
+    ('["model-repository", "models"]', "'models' is not one Triton knows"),
+    ('["model-repository", "model-repository"]', "one is listed twice"),
+])
+def test_restricted_categories_triton_would_refuse_at_start_up_are_refused_here(
+        tmp_path, categories, says):
+    settings = tmp_path / "server.toml"
+    settings.write_text(f'[restricted_api]\nheader = "k"\ncategories = {categories}\n')
+    with pytest.raises(ProfileError, match=says):
+        load_server_settings(settings)
+
+
+@pytest.mark.parametrize("header", ["Tritonkit-Key", "tritonkit key", "key=x", "a:b", "key-bin",
+                                    "grpc-key", ""])
+def test_a_header_that_grpc_metadata_or_tritons_flag_cannot_carry_is_refused(tmp_path, header):
+    """gRPC metadata keys are lower-case (grpcio refuses to send 'Tritonkit-Key': "Illegal
+    header key"), '-bin' keys carry bytes and 'grpc-' ones are reserved; Triton splits the
+    flag at ':' and '='."""
+    settings = tmp_path / "server.toml"
+    settings.write_text(f'[restricted_api]\nheader = "{header}"\n')
+    with pytest.raises(ProfileError, match="restricted_api.header"):
+        load_server_settings(settings)

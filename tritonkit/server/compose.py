@@ -2,8 +2,8 @@
 
 ``write_compose`` builds the compose file as a dict (serialized as YAML by a
 safe dumper) and an env file that carries the secret header's value (0600);
-the compose file only names the variable. ``compose_up`` starts it with the host's
-Compose, records it and waits until Triton is live; the caller then loads what is not
+the compose file only names the variable. ``compose_up`` records it, starts it with the
+host's Compose and waits until Triton is live; the caller then loads what is not
 READY (``load_models``, or the warm-up, which loads too) and waits for readiness
 (``wait_ready``), all under one deadline. ``compose_down`` stops it.
 
@@ -17,12 +17,13 @@ restarted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -81,9 +82,13 @@ class ComposeFiles:
 
 
 def project_name(repository: Path) -> str:
-    """A Compose project name for a repository (Compose allows [a-z0-9_-])."""
-    slug = re.sub(r"[^a-z0-9_-]+", "-", Path(repository).resolve().name.lower()).strip("-_")
-    return f"tritonkit-{slug or 'models'}"
+    """A Compose project name for a repository (Compose allows [a-z0-9_-]): its folder's name
+    and a hash of its path. Compose knows containers by project and service, so two
+    repositories of one name (model_repository, say) must not share a project: the second's
+    ``up`` would replace the first's Triton."""
+    path = Path(repository).resolve()
+    slug = re.sub(r"[^a-z0-9_-]+", "-", path.name.lower()).strip("-_")
+    return f"tritonkit-{slug or 'models'}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
 
 
 _DEVICE_ID = re.compile(r"^(\d+|(GPU|MIG)-[0-9A-Za-z/-]+)$")
@@ -248,7 +253,7 @@ def engine_problem() -> str | None:
 
 def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
                timeout: float = 600.0, progress: Progress | None = None) -> Deployment:
-    """``docker compose up -d``, record the deployment, wait until Triton is live.
+    """Record the deployment, ``docker compose up -d``, wait until Triton is live.
 
     The deadline starts once Compose has started the containers (``started_at``):
     pulling an image of several GB is not a wait on Triton (Compose shows its progress
@@ -262,11 +267,6 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
             hint=f"on a GPU host with Docker and the NVIDIA runtime: "
                  f"docker compose -f {files.compose_file} up -d")
     compose = compose_command() or []
-    code = subprocess.run(files.command(compose, "up", "-d"), stdin=subprocess.DEVNULL).returncode
-    if code != 0:
-        raise ServerError(f"docker compose up failed with exit code {code} (its output is above)",
-                          hint=f"see: {' '.join(files.command(compose, 'logs'))}")
-    deadline = Deadline(timeout)
     deployment = Deployment(
         target="compose", repository=str(repository), host=LOOPBACK,
         http_port=files.ports.http, grpc_port=files.ports.grpc, metrics_port=files.ports.metrics,
@@ -277,7 +277,17 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
                "compose_file": str(files.compose_file.resolve()),
                "env_file": str(files.env_file.resolve()),
                "image": spec.image, "gpu": spec.gpu, "public": files.public})
-    save_deployment(deployment)  # from here on `tritonkit down` can stop it
+    # Recorded before `up`: one that fails or is interrupted half-way (Ctrl-C while an
+    # image pulls) may have made containers already, and `tritonkit down` must find them.
+    save_deployment(deployment)
+    code = subprocess.run(files.command(compose, "up", "-d"), stdin=subprocess.DEVNULL).returncode
+    if code != 0:
+        raise ServerError(f"docker compose up failed with exit code {code} (its output is above)",
+                          hint=f"see: {' '.join(files.command(compose, 'logs'))}; remove what "
+                               f"it made: tritonkit down --repository {repository}")
+    deadline = Deadline(timeout)
+    deployment = replace(deployment, started_at=time.time())
+    save_deployment(deployment)
     _wait_for("live", deployment, deadline, _logs_command(deployment), progress)
     return deployment
 

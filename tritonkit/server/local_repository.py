@@ -4,12 +4,14 @@ The embedded server has only the python backend. ``build_local_repository`` mirr
 the production repository into ``DIR/.tritonkit/local/``: ONNX models (and TensorRT
 models that still carry their ONNX source) are served by ``onnx_adapter.py`` running
 ONNX Runtime on the CPU, with the production config's inputs, outputs, batching and
-warm-up and one KIND_CPU instance; python-backend and ensemble models are linked as
-they are. The production repository is never changed.
+warm-up and one KIND_CPU instance; python-backend and ensemble models are linked file by
+file as they are at the deploy (a GPU's ``configs/<gpu>.pbtxt`` as their config.pbtxt).
+The production repository is never changed.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Sequence
@@ -47,13 +49,16 @@ def build_local_repository(repository: Path, dest: Path, models: Sequence[str], 
         config_path = model_config_path(source, model_config_name)
         if not config_path.is_file():
             # No config: Triton auto-completes python-backend models from model.py.
-            (dest / name).symlink_to(source, target_is_directory=True)
+            _link_tree(source, dest / name)
             continue
         config = read_config(config_path)
         if _is_onnx(config) or config.platform == "tensorrt_plan":
             _mirror_onnx_model(source, dest / name, config)
         elif config.backend == "python" or config.platform == "ensemble":
-            (dest / name).symlink_to(source, target_is_directory=True)
+            _link_tree(source, dest / name)
+            if config_path.parent != source:      # configs/<gpu>.pbtxt, as config.pbtxt
+                (dest / name / "config.pbtxt").unlink(missing_ok=True)
+                (dest / name / "config.pbtxt").symlink_to(config_path.resolve())
         else:
             kind = config.platform or config.backend or "unknown"
             raise UsageError(f"model '{name}' uses {kind}, which the embedded local Triton "
@@ -61,6 +66,17 @@ def build_local_repository(repository: Path, dest: Path, models: Sequence[str], 
                              hint="export it to ONNX (tritonkit export), or deploy with "
                                   "--target compose on a GPU host")
     return dest
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """``source``'s folders made anew under ``target``, each file a link to its original.
+
+    Not one link to the whole folder: the python backend's stub (an isolated interpreter,
+    deaf to PYTHONDONTWRITEBYTECODE) writes ``__pycache__`` beside the model.py it imports,
+    which must land in the mirror, not in the production repository."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"),
+                    copy_function=lambda src, dst: os.symlink(os.path.abspath(src), dst),
+                    ignore_dangling_symlinks=True)
 
 
 def _is_onnx(config: mc.ModelConfig) -> bool:
@@ -95,6 +111,11 @@ def _mirror_onnx_model(source: Path, target: Path, config: mc.ModelConfig) -> No
                          f"(looked in {', '.join(str(v) for v in versions) or source})",
                          hint="a TensorRT-only model needs a GPU host: deploy --target compose")
     target.mkdir(parents=True)
+    # What else the model's folder holds is read beside the config: an output's label
+    # file (label_filename) is opened from there when the model loads.
+    for item in source.iterdir():
+        if item.name not in ("config.pbtxt", "configs") and item not in versions:
+            (target / item.name).symlink_to(item.resolve())
     for version in servable:
         out = target / version.name
         out.mkdir()

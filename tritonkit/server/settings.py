@@ -9,6 +9,7 @@ are the same everywhere.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -17,6 +18,13 @@ from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
 from tritonkit.errors import ProfileError, UsageError
 
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
+# What tritonserver's --http-restricted-api and --grpc-restricted-protocol accept (2.51's
+# --help): another name stops the server at start-up, on the GPU host for compose and k8s.
+RESTRICTED_CATEGORIES = ("health", "metadata", "inference", "shared-memory", "model-config",
+                         "model-repository", "statistics", "trace", "logging")
+# The header travels as gRPC metadata too, whose keys are lower-case (0-9 a-z _ - .); Triton
+# reads the flag as <categories>:<header>=<value>, so ':', '=' and ',' cannot be in it.
+_HEADER = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -48,9 +56,26 @@ class ServerSettings:
                 f"server settings: model_control_mode '{self.model_control_mode}' is not one "
                 f"of {', '.join(MODEL_CONTROL_MODES)}",
                 hint="tritonkit deploys with 'explicit'")
-        if not self.restricted_api.header or not self.restricted_api.header.isascii():
-            raise ProfileError("server settings: restricted_api.header must be a non-empty "
-                               "ASCII header name", hint="e.g. header = \"tritonkit-repository-key\"")
+        header = self.restricted_api.header
+        if not _HEADER.match(header) or header.endswith("-bin") or header.startswith("grpc-"):
+            raise ProfileError(f"server settings: restricted_api.header '{header}' cannot name "
+                               "the header (gRPC metadata takes lower-case names only, and "
+                               "Triton's flag splits at ':' and '=')",
+                               hint="lower-case letters, digits, '-', '_' and '.', e.g. "
+                                    "header = \"tritonkit-repository-key\"")
+        categories = self.restricted_api.categories
+        unknown = [c for c in categories if c not in RESTRICTED_CATEGORIES]
+        if unknown or len(set(categories)) != len(categories):
+            what = f"'{unknown[0]}' is not one Triton knows" if unknown else "one is listed twice"
+            raise ProfileError(f"server settings: restricted_api.categories: {what}",
+                               hint=f"choose from {', '.join(RESTRICTED_CATEGORIES)}")
+        if "model-repository" not in categories:
+            # Without it anyone who reaches the port loads and unloads models, and a load
+            # can carry a model's files: code the python backend runs.
+            raise ProfileError("server settings: restricted_api.categories must include "
+                               "'model-repository': every deployment restricts model loads "
+                               "and unloads to the secret header",
+                               hint="add \"model-repository\" to restricted_api.categories")
 
     def replace(self, **changes: object) -> "ServerSettings":
         """A copy with some fields changed (a GPU profile's compute capability, say)."""
