@@ -134,6 +134,35 @@ def test_transformer_encoder_takes_int64_ids_and_mask_named_from_the_dict_keys(e
                                                "attention_mask": {"1": "sequence"}}
 
 
+def test_dynamic_axes_in_torch_onnxs_list_form_are_labelled_as_the_flag_labels_them(tmp_path):
+    """``{"x": [1]}``, as torch.onnx.export takes them, from a factory or the Python API."""
+    result = tritonkit.export(torch.nn.Linear(4, 2), {"x": torch.randn(2, 5, 4)}, name="m",
+                              repository=tmp_path, dynamic_axes={"x": [1]},
+                              exporters=["torchscript"])
+    assert result.report["declared_dynamic_axes"] == {"x": {"1": "x_1"}}
+    assert result.report["inputs"][0]["dynamic_axes"] == {"0": "batch", "1": "x_1"}
+    lengths = {case["lengths"]["x_1"] for case in result.report["verification"]["cases"]}
+    assert len(lengths) > 1, "verified at other lengths than the example's"
+
+
+@pytest.mark.parametrize("input_name,output_name", [("linear", "relu"), ("0.weight", "embedding")],
+                         ids=["names of values inside", "an input named like a weight"])
+def test_io_names_the_dynamo_exporter_uses_inside_the_graph_export_with_it(
+        tmp_path, input_name, output_name):
+    """The dynamo exporter names its own values after the ops and weights (linear, relu,
+    embedding, 0.weight): an input or output named the same is still exported by it."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                                torch.nn.Linear(8, 3)).eval()
+    result = tritonkit.export(model, torch.randn(2, 4), name="m", repository=tmp_path,
+                              input_names=[input_name], output_names=[output_name],
+                              exporters=["dynamo"])
+    assert result.report["exporter"] == "dynamo"
+    assert result.report["verification"]["passed"] is True
+    graph = onnx.load(str(tmp_path / "m" / "1" / "model.onnx")).graph
+    assert [v.name for v in graph.input] == [input_name]
+    assert [v.name for v in graph.output] == [output_name]
+
+
 def test_model_with_several_outputs_gets_triton_style_names_and_an_error_per_output(exported):
     report = report_of(exported / "multi_output")
     names = ["OUTPUT__0", "OUTPUT__1", "OUTPUT__2"]
@@ -206,6 +235,23 @@ def test_python_api_orders_dict_inputs_like_forward_and_names_them_from_the_keys
     image, weight = np.ones((5, 3), np.float32), np.full((5, 3), 10, np.float32)
     (out,) = session(result.path).run(None, {"weight": weight, "image": image})
     np.testing.assert_allclose(out, image * 2 + weight)
+
+
+def test_input_names_rename_dict_inputs_in_the_order_the_dict_gives_them(tmp_path):
+    """Both inputs are int64 [batch, n]: named the wrong way round, verification passes
+    and every client's ids are read as the mask."""
+    class Tokens(torch.nn.Module):
+        def forward(self, input_ids, attention_mask):
+            return (input_ids * 10 + attention_mask).float()
+
+    example = {"attention_mask": torch.randint(0, 2, (2, 5)),
+               "input_ids": torch.randint(0, 9, (2, 5))}
+    result = tritonkit.export(Tokens(), example, name="tokens", repository=tmp_path,
+                              input_names=["mask", "ids"], exporters=("torchscript",))
+    assert [t["name"] for t in result.report["inputs"]] == ["ids", "mask"]   # forward()'s order
+    ids, mask = np.full((1, 5), 5, np.int64), np.ones((1, 5), np.int64)
+    (out,) = session(result.path).run(None, {"ids": ids, "mask": mask})
+    np.testing.assert_array_equal(out, np.full((1, 5), 51.0))
 
 
 def test_input_and_output_names_come_from_the_flags(tmp_path):

@@ -230,3 +230,47 @@ def test_a_transformer_encoder_fed_pytorchs_own_padding_mask_verifies(tmp_path):
                               dynamic_axes={"x": {1: "sequence"}, "padded": {1: "sequence"}},
                               exporters=("dynamo",))
     assert result.report["verification"]["passed"] is True
+
+
+class NormalizesInPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        x.div_(255.0)                  # pixels to [0, 1], on the caller's tensor
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_forward_that_works_on_its_input_in_place_is_verified_on_the_inputs_it_was_given(
+        tmp_path, exporter):
+    """PyTorch runs on copies: had it divided the inputs ONNX Runtime is then fed (and the
+    example the random inputs are drawn from), a correct graph reads as a forward() that is
+    not deterministic, and shrunken random inputs let any graph through."""
+    torch.manual_seed(0)
+    model = NormalizesInPlace().eval()
+    example = torch.rand(2, 4) * 255
+    before = example.clone()
+    result = tritonkit.export(model, example, name="pixels", repository=tmp_path,
+                              exporters=[exporter])
+    assert result.report["exporter"] == exporter
+    assert torch.equal(example, before), "the caller's example is left as it was"
+
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(tmp_path / "pixels" / "1" / "model.onnx"))
+    pixels = np.full((1, 4), 200.0, np.float32)
+    served = session.run(None, {"INPUT__0": pixels})[0]
+    with torch.no_grad():
+        expected = model(torch.from_numpy(pixels.copy())).numpy()
+    np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_an_example_that_requires_grad_is_drawn_from_without_autograd_warnings():
+    # A factory's torch.randn(..., requires_grad=True): PyTorch's warning about turning it
+    # into a Python number would land in the middle of the export's output.
+    example = torch.randn(4, 8, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cases = verification_cases(normalize_inputs(example), 8)
+    assert [case.batch for case in cases] == [4, 1, 4, 8]

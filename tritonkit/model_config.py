@@ -179,7 +179,7 @@ def _plan_limits(report: dict, labels: dict[str, dict[int, str]]) -> dict[str, i
 
 def _activation_bytes_per_sample(model: onnx.ModelProto, labels: dict[str, dict[int, str]],
                                  lengths: dict[str, list[int]]) -> int:
-    """Sum of every intermediate tensor for one sample, at a long length.
+    """Sum of every intermediate tensor (the weights are not) for one sample, at a long length.
 
     An upper bound on activation memory (runtimes reuse buffers), from ONNX shape
     inference with the batch axis at 1 and other dynamic axes at the longest warm-up
@@ -198,8 +198,12 @@ def _activation_bytes_per_sample(model: onnx.ModelProto, labels: dict[str, dict[
         inferred = shape_inference.infer_shapes(fixed)
     except Exception:  # shape inference is best effort; fall back to the I/O alone
         inferred = fixed
+    # The dynamo exporter lists the weights in value_info too: they are no sample's.
+    weights = {init.name for init in model.graph.initializer}
     total = 0
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.name in weights:
+            continue
         dims = [d.dim_value if d.HasField("dim_value") else 1
                 for d in vi.type.tensor_type.shape.dim]
         elem = vi.type.tensor_type.elem_type
@@ -515,7 +519,8 @@ class Configured:
 
 def configure(repository: Path, name: str, *, gpu: str | None = None,
               max_batch_size: int | None = None, force: bool = False) -> Configured:
-    """Write ``DIR/NAME/config.pbtxt`` (for ``gpu``) and ``configs/<profile>.pbtxt`` for each profile.
+    """Write ``DIR/NAME/config.pbtxt`` (for ``gpu``: by default the one the model was
+    exported for, else DEFAULT_GPU) and ``configs/<profile>.pbtxt`` for each profile.
 
     Reads ``DIR/NAME/1/model.onnx`` and ``DIR/NAME/export-report.json``. An existing
     config.pbtxt is replaced only with ``force`` (export passes it for its own fresh folder).
@@ -545,7 +550,8 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
                              f"re-export with --max-batch-size {limit}")
         notes.append(f"max_batch_size {limit} is above the {exported} the export verified: "
                      f"re-export with --max-batch-size {limit} to verify it")
-    default = load_profile(gpu or DEFAULT_GPU)
+    # Regenerating a P100 export's configs must not make its config.pbtxt the A10's.
+    default = load_profile(gpu or report.get("gpu") or DEFAULT_GPU)
     profiles = {default.name: default}
     for other in available_profiles():
         profiles.setdefault(other, load_profile(other))

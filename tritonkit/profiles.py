@@ -182,6 +182,13 @@ def _validate(profile: GpuProfile) -> None:
     if not 0 <= profile.serving.memory_headroom < 1:
         raise ProfileError(f"{where}: field 'serving.memory_headroom' must be in [0, 1)",
                            hint="e.g. 0.2 keeps a fifth of the memory free")
+    if profile.serving.max_queue_delay_us < 0:
+        # Triton's max_queue_delay_microseconds is unsigned: the config could not be built.
+        raise ProfileError(f"{where}: field 'serving.max_queue_delay_us' must be >= 0",
+                           hint="e.g. 0, Triton's recommended start")
+    if profile.memory.gib <= 0:
+        raise ProfileError(f"{where}: field 'memory.gib' must be more than 0",
+                           hint="the card's memory in GiB, e.g. 24")
     if profile.serving.instance_count < 1:
         raise ProfileError(f"{where}: field 'serving.instance_count' must be >= 1",
                            hint="e.g. 1")

@@ -18,8 +18,9 @@ from tritonkit.repository import check_model_name
 def config(
     name: Annotated[str, typer.Argument(metavar="NAME", help="Model folder name inside the repository.")],
     repository: Repository = Path("model_repository"),
-    gpu: Annotated[str, typer.Option(help="GPU profile for config.pbtxt (configs/gpus/<name>.toml); "
-                                          "every profile also gets configs/<gpu>.pbtxt.")] = DEFAULT_GPU,
+    gpu: Annotated[Optional[str], typer.Option(
+        help="GPU profile for config.pbtxt (configs/gpus/<name>.toml; default: the export's "
+             f"--gpu, else {DEFAULT_GPU}); every profile also gets configs/<gpu>.pbtxt.")] = None,
     max_batch_size: Annotated[Optional[int], typer.Option(help="Batch limit (default: the export's).", min=0)] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing config.pbtxt.")] = False,
     check: Annotated[bool, typer.Option(help="Only parse the existing configs with Triton's schema.")] = False,

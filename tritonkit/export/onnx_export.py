@@ -96,7 +96,31 @@ def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_b
     program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=tuple(shapes),
                                 input_names=list(inputs.names), output_names=list(output_names),
                                 opset_version=opset, verbose=False, report=False)
+    _rename_values_named_like_the_io(program.model.graph)
     return program.model_proto
+
+
+def _rename_values_named_like_the_io(graph) -> None:
+    """Give another name to each value inside the graph that carries an input's or output's.
+
+    The dynamo exporter names the inputs and outputs as asked without looking at the
+    graph's other values: an output called ``embedding`` beside an nn.Embedding's result,
+    or ``linear`` beside a Linear's, made two values of one name (the ONNX checker refuses
+    the graph), and an input called like a weight fed the weight's uses.
+    """
+    io = [*graph.inputs, *graph.outputs]
+    wanted = {value.name for value in io}
+    inner = [value for value in (*graph.initializers.values(),
+                                 *(out for node in graph.all_nodes() for out in node.outputs))
+             if not any(value is own for own in io)]
+    taken = wanted | {value.name for value in inner}
+    for value in inner:
+        if value.name in wanted:
+            suffix = 1
+            while f"{value.name}_{suffix}" in taken:
+                suffix += 1
+            value.name = f"{value.name}_{suffix}"
+            taken.add(value.name)
 
 
 def _export_torchscript(module, args, inputs: ModelInputs, output_names, opset):
@@ -112,13 +136,15 @@ def _export_torchscript(module, args, inputs: ModelInputs, output_names, opset):
 
 
 def traceable_inputs(inputs: ModelInputs) -> tuple[torch.Tensor, ...]:
-    """The example inputs with every dynamic axis at least 2 long.
+    """Copies of the example inputs with every dynamic axis at least 2 long.
 
     Both exporters treat a size of 1 as a constant (it broadcasts), so a batch of one
     would be baked into the graph; repeating the example keeps those axes symbolic.
+    Copies, since the TorchScript trace runs forward() on them, which may work in place.
     """
     grown = []
     for name, tensor in zip(inputs.names, inputs.tensors):
+        tensor = tensor.clone()
         for axis in inputs.axes_of(name):
             if tensor.shape[axis] == 1:
                 tensor = torch.cat([tensor, tensor], dim=axis)

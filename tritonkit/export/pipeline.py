@@ -29,8 +29,8 @@ import torch
 from tritonkit.errors import ExportError, TritonkitError, UsageError, VerificationError
 from tritonkit.export import onnx_export, reproduce, staging, tensorrt
 from tritonkit.export.report import build_report, file_record
-from tritonkit.export.spec import (ModelInputs, default_output_name, load_factory,
-                                   normalize_inputs, order_like_forward)
+from tritonkit.export.spec import (ModelInputs, axes_by_input, default_output_name,
+                                   load_factory, normalize_inputs, order_like_forward)
 from tritonkit.export.verify import check_graph, reference_mode, verify_against_torch
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
@@ -84,8 +84,8 @@ def export_spec(spec: str, options: ExportOptions,
     # Refuse before the factory runs: building a large model only to refuse it wastes minutes.
     refuse_overwrite(Path(options.repository) / options.name, force=options.force, what="model")
     module, example_inputs, declared = load_factory(spec)
-    axes = {name: dict(a) for name, a in (declared or {}).items()}
-    for name, extra in (dynamic_axes or {}).items():
+    axes = axes_by_input(declared or {})
+    for name, extra in axes_by_input(dynamic_axes or {}).items():
         axes.setdefault(name, {}).update(extra)
     target, sep, attr = spec.rpartition(":")
     if target.endswith(".py") or "/" in target:
@@ -157,9 +157,10 @@ def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: Expor
 
     with _eval_mode(module):
         model, unwrapped = _unwrap(module)
-        inputs = normalize_inputs(order_like_forward(model, example_inputs),
-                                  input_names=options.input_names,
-                                  dynamic_axes=dynamic_axes)
+        ordered = order_like_forward(model, example_inputs)
+        inputs = normalize_inputs(ordered, dynamic_axes=dynamic_axes,
+                                  input_names=_names_as_given(example_inputs, ordered,
+                                                              options.input_names))
         _refuse_meta(model, inputs)
         if inputs.batch_size > options.max_batch_size:
             raise UsageError(f"the example batch ({inputs.batch_size}) is larger than "
@@ -187,6 +188,19 @@ def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: Expor
     notes = unlocked + replaced_lines + result.notes
     return ExportResult(path=target, report=result.report, written=written, notes=notes,
                         warnings=result.warnings)
+
+
+def _names_as_given(example_inputs: Any, ordered: Any,
+                    names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """``--input-names`` in forward()'s order: they name the inputs in the order given,
+    which for a dict is its own, and order_like_forward may have put it in forward()'s.
+    Taken in forward()'s order, ``{"attention_mask": m, "input_ids": i}`` with
+    ``--input-names mask,ids`` named the ids "mask", and verification cannot tell."""
+    if not names or not isinstance(example_inputs, Mapping) or \
+            not isinstance(ordered, Mapping) or len(names) != len(example_inputs):
+        return names            # normalize_inputs refuses a count that does not match
+    given = dict(zip((str(key) for key in example_inputs), names))
+    return tuple(given[str(key)] for key in ordered)
 
 
 def _record_replaced(target: Path, stage: Path, report: dict) -> dict | None:
@@ -296,7 +310,7 @@ def _check_options(options: ExportOptions) -> None:
 def _reference_outputs(module: torch.nn.Module, inputs: ModelInputs):
     try:
         with reference_mode():
-            result = module(*inputs.tensors)
+            result = module(*(tensor.clone() for tensor in inputs.tensors))   # see torch_outputs
     except Exception as exc:
         raise UsageError(f"the model's forward() raised {type(exc).__name__} on the example "
                          f"inputs: {onnx_export.summarize_exception(exc)}",

@@ -7,7 +7,8 @@ dynamic_axes)``:
 - ``example_inputs`` is a tensor, a tuple/list of tensors, or a dict of named tensors;
   the first dimension of each is the batch.
 - ``dynamic_axes`` (optional) names the axes besides the batch that vary, per input:
-  ``{"input_ids": {1: "sequence"}}``. Axes that share a label share a size.
+  ``{"input_ids": {1: "sequence"}}``, or torch.onnx's list form ``{"input_ids": [1]}``
+  (labelled ``input_ids_1``). Axes that share a label share a size.
 """
 
 from __future__ import annotations
@@ -233,17 +234,41 @@ def normalize_inputs(example_inputs: Any, *, input_names: Sequence[str] | None =
     return ModelInputs(names=names, tensors=tensors, dynamic_axes=axes)
 
 
-def _check_dynamic_axes(dynamic_axes: Mapping, names: Sequence[str],
+def axes_by_input(dynamic_axes: Any) -> dict[str, dict[int, str]]:
+    """``{input: {axis: label}}`` from what a factory or caller gave, in either of
+    torch.onnx's forms: ``{"x": {1: "sequence"}}``, or ``{"x": [1]}`` (labelled ``x_1``,
+    as ``--dynamic-axis x:1`` is). Anything else is a UsageError naming it."""
+    hint = 'e.g. {"input_ids": {1: "sequence"}} (or {"input_ids": [1]})'
+    if not isinstance(dynamic_axes, Mapping):
+        raise UsageError(f"the dynamic axes are {_describe(dynamic_axes)}, not a dict of "
+                         "input name to axes", hint=hint)
+    found: dict[str, dict[int, str]] = {}
+    for name, axes in dynamic_axes.items():
+        if isinstance(axes, Mapping):
+            pairs = list(axes.items())
+        elif isinstance(axes, (list, tuple)):
+            pairs = [(axis, f"{name}_{axis}") for axis in axes]
+        else:
+            raise UsageError(f"the dynamic axes of '{name}' are {_describe(axes)}, not "
+                             "{axis: label} or a list of axes", hint=hint)
+        for axis, label in pairs:
+            if isinstance(axis, bool) or not str(axis).strip().isdigit():
+                raise UsageError(f"dynamic axis {axis!r} of '{name}' is not an axis number",
+                                 hint=hint)
+            found.setdefault(str(name), {})[int(axis)] = str(label)
+    return found
+
+
+def _check_dynamic_axes(dynamic_axes: Any, names: Sequence[str],
                         tensors: Sequence[torch.Tensor]) -> dict[str, dict[int, str]]:
     checked: dict[str, dict[int, str]] = {}
     sizes: dict[str, int] = {}
-    for name, axes in dynamic_axes.items():
+    for name, axes in axes_by_input(dynamic_axes).items():
         if name not in names:
             raise UsageError(f"dynamic axes given for '{name}', which is not an input "
                              f"(inputs: {', '.join(names)})", hint="use the input's name")
         tensor = tensors[names.index(name)]
-        for axis, label in dict(axes).items():
-            axis = int(axis)
+        for axis, label in axes.items():
             if not 0 < axis < tensor.dim():
                 raise UsageError(f"input {name} has no axis {axis} to make dynamic "
                                  f"(shape {tuple(tensor.shape)}; axis 0, the batch, always is)",

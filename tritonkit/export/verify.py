@@ -111,7 +111,7 @@ def _random_like(example: torch.Tensor, shape: tuple[int, ...], generator: torch
     if example.dtype == torch.bool:
         return _keep_rows_unmasked(example, torch.randint(0, 2, shape, generator=generator).bool())
     if example.is_floating_point():
-        sample = example.double()
+        sample = example.detach().double()       # a factory's example may require grad
         sample = sample[torch.isfinite(sample)]
         mean = float(sample.mean()) if sample.numel() else 0.0
         std = float(sample.std()) if sample.numel() > 1 else 1.0
@@ -172,9 +172,14 @@ def reference_mode():
 
 
 def torch_outputs(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
-    """PyTorch eager's outputs, flattened in the order the exporters flatten them."""
+    """PyTorch eager's outputs, flattened in the order the exporters flatten them.
+
+    forward() gets copies: one that works on its input in place (``x.div_(255)``) would
+    otherwise change the inputs ONNX Runtime is then fed, and the example the next
+    cases' random inputs are drawn from.
+    """
     with reference_mode():
-        result = module(*tensors)
+        result = module(*(tensor.clone() for tensor in tensors))
     leaves, _ = torch.utils._pytree.tree_flatten(result)
     return [to_numpy(leaf) for leaf in leaves]
 
@@ -214,7 +219,8 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     example_outputs = _reference(module, example)
     batch_limit = verifiable_batch(inputs, example_outputs, max_batch_size)
     for case in verification_cases(inputs, batch_limit):
-        expected = example_outputs if case.tensors is inputs.tensors else _reference(module, case)
+        expected = example_outputs if case.tensors is inputs.tensors else \
+            _reference(module, case, example.lengths)
         feed = {name: to_numpy(tensor) for name, tensor in zip(inputs.names, case.tensors)}
         try:
             actual = session.run(list(output_names), feed)
@@ -272,14 +278,24 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     return verified
 
 
-def _reference(module: torch.nn.Module, case: Case) -> list[np.ndarray]:
+def _reference(module: torch.nn.Module, case: Case,
+               example_lengths: dict[str, int] | None = None) -> list[np.ndarray]:
     try:
         return torch_outputs(module, case.tensors)
     except Exception as exc:  # the model itself, whichever exporter: the user's to fix
+        hint = "Triton sends any batch from 1 to --max-batch-size: forward() must work for each"
+        other = [label for label, size in case.lengths.items()
+                 if size != (example_lengths or case.lengths).get(label)]
+        if other:
+            # A position table ends somewhere, a U-Net halves and doubles: the lengths
+            # tried are the example's plus half and half of it.
+            hint = (f"a dynamic axis takes any length: forward() must work at other "
+                    f"{', '.join(other)} lengths than the example's; verification tries half "
+                    "as long again and half as long, so give an example the model takes at "
+                    "both (at most two thirds of a longest length; a multiple of 64 for a "
+                    "network that halves it five times)")
         raise UsageError(f"the model's forward() raised {type(exc).__name__} at "
-                         f"{_where(case)}: {one_line(exc)}",
-                         hint="Triton sends any batch from 1 to --max-batch-size: "
-                              "forward() must work for each") from exc
+                         f"{_where(case)}: {one_line(exc)}", hint=hint) from exc
 
 
 def _refuse_nondeterministic(module: torch.nn.Module, case: Case, output_names: tuple[str, ...],
