@@ -20,7 +20,8 @@ from tritonkit.errors import ProfileError, ServerError
 from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, default_thresholds_path, load_thresholds
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv, rows_for
-from tritonkit.monitor.triton_metrics import ModelCounters, parse_metrics, rates
+from tritonkit.monitor.triton_metrics import (ModelCounters, increase, model_increase,
+                                               parse_metrics, rates)
 from tritonkit.monitor.watch import Monitor, record, watch
 
 # As tritonserver 2.51.0 (CPU build) serves it, after 5 requests of batch 2.
@@ -108,6 +109,29 @@ def test_after_a_server_restart_rates_count_from_zero_for_every_counter_alike():
     assert r.avg_batch == after.inference_count / after.exec_count
     assert r.queue_us == after.queue_duration_us / after.request_success
     assert r.compute_us == after.compute_infer_duration_us / after.request_success
+
+
+def _versions(requests: dict[str, int]) -> str:
+    """Triton's request counter for the versions of model "example" it reports."""
+    return "# TYPE nv_inference_request_success counter\n" + "".join(
+        f'nv_inference_request_success{{model="example",version="{v}"}} {n}\n'
+        for v, n in requests.items())
+
+
+def test_a_rolled_back_model_update_counts_what_each_version_served_since_the_last_scrape():
+    """Triton 2.51 keeps an unloaded version's counters and starts a version loaded again
+    from zero (measured: test_triton_keeps_a_swapped_out_versions_counters_and_restarts_a_
+    reloaded_one). A model update to version 2 rolled back to version 1: version 1 counted
+    7 since its reload, version 2 nothing. Their sum fell (55 to 22), which a restart would
+    read as 22 counted; version by version it is 7."""
+    before = parse_metrics(_versions({"1": 40, "2": 15}), at=0)
+    after = parse_metrics(_versions({"1": 7, "2": 15}), at=10)
+    assert after.models["example"].request_success == 22           # the versions summed
+    assert increase(before.models["example"], after.models["example"]).request_success == 22
+    assert model_increase(before, after, "example").request_success == 7
+    # a version new since the last scrape counts from zero; one still counting counts on
+    grown = parse_metrics(_versions({"1": 9, "2": 15, "3": 4}), at=20)
+    assert model_increase(after, grown, "example").request_success == 2 + 0 + 4
 
 
 def _summaries_only(requests: int, request_us: int, queue_us: int, input_us: int, infer_us: int,
@@ -343,6 +367,39 @@ def test_monitor_shows_real_triton_counters_without_a_gpu(deployed, tmp_path, ca
     assert len(samples) == 2
     assert samples[-1].triton.request_success - before.request_success == 5
     assert samples[-1].triton.inference_count - before.inference_count == 14
+
+
+@pytest.mark.server
+def test_triton_keeps_a_swapped_out_versions_counters_and_restarts_a_reloaded_one(deployed):
+    """What model_increase relies on, on the real server: an update to version 2 leaves
+    version 1's counters as they were, and rolling back restarts version 1's from zero."""
+    import shutil
+
+    import tritonclient.http as httpclient
+    from tritonkit.monitor.triton_metrics import scrape
+
+    served = Path(deployed.extra.get("served_repository") or deployed.repository) / "example"
+    client = httpclient.InferenceServerClient(deployed.http_url)
+    try:
+        _send_requests(deployed, count=4, batch=1)
+        first = scrape(deployed.metrics_url, at=0)
+        shutil.copytree(served / "1", served / "2", symlinks=True)       # the update ...
+        client.load_model("example", headers=deployed.repository_headers())
+        _send_requests(deployed, count=3, batch=1)
+        updated = scrape(deployed.metrics_url, at=1)
+        shutil.rmtree(served / "2")                                       # ... rolled back
+        client.load_model("example", headers=deployed.repository_headers())
+        _send_requests(deployed, count=2, batch=1)
+        rolled_back = scrape(deployed.metrics_url, at=2)
+    finally:
+        client.close()
+    v1_before = first.versions["example"]["1"].request_success
+    assert updated.versions["example"]["1"].request_success == v1_before     # kept
+    assert updated.versions["example"]["2"].request_success == 3
+    assert rolled_back.versions["example"]["1"].request_success == 2         # from zero
+    assert rolled_back.versions["example"]["2"].request_success == 3         # kept
+    assert model_increase(first, updated, "example").request_success == 3
+    assert model_increase(updated, rolled_back, "example").request_success == 2
 
 
 @pytest.mark.server

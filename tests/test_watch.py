@@ -146,6 +146,38 @@ def test_a_model_unloaded_mid_recording_does_not_pour_the_others_lifetime_into_o
     assert recorded == sorted(recorded) and recorded[0] == 2_000_000 + 10_000
 
 
+def test_a_model_update_rolled_back_is_counted_version_by_version(monkeypatch, tmp_path):
+    """Version 1 serves 30 a sample; at sample 10 version 2 takes over (version 1's
+    counters stay, as Triton keeps them); at 20 the update is rolled back and version 1
+    counts from zero again. Every interval served 30; read as one sum, the rollback's
+    fall would have counted version 2's whole life again."""
+    def models(k):
+        if k < 10:
+            versions = {"1": _counters(5_000 + 30 * k)}
+        elif k < 20:
+            versions = {"1": _counters(5_000 + 30 * 9), "2": _counters(30 * (k - 9))}
+        else:
+            versions = {"1": _counters(30 * (k - 19)), "2": _counters(30 * 10)}
+        return {"a": versions}
+
+    scrapes = iter(range(1_000_000))
+
+    def scrape(url, at):
+        versions = models(next(scrapes))
+        return TritonMetrics(at=at, models={m: sum(v.values(), ModelCounters())
+                                            for m, v in versions.items()},
+                             gpus={"GPU-abc": {"nv_gpu_utilization": 0.5}}, versions=versions)
+
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape", scrape)
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetPcieThroughput = lambda handle, counter: 1_000_000
+    snapshots, rows = _watched(fake, 290, tmp_path)
+    assert [s.model_rates["a"].requests_per_s for s in snapshots[1:]] == pytest.approx(
+        [3.0] * (len(snapshots) - 1), rel=0.01)             # 30 in each 10 s interval
+    (result,) = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert result.figures.requests == 30 * (len(snapshots) - 1)
+
+
 def test_a_server_restart_is_still_counted_from_zero_model_by_model(monkeypatch, tmp_path):
     restarted_at = 10
 

@@ -1,7 +1,7 @@
 """Triton's own metrics: its Prometheus endpoint (``http://host:8002/metrics``), parsed.
 
-Triton's ``nv_inference_*`` counters are cumulative per model and version; what a
-person reads is their change between two scrapes: requests and inferences per
+Triton's ``nv_inference_*`` counters are cumulative per model and version (and per GPU,
+summed here); what a person reads is their change between two scrapes: requests and inferences per
 second, inferences per execution (the batch the scheduler actually formed), and the
 queue and compute time per request. ``nv_gpu_*`` gauges appear only on a GPU server.
 
@@ -10,7 +10,9 @@ model was unloaded and loaded again (Triton 2.51 keeps the counters through the 
 and starts them from zero at the next load; a load of a model still loaded keeps them:
 measured on the local server). As Prometheus' ``increase()`` does, the counters are then
 taken as counted from zero, all of a model's together, so no rate mixes the figures of
-before with those of after.
+before with those of after. A model's versions are taken apart (``model_increase``): a
+model update that unloads version 1 and loads version 2 drops one version's counters and
+starts another's, which their sum would read as a small increase, or as a restart.
 
 A figure Triton does not report is None, never 0: a server started with
 ``--metrics-config counter_latencies=false`` has no duration counters (their
@@ -93,12 +95,14 @@ _UNCOUNTED_WITHOUT_LATENCY_COUNTERS = ("request_failure", "inference_count", "ex
 
 @dataclass(frozen=True)
 class TritonMetrics:
-    """One scrape: counters per model, Triton's GPU gauges per GPU uuid, at a time."""
+    """One scrape: counters per model (its versions summed) and per version, Triton's GPU
+    gauges per GPU uuid, at a time."""
 
     at: float
     models: dict[str, ModelCounters]
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()     # what this server's metrics cannot tell
+    versions: dict[str, dict[str, ModelCounters]] = field(default_factory=dict)
 
     def total(self) -> ModelCounters:
         result = ModelCounters()
@@ -124,8 +128,8 @@ class ModelRates:
 
 def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
     """Parse Triton's Prometheus text exposition into per-model counters and GPU gauges."""
-    counters: dict[str, dict[str, float]] = {}
-    summaries: dict[str, dict[str, float]] = {}
+    counters: dict[tuple[str, str], dict[str, float]] = {}      # (model, version): ...
+    summaries: dict[tuple[str, str], dict[str, float]] = {}
     gpus: dict[str, dict[str, float]] = {}
     try:
         families = list(text_string_to_metric_families(text))
@@ -137,23 +141,28 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
         summary = _SUMMARIES.get(family.name)
         for sample in family.samples:
             model = sample.labels.get("model")
+            key = (model, sample.labels.get("version", ""))
             if target and model is not None:
-                row = counters.setdefault(model, {})
+                row = counters.setdefault(key, {})
                 row[target] = row.get(target, 0.0) + float(sample.value)
             elif summary and model is not None and "quantile" not in sample.labels:
                 kind = sample.name.removeprefix(family.name)          # _sum or _count
-                row = summaries.setdefault(model, {})
+                row = summaries.setdefault(key, {})
                 row[summary + kind] = row.get(summary + kind, 0.0) + float(sample.value)
             elif family.name.startswith("nv_gpu_") or family.name.startswith("nv_energy_"):
                 uuid = sample.labels.get("gpu_uuid", "")
                 gpus.setdefault(uuid, {})[family.name] = float(sample.value)
-    models, notes = {}, []
-    for name in sorted(set(counters) | set(summaries)):
-        model, note = _model_counters(counters.get(name, {}), summaries.get(name, {}))
-        models[name] = model
+    versions: dict[str, dict[str, ModelCounters]] = {}
+    notes: list[str] = []
+    for name, version in sorted(set(counters) | set(summaries)):
+        model, note = _model_counters(counters.get((name, version), {}),
+                                      summaries.get((name, version), {}))
+        versions.setdefault(name, {})[version] = model
         if note and note not in notes:
             notes.append(note)
-    return TritonMetrics(at=at, models=models, gpus=gpus, notes=tuple(notes))
+    models = {name: sum(by_version.values(), ModelCounters())
+              for name, by_version in versions.items()}
+    return TritonMetrics(at=at, models=models, gpus=gpus, notes=tuple(notes), versions=versions)
 
 
 def _model_counters(counted: dict[str, float], summed: dict[str, float]
@@ -204,6 +213,18 @@ def increase(before: ModelCounters, after: ModelCounters) -> ModelCounters:
     return ModelCounters(**{n: None if old is None or new is None else new - old
                             for n, (old, new) in pairs.items()},
                          **{n: getattr(after, n) for n in _GAUGES})
+
+
+def model_increase(before: TritonMetrics, after: TritonMetrics, name: str) -> ModelCounters:
+    """What model ``name`` counted between two scrapes, version by version (a version new
+    in ``after`` counted from zero, one gone from it counting nothing more), then summed.
+    A scrape without versions (parsed from elsewhere) is taken whole, as ``increase``."""
+    now = after.versions.get(name)
+    if not now or name not in before.versions:
+        return increase(before.models.get(name, ModelCounters()), after.models[name])
+    was = before.versions[name]
+    return sum((increase(was.get(version, ModelCounters()), counters)
+                for version, counters in now.items()), ModelCounters())
 
 
 def rates(before: ModelCounters, after: ModelCounters, seconds: float) -> ModelRates:

@@ -32,8 +32,9 @@ from tritonkit.errors import ServerError, TritonkitError, UsageError
 from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import MonitorRow, rows_for
-from tritonkit.monitor.triton_metrics import (ModelCounters, ModelRates, TritonMetrics, increase,
-                                               plus, rates_of, scrape, server_gpus)
+from tritonkit.monitor.triton_metrics import (ModelCounters, ModelRates, TritonMetrics,
+                                               model_increase, plus, rates_of, scrape,
+                                               server_gpus)
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,9 @@ class Monitor:
         previous = self._previous
         if triton and previous:
             seconds = triton.at - previous.at
-            # model by model (a counter reset is a model's), then summed
-            counted = {name: increase(previous.models.get(name, ModelCounters()), counters)
-                       for name, counters in triton.models.items()}
+            # model by model and version by version (a counter reset is a model's, a
+            # version swap unloads one version's counters), then summed
+            counted = {name: model_increase(previous, triton, name) for name in triton.models}
             model_rates = {name: rates_of(c, seconds) for name, c in counted.items()}
             total = sum(counted.values(), ModelCounters())
             total_rates, served = rates_of(total, seconds), total.served
