@@ -11,6 +11,7 @@ import json
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -328,26 +329,120 @@ def test_an_up_that_fails_or_is_interrupted_half_way_is_recorded_so_down_removes
         load_deployment(example_repository)
 
 
-def test_down_stops_a_recorded_compose_deployment_with_docker_compose_down(
-        example_repository, tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
+def deploy_up(repository: Path, out: Path, *args: str) -> int:
+    """`tritonkit deploy --target compose` with the up, on ports nobody listens on."""
+    from tritonkit.server.local import free_port
+
+    ports = [a for role in ("http", "grpc", "metrics") for a in (f"--{role}-port", free_port())]
+    return run_cli("deploy", "--target", "compose", "--gpu", "a10", "--repository", repository,
+                   "--out", out, *ports, *args)
+
+
+def test_ctrl_c_while_deploy_waits_for_triton_says_the_containers_keep_running(
+        example_repository, tmp_path, monkeypatch, capsys, default_sigint):
+    """Once `up -d` has started the containers, Ctrl-C ends only the deploy's wait: Triton
+    keeps running (Docker restarts it). The error says so and how to stop it, and the
+    exit code is an interrupt's."""
+    bindir, calls = gpu_docker(tmp_path, "(/bin/sleep 1; kill -INT $PPID) &")
+    monkeypatch.setenv("PATH", str(bindir))
+    assert deploy_up(example_repository, tmp_path / "docker", "--timeout", "30") == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2:] == [
+        "error: interrupted; the compose containers keep running",
+        f"hint: stop them: tritonkit down --repository {example_repository.resolve()}"]
+    assert load_deployment(example_repository).target == "compose"
+    assert not [c for c in calls.read_text().splitlines() if " down" in c]
+
+
+def test_tritonkit_down_while_deploy_waits_for_triton_ends_the_deploy(
+        example_repository, tmp_path, monkeypatch, capsys):
+    """`tritonkit down` from another terminal stops the containers and removes the record
+    while the deploy still waits for Triton: the deploy ends within a poll or two saying
+    so, instead of polling a stopped server until its timeout (600 s by default)."""
+    down = f"{sys.executable} -m tritonkit down --repository {example_repository}"
+    bindir, calls = gpu_docker(tmp_path, f"(/bin/sleep 1; {down} >/dev/null 2>&1) &")
+    monkeypatch.setenv("PATH", str(bindir))
+    started = time.monotonic()
+    assert deploy_up(example_repository, tmp_path / "docker", "--timeout", "30") == 1
+    assert time.monotonic() - started < 15
+    [line] = [l for l in capsys.readouterr().err.splitlines() if l.startswith(("error:", "hint:"))]
+    assert line == (f"error: the deployment of {example_repository.resolve()} was taken down "
+                    "(tritonkit down) while deploy waited for it")
+    assert calls.read_text().splitlines()[-1].endswith("down --timeout 40")
+
+
+def compose_stub(tmp_path: Path, compose: str) -> tuple[Path, Path, Path]:
+    """A Compose CLI (``docker compose`` or ``docker-compose``) that logs its arguments and
+    keeps what it read on stdin. Returns (its folder, the log, the stdin it read)."""
+    bindir, calls, stdin = tmp_path / "bin", tmp_path / "calls", tmp_path / "stdin"
     bindir.mkdir()
-    calls = tmp_path / "calls"
-    stub = bindir / "docker-compose"
-    stub.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    stub = bindir / compose.split()[0]
+    version = '[ "$1 $2" = "compose version" ] && exit 0\n' if compose == "docker compose" else ""
+    stub.write_text(f"#!/bin/sh\n{version}echo \"$@\" >> {calls}\n"
+                    f"case \"$*\" in *\"-f - \"*) /bin/cat > {stdin};; esac\n")
     stub.chmod(0o755)
-    monkeypatch.setenv("PATH", str(bindir))  # only the stub: never a real Compose
-    compose_file = tmp_path / "docker" / "docker-compose.yml"
+    return bindir, calls, stdin
+
+
+def record_compose(repository: Path, compose_file: Path, env_file: Path) -> None:
     save_deployment(Deployment(
-        target="compose", repository=str(example_repository.resolve()), host="127.0.0.1",
+        target="compose", repository=str(repository.resolve()), host="127.0.0.1",
         http_port=8000, grpc_port=8001, metrics_port=8002,
         secret_header="tritonkit-repository-key", models=["example"], started_at=0.0,
         extra={"compose": ["docker-compose"], "project": "tritonkit-repo",
-               "compose_file": str(compose_file), "env_file": str(tmp_path / "none")}))
+               "compose_file": str(compose_file), "env_file": str(env_file),
+               "image": "nvcr.io/nvidia/tritonserver:25.12-py3"}))
+
+
+def test_down_stops_a_recorded_compose_deployment_with_docker_compose_down(
+        example_repository, tmp_path, monkeypatch):
+    bindir, calls, _ = compose_stub(tmp_path, "docker-compose")
+    monkeypatch.setenv("PATH", str(bindir))  # only the stub: never a real Compose
+    compose_file = tmp_path / "docker" / "docker-compose.yml"
+    compose_file.parent.mkdir()
+    compose_file.write_text("services: {}\n")
+    record_compose(example_repository, compose_file, tmp_path / "none")
     assert run_cli("down", "--repository", example_repository) == 0
     assert calls.read_text().split() == ["-p", "tritonkit-repo", "-f", str(compose_file),
                                          "down", "--timeout", "40"]
     with pytest.raises(Exception):
+        load_deployment(example_repository)
+
+
+def test_down_stops_a_compose_v2_project_by_its_name_once_its_compose_file_is_deleted(
+        example_repository, tmp_path, monkeypatch):
+    """`docker compose -p NAME down` finds the containers by their project label: a
+    deleted docker/ folder must not leave a deployment that `tritonkit down` cannot stop."""
+    bindir, calls, _ = compose_stub(tmp_path, "docker compose")
+    monkeypatch.setenv("PATH", str(bindir))
+    record_compose(example_repository, tmp_path / "gone" / "docker-compose.yml",
+                   tmp_path / "gone" / ".env")
+    assert run_cli("down", "--repository", example_repository) == 0
+    assert calls.read_text().split() == ["compose", "-p", "tritonkit-repo",
+                                         "down", "--timeout", "40"]
+    with pytest.raises(UsageError):
+        load_deployment(example_repository)
+
+
+@needs_compose
+def test_down_stops_a_docker_compose_v1_project_once_its_compose_file_is_deleted(
+        example_repository, tmp_path, monkeypatch):
+    """docker-compose v1 reads a compose file even to stop a project (without one it looks
+    in the working folder): it is given one on stdin that names the server's service, and
+    removes the exited plan builders as orphans. The real v1 accepts that file."""
+    v1 = shutil.which("docker-compose")
+    bindir, calls, stdin = compose_stub(tmp_path, "docker-compose")
+    monkeypatch.setenv("PATH", str(bindir))
+    record_compose(example_repository, tmp_path / "gone" / "docker-compose.yml",
+                   tmp_path / "gone" / ".env")
+    assert run_cli("down", "--repository", example_repository) == 0
+    assert calls.read_text().split() == ["-p", "tritonkit-repo", "-f", "-", "down",
+                                         "--timeout", "40", "--remove-orphans"]
+    config = subprocess.run([v1, "-p", "tritonkit-repo", "-f", "-", "config"], input=stdin.read_text(),
+                            capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert config.returncode == 0, config.stderr
+    assert list(yaml.safe_load(config.stdout)["services"]) == ["tritonserver"]
+    with pytest.raises(UsageError):
         load_deployment(example_repository)
 
 
@@ -407,6 +502,7 @@ def test_a_wait_for_triton_in_compose_that_times_out_says_the_last_answer(tmp_pa
     nobody = Deployment(target="compose", repository=str(tmp_path), host="127.0.0.1",
                         http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                         secret_header="x", models=[], started_at=0.0, argv=[])
+    save_deployment(nobody)
     with pytest.raises(ServerError) as caught:
         _wait_for("live", nobody, Deadline(0.6), logs="docker compose logs triton")
     assert "did not become live within 0.6 s (last: Connection refused)" in str(caught.value)

@@ -7,6 +7,8 @@ a field the model does not know would be dropped, so the two must have the same 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import stat
 from inspect import signature
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
-from tests.conftest import run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, run_cli
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 
 MODELS = {"Secret": "V1Secret", "PersistentVolumeClaim": "V1PersistentVolumeClaim",
@@ -107,6 +109,42 @@ def test_pods_go_only_to_nodes_whose_gpu_the_configs_were_made_for(example_repos
                       for f in ("deployment.yaml", "service.yaml", "secret.yaml",
                                 "model-repository-pvc.yaml")}
     assert not names["p100"] & names["a10"]
+
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@pytest.mark.parametrize("folder", ["model_repository", "Models For The Ranking Team " * 4])
+def test_two_repositories_of_one_folder_name_get_kubernetes_objects_of_their_own(
+        tmp_path, capsys, folder):
+    """Objects in a namespace are known by kind and name, replicas by the app label the
+    Service and the Deployment select: two repositories both named model_repository must
+    share neither, or applying the second replaces the first's Triton. Each name is a
+    DNS-1123 label (63 characters) however long the folder's name."""
+    names = []
+    for team in ("a", "b"):
+        repo = tmp_path / team / folder
+        shutil.copytree(EXAMPLE_REPOSITORY, repo,
+                        ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+        directory = tmp_path / team / "docker" / "k8s"
+        assert run_cli("deploy", "--target", "k8s", "--gpu", "a10", "--repository", repo,
+                       "--out", directory.parent) == 0
+        printed = capsys.readouterr().out
+        manifests = [parse(directory / f) for f in (
+            "deployment.yaml", "service.yaml", "secret.yaml", "model-repository-pvc.yaml",
+            "fill-repository-pod.yaml")]
+        deployment, service, secret, _, fill = manifests
+        labels = {m.metadata.labels["app.kubernetes.io/name"] for m in manifests}
+        assert service.spec.selector == deployment.spec.selector.match_labels
+        assert service.spec.selector["app.kubernetes.io/name"] == deployment.metadata.name
+        for name in [m.metadata.name for m in manifests if m is not secret] + list(labels):
+            assert DNS_LABEL.match(name) and len(name) <= 63, name
+        assert deployment.metadata.name.startswith("tritonkit-")
+        assert deployment.metadata.name.endswith("-a10")
+        assert f"deployment {deployment.metadata.name};" in printed
+        assert f"pod/{fill.metadata.name} " in printed
+        names.append({m.metadata.name for m in manifests} | labels)
+    assert not names[0] & names[1]
 
 
 def test_the_service_exposes_http_grpc_and_metrics_of_the_deployments_pods(manifests):

@@ -4,18 +4,18 @@ A deploy holds the repository's deploy lock from its first check to its last wri
 local deploy is all or nothing: if a model fails to load or to warm up, or the deploy
 is interrupted (Ctrl-C; SIGTERM and SIGHUP under ``signals_interrupt``), the server is
 stopped and its record cleared; the log stays. A compose deployment, once its
-containers run, is left running on a later failure (the error's hint says how to stop it).
+containers run, is left running on a later failure or interrupt (the error's hint says how
+to stop it); a ``tritonkit down`` meanwhile ends the deploy's wait.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from pathlib import Path
 
 from tritonkit.client import Endpoint
-from tritonkit.errors import TritonkitError, UsageError
+from tritonkit.errors import Interrupted, TritonkitError, UsageError
 from tritonkit.profiles import available_profiles, load_profile
 from tritonkit.repository import model_names, refuse_missing_gpu_configs
 from tritonkit.server import compose, k8s
@@ -103,15 +103,16 @@ def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docke
                                       device_ids=device_ids, force=force, starting=up)
         if not up:
             return files, None
-        deployment = compose.compose_up(files, spec, repository, timeout=timeout,
-                                        progress=progress)
-        # started_at is when Compose had the containers up: the rest of the same deadline.
-        deadline = Deadline(max(0.1, timeout - (time.time() - deployment.started_at)))
+        deployment = compose.compose_up(files, spec, repository)
+        deadline = Deadline(timeout)       # from the containers' start, not the image pull
         try:
+            compose.wait_live(deployment, deadline, progress)
             if warmup:      # loads every model that is not READY, then warms each
                 results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
                                         deadline=deadline, config_dir=repository,
-                                        progress=progress, fresh=True)
+                                        progress=progress, fresh=True,
+                                        server_exited=functools.partial(compose.taken_down,
+                                                                        deployment))
                 deployment = dataclasses.replace(
                     deployment,
                     extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
@@ -120,8 +121,11 @@ def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docke
                 compose.load_models(deployment, timeout=deadline.left())
             compose.wait_ready(deployment, deadline, progress)
         except TritonkitError as exc:
-            _add_hint(exc, compose.left_running(repository))
+            if compose.taken_down(deployment) is None:      # still recorded, still running
+                _add_hint(exc, compose.left_running(repository))
             raise
+        except Interrupted as exc:
+            raise compose.interrupted(exc.signum, Path(deployment.repository)) from None
         return files, deployment
 
 

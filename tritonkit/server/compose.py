@@ -2,13 +2,14 @@
 
 ``write_compose`` builds the compose file as a dict (serialized as YAML by a
 safe dumper) and an env file that carries the secret header's value (0600);
-the compose file only names the variable. ``compose_up`` records it, starts it with the
-host's Compose and waits until Triton is live; the caller then loads what is not
-READY (``load_models``, or the warm-up, which loads too) and waits for readiness
+the compose file only names the variable. ``compose_up`` records it and starts it with the
+host's Compose; the caller then waits until Triton is live (``wait_live``), loads what is
+not READY (``load_models``, or the warm-up, which loads too) and waits for readiness
 (``wait_ready``), all under one deadline. ``compose_down`` stops it.
 
-Once started, a compose deployment is left running when a later step fails (Docker
-restarts it; ``tritonkit down`` stops it): errors say so in their hint.
+Once started, a compose deployment is left running when a later step fails or is
+interrupted (Docker restarts it; ``tritonkit down`` stops it): errors say so in their
+hint. A ``tritonkit down`` while deploy waits ends the wait (``taken_down``).
 
 Liveness (``/v2/health/live``) is the container's healthcheck; readiness is what
 tritonkit waits for — a model that is still loading must not get the container
@@ -21,6 +22,7 @@ import hashlib
 import json
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field, replace
@@ -251,14 +253,10 @@ def engine_problem() -> str | None:
     return None
 
 
-def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
-               timeout: float = 600.0, progress: Progress | None = None) -> Deployment:
-    """Record the deployment, ``docker compose up -d``, wait until Triton is live.
-
-    The deadline starts once Compose has started the containers (``started_at``):
-    pulling an image of several GB is not a wait on Triton (Compose shows its progress
-    itself). The caller loads the models and waits for readiness in what is left of it.
-    """
+def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path) -> Deployment:
+    """Record the deployment, ``docker compose up -d``; ``started_at`` says when Compose
+    had started the containers. The caller's deadline starts there: pulling an image of
+    several GB is not a wait on Triton (Compose shows its progress itself)."""
     repository = Path(repository).resolve()
     problem = engine_problem()
     if problem:
@@ -285,11 +283,15 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
         raise ServerError(f"docker compose up failed with exit code {code} (its output is above)",
                           hint=f"see: {' '.join(files.command(compose, 'logs'))}; remove what "
                                f"it made: tritonkit down --repository {repository}")
-    deadline = Deadline(timeout)
     deployment = replace(deployment, started_at=time.time())
     save_deployment(deployment)
-    _wait_for("live", deployment, deadline, _logs_command(deployment), progress)
     return deployment
+
+
+def wait_live(deployment: Deployment, deadline: Deadline,
+              progress: Progress | None = None) -> None:
+    """Wait until Triton in compose answers /v2/health/live."""
+    _wait_for("live", deployment, deadline, _logs_command(deployment), progress)
 
 
 def wait_ready(deployment: Deployment, deadline: Deadline,
@@ -301,6 +303,32 @@ def wait_ready(deployment: Deployment, deadline: Deadline,
 def left_running(repository: Path) -> str:
     """The hint's note for an error after the containers started."""
     return f"the containers are left running; stop them: tritonkit down --repository {repository}"
+
+
+def interrupted(signum: int, repository: Path) -> ServerError:
+    """A deploy stopped by a signal once the containers run: they keep running, and it
+    says how to stop them; exit 128 + the signal, as every interrupted command."""
+    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    error = ServerError(f"{what}; the compose containers keep running",
+                        hint=f"stop them: tritonkit down --repository {repository}")
+    error.exit_code = 128 + signum
+    return error
+
+
+def taken_down(deployment: Deployment) -> ServerError | None:
+    """A ServerError once ``deployment`` is no longer the one recorded for its repository
+    (``tritonkit down`` removed it while deploy waited), else None. Without it the deploy
+    polled the stopped server until its timeout, 600 s by default."""
+    repository = Path(deployment.repository)
+    try:
+        recorded = load_deployment(repository)
+    except UsageError:
+        recorded = None
+    if recorded is not None and (recorded.target, recorded.started_at) == (
+            deployment.target, deployment.started_at):
+        return None
+    return ServerError(f"the deployment of {repository} was taken down (tritonkit down) "
+                       "while deploy waited for it")
 
 
 def load_models(deployment: Deployment, *, timeout: float) -> None:
@@ -330,19 +358,31 @@ def load_models(deployment: Deployment, *, timeout: float) -> None:
 
 
 def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> bool:
-    """``docker compose down`` for a recorded compose deployment; clears the state."""
+    """``docker compose down`` for a recorded compose deployment; clears the state.
+
+    A compose file deleted since is not needed: Compose v2 stops a project by its name
+    alone (it finds the containers by their project label)."""
     extra = deployment.extra
     compose = compose_command()
     if compose is None:
         raise ServerError("no Docker Compose on this machine to stop the deployment with",
                           hint=f"stop it where it runs: docker compose -p {extra.get('project')} down")
-    command = [*compose, "-p", extra["project"], "-f", extra["compose_file"]]
-    if Path(extra.get("env_file", "")).is_file():
-        command += ["--env-file", extra["env_file"]]
-    result = _run([*command, "down", "--timeout", str(int(timeout))], timeout=timeout + 30)
+    command, stdin = [*compose, "-p", extra["project"]], None
+    if Path(extra["compose_file"]).is_file():
+        command += ["-f", extra["compose_file"]]
+        if Path(extra.get("env_file", "")).is_file():
+            command += ["--env-file", extra["env_file"]]
+    elif compose == ["docker-compose"]:
+        # v1 reads a compose file even to stop a project: one on stdin that names the
+        # server's service; the exited plan builders it does not name go as orphans.
+        stdin = to_yaml({"version": "3.8", "services": {SERVICE: {"image": extra["image"]}}})
+        command += ["-f", "-"]
+    down = ["down", "--timeout", str(int(timeout)), *(["--remove-orphans"] if stdin else [])]
+    result = _run([*command, *down], timeout=timeout + 30, stdin=stdin)
     if result.returncode != 0:
+        by_hand = f"docker compose -p {extra['project']}" if stdin else " ".join(command)
         raise ServerError(f"docker compose down failed: {_last_line(result)}",
-                          hint=f"run it by hand: {' '.join(command)} down")
+                          hint=f"run it by hand: {by_hand} down")
     clear_deployment(Path(deployment.repository))
     return True
 
@@ -364,6 +404,8 @@ def _wait_for(what: str, deployment: Deployment, deadline: Deadline, logs: str,
               progress: Progress | None = None) -> None:
     """Poll /v2/health/<what> ("live" or "ready") until it answers 200 or time runs out."""
     def check() -> str | None:
+        if (gone := taken_down(deployment)) is not None:
+            raise gone
         if progress:
             waited = deadline.seconds - deadline.left()
             progress(f"waiting for Triton in compose to be {what} "
@@ -378,9 +420,11 @@ def _wait_for(what: str, deployment: Deployment, deadline: Deadline, logs: str,
                                f"{left_running(Path(deployment.repository))}")
 
 
-def _run(argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess:
+def _run(argv: list[str], timeout: float = 60.0,
+         stdin: str | None = None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=max(timeout, 1.0))
+        return subprocess.run(argv, capture_output=True, text=True, timeout=max(timeout, 1.0),
+                              input=stdin)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return subprocess.CompletedProcess(argv, 1, "", str(exc))
 

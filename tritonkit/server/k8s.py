@@ -20,6 +20,7 @@ pod volume that outlives container restarts.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import shlex
@@ -50,6 +51,9 @@ FILES = ("secret.yaml", "model-repository-pvc.yaml", "deployment.yaml", "service
 # Not in the kustomization: run once to copy the repository into the claim.
 FILL_FILE = "fill-repository-pod.yaml"
 FILL_IMAGE = "busybox:1.36"       # has tar, for `kubectl exec ... tar -x`
+# The longest name app_name gives: the claim and the fill pod add "-models" and "-fill" to
+# it, and both the name and the fill pod's are label values too (63 characters at most).
+NAME_LIMIT = 53
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,17 @@ _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 def app_name(repository: Path, gpu: str) -> str:
-    """A DNS-1123 name for the deployment of a repository on one GPU profile (a P100 and an
-    A10 fleet of the same repository can share a namespace)."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", Path(repository).resolve().name.lower()).strip("-")
+    """A DNS-1123 name for the deployment of a repository on one GPU profile: its folder's
+    name, a hash of its path and the profile. Objects in a namespace are known by name, so
+    two repositories of one name (model_repository, say) must not share one: applying the
+    second would replace the first's Triton; a P100 and an A10 fleet of the same repository
+    can share a namespace too. The folder's name is cut short to keep within NAME_LIMIT."""
+    path = Path(repository).resolve()
+    slug = re.sub(r"[^a-z0-9-]+", "-", path.name.lower()).strip("-") or "models"
     card = re.sub(r"[^a-z0-9-]+", "-", gpu.lower()).strip("-")
-    return f"tritonkit-{(slug or 'models')[:40]}-{card}"[:53].rstrip("-")
+    tail = f"-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}-{card}"
+    slug = slug[:max(0, NAME_LIMIT - len("tritonkit-") - len(tail))].rstrip("-")
+    return f"tritonkit-{slug}{tail}"[:NAME_LIMIT].rstrip("-")
 
 
 def node_selector(compute_capability: float) -> dict[str, str]:
