@@ -7,6 +7,7 @@ tests that need an export of their own use the TorchScript exporter on a tiny mo
 
 from __future__ import annotations
 
+import ast
 import errno
 import fcntl
 import hashlib
@@ -659,3 +660,25 @@ def test_the_python_api_leaves_each_submodule_in_the_mode_it_found_it(tmp_path):
     tritonkit.export(model, torch.randn(2, 4), name="training", repository=tmp_path,
                      exporters=("torchscript",))
     assert [m.training for m in model.modules()] == [True, True, False, True]
+
+
+def reproduce_options(model_dir: Path) -> dict:
+    """The flags a reproduce_export.py holds, read without running it."""
+    script = (model_dir / "reproduce_export.py").read_text()
+    line = next(line for line in script.splitlines() if line.startswith("OPTIONS = "))
+    return ast.literal_eval(line.removeprefix("OPTIONS = "))
+
+
+def test_reproduce_script_records_a_profile_file_by_its_absolute_path_and_a_name_as_typed(
+        tmp_path, monkeypatch):
+    # A relative --gpu path was recorded as typed: the script, run from anywhere else,
+    # failed on a profile it could not find.
+    (tmp_path / "profiles").mkdir()
+    shutil.copy(ROOT / "configs" / "gpus" / "a10.toml", tmp_path / "profiles" / "card.toml")
+    monkeypatch.chdir(tmp_path)
+    for gpu, recorded in (("profiles/card.toml", str(tmp_path / "profiles" / "card.toml")),
+                          ("a10", "a10")):
+        result = tritonkit.export(torch.nn.Linear(4, 3), torch.randn(2, 4), name="linear",
+                                  repository="repo", gpu=gpu, exporters=("torchscript",),
+                                  force=True)
+        assert reproduce_options(result.path)["--gpu"] == recorded

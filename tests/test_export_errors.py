@@ -411,7 +411,9 @@ def test_bad_flags_are_refused_before_anything_is_loaded(capsys, repository):
     ({"atol": -1.0}, "--atol -1.0 is not a tolerance"),
     ({"rtol": float("nan")}, "--rtol nan is not a tolerance"),
     ({"max_batch_size": 2**31}, "--max-batch-size 2147483648 is not from 1 to 2147483647"),
-], ids=["negative atol", "nan rtol", "past int32"])
+    ({"input_names": [""]}, "input 0 has an empty name"),
+    ({"output_names": [""]}, "output 0 has an empty name"),
+], ids=["negative atol", "nan rtol", "past int32", "empty input name", "empty output name"])
 def test_the_python_api_refuses_what_the_cli_flags_would_before_anything_runs(
         tmp_path, options, says):
     import torch
@@ -420,7 +422,8 @@ def test_the_python_api_refuses_what_the_cli_flags_would_before_anything_runs(
     from tritonkit.export import export
 
     # A negative or NaN tolerance failed every comparison, equal outputs too ("max abs
-    # error 0 ... atol -1"); a batch limit past int32 was traced for, then failed the config.
+    # error 0 ... atol -1"); a batch limit past int32 was traced for, then failed the config;
+    # an empty name (the CLI drops empty ones) reached the ONNX checker after the export.
     with pytest.raises(UsageError, match=re.escape(says)):
         export(torch.nn.Identity(), torch.randn(4, 3), name="m", repository=tmp_path / "repo",
                **options)

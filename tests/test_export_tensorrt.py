@@ -6,14 +6,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
+import tritonkit
 from tests.conftest import ROOT, run_cli
 from tests.test_export_errors import export_fails
-from tritonkit.errors import EXIT_USAGE
+from tritonkit.errors import EXIT_USAGE, UsageError
 from tritonkit.export import tensorrt
 from tritonkit.export.spec import load_factory, normalize_inputs
 from tritonkit.model_config import read_config
@@ -57,9 +59,33 @@ def test_without_the_target_gpu_the_exact_trtexec_recipe_is_recorded(recipe_expo
         "--minShapes=INPUT__0:1x16", "--optShapes=INPUT__0:32x16", "--maxShapes=INPUT__0:32x16"]
     assert recipe["compute_capability"] == "8.6"
     assert recipe["container"] == "nvcr.io/nvidia/tensorrt:25.12-py3"
-    assert recipe["docker"][-len(recipe["command"]):] == recipe["command"]
     assert not list((repository / "mlp").rglob("*.plan")), "a plan is only built on the target"
     assert "must be built on the target" in " ".join(out.split())
+
+
+def test_the_recipes_docker_line_is_for_a_shell_in_the_model_folder(recipe_export):
+    # It was an argv holding a literal $PWD: run as a list, docker got "$PWD:/work";
+    # joined for a shell, the quoting kept the shell from filling it in.
+    repository, _ = recipe_export
+    recipe = json.loads((repository / "mlp" / "export-report.json").read_text())["tensorrt_recipe"]
+    assert isinstance(recipe["docker"], str) and "shell command line" in recipe["note"]
+    echo = recipe["docker"].replace("docker ", "printf '%s\\n' ", 1)     # each argument a line
+    echoed = subprocess.run(["bash", "-c", echo], cwd=repository / "mlp", capture_output=True,
+                            text=True, check=True)
+    assert echoed.stdout.splitlines() == [
+        "run", "--rm", "--gpus", "all", "-v", f"{repository / 'mlp'}:/work", "-w", "/work",
+        recipe["container"], *recipe["command"]]
+
+
+def test_a_plans_config_says_which_shapes_get_cuda_graphs(recipe_export):
+    # Without graph_spec the TensorRT backend captures batch 1 and max_batch_size at the
+    # plan's opt shapes (tensorrt_backend's InitializeGraphSpecs); "CUDA graphs on" had read
+    # as if every shape got one.
+    repository, _ = recipe_export
+    a10 = (repository / "mlp" / "configs" / "a10.pbtxt").read_text()
+    assert read_config(repository / "mlp" / "configs" / "a10.pbtxt").optimization.cuda.graphs
+    assert ("CUDA graphs on: the TensorRT backend captures batch 1 and 32, other dynamic axes "
+            "at the plan's opt sizes; other shapes run without a graph") in a10
 
 
 def test_the_recipe_is_what_deploy_runs_on_the_target(recipe_export):
@@ -78,6 +104,29 @@ def test_optimization_profile_spans_the_batch_range_and_grows_dynamic_axes():
                               dynamic_axes={"input_ids": {1: "sequence"}})
     assert tensorrt.shape_ranges(inputs, 16) == {
         "input_ids": ((1, 1), (16, 12), (16, 12 * tensorrt.DYNAMIC_AXIS_HEADROOM))}
+
+
+def test_an_input_name_with_a_colon_is_quoted_in_the_trtexec_shapes():
+    # trtexec --help: "Input names can be wrapped with escaped single quotes (ex: 'Input:0')"
+    inputs = normalize_inputs({"input:0": torch.zeros(2, 16), "mask": torch.zeros(2, 16)})
+    command = tensorrt.build_recipe(load_profile("a10"), inputs, 8)["command"]
+    assert "--minShapes='input:0':1x16,mask:1x16" in command
+    assert "--maxShapes='input:0':8x16,mask:8x16" in command
+
+
+@pytest.mark.parametrize("name,says", [("ids,mask", "','"), ("it's", "\"'\"")])
+def test_an_input_name_trtexec_shapes_cannot_hold_is_refused_before_the_export(
+        tmp_path, name, says):
+    # trtexec splits its shape lists on ',' before anything else and takes ' as the quotes:
+    # the recipe would have built a plan for another input's name, or failed on the target.
+    with pytest.raises(UsageError) as caught:
+        tritonkit.export(torch.nn.Linear(16, 4), {name: torch.randn(2, 16)}, name="m",
+                         repository=tmp_path / "repo", gpu="a10", format="tensorrt")
+    assert caught.value.message == (
+        f"input name {name!r} holds {says}, which trtexec's --minShapes/--optShapes/--maxShapes "
+        "cannot hold (it splits them at commas and takes single quotes for a name's quotes)")
+    assert "--input-names" in caught.value.hint
+    assert not (tmp_path / "repo").exists()
 
 
 def test_a_plan_is_built_only_with_the_tensorrt_release_the_target_triton_serves():

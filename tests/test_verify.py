@@ -11,7 +11,7 @@ import torch
 
 import tritonkit
 from tests.conftest import run_cli
-from tritonkit.errors import EXIT_USAGE, UsageError
+from tritonkit.errors import EXIT_USAGE, UsageError, VerificationError
 from tritonkit.export import onnx_export
 from tritonkit.export.spec import normalize_inputs
 from tritonkit.export.verify import _compare, verification_cases
@@ -274,3 +274,90 @@ def test_an_example_that_requires_grad_is_drawn_from_without_autograd_warnings()
         warnings.simplefilter("error")
         cases = verification_cases(normalize_inputs(example), 8)
     assert [case.batch for case in cases] == [4, 1, 4, 8]
+
+
+class OutOfDomain(torch.nn.Module):
+    def forward(self, x):
+        return torch.sqrt(x - 10)          # NaN for every input near the example's
+
+
+def test_an_output_nan_in_both_runtimes_everywhere_is_refused_not_passed(tmp_path):
+    # NaN matches NaN: such an output had passed every case without one value compared.
+    with pytest.raises(UsageError) as caught:
+        tritonkit.export(OutOfDomain(), torch.randn(2, 4), name="nan", repository=tmp_path)
+    assert caught.value.message == (
+        "output OUTPUT__0 is NaN or infinite everywhere at the example inputs (batch 2), in "
+        "PyTorch and ONNX Runtime alike, so verification compared none of it")
+    assert caught.value.hint.startswith("give example inputs the model computes finite "
+                                        "outputs for")
+    assert list(tmp_path.iterdir()) == []
+    # Where only some values are NaN, in both at the same places, the rest are compared;
+    # a NaN or infinity against a finite value is a mismatch.
+    nan = np.nan
+    assert _compare(np.array([nan, 1.0]), np.array([nan, 1.0]), 1e-4, 1e-3)[2] is True
+    assert _compare(np.array([nan, 1.0]), np.array([nan, 2.0]), 1e-4, 1e-3)[2] is False
+    assert _compare(np.array([1.0, 1.0]), np.array([nan, 1.0]), 1e-4, 1e-3)[2] is False
+
+
+class TinyFrozenBatch(torch.nn.Module):
+    """A millionth of the input times the batch size, which the TorchScript trace freezes at
+    the example's: a graph off by the batch's ratio, at a scale far below atol."""
+
+    def forward(self, x):
+        return x * 1e-6 * int(x.shape[0])
+
+
+class TinyHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.linear(x) * 1e-6
+
+
+def test_an_output_far_below_atol_is_compared_relative_to_its_own_scale(tmp_path):
+    # atol 1e-4 against values of 1e-6 had passed any answer: this graph is off by half.
+    with pytest.raises(VerificationError) as caught:
+        tritonkit.export(TinyFrozenBatch(), torch.randn(2, 4), name="tiny", repository=tmp_path,
+                         exporters=("torchscript",))
+    assert caught.value.message.startswith(
+        "torchscript exporter: output OUTPUT__0 differs from PyTorch at batch 1")
+    assert "(atol 0.0001 scaled by the output's largest magnitude " in caught.value.message
+    # A correct graph of such an output passes, its scaled atol in the report.
+    torch.manual_seed(0)
+    result = tritonkit.export(TinyHead(), torch.randn(2, 4), name="head", repository=tmp_path)
+    case = result.report["verification"]["cases"][1]["outputs"]["OUTPUT__0"]
+    assert 0 < case["atol_scaled"] < 1e-9
+    # atol is scaled by the output's largest magnitude below 1, and means what it says above.
+    assert _compare(np.array([1e-6, 0.0]), np.array([0.0, 0.0]), 1e-4, 1e-3)[2] is False
+    assert _compare(np.array([1e-6, 0.0]), np.array([1e-6, 1e-12]), 1e-4, 1e-3)[2] is True
+    assert _compare(np.array([0.5, 0.0]), np.array([0.5, 4e-5]), 1e-4, 1e-3)[2] is True
+    assert _compare(np.array([0.5, 0.0]), np.array([0.5, 6e-5]), 1e-4, 1e-3)[2] is False
+    assert _compare(np.array([3.0, 0.0]), np.array([3.0, 9e-5]), 1e-4, 1e-3)[2] is True
+
+
+class NearTie(torch.nn.Module):
+    """Each class score and a copy a millionth apart, their order frozen by the TorchScript
+    trace at the example's batch size: every float within tolerance, every argmax a tie."""
+
+    def forward(self, x):
+        nudge = 1e-6 * (int(x.shape[0]) - 10)
+        return torch.stack([x, x + nudge], dim=1).argmax(dim=1)
+
+
+@pytest.mark.parametrize("atol", [None, 1.0], ids=["default", "--atol 1"])
+def test_an_integer_output_flipped_by_a_near_tie_fails_saying_so(tmp_path, atol):
+    # It had read as a tracing problem, with the hint to widen --atol, which cannot help.
+    with pytest.raises(VerificationError) as caught:
+        tritonkit.export(NearTie(), torch.randn(2, 4), name="tie", repository=tmp_path,
+                         exporters=("torchscript",), atol=atol)
+    message = caught.value.message
+    assert message.startswith("torchscript exporter: output OUTPUT__0 (int64) differs from "
+                              "PyTorch at batch 16 in 64 of 64 elements, each a near-tie: the "
+                              "two ArgMax candidates' scores differ by at most ")
+    assert message.endswith("within their tolerances, so rounding picks either; integer "
+                            "outputs must match exactly")
+    assert caught.value.hint.startswith("--atol/--rtol apply to float outputs only")
+    assert "--no-verify" in caught.value.hint
+    assert list(tmp_path.iterdir()) == []

@@ -343,8 +343,18 @@ def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: boo
     precision = profile.serving.precision.upper()
     if use_plan:
         if profile.serving.cuda_graphs:
+            # Without graph_spec the TensorRT backend captures its default graphs: batch 1
+            # and max_batch_size when dynamic batching sets no preferred sizes (1 alone at
+            # max_batch_size 1), every other dynamic axis at the plan's opt size; a request
+            # of any other shape runs the plan without a graph, nothing is refused
+            # (triton-inference-server/tensorrt_backend src/instance_state.cc,
+            # InitializeGraphSpecs and TRTv3Interface::SetCudaGraphShape). Graph specs for
+            # every warm-up shape would cost a capture and its memory per shape and instance.
             config.optimization.cuda.graphs = True
-            notes.append("CUDA graphs on (honoured by the TensorRT backend)")
+            batches = sorted({1, config.max_batch_size}) if config.max_batch_size else [0]
+            notes.append(f"CUDA graphs on: the TensorRT backend captures batch "
+                         f"{' and '.join(map(str, batches))}, other dynamic axes at the plan's "
+                         "opt sizes; other shapes run without a graph")
         return
     if profile.serving.accelerator == "tensorrt":
         accel = config.optimization.execution_accelerators.gpu_execution_accelerator.add()
@@ -354,9 +364,19 @@ def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: boo
         accel.parameters["trt_engine_cache_enable"] = "1"
         accel.parameters["trt_engine_cache_path"] = engine_cache_path(config.name, digest,
                                                                       profile.stack.triton_image)
+        # One folder for every instance: Triton's config has no per-instance accelerator
+        # parameters. The ONNX Runtime backend loads instances in parallel (Triton 23.08 on),
+        # and ONNX Runtime builds an engine for a dynamic shape at run time under a lock of
+        # its session alone, writing the cache file in place (std::ofstream): two instances
+        # warming up build the same engines and can write one file at once. A torn file fails
+        # the next load ("could not deserialize engine from cache"; microsoft/onnxruntime
+        # #10412 asked whether a shared cache is safe and got no answer).
+        shared = (f"; its {config.instance_group[0].count} instances share the folder, which "
+                  "ONNX Runtime locks per instance only: if a load fails to deserialize an "
+                  "engine from it, empty it") if config.instance_group[0].count > 1 else ""
         notes.append(f"ONNX Runtime TensorRT accelerator, {precision}, engine cache on, kept "
                      "across restarts and keyed by the model file and image (the first load "
-                     "builds engines)")
+                     f"builds engines{shared})")
     else:
         why = "" if profile.stack.tensorrt_plans else \
             f"; TensorRT >= 10 cannot target compute capability {profile.cc_key}"

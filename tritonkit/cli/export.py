@@ -36,7 +36,8 @@ def export(
         "--max-batch-size", help="Largest batch Triton may send.", min=1)] = 32,
     opset: Annotated[int, typer.Option("--opset", help="ONNX opset.", min=7)] = 18,
     atol: Annotated[Optional[float], typer.Option(
-        "--atol", help="Absolute tolerance vs PyTorch (default by output dtype).", min=0)] = None,
+        "--atol", help="Absolute tolerance vs PyTorch for float outputs (default by output "
+                       "dtype), scaled by an output's largest magnitude below 1.", min=0)] = None,
     rtol: Annotated[Optional[float], typer.Option(
         "--rtol", help="Relative tolerance vs PyTorch (default by output dtype).", min=0)] = None,
     input_names: Annotated[Optional[str], typer.Option(

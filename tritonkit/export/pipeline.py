@@ -30,7 +30,8 @@ from tritonkit.errors import ExportError, TritonkitError, UsageError, Verificati
 from tritonkit.export import onnx_export, reproduce, staging, tensorrt
 from tritonkit.export.report import build_report, file_record
 from tritonkit.export.spec import (ModelInputs, axes_by_input, default_output_name,
-                                   load_factory, normalize_inputs, order_like_forward)
+                                   load_factory, normalize_inputs, order_like_forward,
+                                   refuse_empty_names)
 from tritonkit.export.verify import check_graph, reference_mode, verify_against_torch
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
@@ -161,6 +162,8 @@ def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: Expor
         inputs = normalize_inputs(ordered, dynamic_axes=dynamic_axes,
                                   input_names=_names_as_given(example_inputs, ordered,
                                                               options.input_names))
+        if options.format == "tensorrt":
+            tensorrt.refuse_unshapeable_names(inputs.names)
         _refuse_meta(model, inputs)
         if inputs.batch_size > options.max_batch_size:
             raise UsageError(f"the example batch ({inputs.batch_size}) is larger than "
@@ -336,6 +339,7 @@ def _output_names(result, given: tuple[str, ...] | None,
         names = tuple(str(key) for key in result)
     else:
         names = tuple(default_output_name(i) for i in range(len(leaves)))
+    refuse_empty_names(names, "output", default_output_name)
     if len(set(names)) != len(names):
         raise UsageError(f"output names repeat: {', '.join(names)}", hint="give each its own name")
     shared = [name for name in names if name in input_names]

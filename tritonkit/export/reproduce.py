@@ -44,7 +44,7 @@ def cli_options(*, name: str, repository: Path, gpu: str | None, fmt: str, max_b
     return {
         "--name": name,
         "--repository": str(Path(repository).resolve()),
-        "--gpu": gpu,
+        "--gpu": _profile_as_given(gpu),
         "--format": fmt,
         "--max-batch-size": max_batch_size,
         "--opset": opset,
@@ -58,6 +58,14 @@ def cli_options(*, name: str, repository: Path, gpu: str | None, fmt: str, max_b
         "--exporter": list(exporters or []),
         "--force": True,
     }
+
+
+def _profile_as_given(gpu: str | None) -> str | None:
+    """A profile file's absolute path (the script may be run from anywhere); a profile name
+    as it is. The same test load_profile makes: a .toml suffix, or a file that exists."""
+    if gpu is None or not (Path(gpu).suffix == ".toml" or Path(gpu).is_file()):
+        return gpu
+    return str(Path(gpu).resolve())
 
 
 def write_reproduce_script(folder: Path, *, spec: str | None, options: dict) -> Path:

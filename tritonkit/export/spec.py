@@ -19,7 +19,7 @@ import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -227,11 +227,23 @@ def normalize_inputs(example_inputs: Any, *, input_names: Sequence[str] | None =
                              hint="give one name per example input")
     else:
         names = keys or tuple(default_input_name(i) for i in range(len(tensors)))
+    refuse_empty_names(names, "input", default_input_name)
     if len(set(names)) != len(names):
         raise UsageError(f"input names repeat: {', '.join(names)}", hint="give each input its own name")
 
     axes = _check_dynamic_axes(dynamic_axes or {}, names, tensors)
     return ModelInputs(names=names, tensors=tensors, dynamic_axes=axes)
+
+
+def refuse_empty_names(names: Sequence[str], kind: str, default: Callable[[int], str]) -> None:
+    """A UsageError for an empty input or output name (the Python API's ``input_names=[""]``,
+    a dict keyed ""): ONNX and Triton name every tensor, and the ONNX checker would refuse
+    it only once the export had run."""
+    for position, name in enumerate(names):
+        if not name:
+            raise UsageError(f"{kind} {position} has an empty name",
+                             hint=f"give it one, e.g. {default(position)} ({kind}_names= or "
+                                  f"--{kind}-names, or the dict's keys)")
 
 
 def axes_by_input(dynamic_axes: Any) -> dict[str, dict[int, str]]:

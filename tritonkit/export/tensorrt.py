@@ -10,6 +10,7 @@ P100 is served through ONNX Runtime instead (``profile.stack.tensorrt_plans`` is
 from __future__ import annotations
 
 import importlib.util
+import shlex
 from pathlib import Path
 
 from tritonkit.errors import ExportError, UsageError
@@ -36,6 +37,29 @@ def refuse_unsupported(profile: GpuProfile) -> None:
             f"TensorRT {profile.stack.tensorrt_version} only deprecates it",
             hint=f"export with --format onnx: Triton serves it with ONNX Runtime on CUDA, the "
                  f"supported path for --gpu {profile.name}")
+
+
+def refuse_unshapeable_names(names: tuple[str, ...]) -> None:
+    """A UsageError for an input name trtexec's --minShapes/--optShapes/--maxShapes cannot
+    hold: they split the list on ',' before anything else and take ' as the quotes around
+    a name (TensorRT's samples/common/sampleOptions.cpp, getShapesBuild and
+    splitNameAndValue), so a name holding either would name another input, or none. A ':'
+    is quoted (trtexec --help: "Input names can be wrapped with escaped single quotes (ex:
+    'Input:0')")."""
+    for name in names:
+        bad = [char for char in (",", "'") if char in name]
+        if bad:
+            raise UsageError(
+                f"input name {name!r} holds {' and '.join(repr(c) for c in bad)}, which "
+                "trtexec's --minShapes/--optShapes/--maxShapes cannot hold (it splits them "
+                "at commas and takes single quotes for a name's quotes)",
+                hint="rename the input for --format tensorrt (--input-names), or export "
+                     "--format onnx")
+
+
+def _shape_name(name: str) -> str:
+    """An input's name as a trtexec shape spec holds it: quoted where it holds a ':'."""
+    return f"'{name}'" if ":" in name else name
 
 
 def uses_fp16(profile: GpuProfile) -> bool:
@@ -70,7 +94,8 @@ def build_recipe(profile: GpuProfile, inputs: ModelInputs, max_batch_size: int, 
     plan = plan_filename(profile)
 
     def shapes(which: int) -> str:
-        return ",".join(f"{name}:{'x'.join(str(d) for d in r[which])}" for name, r in ranges.items())
+        return ",".join(f"{_shape_name(name)}:{'x'.join(str(d) for d in r[which])}"
+                        for name, r in ranges.items())
 
     argv = ["trtexec", f"--onnx={version}/{onnx_name}", f"--saveEngine={version}/{plan}"]
     if uses_fp16(profile):
@@ -85,13 +110,16 @@ def build_recipe(profile: GpuProfile, inputs: ModelInputs, max_batch_size: int, 
         "tensorrt_version": profile.stack.tensorrt_version,
         "fp16": uses_fp16(profile),
         "command": argv,
-        # By hand: from the model's folder, on a machine with the target GPU.
-        "docker": ["docker", "run", "--rm", "--gpus", "all", "-v", "$PWD:/work", "-w", "/work",
-                   image, *argv],
+        # By hand, a shell command line: from the model's folder, on a machine with the
+        # target GPU. A shell fills in $PWD (the folder may have moved since the export);
+        # the rest is quoted for it.
+        "docker": f'docker run --rm --gpus all -v "$PWD":/work -w /work '
+                  f"{shlex.join([image, *argv])}",
         "shapes": {name: {"min": list(r[0]), "opt": list(r[1]), "max": list(r[2])}
                    for name, r in ranges.items()},
         "note": "a plan must be built on the target GPU with the TensorRT of the container "
-                "that serves it; tritonkit deploy runs this command there, in the model's folder",
+                "that serves it; tritonkit deploy runs this command there, in the model's folder "
+                "(by hand: 'docker', a shell command line, in that folder)",
     }
 
 

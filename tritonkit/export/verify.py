@@ -4,9 +4,13 @@ First the ONNX checker (with shape inference); then ONNX Runtime against PyTorch
 on random inputs at several batch sizes (1, a middle one, the maximum) and, for dynamic
 axes besides the batch, other lengths than the example's. Each output is compared with
 ``|onnx - torch| <= atol + rtol * |torch|``; the report keeps the largest absolute and
-relative error per output. Triton splits every output along its first axis to answer each
-request of a batch, so each output's first axis must be the batch, and each sample's
-output must not depend on the other samples its batch holds.
+relative error per output. ``atol`` is meant for an output of unit scale: one whose
+largest finite magnitude is below 1 has it scaled down by that magnitude, or an output of
+1e-6 would pass whatever ONNX Runtime returned. A NaN or infinity matches only the same in
+the other runtime, and an output with no finite value left to compare is refused, not
+passed. Integer and boolean outputs match exactly. Triton splits every output along its
+first axis to answer each request of a batch, so each output's first axis must be the
+batch, and each sample's output must not depend on the other samples its batch holds.
 """
 
 from __future__ import annotations
@@ -244,18 +248,29 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
             abs_error, rel_error, within = _compare(want, got, *tolerances[name])
             errors[name] = {"max_abs_error": abs_error, "max_rel_error": rel_error,
                             "shape": list(got.shape)}
+            scaled = scaled_atol(want, tolerances[name][0]) if want.dtype.kind == "f" else None
+            if scaled is not None and scaled < tolerances[name][0]:
+                errors[name]["atol_scaled"] = scaled    # an output smaller than 1
             worst[name]["max_abs_error"] = max(worst[name]["max_abs_error"], abs_error)
             worst[name]["max_rel_error"] = max(worst[name]["max_rel_error"], rel_error)
             if not within:
                 _refuse_nondeterministic(module, case, output_names, expected, atol, rtol)
-                case_atol, case_rtol = tolerances[name]
+                _refuse_integer_near_tie(path, feed, name, want, got,
+                                         f"differs from PyTorch at {_where(case)}", atol, rtol)
                 raise VerificationError(
                     f"output {name} differs from PyTorch at {_where(case)}: max abs error "
                     f"{abs_error:.3g}, max rel error {rel_error:.3g} "
-                    f"(atol {case_atol:g}, rtol {case_rtol:g})",
+                    f"({_tolerances_said(want, *tolerances[name])})",
                     hint="if the difference is expected (reduced precision) widen --atol/--rtol; "
                          "otherwise forward() depends on something tracing cannot capture "
                          "(Python state, data-dependent branches)")
+            if not _compared_anything(want, got):
+                raise UsageError(
+                    f"output {name} is NaN or infinite everywhere at {_where(case)}, in PyTorch "
+                    "and ONNX Runtime alike, so verification compared none of it",
+                    hint="give example inputs the model computes finite outputs for: the random "
+                         "inputs are drawn like them (their mean and spread, or their integer "
+                         "range); or pass --no-verify")
         cases.append({"case": case.label, "batch": case.batch, "lengths": case.lengths,
                       "outputs": errors})
         if largest is None or case.batch >= largest[0].batch:
@@ -268,7 +283,7 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
         "max_errors": worst,
         "cases": cases,
         "independent_samples": _check_independent_samples(
-            session, inputs.names, output_names, *largest, tolerances),
+            path, session, inputs.names, output_names, *largest, tolerances, atol, rtol),
     }
     if batch_limit < max_batch_size:
         verified["largest_batch"] = (
@@ -353,10 +368,11 @@ def _refuse_unbatched(name: str, output: np.ndarray, case: Case) -> None:
         hint=NOT_BATCH_FIRST_HINT)
 
 
-def _check_independent_samples(session, input_names: tuple[str, ...],
+def _check_independent_samples(path: Path, session, input_names: tuple[str, ...],
                               output_names: tuple[str, ...], case: Case,
                               batched: list[np.ndarray],
-                              tolerances: dict[str, tuple[float, float]]) -> dict:
+                              tolerances: dict[str, tuple[float, float]],
+                              atol: float | None = None, rtol: float | None = None) -> dict:
     """Compare rows of a batched run of the graph with the same samples run alone.
 
     Triton's dynamic batching runs requests from unrelated clients as one batch. A graph
@@ -375,11 +391,13 @@ def _check_independent_samples(session, input_names: tuple[str, ...],
         for name, together, single in zip(output_names, batched, alone):
             abs_error, _, within = _compare(single, together[row:row + 1], *tolerances[name])
             if not within:
-                case_atol, case_rtol = tolerances[name]
+                _refuse_integer_near_tie(path, feed, name, single, together[row:row + 1],
+                                         f"of sample {row} of {_where(case)} differs from "
+                                         "that sample run alone", atol, rtol)
                 raise VerificationError(
                     f"output {name} of one sample depends on the other samples in its batch: "
                     f"sample {row} of {_where(case)} differs from that sample run alone by up "
-                    f"to {abs_error:.3g} (atol {case_atol:g}, rtol {case_rtol:g})",
+                    f"to {abs_error:.3g} ({_tolerances_said(single, *tolerances[name])})",
                     hint="Triton batches requests from unrelated clients together: make each "
                          "sample's output depend on that sample alone (no statistics across "
                          "the first axis; RNNs with batch_first=True); tritonkit serves "
@@ -404,12 +422,159 @@ def _refuse_bfloat16(path: Path) -> None:
                               "it in FP16 through TensorRT; or pass --no-verify")
 
 
+def scaled_atol(want: np.ndarray, atol: float) -> float:
+    """The absolute tolerance for float output ``want``: ``atol`` times its largest finite
+    magnitude where that is below 1 (never below _REL_FLOOR of it).
+
+    ``atol`` is set for outputs of unit scale (logits, activations). Against an output whose
+    values are all far below it (1e-6 and less: a probability of a rare class, a scaled
+    residual) it would pass any answer, zeros included: such an output is compared as if
+    scaled up to 1, so a tolerance is the same share of every output it applies to.
+    """
+    values = np.abs(want[np.isfinite(want)].astype(np.float64))
+    largest = float(values.max()) if values.size else 0.0
+    return atol * min(1.0, max(largest, _REL_FLOOR))
+
+
+def _tolerances_said(want: np.ndarray, atol: float, rtol: float) -> str:
+    """The tolerances a comparison of ``want`` used, as an error message says them."""
+    scaled = scaled_atol(want, atol) if want.dtype.kind == "f" else atol
+    if scaled < atol:
+        largest = float(np.abs(want[np.isfinite(want)]).max(initial=0.0))
+        return (f"atol {atol:g} scaled by the output's largest magnitude {largest:.3g} to "
+                f"{scaled:.3g}, rtol {rtol:g}")
+    return f"atol {atol:g}, rtol {rtol:g}"
+
+
+def _is_float(want: np.ndarray, got: np.ndarray) -> bool:
+    return "f" in {want.dtype.kind, got.dtype.kind}
+
+
+def _compared_anything(want: np.ndarray, got: np.ndarray) -> bool:
+    """Whether a float output holds a value finite in both runtimes (an empty one counts as
+    compared): where both are NaN, or the same infinity, they match but say nothing."""
+    if want.size == 0 or not _is_float(want, got):
+        return True
+    finite = np.isfinite(want.astype(np.float64)) & np.isfinite(got.astype(np.float64))
+    return bool(finite.any())
+
+
+def _refuse_integer_near_tie(path: Path, feed: dict[str, np.ndarray], name: str,
+                             want: np.ndarray, got: np.ndarray, differs: str,
+                             atol: float | None, rtol: float | None) -> None:
+    """A VerificationError naming the cause when a differing integer or boolean output is
+    computed from float values (an ArgMax, a comparison, a Round then Cast).
+
+    Two float values within rounding of each other (a near-tie) can be ordered one way by
+    PyTorch and the other by ONNX Runtime (or by one runtime at two batch sizes): the class
+    index flips though every float agrees within tolerance. Integer outputs are still
+    compared exactly (a wrong class is wrong, and no tolerance on an index means anything),
+    but the message must say so, not send the user after a tracing bug or to --atol. For
+    an ArgMax or ArgMin output the near-tie is checked (``feed`` is the run's inputs): the
+    two candidates' scores in ONNX Runtime must agree within the float tolerances.
+    """
+    if _is_float(want, got) or want.dtype.kind not in "biu":
+        return
+    source = _float_source(path, name)
+    if source is None:
+        return
+    differ = int(np.count_nonzero(want != got)) if want.shape == got.shape else want.size
+    said = f"output {name} ({want.dtype.name}) {differs} in {differ} of {want.size} elements"
+    way_out = ("serve the float values instead (they are verified within tolerance) and "
+               "compute this output from them in the client, or pass --no-verify")
+    gap = _argmax_gap(path, feed, name, want, got, atol, rtol) if source in ("ArgMax", "ArgMin") \
+        else None
+    if gap is None:
+        raise VerificationError(
+            f"{said}: it is computed from float values ({source}), and where two of them are "
+            "within rounding of each other (a near-tie) either runtime can come out either "
+            "way; integer and boolean outputs must match exactly",
+            hint=f"a few differing elements are near-ties, which --atol/--rtol cannot relax "
+                 f"(they apply to float outputs): {way_out}; many are not: forward() depends "
+                 "on something tracing cannot capture")
+    largest, within = gap
+    if within:
+        raise VerificationError(
+            f"{said}, each a near-tie: the two {source} candidates' scores differ by at most "
+            f"{largest:.3g}, within their tolerances, so rounding picks either; integer "
+            "outputs must match exactly",
+            hint=f"--atol/--rtol apply to float outputs only: {way_out}")
+    # Not a near-tie: the scores themselves differ, which the generic message says.
+
+
+def _argmax_gap(path: Path, feed: dict[str, np.ndarray], name: str, want: np.ndarray,
+                got: np.ndarray, atol: float | None,
+                rtol: float | None) -> tuple[float, bool] | None:
+    """For an output an ArgMax or ArgMin node writes: the largest difference, in ONNX
+    Runtime's own scores, between the index PyTorch chose and the one ONNX Runtime chose,
+    and whether every such difference is within the scores' tolerances. None if the
+    output is not the node's own or its scores cannot be read."""
+    import onnxruntime as ort
+
+    model = onnx.load(str(path), load_external_data=False)
+    node = next((n for n in model.graph.node if name in n.output), None)
+    if node is None or node.op_type not in ("ArgMax", "ArgMin") or want.shape != got.shape:
+        return None
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    scores_name = node.input[0]
+    model.graph.output.append(onnx.ValueInfoProto(name=scores_name))
+    # Beside the graph, so that weights stored beside it are found.
+    probe = path.with_name(f".{path.stem}.near-tie.onnx")
+    try:
+        onnx.save_model(model, probe)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(probe), options, providers=[PROVIDER])
+        (scores,) = session.run([scores_name], feed)
+    except Exception:   # ONNX Runtime will not expose them: the generic message it is
+        return None
+    finally:
+        probe.unlink(missing_ok=True)
+    axis = attributes.get("axis", 0) % scores.ndim
+    keep = attributes.get("keepdims", 1)
+    picked = [np.take_along_axis(scores.astype(np.float64),
+                                 (index if keep else np.expand_dims(index, axis)).astype(np.int64),
+                                 axis) for index in (want, got)]
+    if picked[0].shape != picked[1].shape:
+        return None
+    score_atol, score_rtol = tolerance_for(scores.dtype.name, atol, rtol)
+    gap = np.abs(picked[0] - picked[1])
+    within = bool(np.all(gap <= scaled_atol(scores, score_atol) + score_rtol * np.abs(picked[1])))
+    return float(gap.max()), within
+
+
+def _float_source(path: Path, name: str) -> str | None:
+    """The operator that computes integer output ``name`` from float values in the graph
+    at ``path`` (ArgMax, Greater, Cast...), or None if it is integer arithmetic throughout."""
+    model = onnx.load(str(path), load_external_data=False)
+    with contextlib.suppress(Exception):    # without inferred types, the declared ones
+        model = onnx.shape_inference.infer_shapes(model)
+    graph = model.graph
+    types = {value.name: value.type.tensor_type.elem_type
+             for value in (*graph.input, *graph.output, *graph.value_info)}
+    types.update({tensor.name: tensor.data_type for tensor in graph.initializer})
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+              onnx.TensorProto.BFLOAT16}
+    producers = {output: node for node in graph.node for output in node.output}
+    pending, seen = [name], set()
+    while pending:
+        node = producers.get(pending.pop())
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if any(types.get(value) in floats for value in node.input):
+            return node.op_type
+        pending.extend(value for value in node.input if value)
+    return None
+
+
 def _compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float):
     """(max abs error, max rel error, every element within atol + rtol·|want|).
 
     Integers and booleans are compared exactly, as integers (a float64 detour would equate
     2**53 and 2**53 + 1). Floats: NaN matches NaN, an infinity matches only the same
-    infinity, and a mismatch against either counts as an infinite error.
+    infinity, and a mismatch against either counts as an infinite error; ``atol`` is
+    scaled down for an output smaller than 1 (scaled_atol).
     """
     if want.size == 0:
         return 0.0, 0.0, True
@@ -437,7 +602,7 @@ def _compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float):
         finite = np.isfinite(want64) & np.isfinite(got64)
         diff = np.where(matched, 0.0, np.where(finite, np.abs(want64 - got64), np.inf))
         scale = np.where(np.isfinite(want64), np.abs(want64), 0.0)
-        within = bool(np.all(diff <= atol + rtol * scale))
+        within = bool(np.all(diff <= scaled_atol(want64, atol) + rtol * scale))
         rel = diff / np.maximum(scale, _REL_FLOOR)
     return float(diff.max()), float(rel.max()), within
 
