@@ -380,17 +380,30 @@ def test_triton_keeps_a_swapped_out_versions_counters_and_restarts_a_reloaded_on
 
     served = Path(deployed.extra.get("served_repository") or deployed.repository) / "example"
     client = httpclient.InferenceServerClient(deployed.http_url)
+
+    def counted(version: str, requests: float):
+        """A scrape once ``version`` has counted ``requests`` (a count lands just after
+        its response), or the last one within 5 s."""
+        deadline = time.monotonic() + 5
+        while True:
+            metrics = scrape(deployed.metrics_url, at=time.monotonic())
+            done = metrics.versions["example"].get(version)
+            if (done and done.request_success >= requests) or time.monotonic() > deadline:
+                return metrics
+            time.sleep(0.05)
+
     try:
+        before = scrape(deployed.metrics_url, at=0).versions["example"]["1"].request_success
         _send_requests(deployed, count=4, batch=1)
-        first = scrape(deployed.metrics_url, at=0)
+        first = counted("1", before + 4)
         shutil.copytree(served / "1", served / "2", symlinks=True)       # the update ...
         client.load_model("example", headers=deployed.repository_headers())
         _send_requests(deployed, count=3, batch=1)
-        updated = scrape(deployed.metrics_url, at=1)
+        updated = counted("2", 3)
         shutil.rmtree(served / "2")                                       # ... rolled back
         client.load_model("example", headers=deployed.repository_headers())
         _send_requests(deployed, count=2, batch=1)
-        rolled_back = scrape(deployed.metrics_url, at=2)
+        rolled_back = counted("1", 2)
     finally:
         client.close()
     v1_before = first.versions["example"]["1"].request_success
