@@ -431,17 +431,20 @@ def scaled_atol(want: np.ndarray, atol: float) -> float:
     residual) it would pass any answer, zeros included: such an output is compared as if
     scaled up to 1, so a tolerance is the same share of every output it applies to.
     """
-    values = np.abs(want[np.isfinite(want)].astype(np.float64))
-    largest = float(values.max()) if values.size else 0.0
-    return atol * min(1.0, max(largest, _REL_FLOOR))
+    return atol * min(1.0, max(_largest_finite(want), _REL_FLOOR))
+
+
+def _largest_finite(values: np.ndarray) -> float:
+    """The largest finite magnitude in ``values`` (0 when none is finite)."""
+    return float(np.abs(values[np.isfinite(values)].astype(np.float64)).max(initial=0.0))
 
 
 def _tolerances_said(want: np.ndarray, atol: float, rtol: float) -> str:
     """The tolerances a comparison of ``want`` used, as an error message says them."""
     scaled = scaled_atol(want, atol) if want.dtype.kind == "f" else atol
     if scaled < atol:
-        largest = float(np.abs(want[np.isfinite(want)]).max(initial=0.0))
-        return (f"atol {atol:g} scaled by the output's largest magnitude {largest:.3g} to "
+        return (f"atol {atol:g} scaled by the output's largest magnitude "
+                f"{_largest_finite(want):.3g} to "
                 f"{scaled:.3g}, rtol {rtol:g}")
     return f"atol {atol:g}, rtol {rtol:g}"
 

@@ -18,7 +18,6 @@ restarted.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -37,6 +36,7 @@ from tritonkit.server.container import (
     CONTAINER_REPOSITORY,
     SECRET_VARIABLE,
     ContainerSpec,
+    repository_tag,
     to_yaml,
 )
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
@@ -88,9 +88,8 @@ def project_name(repository: Path) -> str:
     and a hash of its path. Compose knows containers by project and service, so two
     repositories of one name (model_repository, say) must not share a project: the second's
     ``up`` would replace the first's Triton."""
-    path = Path(repository).resolve()
-    slug = re.sub(r"[^a-z0-9_-]+", "-", path.name.lower()).strip("-_")
-    return f"tritonkit-{slug or 'models'}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    slug = re.sub(r"[^a-z0-9_-]+", "-", Path(repository).resolve().name.lower()).strip("-_")
+    return f"tritonkit-{slug or 'models'}-{repository_tag(repository)}"
 
 
 _DEVICE_ID = re.compile(r"^(\d+|(GPU|MIG)-[0-9A-Za-z/-]+)$")

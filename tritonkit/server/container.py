@@ -9,6 +9,7 @@ one argv builder (``tritonserver_argv``) with the container's own paths and port
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -37,6 +38,12 @@ RECIPE_KEY = "tensorrt_recipe"
 _NEEDS_CC75_FROM = (25, 1)
 _TENSORRT10_FROM = (24, 5)
 _TAG = re.compile(r":(\d{2})\.(\d{2})(?:-|$)")
+
+
+def repository_tag(repository: Path) -> str:
+    """8 hex characters of a hash of the repository's resolved path: what tells apart the
+    Compose projects and Kubernetes objects of two repositories of one folder name."""
+    return hashlib.sha256(str(Path(repository).resolve()).encode()).hexdigest()[:8]
 
 
 @dataclass(frozen=True)

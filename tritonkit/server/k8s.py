@@ -20,7 +20,6 @@ pod volume that outlives container restarts.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import shlex
@@ -35,6 +34,7 @@ from tritonkit.server.container import (
     CONTAINER_REPOSITORY,
     SECRET_VARIABLE,
     ContainerSpec,
+    repository_tag,
     to_yaml,
 )
 
@@ -77,10 +77,10 @@ def app_name(repository: Path, gpu: str) -> str:
     two repositories of one name (model_repository, say) must not share one: applying the
     second would replace the first's Triton; a P100 and an A10 fleet of the same repository
     can share a namespace too. The folder's name is cut short to keep within NAME_LIMIT."""
-    path = Path(repository).resolve()
-    slug = re.sub(r"[^a-z0-9-]+", "-", path.name.lower()).strip("-") or "models"
+    slug = re.sub(r"[^a-z0-9-]+", "-", Path(repository).resolve().name.lower()).strip("-") \
+        or "models"
     card = re.sub(r"[^a-z0-9-]+", "-", gpu.lower()).strip("-")
-    tail = f"-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}-{card}"
+    tail = f"-{repository_tag(repository)}-{card}"
     slug = slug[:max(0, NAME_LIMIT - len("tritonkit-") - len(tail))].rstrip("-")
     return f"tritonkit-{slug}{tail}"[:NAME_LIMIT].rstrip("-")
 
