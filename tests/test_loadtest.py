@@ -295,6 +295,21 @@ def test_a_windows_qps_counts_answered_requests_as_the_levels_qps_does():
     assert [w.errors for w in level.timeline] == [2, 0]
 
 
+def test_a_p99_leaves_no_more_than_one_request_in_a_hundred_above_it_however_few_were_sent():
+    """Nearest rank, rounded up: of 60 requests 1 % is 0.6 of one, so none may be above the
+    p99 — the one cold request is the p99 (rounded to the nearest rank it was the second
+    slowest, and an SLA on p99 passed with 1 request in 60 over it). Of 100, the 99th."""
+    few = [(i * 10 * MS, MS, None) for i in range(59)] + [(600 * MS, 500 * MS, None)]
+    level = _level_from(few, duration_s=1, window_s=1)
+    assert level.latency_ms["p99"] == pytest.approx(500, rel=0.01)
+    assert level.timeline[0].p99_ms == pytest.approx(500, rel=0.01)
+    verdict = report.judge(LoadTestResult(spec=LoadSpec(model="m", concurrency=(1,)), server="s",
+                                          request="r", levels=[level]), report.Sla(p99_ms=100))
+    assert verdict.exit_code == EXIT_SLA_MISS
+    hundred = [(i * 5 * MS, (1 + i // 99) * MS, None) for i in range(99)] + [(990 * MS, 500 * MS, None)]
+    assert _level_from(hundred, duration_s=1, window_s=1).latency_ms["p99"] == pytest.approx(1, rel=0.01)
+
+
 def test_a_request_sent_just_before_a_window_boundary_is_in_the_window_before_it():
     """2.01 s windows: 2.01 * 1e9 is 2009999999.9999998, which truncated put the boundary
     1 ns early, and the last nanosecond's request in the next window."""
@@ -1334,6 +1349,35 @@ def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tm
 
 
 @pytest.mark.server
+def test_the_first_request_after_a_restart_is_reported_as_its_cold_start_though_no_level_counts_it(
+        served, tmp_path, capsys):
+    """After a restart (here: unload and load) the model's first request is its cold start
+    (~20 ms against a p50 under 1 ms here) — and it is the check tritonkit sends before the
+    first level, which no level counts: a run right after a restart looked warm. Said as a
+    warning, in the JSON; a model that had run already is not called cold."""
+    endpoint = Endpoint.from_deployment(served)
+    client = endpoint.http()
+    try:
+        client.unload_model("example", headers=endpoint.repository_headers)
+        client.load_model("example", headers=endpoint.repository_headers)
+    finally:
+        client.close()
+    out = tmp_path / "cold.json"
+    assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--warmup-s", "0",
+                     "--json", out) == 0
+    said = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert (data["cold_first_request_ms"] or 0) > 0
+    assert any("had run no inference since it was loaded" in w for w in data["verdict"]["warnings"])
+    assert "cold start: model 'example' had run no inference" in " ".join(said.split())
+    warm = tmp_path / "warm.json"
+    assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--json", warm) == 0
+    data = json.loads(warm.read_text())
+    assert data["cold_first_request_ms"] is None
+    assert not any("had run no inference" in w for w in data["verdict"]["warnings"])
+
+
+@pytest.mark.server
 def test_a_stall_while_the_model_was_out_is_named_after_the_outage(served):
     """The model is unloaded (its requests fail at once), the server then stops for 1 s,
     and the model is loaded again: the windows of the stop get nothing back, and the
@@ -1460,6 +1504,32 @@ def test_real_input_data_is_sent_and_a_wrong_input_name_is_refused(served, tmp_p
     data.write_text(json.dumps({"pixels": [1.0]}))
     assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data", data) == EXIT_USAGE
     assert "names inputs the model does not have: pixels" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_a_perf_analyzer_input_data_file_is_read_as_perf_analyzer_reads_it(served, tmp_path, capsys):
+    """perf_analyzer's --input-data JSON, {"data": [{NAME: values}]}: one sample's values
+    flat in row-major order (or {"content", "shape"}), taken in the model's shape — not
+    refused as an input named "data" the model does not have. It lists requests to send
+    in turn; we send one again and again, so a file of several is refused with the fix."""
+    from tritonkit.loadtest import request_template
+
+    endpoint = Endpoint.from_deployment(served)
+    data = tmp_path / "pa.json"
+    for value in ([1.0, 2.0, 3.0, 4.0], {"content": [1, 2, 3, 4], "shape": [4]}):
+        data.write_text(json.dumps({"data": [{"INPUT__0": value}]}))
+        template = request_template(endpoint, "example", batch_size=3, input_data=data)
+        (name, datatype, array), = template.inputs
+        assert (name, datatype, array.shape) == ("INPUT__0", "FP32", (3, 4))
+        assert array[2].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+    data.write_text(json.dumps({"data": [{"INPUT__0": [1, 2, 3]}]}))
+    with pytest.raises(UsageError, match="INPUT__0 holds 3 values; a sample of 4 takes 4"):
+        request_template(endpoint, "example", input_data=data)
+    data.write_text(json.dumps({"data": [{"INPUT__0": [1, 2, 3, 4]}, {"INPUT__0": [4, 3, 2, 1]}]}))
+    assert _loadtest(served, "--concurrency", "1", "--duration", "0.5", "--input-data", data) == EXIT_USAGE
+    first, hint = capsys.readouterr().err.splitlines()[:2]
+    assert "holds 2 perf_analyzer requests" in first and "jq '{data: [.data[0]]}'" in hint
 
 
 def _object_array_npz(path: Path) -> None:
@@ -1855,6 +1925,20 @@ def test_no_server_is_one_clear_line_and_an_error_exit(capsys):
     err = capsys.readouterr().err
     assert code == EXIT_ERROR and err.startswith("error: could not read model 'example'")
     assert "internal error" not in err and "Traceback" not in err and "hint: is the server up?" in err
+
+
+@pytest.mark.server
+def test_a_grpc_port_no_server_answers_is_a_run_that_could_not_start_not_one_whose_requests_failed(
+        served, capsys):
+    """The model is read over HTTP; the gRPC address is only tried by the first request. No
+    server there is exit 1, as no server on the HTTP port is: exit 4 says requests failed."""
+    from tritonkit.server.local import free_port
+
+    code = run_cli("loadtest", "--url", served.http_url, "--grpc-url", f"127.0.0.1:{free_port()}",
+                   "--protocol", "grpc", "--model", "example", "--concurrency", "1", "--duration", "0.5")
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR, err
+    assert err.startswith("error: could not reach 127.0.0.1:") and "Traceback" not in err
 
 
 def test_bad_flags_are_usage_errors(capsys):

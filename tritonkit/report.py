@@ -153,10 +153,23 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
     warnings = [f"{lv.label}: {s.cause} at {s.start_s:g} s ({_spike_figures(s)}typical p99 "
                 f"{s.typical_p99_ms:.2f} ms)" for lv in result.levels for s in lv.spikes]
     warnings += [w for lv in result.levels for w in _open_loop_warnings(lv)]
+    if result.cold_first_request_ms is not None:
+        warnings.insert(0, _cold_first_request(result))
     missed = [c.describe() for c in checks if not c.passed]
     outcome = ERRORS if errors else MISS if missed else PASS
     return Verdict(outcome=outcome, checks=tuple(checks), reasons=tuple(errors or missed),
                    warnings=tuple(warnings), sla=sla)
+
+
+def _cold_first_request(result: LoadTestResult) -> str:
+    """The model had served nothing since its load: its first request, sent before the
+    levels and not counted in them, was its cold start."""
+    p50 = next((lv.latency_ms["p50"] for lv in result.levels if lv.latency_ms.get("p50")), None)
+    against = f" against a p50 of {p50:.2f} ms" if p50 else ""
+    return (f"cold start: model '{result.spec.model}' had run no inference since it was loaded: its first "
+            f"request (tritonkit's check before the run, not in the figures) took "
+            f"{result.cold_first_request_ms:.2f} ms{against}; every restart brings that back "
+            "(tritonkit warmup sends it before users do)")
 
 
 def _spike_figures(spike: Spike) -> str:
@@ -327,6 +340,7 @@ def result_dict(result: LoadTestResult, verdict: Verdict) -> dict[str, Any]:
     spec["shapes"] = {name: list(dims) for name, dims in result.spec.shapes}
     return {"model": result.spec.model, "server": result.server, "request": result.request,
             "spec": spec, "verdict": verdict.as_dict(),
+            "cold_first_request_ms": result.cold_first_request_ms,
             "levels": [_level_dict(lv) for lv in result.levels]}
 
 

@@ -108,7 +108,8 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
             unsized[name] = dims
             continue
         if name in given:
-            data = _fit(given.pop(name), name, datatype, dims, bool(max_batch), batch_size)
+            data = _fit(_unflatten(given.pop(name), name, dims), name, datatype, dims, bool(max_batch),
+                        batch_size)
         else:
             data = example_input(datatype, ([batch_size] if max_batch else []) + dims, rng)
         inputs.append((name, datatype, data))
@@ -238,8 +239,13 @@ def _read_json(path: Path) -> dict[str, np.ndarray]:
     if not isinstance(data, dict):
         raise UsageError(f"input data file {path} must hold an object: input name -> array",
                          hint=f"e.g. {_JSON_SHAPE}")
+    if _perf_analyzer_format(data):
+        data = _perf_analyzer_entry(data["data"], path)
     arrays = {}
     for name, value in data.items():
+        if isinstance(value, _Flat):
+            arrays[name] = value
+            continue
         try:
             arrays[name] = np.asarray(value)
         except ValueError:
@@ -247,6 +253,81 @@ def _read_json(path: Path) -> dict[str, np.ndarray]:
                              "the same length",
                              hint=f"give {name} as one sample or a batch of equal-length rows") from None
     return arrays
+
+
+@dataclass(frozen=True)
+class _Flat:
+    """One sample of an input as perf_analyzer's --input-data gives it: its values in
+    row-major order, and the shape they take (None: the model's, with --shape's sizes)."""
+
+    values: list
+    shape: tuple[int, ...] | None = None
+
+
+def _perf_analyzer_format(data: dict) -> bool:
+    """``{"data": [{NAME: ...}, ...]}``: perf_analyzer's real-data file (a list of requests,
+    or of sequences: lists of them), never an input named "data" (a tensor is no list of objects)."""
+    entries = data.get("data")
+    return (len(data) <= 2 and set(data) <= {"data", "validation_data"} and isinstance(entries, list)
+            and bool(entries) and all(isinstance(e, (dict, list)) for e in entries))
+
+
+def _perf_analyzer_entry(entries: list, path: Path) -> dict[str, object]:
+    """The one request of a perf_analyzer data file: each input's values (``[...]`` or
+    ``{"content": [...], "shape": [...]}``), flat until the model's shape is known."""
+    if any(isinstance(e, list) for e in entries):
+        raise UsageError(f"input data file {path} holds perf_analyzer sequences (lists of requests)",
+                         hint="tritonkit loadtest sends no sequences: use perf_analyzer for a stateful model")
+    if len(entries) > 1:
+        raise UsageError(f"input data file {path} holds {len(entries)} perf_analyzer requests; tritonkit "
+                         "loadtest sends one request again and again",
+                         hint=f"keep the one to send: jq '{{data: [.data[0]]}}' {path} > one.json")
+    inputs = {}
+    for name, value in entries[0].items():
+        shape = None
+        if isinstance(value, dict):
+            if "content" not in value or not isinstance(value["content"], list):
+                raise UsageError(f"input data for {name} in {path} is not a list of values "
+                                 f"(perf_analyzer's b64 form is not read)",
+                                 hint=f'give {name} as [values...] or {{"content": [values...], '
+                                      '"shape": [dims]}}, row-major')
+            shape, value = value.get("shape"), value["content"]
+            if shape is not None and not (isinstance(shape, list)
+                                          and all(isinstance(d, int) and d >= 1 for d in shape)):
+                raise UsageError(f'input data for {name} in {path} has a "shape" that is not a list of '
+                                 f"sizes ({shape})", hint=f'give {name} "shape": [dims] without the batch axis')
+        if not isinstance(value, list):
+            raise UsageError(f"input data for {name} in {path} is not a list of values",
+                             hint=f"give {name} as [values...], row-major")
+        inputs[name] = _Flat(value, None if shape is None else tuple(shape))
+    return inputs
+
+
+def _unflatten(given: object, name: str, dims: list[int]) -> np.ndarray:
+    """``given`` as an array: a perf_analyzer sample's flat values in its own shape or the
+    model's (``dims``, --shape's sizes in); any other data as it came."""
+    if not isinstance(given, _Flat):
+        return given
+    try:
+        values = np.asarray(given.values)
+    except ValueError:
+        values = None
+    shape = list(given.shape) if given.shape is not None else dims
+    if values is None or values.dtype == object:
+        raise UsageError(f"input data for {name} is ragged: perf_analyzer's form lists a sample's values "
+                         "flat, row-major", hint=f"give {name} as one flat list of values")
+    if -1 in shape:
+        raise UsageError(f"input data for {name} lists its values flat and input {name} has a dynamic "
+                         f"size ({_spell_flag(name, shape)} without the batch axis)",
+                         hint=f'pass --shape {_spell_flag(name, shape)}, or give {name} '
+                              '{"content": [...], "shape": [dims]}')
+    wanted = int(np.prod(shape))
+    if values.size != wanted:
+        raise UsageError(f"input data for {name} holds {values.size} values; a sample of "
+                         f"{'x'.join(map(str, shape)) or 'a scalar'} takes {wanted}",
+                         hint=f"give {name} one sample's {wanted} values, row-major (perf_analyzer's "
+                              "form: one request of batch 1, repeated to --batch-size)")
+    return values.reshape(shape)
 
 
 def _fit(array: np.ndarray, name: str, datatype: str, dims: list[int], batches: bool,

@@ -10,16 +10,17 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from tritonkit.client import Endpoint
-from tritonkit.errors import LoadTestError, UsageError
+from tritonkit.errors import LoadTestError, ServerError, UsageError
 from tritonkit.loadtest._inputs import RequestTemplate, Shapes, check_shapes, request_template
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
-from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
+from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot, never_ran
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
 from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main
@@ -194,6 +195,9 @@ class LoadTestResult:
     server: str
     request: str
     levels: list[LevelResult]
+    # The model had run no inference since its load (a restart): what its first request,
+    # the probe before the first level (not counted), took. None: it had run before.
+    cold_first_request_ms: float | None = None
 
     @property
     def ended_early(self) -> str | None:
@@ -227,14 +231,18 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     url = _protocol_url(endpoint, spec.protocol)
     template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed,
                                 shapes=dict(spec.shapes))
-    _probe(url, spec.protocol, template, spec.timeout_s)
+    # The probe is the model's first request since its load when it has run none: its cold
+    # start, which no level would see (each starts after the probe, and its warm-up).
+    cold = never_ran(endpoint, spec.model)
+    probe_ms = _probe(url, spec.protocol, template, spec.timeout_s)
     levels = []
     for level, slots in planned:
         result = _run_level(endpoint, url, spec, template, level, slots, progress)
         levels.append(result)
         if result.ended_early:
             break
-    return LoadTestResult(spec=spec, server=url, request=template.describe(), levels=levels)
+    return LoadTestResult(spec=spec, server=url, request=template.describe(), levels=levels,
+                          cold_first_request_ms=probe_ms if cold else None)
 
 
 def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
@@ -246,9 +254,10 @@ def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
     return endpoint.http_url
 
 
-def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -> None:
+def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -> float:
     """One request before any worker starts (not counted): a request the model cannot take
-    fails here, in Triton's words, instead of as every request of the run.
+    fails here, in Triton's words, instead of as every request of the run. Returns its
+    latency in ms (the connection made before it).
 
     A refusal (HTTP 400 or its gRPC codes, ``RequestFailed.refused``: the server judged
     the request itself invalid) is the user's to fix, a usage error; any other error
@@ -257,7 +266,9 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
     try:
         send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
         try:
+            began = time.perf_counter_ns()
             send()
+            return (time.perf_counter_ns() - began) / 1e6
         finally:
             send.__self__.close()           # the probe's own connection
     except RequestFailed as exc:
@@ -273,8 +284,10 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
                                  "the server's log says more",
                             detail=rest.strip() or None) from None
     except Exception as exc:
-        raise LoadTestError(f"could not reach {url} over {protocol}: {exc}",
-                            hint="is the server up? tritonkit deploy --repository DIR") from None
+        # Nothing was run: a server that cannot be reached (exit 1), as when its model could
+        # not be read — not a run whose requests failed (exit 4).
+        raise ServerError(f"could not reach {url} over {protocol}: {exc}",
+                          hint="is the server up, on that port? tritonkit deploy --repository DIR") from None
 
 
 def plan_slots(spec: LoadSpec, level: float) -> list[int]:
@@ -446,10 +459,25 @@ def _new_histogram(highest_us: int):
     return HdrHistogram(LOWEST_US, highest_us, DIGITS)
 
 
+def value_at_percentile(hist, percentile: float) -> int:
+    """The ``percentile`` of ``hist`` by nearest rank: the smallest recorded value that at
+    least ``percentile`` % of the values are at or below, so no more than 100 - percentile %
+    lie above it (an SLA on p99 is one on 99 % of the requests).
+
+    HdrHistogram's Python port rounds the rank to the nearest instead of up: the p99 of 60
+    requests was the second slowest, one request in 60 (1.7 %) above a "p99" that hid a
+    cold start. The rank is taken exactly (99.9 % of 1,000 is 999, not 999.0000000000001).
+    """
+    total = hist.get_total_count()
+    rank = max(1, math.ceil(Fraction(repr(float(percentile))) * total / 100))
+    # hdrh takes the value at rank int(p * total / 100 + 0.5): ask for one that rounds to ours
+    return hist.get_value_at_percentile(min(100.0, 100.0 * rank / total))
+
+
 def _latency_ms(hist) -> dict[str, float]:
     if not hist.get_total_count():
         return {}
-    values = {f"p{p:g}": hist.get_value_at_percentile(p) / 1000 for p in PERCENTILES}
+    values = {f"p{p:g}": value_at_percentile(hist, p) / 1000 for p in PERCENTILES}
     values.update(max=hist.get_max_value() / 1000, mean=hist.get_mean_value() / 1000,
                   min=hist.get_min_value() / 1000)
     return values
@@ -497,8 +525,8 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
             index=index, start_s=round(index * spec.window_s, 6), ok=w["ok"], errors=w["errors"],
             not_sent=w["not_sent"],
             qps=w["ok"] / width if width > 0 else 0.0,        # answered, as the level's QPS
-            p50_ms=hist.get_value_at_percentile(50) / 1000 if has else None,
-            p99_ms=hist.get_value_at_percentile(99) / 1000 if has else None,
+            p50_ms=value_at_percentile(hist, 50) / 1000 if has else None,
+            p99_ms=value_at_percentile(hist, 99) / 1000 if has else None,
             max_ms=hist.get_max_value() / 1000 if has else None,
             came_back=came_back[index] if index < len(came_back) else 0,
             waiting_ms=waiting_us[index] / 1000 if index < len(waiting_us) and waiting_us[index] else None))

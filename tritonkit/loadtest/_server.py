@@ -42,6 +42,21 @@ def _restricted(exc: BaseException) -> bool:
     return "restricted" in triton_message(exc).lower()
 
 
+def never_ran(endpoint: Endpoint, model: str) -> bool:
+    """Whether ``model`` has run no inference since it was loaded (a restart, a reload):
+    every version's execution count 0. Its next request is then its cold start. False
+    when that cannot be told (statistics restricted, or not answered)."""
+    client = endpoint.http(connection_timeout=2.0, network_timeout=2.0)
+    try:
+        stats = client.get_inference_statistics(model, headers=dict(endpoint.repository_headers) or None)
+    except Exception:       # restricted, or the model is out: no claim either way
+        return False
+    finally:
+        client.close()      # an open connection holds a stopping Triton for its exit timeout
+    entries = stats.get("model_stats", [])
+    return bool(entries) and all(int(e.get("execution_count", 0)) == 0 for e in entries)
+
+
 @dataclass(frozen=True)
 class ServerEvent:
     """Something the server did during the run, at ``t_ns`` (perf_counter_ns)."""
