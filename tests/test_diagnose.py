@@ -14,7 +14,7 @@ from tritonkit.errors import UsageError
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import choose_profile, diagnose, guess_profile
 from tritonkit.monitor.nvml import GpuSample
-from tritonkit.monitor.recording import CsvRecorder, read_monitor_csv, rows_for
+from tritonkit.monitor.recording import CsvRecorder, MonitorRow, read_monitor_csv, rows_for
 from tritonkit.monitor.triton_metrics import ModelCounters
 from tritonkit.profiles import load_profile
 
@@ -405,3 +405,20 @@ def test_an_older_two_gpu_recording_without_uuids_calls_the_gpu_that_served_noth
     busy, idle = diagnose(rows, load_profile("a10"), load_thresholds())
     assert (busy.gpu, busy.wall) == (0, "none") and (idle.gpu, idle.wall) == (1, "idle")
     assert busy.figures.avg_batch == pytest.approx(6.0)
+
+
+def test_a_failed_scrape_between_two_samples_keeps_judging_the_gpu_by_its_own_counters():
+    """A server that labels its GPU series; the scrape at 20 s failed (NVML still sampled
+    the card). Over 10-30 s Triton ran 900 CPU-model requests and nothing on the GPU,
+    idle at 2 %: that interval, judged by the server's counters, made it starved."""
+    def row(t: float, served: float | None, on_gpu: float | None) -> MonitorRow:
+        return MonitorRow(elapsed_s=t, gpu=0, name="NVIDIA A10", uuid="GPU-a", util_pct=2.0,
+                          mem_used_mib=1000, mem_total_mib=24 * 1024,
+                          triton=None if served is None else ModelCounters(
+                              request_success=served, inference_count=served, exec_count=served),
+                          gpu_triton=None if on_gpu is None else ModelCounters(
+                              request_success=on_gpu, inference_count=on_gpu, exec_count=on_gpu,
+                              pending_request_count=None))
+    rows = [row(0, 0, 0), row(10, 300, 0), row(20, None, None), row(30, 1200, 0)]
+    (result,) = diagnose(rows, load_profile("a10"), load_thresholds())
+    assert result.figures.loaded_samples == 0 and result.wall == "idle"

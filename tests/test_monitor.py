@@ -20,8 +20,8 @@ from tritonkit.errors import ProfileError, ServerError
 from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, default_thresholds_path, load_thresholds
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv, rows_for
-from tritonkit.monitor.triton_metrics import (ModelCounters, increase, model_increase,
-                                               parse_metrics, rates)
+from tritonkit.monitor.triton_metrics import (ModelCounters, gpu_increase, increase,
+                                               model_increase, parse_metrics, rates)
 from tritonkit.monitor.watch import Monitor, record, watch
 
 # As tritonserver 2.51.0 (CPU build) serves it, after 5 requests of batch 2.
@@ -134,6 +134,101 @@ def test_a_rolled_back_model_update_counts_what_each_version_served_since_the_la
     assert model_increase(after, grown, "example").request_success == 2 + 0 + 4
 
 
+# Triton's per-model families, as its core names them (HELP lines from Triton 2.51's own
+# /metrics), and the ModelCounters field each one fills.
+_FAMILIES = (
+    ("nv_inference_request_success", "counter", "request_success"),
+    ("nv_inference_request_failure", "counter", "request_failure"),
+    ("nv_inference_count", "counter", "inference_count"),
+    ("nv_inference_exec_count", "counter", "exec_count"),
+    ("nv_inference_request_duration_us", "counter", "request_duration_us"),
+    ("nv_inference_queue_duration_us", "counter", "queue_duration_us"),
+    ("nv_inference_compute_input_duration_us", "counter", "compute_input_duration_us"),
+    ("nv_inference_compute_infer_duration_us", "counter", "compute_infer_duration_us"),
+    ("nv_inference_compute_output_duration_us", "counter", "compute_output_duration_us"),
+    ("nv_inference_pending_request_count", "gauge", "pending_request_count"),
+)
+
+
+def triton_exposition(series: dict[tuple[str, str, str], ModelCounters],
+                      gpu_uuids: tuple[str, ...] = ()) -> str:
+    """Triton's /metrics text for these series: (model, version, gpu_uuid) -> counters,
+    "" for a series without a GPU. The label set is the one Triton's core gives them
+    (triton-inference-server/core src/metric_model_reporter.cc GetMetricLabels: "model",
+    "version", and "gpu_uuid" only for a model instance of kind GPU; the model's own
+    reporter, which counts its pending requests, has none), in prometheus-cpp's sorted
+    order; failures are split by "reason" as Triton 2.51 splits them."""
+    lines = []
+    for family, kind, attribute in _FAMILIES:
+        lines.append(f"# TYPE {family} {kind}")
+        for (model, version, uuid), counters in series.items():
+            gpu = f'gpu_uuid="{uuid}",' if uuid else ""
+            value = getattr(counters, attribute) or 0
+            if family == "nv_inference_request_failure":
+                lines += [f'{family}{{{gpu}model="{model}",reason="OTHER",version="{version}"}} 0',
+                          f'{family}{{{gpu}model="{model}",reason="BACKEND",version="{version}"}} '
+                          f"{value:.0f}"]
+            else:
+                lines.append(f'{family}{{{gpu}model="{model}",version="{version}"}} {value:.0f}')
+    lines.append("# TYPE nv_gpu_utilization gauge")
+    lines += [f'nv_gpu_utilization{{gpu_uuid="{uuid}"}} 0.500000' for uuid in gpu_uuids]
+    return "\n".join(lines) + "\n"
+
+
+def _served(requests: float, batch: float = 1, pending: float = 0) -> ModelCounters:
+    return ModelCounters(request_success=requests, inference_count=requests * batch,
+                         exec_count=requests, request_duration_us=requests * 900,
+                         queue_duration_us=requests * 100, compute_input_duration_us=requests * 50,
+                         compute_infer_duration_us=requests * 700,
+                         compute_output_duration_us=requests * 20,
+                         pending_request_count=pending)
+
+
+def test_each_gpus_own_traffic_is_kept_by_its_uuid_beside_the_model_totals():
+    """A GPU model on two GPUs (one series each, labelled), its model-level series (its
+    scheduler's pending requests, no label), and a CPU model (no label)."""
+    metrics = parse_metrics(triton_exposition({
+        ("resnet", "1", "GPU-aaa"): _served(300, batch=4),
+        ("resnet", "1", "GPU-bbb"): _served(100, batch=2),
+        ("resnet", "1", ""): _served(0, pending=3),
+        ("tokenizer", "1", ""): _served(5000),
+    }, gpu_uuids=("GPU-aaa", "GPU-bbb", "GPU-ccc")))
+    resnet = metrics.models["resnet"]
+    assert (resnet.request_success, resnet.inference_count, resnet.pending_request_count) == (
+        400, 300 * 4 + 100 * 2, 3)
+    assert metrics.versions["resnet"]["1"].request_success == 400
+    assert metrics.models["tokenizer"].request_success == 5000
+    on_gpus = metrics.gpu_totals()
+    assert set(on_gpus) == {"GPU-aaa", "GPU-bbb"}          # GPU-ccc runs no model
+    assert (on_gpus["GPU-aaa"].request_success, on_gpus["GPU-aaa"].inference_count) == (300, 1200)
+    assert on_gpus["GPU-bbb"].served == 200                 # the CPU model's 5000 are no GPU's
+    assert on_gpus["GPU-aaa"].pending_request_count is None  # the queue is the model's
+    assert metrics.total().request_success == 5400
+
+
+def test_a_server_that_labels_no_series_with_a_gpu_has_no_per_gpu_figures():
+    assert parse_metrics(TRITON_2_51_METRICS).gpu_totals() is None
+    assert gpu_increase(parse_metrics(TRITON_2_51_METRICS),
+                        parse_metrics(TRITON_2_51_METRICS)) is None
+
+
+def test_per_gpu_increase_counts_a_restarted_version_from_zero_and_a_new_one_whole():
+    """Version 1 on GPU-aaa had served 900 and is reloaded (its series start again: 30);
+    version 2 appears on GPU-bbb with 50. Read as sums, GPU-aaa fell; series by series
+    it ran 30, GPU-bbb 50, and nothing is counted twice."""
+    before = parse_metrics(triton_exposition({("resnet", "1", "GPU-aaa"): _served(900),
+                                              ("resnet", "1", "GPU-bbb"): _served(400)}), at=0)
+    after = parse_metrics(triton_exposition({("resnet", "1", "GPU-aaa"): _served(30),
+                                             ("resnet", "1", "GPU-bbb"): _served(410),
+                                             ("resnet", "2", "GPU-bbb"): _served(50)}), at=10)
+    counted = gpu_increase(before, after)
+    assert counted["GPU-aaa"].request_success == 30
+    assert counted["GPU-bbb"].request_success == 10 + 50
+    # the model's increase too: version 1's sum fell (1300 to 440), which read as its
+    # restart counted GPU-bbb's 400 of before a second time
+    assert model_increase(before, after, "resnet").request_success == 30 + 10 + 50
+
+
 def _summaries_only(requests: int, request_us: int, queue_us: int, input_us: int, infer_us: int,
                     output_us: int, p50_us: int) -> str:
     """tritonserver 2.51.0 started with --metrics-config counter_latencies=false
@@ -202,6 +297,18 @@ def test_a_summaries_only_server_whose_counters_count_keeps_its_batch_sizes_mid_
     example = parse_metrics(counting).models["example"]
     assert (example.inference_count, example.exec_count) == (28, 7)
     assert example.request_success == 8                  # the summary's count: the later one
+
+
+def test_a_summaries_only_model_with_the_response_cache_counts_requests_by_its_queue_summary():
+    """Triton leaves the request summary out for a model with the response cache (core
+    src/metric_model_reporter.cc InitializeSummaries); its queue summary still counts
+    every request. Read as "no summaries", the model served nothing and took no time."""
+    cached = "".join(line + "\n" for line in SUMMARIES_AFTER.splitlines()
+                     if "nv_inference_request_summary_us" not in line)
+    example = parse_metrics(cached).models["example"]
+    assert example.request_success == 8 and example.request_duration_us is None
+    assert example.queue_duration_us == 1067
+    assert not any("so are its summaries" in n for n in parse_metrics(cached).notes)
 
 
 def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch, capsys):
@@ -354,6 +461,10 @@ def test_monitor_shows_real_triton_counters_without_a_gpu(deployed, tmp_path, ca
 
     (row,) = list(csv.DictReader(by_state.open()))
     assert float(row["request_success"]) - before.request_success == 3
+    # its model runs on CPU instances: Triton labels no series with a GPU, so there are no
+    # per-GPU figures (empty, not 0), and the model's traffic is still counted whole
+    assert row["gpu_request_success"] == "" and row["gpu_inference_count"] == ""
+    assert scrape(deployed.metrics_url, at=0).gpu_totals() is None
     assert float(row["inference_count"]) - before.inference_count == 6
     assert float(row["exec_count"]) - before.exec_count == 3
     assert float(row["compute_infer_duration_us"]) > before.compute_infer_duration_us

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.test_monitor import _Clock, _fake_pynvml
+from tests.test_monitor import _Clock, _fake_pynvml, _served, triton_exposition
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import diagnose
 from tritonkit.monitor.nvml import Nvml
 from tritonkit.monitor.recording import CsvRecorder, read_monitor_csv
-from tritonkit.monitor.triton_metrics import ModelCounters, TritonMetrics
+from tritonkit.monitor.triton_metrics import ModelCounters, TritonMetrics, parse_metrics
 from tritonkit.monitor.watch import Monitor, watch
 from tritonkit.profiles import load_profile
 
@@ -112,6 +112,62 @@ def test_two_gpus_both_idle_under_the_servers_traffic_are_each_starved_not_idle(
     assert starved == {0, 1}
     diagnosed = diagnose(rows, load_profile("p100"), THRESHOLDS)
     assert all(d.wall != "idle" and d.figures.loaded_samples > 0 for d in diagnosed), diagnosed
+
+
+def _exposing(monkeypatch, series, gpu_uuids=("GPU-abc", "GPU-def")) -> None:
+    """Triton's metrics endpoint as text: scrape k exposes ``series(k)``, (model, version,
+    gpu_uuid or "") -> counters, labelled as Triton labels them (triton_exposition)."""
+    scrapes = iter(range(1_000_000))
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape",
+                        lambda url, at: parse_metrics(
+                            triton_exposition(series(next(scrapes)), gpu_uuids), at=at))
+
+
+def test_a_cpu_models_traffic_is_no_gpus_load_so_an_idle_gpu_is_not_starved(
+        monkeypatch, tmp_path):
+    """A tokenizer on CPU instances serves 300 requests a sample; the GPU model placed on
+    GPU-abc serves none, and the card idles at 2 %. Counted as the GPU's load, the
+    tokenizer's traffic made it "starved" (an alert at 5 minutes, the I/O wall)."""
+    _exposing(monkeypatch, lambda k: {("tokenizer", "1", ""): _served(300 * k),
+                                      ("resnet", "1", "GPU-abc"): _served(0)},
+              gpu_uuids=("GPU-abc",))
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetUtilizationRates = lambda handle: SimpleNamespace(gpu=2, memory=1)
+    snapshots, rows = _watched(fake, 360, tmp_path)
+    assert not [a for s in snapshots for a in s.alerts if a.kind == "low_utilization"]
+    assert rows[-1].triton.request_success == 300 * 36          # the server's, recorded
+    assert rows[-1].gpu_triton.request_success == 0              # none of it the GPU's
+    (result,) = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert result.wall == "idle" and result.figures.loaded_samples == 0
+
+
+def test_a_server_gpu_no_model_runs_on_is_idle_though_something_else_keeps_it_busy(
+        monkeypatch, tmp_path):
+    """Both GPUs are the server's; its model runs on GPU-abc alone, and another process
+    keeps GPU-def at 30 %. Above the idle threshold, GPU-def took the server's traffic
+    as its own: starved at 5 minutes, an I/O wall it never had."""
+    _exposing(monkeypatch, lambda k: {("resnet", "1", "GPU-abc"): _served(300 * k, batch=4),
+                                      ("resnet", "1", ""): _served(0, pending=2)})
+    snapshots, rows = _watched(_two_gpus({"GPU-abc": 93, "GPU-def": 30}), 360, tmp_path)
+    assert not [a for s in snapshots for a in s.alerts]
+    busy, other = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert (busy.gpu, busy.wall) == (0, "none") and (other.gpu, other.wall) == (1, "idle")
+    assert busy.figures.requests == 300 * 36 and busy.figures.avg_batch == 4
+    assert any("this GPU's own" in note for note in busy.notes)
+
+
+def test_of_two_slow_gpus_only_the_one_the_model_runs_on_is_starved(monkeypatch, tmp_path):
+    """Both GPUs at 3 %: by the server's counters each looked starved; Triton's labels say
+    the model runs on GPU-abc alone, so GPU-def is idle. Each GPU's figures are its own."""
+    _exposing(monkeypatch, lambda k: {("resnet", "1", "GPU-abc"): _served(300 * k, batch=1),
+                                      ("bert", "1", "GPU-abc"): _served(100 * k, batch=8)})
+    snapshots, rows = _watched(_two_gpus({"GPU-abc": 3, "GPU-def": 3}), 360, tmp_path)
+    starved = {a.gpu for s in snapshots for a in s.alerts if a.kind == "low_utilization"}
+    assert starved == {0}
+    served, idle = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert served.wall == "io" and idle.wall == "idle"
+    assert served.figures.inferences == (300 + 100 * 8) * 36
+    assert served.figures.avg_batch == pytest.approx((300 + 800) / 400)
 
 
 # --- Triton's counters ----------------------------------------------------------------------

@@ -22,12 +22,16 @@ because the earlier ones make the later ones' symptoms):
                  queue in Triton, the input copy dominates, or the client sends too little)
 
 Only samples taken under load count (Triton ran inferences in the interval, or without
-Triton's columns the GPU was above the idle threshold). Triton's counters are the
-whole server's: in a recording of several GPUs, a GPU's sample does not count where
-the GPU itself was at the idle threshold or below while another was above it (the
-traffic was the other's), so a card that served none of it is ``idle``, not starved;
-where every GPU was idle under traffic, each was starved. Nothing fits: ``none``. No load at all: ``idle``. Every
-verdict carries its evidence numbers and what to try.
+Triton's columns the GPU was above the idle threshold). Where the recording has a GPU's
+own counters (the series Triton labels with its gpu_uuid), they are its load and its
+figures: a GPU no model runs on is ``idle``, and a CPU model's traffic is no GPU's.
+Where it has only the whole server's (Triton labels no series with a GPU: a CPU
+server, Triton 2.51 with every model loaded at its start), a GPU's sample does not
+count where the GPU itself was at the idle threshold or below while another was above
+it (the traffic was the other's), so a card that served none of it is ``idle``, not
+starved; where every GPU was idle under traffic, each was starved. Nothing fits:
+``none``. No load at all: ``idle``. Every verdict carries its evidence numbers and
+what to try.
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class Figures:
     queue_depth: float | None = None     # requests waiting in Triton's queue, on average
     # loaded samples whose clocks something held down, by reason (NVML's clocks events)
     slowdown_samples: dict[str, int] = field(default_factory=dict)
+    # intervals judged by the GPU's own counters (Triton's gpu_uuid label), not the server's
+    own_intervals: int = 0
 
     @property
     def pcie_peak_direction_gb_s(self) -> float | None:
@@ -175,17 +181,35 @@ def _triton_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
     return deltas
 
 
+def _own_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
+    """A GPU's own counter increase (the series Triton labels with its uuid) over the
+    interval ending at each of its samples that has them, from the one before that has
+    them (a failed scrape between them is bridged, as the server's counters are)."""
+    counted = [r for r in rows if r.gpu_triton is not None]
+    return {after.elapsed_s: increase(before.gpu_triton, after.gpu_triton)
+            for before, after in zip(counted, counted[1:])}
+
+
 def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile: GpuProfile,
              thresholds: Thresholds, others_busy: frozenset[float] = frozenset()) -> Figures:
-    """``others_busy``: when another GPU of the recording was busy. Triton's counters do
-    not say which GPU served, so where this one was idle and another busy the traffic was
-    the other's; where every GPU was idle under traffic, each was starved."""
+    """An interval's load is what the GPU's own counters counted where the recording has
+    them. Else the server's: ``others_busy`` says when another GPU of the recording was
+    busy, and where this one was idle and another busy the traffic was the other's;
+    where every GPU was idle under traffic, each was starved."""
     idle = thresholds.alerts.idle_utilization_pct
-    if triton:
-        loaded = [r for r in rows if (triton.get(r.elapsed_s) or ModelCounters()).served
-                  and not (r.elapsed_s in others_busy and r.util_pct is not None
-                           and r.util_pct <= idle)]
-        windows = [triton[r.elapsed_s] for r in loaded]
+    own = _own_intervals(rows)
+
+    def window(row: MonitorRow) -> ModelCounters | None:
+        if row.elapsed_s in own:
+            return own[row.elapsed_s]
+        if (row.elapsed_s in others_busy and row.util_pct is not None
+                and row.util_pct <= idle):
+            return None
+        return triton.get(row.elapsed_s)
+
+    if triton or own:
+        loaded = [r for r in rows if (window(r) or ModelCounters()).served]
+        windows = [window(r) for r in loaded]
     else:
         loaded = [r for r in rows if (r.util_pct or 0.0) > idle]
         windows = []
@@ -207,7 +231,8 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
         pcie_rx_mean_gb_s=mean(rx), pcie_tx_mean_gb_s=mean(tx),
         slowdown_samples=dict(Counter(r for row in loaded for r in row.slowdowns)),
         achievable_gb_s=achievable, pcie_samples=len(busiest),
-        saturated_samples=sum(1 for v in busiest if v >= near), **link)
+        saturated_samples=sum(1 for v in busiest if v >= near),
+        own_intervals=sum(1 for r in rows if r.elapsed_s in own), **link)
     if windows:
         total = sum(windows, ModelCounters())
         compute = total.compute_duration_us
@@ -281,7 +306,13 @@ def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCou
         notes.append(f"NVML could not read this GPU in {len(lost)} sample(s), from "
                      f"{lost[0].elapsed_s:g} s (last: {lost[-1].nvml_error}): they are left "
                      "out, and the card needs looking at (dmesg for Xid errors)")
-    if shared and figures.has_triton:
+    if figures.own_intervals:
+        notes.append("Triton's figures here are this GPU's own (the series Triton labels "
+                     "with its gpu_uuid): traffic Triton does not place on a GPU (CPU model "
+                     "instances; on Triton 2.51, GPU models loaded at server start, which it "
+                     "leaves unlabelled) is not counted, and pending requests are the "
+                     "models' schedulers', no GPU's")
+    elif shared and figures.has_triton:
         notes.append("Triton's counters are the whole server's, not this GPU's: requests, "
                      "batches and queue times here are every GPU's together, and a sample "
                      "where this GPU was idle while another was busy (above "

@@ -33,6 +33,15 @@ Columns (units in the names; an empty cell is a value the card or server did not
                                failed, not because the card does not report them (last,
                                so files read by position keep their columns; none in
                                CSVs recorded before it was added)
+    gpu_request_success ...    the same counters, this GPU's own: the series Triton
+                               labels with its gpu_uuid (model instances of kind GPU
+                               on it), counted on the same way; 0 for a GPU the server
+                               runs no model on, gpu_pending_request_count always empty
+                               (requests wait in a model's scheduler, before any GPU).
+                               Empty where Triton labels no series with a GPU (a CPU
+                               server; Triton 2.51 with every model loaded at its start,
+                               server#7479). After nvml_error for the same reason; none
+                               in CSVs recorded before they were added
 
 Counters rather than rates: diagnose takes differences over any window it likes and a
 missed sample loses nothing.
@@ -57,8 +66,12 @@ GPU_COLUMNS = ("util_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
                "sm_clock_mhz", "mem_clock_mhz", "pcie_rx_mb_s", "pcie_tx_mb_s", "pcie_gen",
                "pcie_width", "clock_events")
 TRITON_COLUMNS = tuple(f.name for f in fields(ModelCounters))
+OWN_PREFIX = "gpu_"        # a GPU's own Triton counters: gpu_request_success, ...
+OWN_TRITON_COLUMNS = tuple(OWN_PREFIX + c for c in TRITON_COLUMNS)
 COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", "uuid", *GPU_COLUMNS, *TRITON_COLUMNS,
-           "nvml_error")
+           "nvml_error", *OWN_TRITON_COLUMNS)
+# What Triton ran on a GPU it runs no model on (its labelled series name other GPUs).
+_NOTHING_ON_GPU = ModelCounters(pending_request_count=None)
 REQUIRED_COLUMNS = ("elapsed_s", "util_pct", "mem_used_mib", "mem_total_mib")
 
 
@@ -85,6 +98,8 @@ class MonitorRow:
     clock_events: float | None = None
     triton: ModelCounters | None = None
     nvml_error: str = ""
+    # this GPU's own counters (Triton's series labelled with its uuid); None: not labelled
+    gpu_triton: ModelCounters | None = None
 
     @property
     def mem_pct(self) -> float | None:
@@ -98,8 +113,10 @@ class MonitorRow:
 
 
 def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
-             triton: ModelCounters | None) -> list[MonitorRow]:
-    """The rows of one sample: one per GPU, or one without a GPU when there is none."""
+             triton: ModelCounters | None,
+             on_gpus: dict[str, ModelCounters] | None = None) -> list[MonitorRow]:
+    """The rows of one sample: one per GPU, or one without a GPU when there is none.
+    ``on_gpus``: each GPU's own counters by uuid, None where Triton labels none."""
     stamp = datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="seconds")
     if not gpus:
         return [MonitorRow(elapsed_s=elapsed_s, timestamp=stamp, triton=triton)]
@@ -110,7 +127,9 @@ def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
         sm_clock_mhz=g.sm_clock_mhz, mem_clock_mhz=g.memory_clock_mhz,
         pcie_rx_mb_s=g.pcie_rx_mb_s, pcie_tx_mb_s=g.pcie_tx_mb_s, pcie_gen=g.pcie_gen,
         pcie_width=g.pcie_width, clock_events=g.clock_events, triton=triton,
-        nvml_error=g.error or "") for g in gpus]
+        nvml_error=g.error or "",
+        gpu_triton=None if on_gpus is None else on_gpus.get(g.uuid, _NOTHING_ON_GPU))
+        for g in gpus]
 
 
 def _cell(value: object) -> str:
@@ -161,7 +180,9 @@ class CsvRecorder:
                       "gpu": row.gpu, "name": row.name, "uuid": row.uuid,
                       **{c: getattr(row, c) for c in GPU_COLUMNS},
                       **{c: getattr(counters, c) if counters else None for c in TRITON_COLUMNS},
-                      "nvml_error": row.nvml_error or None}
+                      "nvml_error": row.nvml_error or None,
+                      **{OWN_PREFIX + c: getattr(row.gpu_triton, c) if row.gpu_triton else None
+                         for c in TRITON_COLUMNS}}
             self._writer.writerow([_cell(values[c]) for c in COLUMNS])
         self._file.flush()
 
@@ -190,16 +211,18 @@ def read_monitor_csv(path: Path) -> list[MonitorRow]:
         rows = []
         for line, record in enumerate(reader, start=2):
             number = lambda column: _number(record.get(column), path, line, column)  # noqa: E731
-            counters = None
+            counters = own = None
             if has_triton and (record.get("request_success") or "").strip():
                 counters = ModelCounters(**{c: number(c) for c in TRITON_COLUMNS})
+            if (record.get(OWN_PREFIX + "request_success") or "").strip():
+                own = ModelCounters(**{c: number(OWN_PREFIX + c) for c in TRITON_COLUMNS})
             gpu = number("gpu")
             rows.append(MonitorRow(
                 elapsed_s=number("elapsed_s") or 0.0,
                 gpu=None if gpu is None else int(gpu), name=record.get("name") or "",
                 timestamp=record.get("timestamp") or "", uuid=record.get("uuid") or "",
                 **{c: number(c) for c in GPU_COLUMNS}, triton=counters,
-                nvml_error=record.get("nvml_error") or ""))
+                nvml_error=record.get("nvml_error") or "", gpu_triton=own))
     if not rows:
         raise UsageError(f"{path} has a header but no samples",
                          hint="record for longer: tritonkit monitor --duration 300 --csv FILE")

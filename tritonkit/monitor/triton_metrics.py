@@ -1,18 +1,30 @@
 """Triton's own metrics: its Prometheus endpoint (``http://host:8002/metrics``), parsed.
 
-Triton's ``nv_inference_*`` counters are cumulative per model and version (and per GPU,
-summed here); what a person reads is their change between two scrapes: requests and inferences per
-second, inferences per execution (the batch the scheduler actually formed), and the
-queue and compute time per request. ``nv_gpu_*`` gauges appear only on a GPU server.
+Triton's ``nv_inference_*`` counters are cumulative per model and version, and per GPU:
+a model instance of kind GPU counts in series labelled with its GPU's ``gpu_uuid``; a CPU
+instance, and what the model counts before any instance (its scheduler's pending
+requests, cache hits, requests refused), in series without one. What a person reads is
+their change between two scrapes: requests and inferences per second, inferences per
+execution (the batch the scheduler actually formed), and the queue and compute time per
+request. ``nv_gpu_*`` gauges appear only on a GPU server.
+
+The model figures sum a model's GPUs; each GPU's own figures (``gpu_totals``,
+``gpu_increase``) sum the series labelled with its uuid, so an idle GPU of a busy server
+reads idle and a CPU model's traffic is no GPU's. Triton 2.51 leaves the label off models
+loaded at server start (triton-inference-server/server#7479: its GPU metrics start after
+them); a scrape with no labelled series at all has no per-GPU figures (None), and its
+traffic is only the server's.
 
 A counter that went down means the server restarted between the two scrapes, or the
 model was unloaded and loaded again (Triton 2.51 keeps the counters through the unload
 and starts them from zero at the next load; a load of a model still loaded keeps them:
 measured on the local server). As Prometheus' ``increase()`` does, the counters are then
-taken as counted from zero, all of a model's together, so no rate mixes the figures of
-before with those of after. A model's versions are taken apart (``model_increase``): a
-model update that unloads version 1 and loads version 2 drops one version's counters and
-starts another's, which their sum would read as a small increase, or as a restart.
+taken as counted from zero, all of a series' counters together, so no rate mixes the
+figures of before with those of after. A model's versions, and each version's GPUs, are
+taken apart (``model_increase``): a model update that unloads version 1 and loads
+version 2 drops one version's counters and starts another's, which their sum would read
+as a small increase, or as a restart (and a restart read on a sum of GPUs counts the
+GPUs that did not restart a second time).
 
 A figure Triton does not report is None, never 0: a server started with
 ``--metrics-config counter_latencies=false`` has no duration counters (their
@@ -28,7 +40,7 @@ from __future__ import annotations
 import http.client
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -40,7 +52,8 @@ DEFAULT_METRICS_PORT = 8002
 
 @dataclass(frozen=True)
 class ModelCounters:
-    """Triton's cumulative counters for one model (all versions summed); None: not reported."""
+    """Triton's cumulative counters of one series, or a sum of them (a model's versions
+    and GPUs, a GPU's models); None: not reported."""
 
     request_success: float | None = 0.0
     request_failure: float | None = 0.0
@@ -88,6 +101,12 @@ _SUMMARIES = {"nv_inference_request_summary_us": "request_duration_us",
               "nv_inference_compute_input_summary_us": "compute_input_duration_us",
               "nv_inference_compute_infer_summary_us": "compute_infer_duration_us",
               "nv_inference_compute_output_summary_us": "compute_output_duration_us"}
+# Series labels, as Triton's core sets them (triton-inference-server/core,
+# src/metric_model_reporter.cc GetMetricLabels, names in src/constants.h): "model",
+# "version", "gpu_uuid" for an instance of kind GPU (backend_model_instance.cc passes
+# METRIC_REPORTER_ID_CPU, no label, for the others), "namespace" with model namespacing,
+# "_<tag>" for metric tags, and "reason" on nv_inference_request_failure.
+GPU_LABEL = "gpu_uuid"
 # What Triton 2.51 stops counting (reads 0) when its latency counters are off.
 _UNCOUNTED_WITHOUT_LATENCY_COUNTERS = ("request_failure", "inference_count", "exec_count",
                                        "pending_request_count")
@@ -95,20 +114,47 @@ _UNCOUNTED_WITHOUT_LATENCY_COUNTERS = ("request_failure", "inference_count", "ex
 
 @dataclass(frozen=True)
 class TritonMetrics:
-    """One scrape: counters per model (its versions summed) and per version, Triton's GPU
-    gauges per GPU uuid, at a time."""
+    """One scrape: counters per model (its versions and GPUs summed), per version (its
+    GPUs summed) and per series (``series``: model -> (version, gpu uuid or "") ->
+    counters), Triton's GPU gauges per GPU uuid, at a time."""
 
     at: float
     models: dict[str, ModelCounters]
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()     # what this server's metrics cannot tell
     versions: dict[str, dict[str, ModelCounters]] = field(default_factory=dict)
+    series: dict[str, dict[tuple[str, str], ModelCounters]] = field(default_factory=dict)
+
+    @property
+    def placed(self) -> dict[str, dict[tuple[str, str], ModelCounters]]:
+        """The series Triton labels with a GPU: uuid -> (model, version) -> counters."""
+        placed: dict[str, dict[tuple[str, str], ModelCounters]] = {}
+        for name, by_series in self.series.items():
+            for (version, uuid), counters in by_series.items():
+                if uuid:
+                    placed.setdefault(uuid, {})[(name, version)] = counters
+        return placed
 
     def total(self) -> ModelCounters:
         result = ModelCounters()
         for counters in self.models.values():
             result = result + counters
         return result
+
+    def gpu_totals(self) -> dict[str, ModelCounters] | None:
+        """Each GPU's counters (every model and version Triton runs on it, by its
+        ``gpu_uuid`` label); None where Triton labels no series with a GPU."""
+        placed = self.placed
+        if not placed:
+            return None
+        return {uuid: _on_gpu(sum(series.values(), ModelCounters()))
+                for uuid, series in placed.items()}
+
+
+def _on_gpu(counters: ModelCounters) -> ModelCounters:
+    """A GPU's share of a model's counters: its pending requests are unknown (they wait in
+    the model's scheduler, before any GPU, and count in the series without a GPU)."""
+    return replace(counters, pending_request_count=None)
 
 
 @dataclass(frozen=True)
@@ -128,8 +174,8 @@ class ModelRates:
 
 def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
     """Parse Triton's Prometheus text exposition into per-model counters and GPU gauges."""
-    counters: dict[tuple[str, str], dict[str, float]] = {}      # (model, version): ...
-    summaries: dict[tuple[str, str], dict[str, float]] = {}
+    counters: dict[tuple[str, str, str], dict[str, float]] = {}   # (model, version, gpu): ...
+    summaries: dict[tuple[str, str, str], dict[str, float]] = {}
     gpus: dict[str, dict[str, float]] = {}
     try:
         families = list(text_string_to_metric_families(text))
@@ -141,7 +187,7 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
         summary = _SUMMARIES.get(family.name)
         for sample in family.samples:
             model = sample.labels.get("model")
-            key = (model, sample.labels.get("version", ""))
+            key = (model, sample.labels.get("version", ""), sample.labels.get(GPU_LABEL, ""))
             if target and model is not None:
                 row = counters.setdefault(key, {})
                 row[target] = row.get(target, 0.0) + float(sample.value)
@@ -150,19 +196,25 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
                 row = summaries.setdefault(key, {})
                 row[summary + kind] = row.get(summary + kind, 0.0) + float(sample.value)
             elif family.name.startswith("nv_gpu_") or family.name.startswith("nv_energy_"):
-                uuid = sample.labels.get("gpu_uuid", "")
+                uuid = sample.labels.get(GPU_LABEL, "")
                 gpus.setdefault(uuid, {})[family.name] = float(sample.value)
-    versions: dict[str, dict[str, ModelCounters]] = {}
+    series: dict[str, dict[tuple[str, str], ModelCounters]] = {}
     notes: list[str] = []
-    for name, version in sorted(set(counters) | set(summaries)):
-        model, note = _model_counters(counters.get((name, version), {}),
-                                      summaries.get((name, version), {}))
-        versions.setdefault(name, {})[version] = model
+    for key in sorted(set(counters) | set(summaries)):
+        name, version, uuid = key
+        counted, note = _model_counters(counters.get(key, {}), summaries.get(key, {}))
+        series.setdefault(name, {})[(version, uuid)] = counted
         if note and note not in notes:
             notes.append(note)
+    versions: dict[str, dict[str, ModelCounters]] = {}
+    for name, by_series in series.items():
+        for (version, _), counted in by_series.items():
+            by_version = versions.setdefault(name, {})
+            by_version[version] = by_version.get(version, ModelCounters()) + counted
     models = {name: sum(by_version.values(), ModelCounters())
               for name, by_version in versions.items()}
-    return TritonMetrics(at=at, models=models, gpus=gpus, notes=tuple(notes), versions=versions)
+    return TritonMetrics(at=at, models=models, gpus=gpus, notes=tuple(notes), versions=versions,
+                         series=series)
 
 
 def _model_counters(counted: dict[str, float], summed: dict[str, float]
@@ -171,15 +223,19 @@ def _model_counters(counted: dict[str, float], summed: dict[str, float]
     values: dict[str, float | None] = {f.name: counted.get(f.name) for f in fields(ModelCounters)}
     if "request_duration_us" in counted:
         return ModelCounters(**values), None
-    # The latency counters are off (--metrics-config counter_latencies=false).
-    if "request_duration_us_count" not in summed:
+    # The latency counters are off (--metrics-config counter_latencies=false). A model
+    # with the response cache has no request summary (Triton's core leaves it out,
+    # metric_model_reporter.cc InitializeSummaries): its queue summary, which counts
+    # every successful request too (cached ones included), counts them.
+    requests = next((summed[name] for name in ("request_duration_us_count",
+                                                "queue_duration_us_count") if name in summed), None)
+    if requests is None:
         return ModelCounters(**values), (
             "Triton's latency counters are off (--metrics-config counter_latencies=false) "
             "and so are its summaries: no queue or compute times, and Triton 2.51 then "
             "counts no requests either; start it with --metrics-config summary_latencies=true")
     for name in _SUMMARIES.values():
         values[name] = summed.get(name + "_sum")
-    requests = summed["request_duration_us_count"]     # one observation per success
     # Stuck at 0 while the summary counts is 2.51's bug; a count a request or two behind
     # is a scrape read between the two families, from a Triton whose counters count.
     uncounted = requests > 0 and not values["request_success"]
@@ -216,15 +272,36 @@ def increase(before: ModelCounters, after: ModelCounters) -> ModelCounters:
 
 
 def model_increase(before: TritonMetrics, after: TritonMetrics, name: str) -> ModelCounters:
-    """What model ``name`` counted between two scrapes, version by version (a version new
-    in ``after`` counted from zero, one gone from it counting nothing more), then summed.
-    A scrape without versions (parsed from elsewhere) is taken whole, as ``increase``."""
+    """What model ``name`` counted between two scrapes, version by version and GPU by GPU
+    (a series new in ``after`` counted from zero, one gone from it counting nothing more,
+    one that fell restarted: a reload that moved one instance restarts its GPU's series
+    alone), then summed. A scrape without series or versions (parsed from elsewhere) is
+    taken version by version, or whole, as ``increase``."""
+    series = after.series.get(name)
+    if series and name in before.series:
+        was = before.series[name]
+        return sum((increase(was.get(key, ModelCounters()), counters)
+                    for key, counters in series.items()), ModelCounters())
     now = after.versions.get(name)
     if not now or name not in before.versions:
         return increase(before.models.get(name, ModelCounters()), after.models[name])
     was = before.versions[name]
     return sum((increase(was.get(version, ModelCounters()), counters)
                 for version, counters in now.items()), ModelCounters())
+
+
+def gpu_increase(before: TritonMetrics, after: TritonMetrics) -> dict[str, ModelCounters] | None:
+    """What each GPU ran between two scrapes, by Triton's ``gpu_uuid`` label, series by
+    series (a model version's series on one GPU: new in ``after``, counted from zero; one
+    that fell, restarted), then summed per GPU; None where ``after`` labels no series."""
+    if not after.placed:
+        return None
+    counted = {}
+    for uuid, series in after.placed.items():
+        was = before.placed.get(uuid, {})
+        counted[uuid] = _on_gpu(sum((increase(was.get(key, ModelCounters()), counters)
+                                     for key, counters in series.items()), ModelCounters()))
+    return counted
 
 
 def rates(before: ModelCounters, after: ModelCounters, seconds: float) -> ModelRates:

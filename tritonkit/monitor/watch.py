@@ -11,10 +11,12 @@ driver here, or none of the GPUs NVML sees is among those Triton reports: a serv
 watched from another host) Triton's own GPU gauges. Pairing one host's GPUs with
 another's traffic would diagnose a card that serves nothing.
 
-Triton's request counters are the whole server's, not a GPU's: on a server with several
-GPUs, one whose own utilization is at the idle threshold or below while another's is
-above it served none of it, and is not called starved for it (every GPU idle under
-traffic: each is).
+A GPU's load is what Triton ran on it: the series Triton labels with its ``gpu_uuid``
+(a CPU model's traffic is no GPU's, and a GPU the server's models do not run on serves
+nothing). A server that labels no series (Triton 2.51 with every model loaded at its
+start, server#7479) gives only the whole server's counters: then a GPU whose own
+utilization is at the idle threshold or below while another's is above it served none
+of it, and is not called starved for it (every GPU idle under traffic: each is).
 
 The Triton counters a snapshot records are carried on model by model: unloading one
 model (or swapping its version) removes its counters from Triton's sum, which read as
@@ -33,8 +35,8 @@ from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import MonitorRow, rows_for
 from tritonkit.monitor.triton_metrics import (ModelCounters, ModelRates, TritonMetrics,
-                                               model_increase, plus, rates_of, scrape,
-                                               server_gpus)
+                                               gpu_increase, model_increase, plus,
+                                               rates_of, scrape, server_gpus)
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,12 @@ class Snapshot:
     notes: tuple[str, ...] = ()      # what this sample cannot tell, or where it comes from
     # Triton's counters summed over models as the CSV records them (see carry_counters)
     triton_totals: ModelCounters | None = None
+    # the same per GPU uuid, of the series Triton labels with it; None: it labels none
+    gpu_totals: dict[str, ModelCounters] | None = None
 
     def rows(self) -> list[MonitorRow]:
-        return rows_for(self.timestamp, self.elapsed_s, self.gpus, self.triton_totals)
+        return rows_for(self.timestamp, self.elapsed_s, self.gpus, self.triton_totals,
+                        self.gpu_totals)
 
 
 class Monitor:
@@ -79,6 +84,7 @@ class Monitor:
         self._gpus_from_server = False
         self._server_uuids: set[str] = set()
         self._totals: ModelCounters | None = None
+        self._gpu_totals: dict[str, ModelCounters] = {}
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
@@ -107,6 +113,7 @@ class Monitor:
                 gpus = [g for g in gpus if g.uuid in self._server_uuids]
         model_rates: dict[str, ModelRates] = {}
         total_rates, served = None, None     # served: what Triton ran since the last sample
+        on_gpus = None                       # the same per GPU uuid, where Triton labels it
         previous = self._previous
         if triton and previous:
             seconds = triton.at - previous.at
@@ -117,22 +124,42 @@ class Monitor:
             total = sum(counted.values(), ModelCounters())
             total_rates, served = rates_of(total, seconds), total.served
             self._totals = carry_counters(self._totals, total, triton.total())
+            on_gpus = gpu_increase(previous, triton)
         elif triton:
             self._totals = triton.total()
+        gpu_totals = self._carry_gpu_totals(triton, on_gpus)
         if triton:
             self._previous = triton
         alerts = [a for g in gpus
-                  for a in self.tracker.observe(elapsed, g, self._served_by(g, served, gpus))]
+                  for a in self.tracker.observe(elapsed, g,
+                                                self._served_by(g, served, gpus, on_gpus))]
         return Snapshot(timestamp=self._wall_clock(), elapsed_s=elapsed, gpus=gpus,
                         triton=triton, model_rates=model_rates, total_rates=total_rates,
                         triton_error=error, alerts=alerts, notes=tuple(notes),
-                        triton_totals=self._totals if triton else None)
+                        triton_totals=self._totals if triton else None,
+                        gpu_totals=gpu_totals)
 
-    def _served_by(self, gpu: GpuSample, served: float | None,
-                   gpus: list[GpuSample]) -> float | None:
-        """What Triton ran that counts as ``gpu``'s load: the server's count, except for a
-        GPU idle by its own utilization while another is busy (the traffic was the other's:
-        Triton's counters do not say which). Every GPU idle under traffic: each is starved."""
+    def _carry_gpu_totals(self, triton: TritonMetrics | None,
+                          counted: dict[str, ModelCounters] | None
+                          ) -> dict[str, ModelCounters] | None:
+        """Each GPU's recorded totals, carried on as the server's are (``carry_counters``);
+        None for a sample whose scrape failed or labels no series with a GPU."""
+        now = triton.gpu_totals() if triton else None
+        if now is None:
+            return None
+        for uuid, counters in now.items():
+            self._gpu_totals[uuid] = carry_counters(
+                self._gpu_totals.get(uuid), (counted or {}).get(uuid, counters), counters)
+        return {uuid: self._gpu_totals[uuid] for uuid in now}
+
+    def _served_by(self, gpu: GpuSample, served: float | None, gpus: list[GpuSample],
+                   on_gpus: dict[str, ModelCounters] | None = None) -> float | None:
+        """What Triton ran that counts as ``gpu``'s load: where Triton labels its series
+        with GPUs, what it ran on this one (none, for a GPU it runs no model on). Else the
+        server's count, except for a GPU idle by its own utilization while another is busy
+        (the traffic was the other's). Every GPU idle under traffic: each is starved."""
+        if on_gpus is not None:
+            return on_gpus.get(gpu.uuid, ModelCounters()).served
         idle = self.tracker.thresholds.idle_utilization_pct
         others_busy = any(other is not gpu and other.utilization_pct is not None
                           and other.utilization_pct > idle for other in gpus)
