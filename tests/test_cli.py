@@ -119,3 +119,23 @@ def test_a_path_the_os_refuses_is_bad_input_in_the_os_words_not_an_internal_erro
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("error: ") and "internal error" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("signum,code", [(2, 130), (15, 143)])
+def test_a_deploy_interrupted_with_something_left_running_is_one_line_a_hint_and_the_signals_code(
+        monkeypatch, capsys, signum, code):
+    """A signal that ends a deploy which leaves containers behind: the error says what may
+    run, the hint how to stop it, and the exit code is 128 + the signal, as for any
+    interrupted command (the boundary does not take it for an internal error)."""
+    from tritonkit import deploy as deploy_lib
+    from tritonkit.errors import DeployInterrupted
+
+    def deploy_compose(repository, **kwargs):
+        raise DeployInterrupted("interrupted; the compose containers keep running",
+                                hint="stop them: tritonkit down --repository DIR", signum=signum)
+
+    monkeypatch.setattr(deploy_lib, "deploy_compose", deploy_compose)
+    assert run_cli("deploy", "--target", "compose", "--gpu", "a10") == code
+    assert capsys.readouterr().err.splitlines() == [
+        "error: interrupted; the compose containers keep running",
+        "hint: stop them: tritonkit down --repository DIR"]

@@ -8,7 +8,9 @@ must do there: write the files, say what is missing, exit non-zero.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLE_REPOSITORY, run_cli
-from tritonkit.errors import UsageError
+from tritonkit.errors import DeployInterrupted, ServerError, UsageError
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 from tritonkit.server.compose import compose_dict, engine_problem, project_name
 from tritonkit.server.container import container_spec
@@ -244,6 +246,29 @@ def test_a_recorded_tensorrt_recipe_builds_the_plan_in_a_one_shot_service_before
     assert "--model-config-name=a10" in server["command"]
 
 
+@needs_compose
+def test_the_plan_builder_writes_into_the_repository_as_its_owner_not_as_root(
+        example_repository, tmp_path):
+    """The NGC tensorrt image runs as root: the plan it built into the bind-mounted
+    repository was root's, and its owner could not rebuild or delete it. It runs as the
+    owner of the model's folder (under sudo too), given as numbers that Compose v1 and v2
+    both take as they are."""
+    plan_config(example_repository, example_repository / "example" / "configs" / "a10.pbtxt")
+    (example_repository / "example" / "export-report.json").write_text(
+        json.dumps({"tensorrt_recipe": "trtexec --onnx=1/model.onnx --saveEngine=1/model.plan"}))
+    if os.getuid() == 0:        # root (a sudo deploy) writes as the folder's owner
+        # 1000:50 is also a base-60 integer to YAML 1.1 (v1's parser): it must stay a string.
+        os.chown(example_repository / "example", 1000, 50)
+    owner = (example_repository / "example").stat()
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    services = compose_config(out)["services"]
+    build = services["build-plans-example"]
+    assert build["user"] == f"{owner.st_uid}:{owner.st_gid}"
+    assert build["environment"]["HOME"] == "/tmp"   # that user has no home in the image
+    assert "user" not in services["tritonserver"]   # reads the repository only
+
+
 def test_a_p100_serving_plans_gets_the_tensorrt_8_6_image_and_refuses_tensorrt_10(
         example_repository, tmp_path, capsys):
     plan_config(example_repository, example_repository / "example" / "config.pbtxt")
@@ -318,9 +343,12 @@ def test_an_up_that_fails_or_is_interrupted_half_way_is_recorded_so_down_removes
     monkeypatch.setenv("PATH", str(bindir))          # only the stub: never a real engine
     assert run_cli("deploy", "--target", "compose", "--gpu", "a10", "--repository",
                    example_repository, "--out", tmp_path / "docker") == code
-    if code == 1:
-        err = capsys.readouterr().err
-        assert f"tritonkit down --repository {example_repository.resolve()}" in err
+    err = capsys.readouterr().err
+    assert f"tritonkit down --repository {example_repository.resolve()}" in err
+    if code == 130:     # not a bare "interrupted": what may run, and how to remove it
+        assert err.splitlines()[-2:] == [
+            "error: interrupted during docker compose up; containers it made may be running",
+            f"hint: remove them: tritonkit down --repository {example_repository.resolve()}"]
     recorded = load_deployment(example_repository)
     assert recorded.target == "compose"
     assert run_cli("down", "--repository", example_repository) == 0
@@ -369,6 +397,97 @@ def test_tritonkit_down_while_deploy_waits_for_triton_ends_the_deploy(
     assert line == (f"error: the deployment of {example_repository.resolve()} was taken down "
                     "(tritonkit down) while deploy waited for it")
     assert calls.read_text().splitlines()[-1].endswith("down --timeout 40")
+
+
+def test_an_interrupted_compose_deploy_is_an_error_of_its_own_with_the_signals_exit_code(tmp_path):
+    from tritonkit.server.compose import interrupted
+
+    for signum, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        error = interrupted(signum, tmp_path)
+        assert isinstance(error, DeployInterrupted) and not isinstance(error, ServerError)
+        assert error.exit_code == code and type(error).__name__ == "DeployInterrupted"
+    assert DeployInterrupted("x").exit_code == 130
+
+
+def test_sigterm_during_compose_up_is_passed_on_to_compose_not_a_kill(
+        example_repository, tmp_path, monkeypatch, capsys):
+    """A kill leaves Compose half-way with no say; the same signal lets it stop what it
+    was doing. The deploy then says what may run and exits 128 + the signal."""
+    stopped = tmp_path / "compose-stopped"
+    up = (f"trap 'echo $? > {stopped}; exit 143' TERM; kill -TERM $PPID; "
+          "/bin/sleep 5 & wait")
+    bindir, _ = gpu_docker(tmp_path, up)
+    monkeypatch.setenv("PATH", str(bindir))
+    started = time.monotonic()
+    assert deploy_up(example_repository, tmp_path / "docker") == 143
+    assert time.monotonic() - started < 5
+    assert stopped.is_file()                  # Compose heard the signal and stopped itself
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2] == ("error: stopped by SIGTERM during docker compose up; containers it "
+                       "made may be running")
+    assert load_deployment(example_repository).target == "compose"
+
+
+def _live_then_taken_down(monkeypatch, repository: Path, *, delay: float | None) -> None:
+    """Triton answers live at once; ``delay`` s later (None: never) a `tritonkit down` has
+    stopped it (nothing answers on its ports meanwhile: Compose is stopping the container)."""
+    import threading
+
+    from tritonkit import deploy as deploy_lib
+    from tritonkit.server import compose
+
+    real_wait_live = compose.wait_live
+    calls = []
+
+    def wait_live(deployment, deadline, progress=None):
+        if calls:
+            return real_wait_live(deployment, deadline, progress)
+        calls.append(deployment)
+        if delay is not None:
+            threading.Timer(delay, deploy_lib.down, args=(repository,)).start()
+
+    monkeypatch.setattr(compose, "wait_live", wait_live)
+
+
+def test_tritonkit_down_while_deploy_loads_the_models_without_warmup_ends_the_deploy(
+        example_repository, tmp_path, monkeypatch, capsys):
+    """With --no-warmup deploy loads each model itself: a `tritonkit down` landing then
+    (the load finds no server, the record goes a moment later) ends the deploy with what
+    happened, not with a connection error."""
+    bindir, calls = gpu_docker(tmp_path, "true")
+    monkeypatch.setenv("PATH", str(bindir))
+    _live_then_taken_down(monkeypatch, example_repository, delay=1.0)
+    started = time.monotonic()
+    assert deploy_up(example_repository, tmp_path / "docker", "--no-warmup",
+                     "--timeout", "30") == 1
+    assert time.monotonic() - started < 15
+    [line] = [l for l in capsys.readouterr().err.splitlines() if l.startswith(("error:", "hint:"))]
+    assert line == (f"error: the deployment of {example_repository.resolve()} was taken down "
+                    "(tritonkit down) while deploy waited for it")
+
+
+def test_tritonkit_down_just_after_the_warm_up_is_not_undone_by_deploy_recording_it(
+        example_repository, tmp_path, monkeypatch, capsys):
+    """The warm-up's figures are recorded after it ends: a `tritonkit down` that landed
+    just before must not be undone by that write (deploy then polled a stopped server
+    it had recorded as its own until the timeout)."""
+    from tritonkit import deploy as deploy_lib
+
+    bindir, calls = gpu_docker(tmp_path, "true")
+    monkeypatch.setenv("PATH", str(bindir))
+    _live_then_taken_down(monkeypatch, example_repository, delay=None)
+
+    def load_and_warm(endpoint, models, **kwargs):
+        deploy_lib.down(example_repository)
+        return []
+
+    monkeypatch.setattr(deploy_lib, "load_and_warm", load_and_warm)
+    started = time.monotonic()
+    assert deploy_up(example_repository, tmp_path / "docker", "--timeout", "8") == 1
+    assert time.monotonic() - started < 5
+    assert "was taken down (tritonkit down)" in capsys.readouterr().err
+    with pytest.raises(UsageError):
+        load_deployment(example_repository)
 
 
 def compose_stub(tmp_path: Path, compose: str) -> tuple[Path, Path, Path]:
@@ -425,6 +544,35 @@ def test_down_stops_a_compose_v2_project_by_its_name_once_its_compose_file_is_de
 
 
 @needs_compose
+def test_down_stops_a_deployment_whose_env_file_is_deleted_but_its_compose_file_kept(
+        example_repository, tmp_path, monkeypatch):
+    """The compose file requires the secret's variable and Compose interpolates it even to
+    stop the project: with .env gone (git clean -X removes it, the compose file stays)
+    `down` failed. The real v1 reads the file as `down` gives it (`config` for `down`: no
+    engine here)."""
+    v1 = shutil.which("docker-compose")
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    (out / ".env").unlink()
+    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir.mkdir()
+    stub = bindir / "docker-compose"
+    stub.write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+args=""
+for a in "$@"; do [ "$a" = down ] && break; args="$args $a"; done
+exec {v1} $args config -q
+""")
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    record_compose(example_repository, out / "docker-compose.yml", out / ".env")
+    assert run_cli("down", "--repository", example_repository) == 0
+    assert calls.read_text().split()[-3:] == ["down", "--timeout", "40"]
+    with pytest.raises(UsageError):
+        load_deployment(example_repository)
+
+
+@needs_compose
 def test_down_stops_a_docker_compose_v1_project_once_its_compose_file_is_deleted(
         example_repository, tmp_path, monkeypatch):
     """docker-compose v1 reads a compose file even to stop a project (without one it looks
@@ -461,7 +609,7 @@ def test_after_up_a_model_that_is_not_ready_is_loaded_with_the_secret_header(dep
         while client.is_model_ready("example") and not deadline.expired():
             time.sleep(0.05)
         assert not client.is_model_ready("example")
-        load_models(deployed, timeout=30)
+        load_models(deployed, Deadline(30))
         _wait_for("ready", deployed, Deadline(30), logs="(local)")
         assert client.is_model_ready("example")
     finally:

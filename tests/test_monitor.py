@@ -493,18 +493,22 @@ def test_triton_keeps_a_swapped_out_versions_counters_and_restarts_a_reloaded_on
     client = httpclient.InferenceServerClient(deployed.http_url)
 
     def counted(version: str, requests: float):
-        """A scrape once ``version`` has counted ``requests`` (a count lands just after
-        its response), or the last one within 5 s."""
+        """A scrape once ``version`` has counted ``requests`` and its count has settled
+        (a count lands just after its response, and an earlier test's may land late), or
+        the last one within 5 s."""
         deadline = time.monotonic() + 5
+        last = None
         while True:
             metrics = scrape(deployed.metrics_url, at=time.monotonic())
             done = metrics.versions["example"].get(version)
-            if (done and done.request_success >= requests) or time.monotonic() > deadline:
+            now = done.request_success if done else None
+            if (now is not None and now >= requests and now == last) or time.monotonic() > deadline:
                 return metrics
-            time.sleep(0.05)
+            last = now
+            time.sleep(0.2)
 
     try:
-        before = scrape(deployed.metrics_url, at=0).versions["example"]["1"].request_success
+        before = counted("1", 0).versions["example"]["1"].request_success
         _send_requests(deployed, count=4, batch=1)
         first = counted("1", before + 4)
         shutil.copytree(served / "1", served / "2", symlinks=True)       # the update ...

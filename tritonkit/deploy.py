@@ -4,14 +4,16 @@ A deploy holds the repository's deploy lock from its first check to its last wri
 local deploy is all or nothing: if a model fails to load or to warm up, or the deploy
 is interrupted (Ctrl-C; SIGTERM and SIGHUP under ``signals_interrupt``), the server is
 stopped and its record cleared; the log stays. A compose deployment, once its
-containers run, is left running on a later failure or interrupt (the error's hint says how
-to stop it); a ``tritonkit down`` meanwhile ends the deploy's wait.
+containers run, is left running on a later failure or interrupt (the error says how to
+stop it; an interrupt during ``docker compose up`` itself says what may have started); a
+``tritonkit down`` meanwhile ends the deploy, whether it waits, loads or warms up.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import signal
 from pathlib import Path
 
 from tritonkit.client import Endpoint
@@ -113,19 +115,22 @@ def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docke
                                         progress=progress, fresh=True,
                                         server_exited=functools.partial(compose.taken_down,
                                                                         deployment))
+                if (gone := compose.taken_down(deployment)) is not None:
+                    raise gone      # a `down` after the last request: not to be recorded again
                 deployment = dataclasses.replace(
                     deployment,
                     extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
                 save_deployment(deployment)
             else:
-                compose.load_models(deployment, timeout=deadline.left())
+                compose.load_models(deployment, deadline, progress)
             compose.wait_ready(deployment, deadline, progress)
         except TritonkitError as exc:
             if compose.taken_down(deployment) is None:      # still recorded, still running
                 _add_hint(exc, compose.left_running(repository))
             raise
-        except Interrupted as exc:
-            raise compose.interrupted(exc.signum, Path(deployment.repository)) from None
+        except (Interrupted, KeyboardInterrupt) as exc:
+            raise compose.interrupted(getattr(exc, "signum", signal.SIGINT),
+                                      Path(deployment.repository)) from None
         return files, deployment
 
 

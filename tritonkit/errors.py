@@ -11,21 +11,27 @@ class's ``exit_code``. ``TRITONKIT_DEBUG=1`` shows the traceback as well.
     │   └── ModelLoadError          Triton refused to load a model (its own message is kept)
     ├── ExportError                 a model could not be exported
     │   └── VerificationError       the exported model disagrees with PyTorch
-    └── LoadTestError               a load test could not run or ended in errors (exit 4)
+    ├── LoadTestError               a load test could not run or ended in errors (exit 4)
+    └── DeployInterrupted           a signal ended a deploy that leaves something behind
+                                    (compose containers): exit 128 + the signal, 130 for Ctrl-C
 
 An SLA miss is not an error: ``tritonkit loadtest`` reports it with ``EXIT_SLA_MISS``.
 ``Interrupted`` is not one either: Ctrl-C, SIGTERM or SIGHUP while a deploy runs, raised
 as a BaseException (as KeyboardInterrupt is) so that every clean-up runs the same way
-and ``main`` says which signal it was (exit 128 + the signal).
+and ``main`` says which signal it was (exit 128 + the signal). Where the clean-up leaves
+something running, it becomes a ``DeployInterrupted`` that says what and how to stop it.
 """
 
 from __future__ import annotations
+
+import signal
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_SLA_MISS = 3
 EXIT_RUN_ERRORS = 4
+EXIT_INTERRUPTED = 128 + signal.SIGINT     # a shell's code for a command Ctrl-C ended
 
 
 class TritonkitError(Exception):
@@ -84,3 +90,23 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+class DeployInterrupted(TritonkitError):
+    """A signal ended a deploy that leaves something behind (compose containers): the
+    message says what may run, the hint how to stop it. Exit 128 + the signal, as every
+    interrupted command: ``EXIT_INTERRUPTED`` (130) for Ctrl-C."""
+
+    def __init__(self, message: str, hint: str | None = None, *,
+                 signum: int = signal.SIGINT) -> None:
+        super().__init__(message, hint)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]  # the signal's, not the class's
+        return 128 + self.signum
+
+
+def interrupted_by(signum: int) -> str:
+    """How an error names the signal that ended a command: "interrupted" for Ctrl-C."""
+    return "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"

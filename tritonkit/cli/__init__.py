@@ -13,7 +13,8 @@ import traceback
 
 import typer
 
-from tritonkit.errors import EXIT_ERROR, EXIT_USAGE, Interrupted, TritonkitError
+from tritonkit.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TritonkitError,
+                             interrupted_by)
 
 DEBUG_ENV = "TRITONKIT_DEBUG"
 
@@ -57,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return _exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt, Interrupted) as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
-        what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        print(f"error: {what}", file=sys.stderr)
+        print(f"error: {interrupted_by(signum)}", file=sys.stderr)
         return _exit(128 + signum)
     except typer.TyperException as exc:  # bad flags: Typer's own usage message
         exc.show()
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hint: this is a tritonkit bug; rerun with {DEBUG_ENV}=1 for the traceback "
               "and report it", file=sys.stderr)
         return _exit(EXIT_ERROR)
-    if code == 128 + signal.SIGINT:
+    if code == EXIT_INTERRUPTED:
         # Typer turns Ctrl-C into a silent exit 130 (no command of ours returns it).
         print("error: interrupted", file=sys.stderr)
     return _exit(code if isinstance(code, int) else 0)
