@@ -422,3 +422,31 @@ def test_a_failed_scrape_between_two_samples_keeps_judging_the_gpu_by_its_own_co
     rows = [row(0, 0, 0), row(10, 300, 0), row(20, None, None), row(30, 1200, 0)]
     (result,) = diagnose(rows, load_profile("a10"), load_thresholds())
     assert result.figures.loaded_samples == 0 and result.wall == "idle"
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["server counters", "gpu's own counters"])
+def test_the_interval_after_a_failed_scrape_is_as_long_as_it_was(own):
+    """1,000 requests every 10 s, each queued 8 ms: 0.8 waiting on average. The scrape at
+    20 s failed, so the interval 10-30 s holds 20 s of traffic; taken as one 10 s step,
+    the queue read 1.07 deep and one request at a time read as the scheduling wall."""
+    def counters(requests: float, on_gpu: bool) -> ModelCounters:
+        return ModelCounters(request_success=requests, inference_count=requests,
+                             exec_count=requests, queue_duration_us=requests * 8000,
+                             compute_input_duration_us=requests * 20,
+                             compute_infer_duration_us=requests * 500,
+                             compute_output_duration_us=requests * 20,
+                             pending_request_count=None if on_gpu else 0)
+
+    def row(t: float, scraped: bool) -> MonitorRow:
+        served = 100 * t
+        return MonitorRow(elapsed_s=t, gpu=0, name="NVIDIA A10", uuid="GPU-a", util_pct=90.0,
+                          mem_used_mib=1000, mem_total_mib=24 * 1024,
+                          triton=counters(served, False) if scraped else None,
+                          gpu_triton=counters(served, True) if scraped and own else None)
+
+    rows = [row(t, scraped=t != 20) for t in (0, 10, 20, 30, 40)]
+    (result,) = diagnose(rows, load_profile("a10"), load_thresholds())
+    assert result.figures.seconds_under_load == pytest.approx(40)
+    assert result.figures.queue_depth == pytest.approx(0.8)
+    assert result.wall != "scheduling"
+    assert any("(~40 s)" in line for line in result.evidence)

@@ -157,12 +157,15 @@ def triton_exposition(series: dict[tuple[str, str, str], ModelCounters],
     (triton-inference-server/core src/metric_model_reporter.cc GetMetricLabels: "model",
     "version", and "gpu_uuid" only for a model instance of kind GPU; the model's own
     reporter, which counts its pending requests, has none), in prometheus-cpp's sorted
-    order; failures are split by "reason" as Triton 2.51 splits them."""
+    order; failures are split by "reason" as Triton 2.51 splits them. A model given as
+    "namespace/model" gets the "namespace" label (--model-namespacing=true)."""
     lines = []
     for family, kind, attribute in _FAMILIES:
         lines.append(f"# TYPE {family} {kind}")
         for (model, version, uuid), counters in series.items():
             gpu = f'gpu_uuid="{uuid}",' if uuid else ""
+            namespace, _, name = model.rpartition("/")
+            model = f'{name}",namespace="{namespace}' if namespace else model
             value = getattr(counters, attribute) or 0
             if family == "nv_inference_request_failure":
                 lines += [f'{family}{{{gpu}model="{model}",reason="OTHER",version="{version}"}} 0',
@@ -210,6 +213,46 @@ def test_a_server_that_labels_no_series_with_a_gpu_has_no_per_gpu_figures():
     assert parse_metrics(TRITON_2_51_METRICS).gpu_totals() is None
     assert gpu_increase(parse_metrics(TRITON_2_51_METRICS),
                         parse_metrics(TRITON_2_51_METRICS)) is None
+
+
+def test_model_names_are_shown_as_triton_names_them_brackets_and_all(monkeypatch, capsys):
+    """Rich reads "[...]" in a cell as markup: "resnet[fp16]" showed as "resnet", and a
+    repository path with "[/...]" in it ended the monitor with an internal error."""
+    _scraping(monkeypatch, triton_exposition({("resnet[fp16]", "1", ""): _served(7),
+                                              ("/srv/a[/b]/bert", "1", ""): _served(3)}))
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--once") == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()
+             if line.split()[-1:] == ["0"] and ("resnet" in line or "bert" in line)]
+    assert names == ["/srv/a[/b]/bert", "resnet[fp16]"]
+
+
+def test_one_model_name_in_two_namespaces_is_two_models_and_one_reloaded_restarts_alone():
+    """Triton started with --model-namespacing=true labels each series with its model's
+    "namespace" (core src/constants.h kMetricsLabelModelNamespace): two repositories'
+    "resnet" are two models. Summed as one, B's reload (its counters from zero) read as
+    a restart of both and counted A's 2 M requests of before again."""
+    before = parse_metrics(triton_exposition({("/repo_a/resnet", "1", ""): _served(2_000_000),
+                                              ("/repo_b/resnet", "1", ""): _served(500)}), at=0)
+    after = parse_metrics(triton_exposition({("/repo_a/resnet", "1", ""): _served(2_000_300),
+                                             ("/repo_b/resnet", "1", ""): _served(40)}), at=10)
+    assert set(after.models) == {"/repo_a/resnet", "/repo_b/resnet"}
+    assert after.models["/repo_a/resnet"].request_success == 2_000_300
+    assert model_increase(before, after, "/repo_a/resnet").request_success == 300
+    assert model_increase(before, after, "/repo_b/resnet").request_success == 40
+    # without namespacing, a model is named as Triton names it
+    assert set(parse_metrics(TRITON_2_51_METRICS).models) == {"example"}
+
+
+def test_monitor_shows_each_namespaces_model_on_its_own_row(monkeypatch, capsys):
+    text = triton_exposition({("/repo_a/resnet", "1", ""): _served(7),
+                              ("/repo_b/resnet", "1", ""): _served(3)})
+    _scraping(monkeypatch, text)
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--once") == 0
+    rows = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()
+            if "resnet" in line}
+    assert rows == {"/repo_a/resnet": "7", "/repo_b/resnet": "3"}
 
 
 def test_per_gpu_increase_counts_a_restarted_version_from_zero_and_a_new_one_whole():
@@ -309,6 +352,31 @@ def test_a_summaries_only_model_with_the_response_cache_counts_requests_by_its_q
     assert example.request_success == 8 and example.request_duration_us is None
     assert example.queue_duration_us == 1067
     assert not any("so are its summaries" in n for n in parse_metrics(cached).notes)
+
+
+def _on_gpu(text: str, uuid: str, model: str = "example") -> str:
+    """A recorded exposition's series moved onto GPU ``uuid`` (and renamed ``model``)."""
+    return text.replace('model="example"', f'gpu_uuid="{uuid}",model="{model}"')
+
+
+def test_a_summaries_only_model_busy_on_one_gpu_and_idle_on_another_gets_one_note():
+    """Its idle GPU's series reads 0 in counters and summaries alike, which alone would be
+    a Triton that counts: two notes for one model, one saying its batch sizes are known."""
+    idle = _summaries_only(0, 0, 0, 0, 0, 0, p50_us=0)
+    metrics = parse_metrics(_on_gpu(SUMMARIES_AFTER, "GPU-aaa") + _on_gpu(idle, "GPU-bbb"))
+    (note,) = metrics.notes
+    assert "batch sizes, failures and pending requests of example are unknown" in note
+    assert metrics.gpu_totals()["GPU-bbb"].inference_count is None
+    assert metrics.models["example"].request_success == 8
+
+
+def test_a_summaries_only_servers_note_names_the_models_whose_counters_count_nothing():
+    idle = _summaries_only(0, 0, 0, 0, 0, 0, p50_us=0)
+    metrics = parse_metrics(_on_gpu(SUMMARIES_AFTER, "GPU-aaa", model="resnet")
+                            + _on_gpu(idle, "GPU-aaa", model="bert"))
+    (note,) = metrics.notes
+    assert "of resnet are unknown" in note and "bert" not in note
+    assert metrics.models["bert"].inference_count == 0    # its 0 is not 2.51's bug yet
 
 
 def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch, capsys):

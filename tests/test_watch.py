@@ -202,6 +202,31 @@ def test_a_model_unloaded_mid_recording_does_not_pour_the_others_lifetime_into_o
     assert recorded == sorted(recorded) and recorded[0] == 2_000_000 + 10_000
 
 
+def test_a_model_reloaded_in_one_namespace_leaves_its_namesake_in_another_out_of_the_csv(
+        monkeypatch, tmp_path):
+    """--model-namespacing=true: repository A's "resnet" has served 2 M requests and serves
+    30 a sample; repository B's "resnet" serves 20 a sample and is reloaded at sample 10
+    (its counters start from zero). Summed under one name, the reload read as a restart
+    and A's 2 M went into the CSV's totals in one interval."""
+    def exposition(k):
+        b = 20 * (k - 9) if k >= 10 else 700 + 20 * k
+        return triton_exposition({("/repo_a/resnet", "1", ""): _served(2_000_000 + 30 * k),
+                                  ("/repo_b/resnet", "1", ""): _served(b)},
+                                 gpu_uuids=("GPU-abc",))
+
+    scrapes = iter(range(1_000_000))
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape",
+                        lambda url, at: parse_metrics(exposition(next(scrapes)), at=at))
+    fake = _fake_pynvml()
+    fake.nvmlDeviceGetPcieThroughput = lambda handle, counter: 1_000_000
+    snapshots, rows = _watched(fake, 190, tmp_path)
+    recorded = [r.triton.request_success for r in rows]
+    assert recorded[-1] - recorded[0] == 30 * 19 + 20 * 19
+    assert snapshots[-1].model_rates["/repo_a/resnet"].requests_per_s == pytest.approx(3, rel=0.01)
+    (result,) = diagnose(rows, load_profile("p100"), THRESHOLDS)
+    assert result.figures.requests == 30 * 19 + 20 * 19
+
+
 def test_a_model_update_rolled_back_is_counted_version_by_version(monkeypatch, tmp_path):
     """Version 1 serves 30 a sample; at sample 10 version 2 takes over (version 1's
     counters stay, as Triton keeps them); at 20 the update is rolled back and version 1

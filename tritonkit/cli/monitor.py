@@ -129,12 +129,12 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
                 _fmt(g.temperature_c), _fmt(g.power_w), _fmt(g.sm_clock_mhz),
                 _fmt(g.memory_clock_mhz), _fmt(g.pcie_rx_mb_s), _fmt(g.pcie_tx_mb_s)]
                 for g in snapshot.gpus])
-        table.caption = ", ".join(
+        table.caption = escape(", ".join(
             f"{g.index} = {g.name or g.uuid}" + (f" (PCIe Gen{g.pcie_gen} x{g.pcie_width})"
                                        if g.pcie_gen and g.pcie_width else "")
             + (f"; clocks held down by {'+'.join(g.slowdowns)}" if g.slowdowns else "")
             + (f"; cannot be read: {g.error}" if g.error else "")
-            for g in snapshot.gpus)
+            for g in snapshot.gpus))
         table.caption_justify = "left"
         parts.append(table)
     if snapshot.triton:
@@ -142,7 +142,7 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
         for name, c in snapshot.triton.models.items():
             r = snapshot.model_rates.get(name)
             ms = lambda us: None if us is None else us / 1000  # noqa: E731
-            rows.append([name, _fmt(c.request_success), _fmt(c.inference_count),
+            rows.append([escape(name), _fmt(c.request_success), _fmt(c.inference_count),
                          _fmt(c.exec_count), _fmt(c.request_failure),
                          _fmt(r and r.requests_per_s, ".1f"), _fmt(r and r.inferences_per_s, ".1f"),
                          _fmt(r and r.avg_batch, ".2f"), _fmt(r and ms(r.queue_us), ".2f"),

@@ -164,8 +164,18 @@ def guess_profile(rows: list[MonitorRow]) -> str | None:
 
 # --- figures ---------------------------------------------------------------------------------
 
-def _triton_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
-    """Triton's counter increase over the interval ending at each sample time.
+@dataclass(frozen=True)
+class _Interval:
+    """What Triton counted between two scrapes, and the seconds between them: after a
+    failed scrape, two sample steps or more, not one."""
+
+    seconds: float
+    counted: ModelCounters
+
+
+def _triton_intervals(rows: list[MonitorRow]) -> dict[float, _Interval]:
+    """Triton's counter increase over the interval ending at each sample time that has
+    them, from the one before that has them.
 
     Monitor records totals that never fall (carried on model by model); a CSV recorded
     before it did holds raw sums, in which an unloaded model still reads as a restart."""
@@ -174,23 +184,22 @@ def _triton_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
         if row.triton is not None:
             series.setdefault(row.elapsed_s, row.triton)
     times = sorted(series)
-    deltas = {}
-    for before, after in zip(times, times[1:]):
-        # a server restart in between: counted from zero (pending, a gauge, is kept)
-        deltas[after] = increase(series[before], series[after])
-    return deltas
+    # a server restart in between: counted from zero (pending, a gauge, is kept)
+    return {after: _Interval(after - before, increase(series[before], series[after]))
+            for before, after in zip(times, times[1:])}
 
 
-def _own_intervals(rows: list[MonitorRow]) -> dict[float, ModelCounters]:
+def _own_intervals(rows: list[MonitorRow]) -> dict[float, _Interval]:
     """A GPU's own counter increase (the series Triton labels with its uuid) over the
     interval ending at each of its samples that has them, from the one before that has
     them (a failed scrape between them is bridged, as the server's counters are)."""
     counted = [r for r in rows if r.gpu_triton is not None]
-    return {after.elapsed_s: increase(before.gpu_triton, after.gpu_triton)
+    return {after.elapsed_s: _Interval(after.elapsed_s - before.elapsed_s,
+                                       increase(before.gpu_triton, after.gpu_triton))
             for before, after in zip(counted, counted[1:])}
 
 
-def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile: GpuProfile,
+def _figures(rows: list[MonitorRow], triton: dict[float, _Interval], profile: GpuProfile,
              thresholds: Thresholds, others_busy: frozenset[float] = frozenset()) -> Figures:
     """An interval's load is what the GPU's own counters counted where the recording has
     them. Else the server's: ``others_busy`` says when another GPU of the recording was
@@ -199,7 +208,7 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
     idle = thresholds.alerts.idle_utilization_pct
     own = _own_intervals(rows)
 
-    def window(row: MonitorRow) -> ModelCounters | None:
+    def window(row: MonitorRow) -> _Interval | None:
         if row.elapsed_s in own:
             return own[row.elapsed_s]
         if (row.elapsed_s in others_busy and row.util_pct is not None
@@ -208,12 +217,14 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
         return triton.get(row.elapsed_s)
 
     if triton or own:
-        loaded = [r for r in rows if (window(r) or ModelCounters()).served]
+        loaded = [r for r in rows if window(r) is not None and window(r).counted.served]
         windows = [window(r) for r in loaded]
+        # the time each interval took: one after a failed scrape spans two steps or more
+        seconds = sum(w.seconds for w in windows)
     else:
         loaded = [r for r in rows if (r.util_pct or 0.0) > idle]
         windows = []
-    seconds = _seconds_covered(rows, loaded)
+        seconds = _seconds_covered(rows, loaded)
     mean = lambda values: fmean(values) if values else None  # noqa: E731
     mem = [r.mem_pct for r in loaded if r.mem_pct is not None]
     rx = [r.pcie_rx_mb_s / 1000 for r in loaded if r.pcie_rx_mb_s is not None]
@@ -234,10 +245,10 @@ def _figures(rows: list[MonitorRow], triton: dict[float, ModelCounters], profile
         saturated_samples=sum(1 for v in busiest if v >= near),
         own_intervals=sum(1 for r in rows if r.elapsed_s in own), **link)
     if windows:
-        total = sum(windows, ModelCounters())
+        total = sum((w.counted for w in windows), ModelCounters())
         compute = total.compute_duration_us
         requests = total.request_success
-        pending = [w.pending_request_count for w in windows]
+        pending = [w.counted.pending_request_count for w in windows]
         figures.update(
             requests=requests, inferences=total.inference_count, executions=total.exec_count,
             avg_batch=ratio(total.inference_count, total.exec_count),
@@ -295,7 +306,7 @@ def _classify(f: Figures, t: Thresholds) -> str:
     return "none"
 
 
-def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, ModelCounters],
+def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, _Interval],
                   profile: GpuProfile, thresholds: Thresholds, shared: bool = False,
                   others_busy: frozenset[float] = frozenset(),
                   lost: list[MonitorRow] | None = None) -> Diagnosis:

@@ -26,13 +26,19 @@ version 2 drops one version's counters and starts another's, which their sum wou
 as a small increase, or as a restart (and a restart read on a sum of GPUs counts the
 GPUs that did not restart a second time).
 
+A model is named as Triton labels it, ``namespace/model`` where Triton adds a namespace
+(``--model-namespacing=true``: two repositories' models of one name are two models,
+counted, restarted and shown apart), plain ``model`` where it does not.
+
 A figure Triton does not report is None, never 0: a server started with
 ``--metrics-config counter_latencies=false`` has no duration counters (their
 ``*_summary_us`` summaries, when on, give the same sums), and Triton 2.51 then leaves
 its request, inference and execution counters and the pending gauge at 0 however much
 it serves (triton-inference-server/server#8125). Read as zeros they made a busy server
 idle and every request 0 µs long; here requests and times come from the summaries
-and batch sizes are unknown.
+and batch sizes are unknown, for every series of a model whose counters read 0 while it
+served (an idle GPU's series of it reads 0 truly, and is no sign they count), with one
+note naming those models.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ import http.client
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field, fields, replace
+from itertools import groupby
+from operator import itemgetter
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -107,6 +115,7 @@ _SUMMARIES = {"nv_inference_request_summary_us": "request_duration_us",
 # METRIC_REPORTER_ID_CPU, no label, for the others), "namespace" with model namespacing,
 # "_<tag>" for metric tags, and "reason" on nv_inference_request_failure.
 GPU_LABEL = "gpu_uuid"
+NAMESPACE_LABEL = "namespace"
 # What Triton 2.51 stops counting (reads 0) when its latency counters are off.
 _UNCOUNTED_WITHOUT_LATENCY_COUNTERS = ("request_failure", "inference_count", "exec_count",
                                        "pending_request_count")
@@ -186,7 +195,7 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
         target = _COUNTERS.get(family.name)
         summary = _SUMMARIES.get(family.name)
         for sample in family.samples:
-            model = sample.labels.get("model")
+            model = model_name(sample.labels)
             key = (model, sample.labels.get("version", ""), sample.labels.get(GPU_LABEL, ""))
             if target and model is not None:
                 row = counters.setdefault(key, {})
@@ -199,13 +208,21 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
                 uuid = sample.labels.get(GPU_LABEL, "")
                 gpus.setdefault(uuid, {})[family.name] = float(sample.value)
     series: dict[str, dict[tuple[str, str], ModelCounters]] = {}
-    notes: list[str] = []
-    for key in sorted(set(counters) | set(summaries)):
-        name, version, uuid = key
-        counted, note = _model_counters(counters.get(key, {}), summaries.get(key, {}))
-        series.setdefault(name, {})[(version, uuid)] = counted
-        if note and note not in notes:
-            notes.append(note)
+    causes: dict[str, list[str]] = {}      # what the counters cannot tell -> models
+    by_model = groupby(sorted(set(counters) | set(summaries)), key=itemgetter(0))
+    for name, keys in by_model:
+        read = {key: _model_counters(counters.get(key, {}), summaries.get(key, {}))
+                for key in keys}
+        # One verdict per model: a series its counters left at 0 while it served (2.51's
+        # bug) shows they count nothing on any of its series (an idle one's 0 is no count)
+        found = {cause for _, cause in read.values() if cause}
+        uncounted = UNCOUNTED in found
+        for (_, version, uuid), (counted, cause) in read.items():
+            if uncounted and cause == TIMES_FROM_SUMMARIES:
+                counted = replace(counted, **dict.fromkeys(_UNCOUNTED_WITHOUT_LATENCY_COUNTERS))
+            series.setdefault(name, {})[(version, uuid)] = counted
+        for cause in found - ({TIMES_FROM_SUMMARIES} if uncounted else set()):
+            causes.setdefault(cause, []).append(name)
     versions: dict[str, dict[str, ModelCounters]] = {}
     for name, by_series in series.items():
         for (version, _), counted in by_series.items():
@@ -213,13 +230,29 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
             by_version[version] = by_version.get(version, ModelCounters()) + counted
     models = {name: sum(by_version.values(), ModelCounters())
               for name, by_version in versions.items()}
-    return TritonMetrics(at=at, models=models, gpus=gpus, notes=tuple(notes), versions=versions,
-                         series=series)
+    return TritonMetrics(at=at, models=models, gpus=gpus, notes=_notes(causes),
+                         versions=versions, series=series)
+
+
+def model_name(labels: dict[str, str]) -> str | None:
+    """A series' model as tritonkit names it: Triton's ``model`` label, as
+    ``namespace/model`` where Triton adds a namespace (--model-namespacing=true: one
+    name can be two models, from two repositories, each counted apart); None: no model's."""
+    model = labels.get("model")
+    namespace = labels.get(NAMESPACE_LABEL)
+    return model if model is None or namespace is None else f"{namespace}/{model}"
+
+
+# Why a series' counters tell less than they should.
+TIMES_FROM_SUMMARIES = "times from summaries"   # latency counters off; the others count
+UNCOUNTED = "uncounted"                         # latency counters off; the others read 0
+NO_LATENCIES = "no latencies"                   # latency counters and summaries both off
 
 
 def _model_counters(counted: dict[str, float], summed: dict[str, float]
                     ) -> tuple[ModelCounters, str | None]:
-    """One model's counters: Triton's counters, else its summaries; None where neither."""
+    """One series' counters: Triton's counters, else its summaries; None where neither.
+    With them, why they tell less than they should (None: they tell it all)."""
     values: dict[str, float | None] = {f.name: counted.get(f.name) for f in fields(ModelCounters)}
     if "request_duration_us" in counted:
         return ModelCounters(**values), None
@@ -230,10 +263,7 @@ def _model_counters(counted: dict[str, float], summed: dict[str, float]
     requests = next((summed[name] for name in ("request_duration_us_count",
                                                 "queue_duration_us_count") if name in summed), None)
     if requests is None:
-        return ModelCounters(**values), (
-            "Triton's latency counters are off (--metrics-config counter_latencies=false) "
-            "and so are its summaries: no queue or compute times, and Triton 2.51 then "
-            "counts no requests either; start it with --metrics-config summary_latencies=true")
+        return ModelCounters(**values), NO_LATENCIES
     for name in _SUMMARIES.values():
         values[name] = summed.get(name + "_sum")
     # Stuck at 0 while the summary counts is 2.51's bug; a count a request or two behind
@@ -241,15 +271,30 @@ def _model_counters(counted: dict[str, float], summed: dict[str, float]
     uncounted = requests > 0 and not values["request_success"]
     values["request_success"] = requests
     if not uncounted:
-        return ModelCounters(**values), (
-            "Triton runs with --metrics-config counter_latencies=false: queue and compute "
-            "times come from its summaries")
+        return ModelCounters(**values), TIMES_FROM_SUMMARIES
     # Triton served requests its counters did not count: none of them can be trusted
     values.update(dict.fromkeys(_UNCOUNTED_WITHOUT_LATENCY_COUNTERS))
-    return ModelCounters(**values), (
-        "Triton runs with --metrics-config counter_latencies=false: requests and times come "
-        "from its summaries, and batch sizes, failures and pending requests are unknown "
-        "(Triton 2.51 leaves those counters at 0)")
+    return ModelCounters(**values), UNCOUNTED
+
+
+def _notes(causes: dict[str, list[str]]) -> tuple[str, ...]:
+    """One note per cause, naming the models where they differ: a model whose counters
+    count nothing is named, the others' requests and times come from the same summaries."""
+    notes = []
+    if UNCOUNTED in causes:
+        notes.append("Triton runs with --metrics-config counter_latencies=false: requests and "
+                     "times come from its summaries, and batch sizes, failures and pending "
+                     f"requests of {', '.join(causes[UNCOUNTED])} are unknown (Triton 2.51 "
+                     "leaves those counters at 0)")
+    elif TIMES_FROM_SUMMARIES in causes:
+        notes.append("Triton runs with --metrics-config counter_latencies=false: queue and "
+                     "compute times come from its summaries")
+    if NO_LATENCIES in causes:
+        notes.append("Triton's latency counters are off (--metrics-config "
+                     "counter_latencies=false) and so are its summaries: no queue or compute "
+                     "times, and Triton 2.51 then counts no requests either; start it with "
+                     "--metrics-config summary_latencies=true")
+    return tuple(notes)
 
 
 _GAUGES = ("pending_request_count",)
