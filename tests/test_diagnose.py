@@ -309,6 +309,16 @@ def test_a_json_report_is_kept_unless_force_and_json_to_stdout_is_json_alone(tmp
     assert "what to try" in captured.err                         # the report: on stderr
 
 
+def test_a_json_report_never_replaces_the_recording_it_was_made_from_even_with_force(
+        tmp_path, capsys):
+    csv = record(tmp_path / "memory.csv", **P100, util=35, mem_pct=97,
+                 triton=dict(requests=400, batch=8, queue_us=800, infer_us=20_000))
+    recorded = csv.read_text()
+    assert run_cli("diagnose", csv, "--json", csv, "--force") == 2
+    assert "is the recording diagnose reads" in capsys.readouterr().err
+    assert csv.read_text() == recorded
+
+
 def test_a_recording_that_is_not_text_is_one_line_not_a_traceback(tmp_path, capsys):
     binary = tmp_path / "gpu.csv"
     binary.write_bytes(b"\xff\xfe\x00binary")

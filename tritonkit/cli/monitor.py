@@ -179,6 +179,11 @@ def diagnose(
         raise UsageError("give a recorded CSV or --live, not both" if file else
                          "no recording given", hint="tritonkit diagnose gpu.csv, or --live")
     _check_json(json_out, force)      # before a --live recording, not after it
+    if file is not None and json_out is not None and str(json_out) != "-" \
+            and Path(json_out).resolve() == Path(file).resolve():
+        # --force or not: the report would replace the recording it was made from
+        raise UsageError(f"--json {json_out} is the recording diagnose reads",
+                         hint="give the report a path of its own, e.g. --json diagnosis.json")
     limits = load_thresholds(thresholds)
     if live:
         sampler, _ = open_monitor(resolve_metrics_url(repository, url, metrics_port), limits.alerts)
