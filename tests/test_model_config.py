@@ -218,6 +218,9 @@ def test_max_batch_size_0_asked_for_says_so_explicitly(tmp_path):
     configure(tmp_path, "fixed", gpu="a10", max_batch_size=0)
     text = (tmp_path / "fixed" / "config.pbtxt").read_text()
     assert "max_batch_size: 0" in text
+    # the graph has a batch axis: the reason given is the limit asked for, not the graph
+    assert "max_batch_size 0: no batching asked for" in text
+    assert "no batch axis" not in text
     config = read_config(tmp_path / "fixed" / "config.pbtxt")
     assert list(config.input[0].dims) == [-1, 16]            # batch axis kept as a dim
     assert not config.HasField("dynamic_batching")
@@ -538,3 +541,110 @@ def test_warm_up_covers_the_smallest_and_the_largest_shape_first(encoder_repo):
     largest = (config.max_batch_size, max(n for _, n in sizes))
     assert sizes[:2] == [smallest, largest]
     assert len(set(sizes)) == len(sizes) > 2        # every shape still warmed, once
+
+
+def _save_graph(model_dir: Path, nodes, inputs, outputs, initializers=(), opset: int = 17) -> None:
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, model_dir.name, inputs, outputs, list(initializers))
+    onnx_graphs._save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]),
+                      model_dir)
+
+
+def test_a_scalar_of_a_model_without_batching_is_dims_1_without_a_reshape(tmp_path):
+    """Triton 2.51 refuses to load a non-batching model with a reshape to [] ("scalar
+    tensors are not supported"); the ONNX Runtime backend serves a graph's scalar as dims
+    [1]. A [batch] tensor of a batching model keeps its reshape to []."""
+    from onnx import TensorProto, helper
+
+    from tritonkit.model_config import config_problems
+
+    _save_graph(tmp_path / "total", [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0)],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                [helper.make_tensor_value_info("total", TensorProto.FLOAT, [])])
+    configure(tmp_path, "total", gpu="a10")
+    config = read_config(tmp_path / "total" / "config.pbtxt")
+    assert config.max_batch_size == 0
+    assert list(config.output[0].dims) == [1] and not config.output[0].HasField("reshape")
+    assert config_problems(config) == []
+    # --check names the reshape Triton would refuse in a config edited by hand
+    config.output[0].reshape.SetInParent()
+    (problem,) = config_problems(config)
+    assert "output 'total' is reshaped to [] in a model without batching" in problem
+
+    onnx_graphs.scorer(tmp_path / "scorer")                     # [batch] in and out
+    configure(tmp_path, "scorer", gpu="a10", max_batch_size=8)
+    scorer = read_config(tmp_path / "scorer" / "config.pbtxt")
+    assert scorer.output[0].HasField("reshape") and list(scorer.output[0].dims) == [1]
+    assert config_problems(scorer) == []
+
+
+def test_an_fp16_graphs_weights_are_not_halved_again_for_an_fp16_engine(tmp_path):
+    """An FP16 engine halves FP32 weights; an FP16 graph's weights keep their size. Halved
+    twice, a model that cannot fit the card got a config, and a big one a batch limit that
+    runs out of memory under load."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tritonkit.model_config import build_config, memory_bound_batch, read_graph
+
+    for name, dtype, elem in (("fp16", np.float16, TensorProto.FLOAT16),
+                              ("fp32", np.float32, TensorProto.FLOAT)):
+        table = numpy_helper.from_array(np.zeros((1024, 1024), dtype), "table")   # 1 Mi weights
+        _save_graph(tmp_path / name, [helper.make_node("Gather", ["table", "ids"], ["e"])],
+                    [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 1])],
+                    [helper.make_tensor_value_info("e", elem, ["batch", 1, 1024])], [table])
+    fp16 = read_graph(tmp_path / "fp16" / "1" / "model.onnx")
+    fp32 = read_graph(tmp_path / "fp32" / "1" / "model.onnx")
+    # An A10 with 1.5 MiB free: 2 MiB of FP16 weights do not fit, whatever the engine.
+    small = (Path(load_profile("a10").path).read_text()
+             .replace("gib = 24", f"gib = {1.5 / 1024 / 0.8}").replace('name = "a10"', 'name = "small"'))
+    (tmp_path / "small.toml").write_text(small)
+    profile = load_profile(tmp_path / "small.toml")
+    assert profile.serving.precision == "fp16"
+    assert memory_bound_batch(fp16, profile, instances=1) == 0
+    with pytest.raises(UsageError, match="does not fit"):
+        build_config("m", fp16, profile, max_batch_size=8)
+    # An FP32 graph's weights halve in the FP16 engine: the same 2 MiB, on the full card too.
+    a10 = load_profile("a10")
+    usable = a10.memory.bytes * (1 - a10.serving.memory_headroom)
+    assert memory_bound_batch(fp16, a10, instances=2) == \
+        int((usable - 2 * 2 * 2**20) // (2 * fp16.activation_bytes_per_sample))
+    assert memory_bound_batch(fp32, a10, instances=2) == \
+        int((usable - 2 * 2 * 2**20) // (2 * fp32.activation_bytes_per_sample))
+
+
+@pytest.mark.parametrize("kind", ["float8", "sequence"])
+def test_an_input_or_output_triton_has_no_data_type_for_is_named(tmp_path, capsys, kind):
+    """A float8 tensor or a sequence output (skl2onnx's ZipMap, SequenceConstruct) has no
+    Triton data type: one line naming it, not a traceback from the protobuf enum."""
+    from onnx import TensorProto, helper
+
+    if kind == "float8":
+        _save_graph(tmp_path / "m", [helper.make_node("Identity", ["x"], ["y"])],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, ["batch", 2])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, ["batch", 2])],
+                    opset=19)
+        expected = "input 'x' of .* is FLOAT8E4M3FN, which Triton has no data type for"
+    else:
+        _save_graph(tmp_path / "m", [helper.make_node("SequenceConstruct", ["x"], ["y"])],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])],
+                    [helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, None)])
+        expected = "output 'y' of .* is a sequence, which Triton has no data type for"
+    with pytest.raises(UsageError, match=expected):
+        configure(tmp_path, "m", gpu="a10")
+    assert run_cli("config", "m", "--repository", tmp_path) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "m" / "config.pbtxt").exists()
+
+
+def test_without_an_export_report_the_missing_batch_limit_is_said(tmp_path):
+    """A graph put in the repository by hand has no export report to give a batch limit:
+    the config is made without batching, and the command says how to get it."""
+    onnx_graphs.mlp(tmp_path / "mlp")
+    configured = configure(tmp_path, "mlp", gpu="a10")
+    assert read_config(tmp_path / "mlp" / "config.pbtxt").max_batch_size == 0
+    assert any("no export report" in n and "--max-batch-size" in n for n in configured.notes)
+    configured = configure(tmp_path, "mlp", gpu="a10", max_batch_size=8, force=True)
+    assert read_config(tmp_path / "mlp" / "config.pbtxt").max_batch_size == 8
+    assert not any("no export report" in n for n in configured.notes)

@@ -63,6 +63,9 @@ class GraphSpec:
     digest: str = ""              # sha256 of the model file (keys ONNX Runtime's engine cache)
     opset: int = 0                # the ai.onnx opset, and the IR version, the file is stamped with
     ir_version: int = 0
+    # The weights with every floating-point one in 16 bits, as an FP16/BF16 engine holds them:
+    # an FP32 weight halves, an FP16 one stays as it is.
+    half_weight_bytes: int = 0
 
 
 def triton_data_type(elem_type: int) -> str:
@@ -72,6 +75,27 @@ def triton_data_type(elem_type: int) -> str:
     np_dtype = helper.tensor_dtype_to_np_dtype(elem_type)
     triton = np_to_triton_dtype(np_dtype)
     return "TYPE_STRING" if triton == "BYTES" else f"TYPE_{triton}"
+
+
+def _tensor_spec(value: onnx.ValueInfoProto, kind: str, onnx_path: Path) -> TensorSpec:
+    """A graph input or output as Triton serves it; a UsageError for one Triton cannot (a
+    sequence or map, a float8 or complex tensor): Triton has no data type for it."""
+    what = value.type.WhichOneof("value")
+    elem_type = value.type.tensor_type.elem_type if what == "tensor_type" else 0
+    try:
+        data_type = triton_data_type(elem_type) if elem_type else None
+    except (KeyError, ValueError):
+        data_type = None
+    if data_type is None or data_type not in mc.DataType.keys():
+        spelled = onnx.TensorProto.DataType.Name(elem_type) if elem_type else {
+            "sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional",
+            "sparse_tensor_type": "a sparse tensor"}.get(what or "", "untyped")
+        raise UsageError(f"{kind} '{value.name}' of {onnx_path} is {spelled}, which Triton has "
+                         "no data type for (it serves tensors of bool, integers, FP16/BF16/"
+                         "FP32/FP64 and bytes)",
+                         hint="return or take a tensor of one of those (cast it in the "
+                              "model's forward) and export again")
+    return TensorSpec(value.name, data_type, _dims(value))
 
 
 def _dims(value_info: onnx.ValueInfoProto) -> tuple[int, ...]:
@@ -91,17 +115,18 @@ def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
                          hint="re-export it with tritonkit export --force") from None
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
-    inputs = tuple(TensorSpec(i.name, triton_data_type(i.type.tensor_type.elem_type), _dims(i))
-                   for i in graph.input if i.name not in initializers)
-    outputs = tuple(TensorSpec(o.name, triton_data_type(o.type.tensor_type.elem_type), _dims(o))
-                    for o in graph.output)
+    inputs = tuple(_tensor_spec(i, "input", onnx_path) for i in graph.input
+                   if i.name not in initializers)
+    outputs = tuple(_tensor_spec(o, "output", onnx_path) for o in graph.output)
     weight_bytes = sum(_tensor_bytes(init) for init in graph.initializer)
+    half_weight_bytes = sum(_tensor_bytes(init, at_most=2 if _is_float(init.data_type) else None)
+                            for init in graph.initializer)
     labels = _axis_labels(graph, initializers)
     lengths, source = warmup_lengths(report or {}, labels)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     return GraphSpec(inputs, outputs, weight_bytes,
                      _activation_bytes_per_sample(model, labels, lengths), labels, lengths, source,
-                     _digest(onnx_path, report or {}), opset, model.ir_version)
+                     _digest(onnx_path, report or {}), opset, model.ir_version, half_weight_bytes)
 
 
 def _digest(onnx_path: Path, report: dict) -> str:
@@ -118,9 +143,15 @@ def _digest(onnx_path: Path, report: dict) -> str:
     return combined.hexdigest()
 
 
-def _tensor_bytes(init: onnx.TensorProto) -> int:
+def _tensor_bytes(init: onnx.TensorProto, at_most: int | None = None) -> int:
     count = int(np.prod(init.dims)) if init.dims else 1
-    return count * helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    itemsize = helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    return count * min(itemsize, at_most or itemsize)
+
+
+def _is_float(elem_type: int) -> bool:
+    return elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
+                         onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 
 
 def _axis_labels(graph: onnx.GraphProto, initializers: set[str]) -> dict[str, dict[int, str]]:
@@ -218,8 +249,9 @@ def _activation_bytes_per_sample(model: onnx.ModelProto, labels: dict[str, dict[
 def memory_bound_batch(graph: GraphSpec, profile: GpuProfile, instances: int) -> int:
     """The largest batch whose weights and activations fit the card with headroom."""
     usable = profile.memory.bytes * (1.0 - profile.serving.memory_headroom)
-    bytes_per_weight = 0.5 if profile.serving.precision in ("fp16", "bf16") else 1.0
-    free_for_activations = usable - instances * graph.weight_bytes * bytes_per_weight
+    half = profile.serving.precision in ("fp16", "bf16")
+    weights = graph.half_weight_bytes if half else graph.weight_bytes
+    free_for_activations = usable - instances * weights
     if free_for_activations <= 0:
         return 0
     return int(free_for_activations // (instances * graph.activation_bytes_per_sample))
@@ -301,20 +333,29 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
         config.max_batch_size = max_batch_size
     else:
         config.max_batch_size = 0
-        notes.append("no batch axis shared by every input and output: max_batch_size 0")
+        notes.append("max_batch_size 0: " + ("no batching asked for (each request carries the "
+                                             "graph's whole shape)" if batching else
+                                             "no batch axis shared by every input and output"))
 
     strip = 1 if config.max_batch_size > 0 else 0
     for specs, tensors in ((graph.inputs, config.input), (graph.outputs, config.output)):
         for spec in specs:
             target = tensors.add(name=spec.name, data_type=mc.DataType.Value(spec.data_type))
             target.dims.extend(spec.dims[strip:])
-            if not target.dims:
+            if not target.dims and strip:
                 # One value per sample ([batch]): Triton wants dims, so [1], and a reshape
                 # to no dims at all so the model still sees (and returns) [batch].
                 target.dims.append(1)
                 target.reshape.SetInParent()
                 notes.append(f"{spec.name}: one value per sample, dims [1] reshaped to [] "
                              "(the graph's shape is [batch])")
+            elif not target.dims:
+                # A scalar in a model without batching: Triton refuses an empty reshape there
+                # ("scalar tensors are not supported"); the ONNX Runtime backend takes dims
+                # [1] for a scalar of the graph and feeds (and returns) it as one.
+                target.dims.append(1)
+                notes.append(f"{spec.name}: a scalar, dims [1] (no batching: Triton refuses "
+                             "a reshape to [])")
 
     if config.max_batch_size > 1:
         # Triton's recommended start: batches as large as the queue holds, no preferred
@@ -510,11 +551,21 @@ def read_config(path: Path) -> mc.ModelConfig:
 
 def config_problems(config: mc.ModelConfig) -> list[str]:
     """What Triton would refuse in a config its schema parses: an input or output with no
-    dims (Triton: "must specify 'dims'"; one value per sample is dims [1] reshaped to [])."""
-    return [f"{kind} '{tensor.name}' has no dims (Triton refuses it): give dims [1] and "
-            "reshape { shape: [] } for one value per sample"
-            for kind, tensors in (("input", config.input), ("output", config.output))
-            for tensor in tensors if not tensor.dims]
+    dims (Triton: "must specify 'dims'"; one value per sample is dims [1] reshaped to []),
+    and a reshape to [] without batching (Triton: "cannot have empty reshape for
+    non-batching model as scalar tensors are not supported")."""
+    problems = []
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for tensor in tensors:
+            if not tensor.dims:
+                problems.append(f"{kind} '{tensor.name}' has no dims (Triton refuses it): give "
+                                "dims [1] and reshape { shape: [] } for one value per sample")
+            elif (config.max_batch_size == 0 and tensor.HasField("reshape")
+                  and not tensor.reshape.shape):
+                problems.append(f"{kind} '{tensor.name}' is reshaped to [] in a model without "
+                                "batching (Triton refuses it): drop the reshape, dims [1] "
+                                "serve a scalar")
+    return problems
 
 
 def read_report(model_dir: Path) -> dict:
@@ -563,6 +614,9 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
                          hint=f"use a limit from 1 to {MAX_BATCH_SIZE}, or 0 for no batching")
     plans = report.get("plans") or {}
     notes = []
+    if not report and max_batch_size is None:
+        notes.append(f"no export report in {model_dir} gives a batch limit: max_batch_size 0, "
+                     "no dynamic batching; pass --max-batch-size N for a batch-first graph")
     if report and limit > exported > 0:
         if plans:
             raise UsageError(f"--max-batch-size {limit} is above the {exported} the TensorRT plan "
