@@ -153,6 +153,7 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
     warnings = [f"{lv.label}: {s.cause} at {s.start_s:g} s ({_spike_figures(s)}typical p99 "
                 f"{s.typical_p99_ms:.2f} ms)" for lv in result.levels for s in lv.spikes]
     warnings += [w for lv in result.levels for w in _open_loop_warnings(lv)]
+    warnings += [w for lv in result.levels for w in _sequence_warnings(lv)]
     if result.cold_first_request_ms is not None:
         warnings.insert(0, _cold_first_request(result))
     missed = [c.describe() for c in checks if not c.passed]
@@ -224,6 +225,26 @@ def _open_loop_warnings(lv: LevelResult) -> list[str]:
     return warnings
 
 
+def _sequence_warnings(lv: LevelResult) -> list[str]:
+    """A stateful model's: sequences beyond what its sequence batcher runs at once, which
+    wait in its backlog (their requests' latency holds the wait); sequences left open."""
+    seq = lv.sequences
+    if not seq:
+        return []
+    warnings = []
+    if seq["live"] > seq["batcher_slots"]:
+        warnings.append(f"{lv.label}: {seq['live']} sequences live at once, more than the "
+                        f"{seq['batcher_slots']} the model's sequence batcher runs at once (its "
+                        "max_batch_size, or the oldest strategy's max_candidate_sequences, x its "
+                        "instances): the others wait in its backlog until a sequence ends, and their "
+                        "requests' latencies include that wait")
+    if seq["left_open"]:
+        warnings.append(f"{lv.label}: {seq['left_open']} sequences may be left open on the server (their "
+                        "END was not answered): it holds their sequence slots until "
+                        "max_sequence_idle_microseconds passes")
+    return warnings
+
+
 def _client_cores_per_worker(lv: LevelResult) -> float | None:
     """Open loop: the share of a core each load-generating process kept busy (its CPU per
     request sent times the rate it sent)."""
@@ -255,7 +276,24 @@ def levels_table(result: LoadTestResult) -> Table:
                       _ms(lat.get("max")), f"[red]{lv.error_count}[/red]" if lv.error_count else "0")
     table.caption = ("latency in ms; c= concurrency (closed loop)" if result.spec.mode == "closed" else
                      "latency in ms from each request's scheduled send time; /s offered rate (open loop)")
+    seq = next((lv.sequences for lv in result.levels if lv.sequences), None)
+    if seq:
+        table.caption += (f"; stateful: each {'user' if result.spec.mode == 'closed' else 'of the live sequences'}"
+                          f" sends whole sequences (START ... END) of {_sequence_length(seq)} requests")
     return table
+
+
+def _sequences_line(lv: LevelResult) -> str:
+    seq = lv.sequences
+    cut = f", {seq['ended_at_the_end']} of them ended early by one more request at the end" \
+        if seq["ended_at_the_end"] else ""
+    return (f"{lv.label}: {seq['completed']} sequences completed (warm-up included{cut}), "
+            f"{seq['live']} live at once")
+
+
+def _sequence_length(seq: dict) -> str:
+    spread = int(seq["length"] * seq["variation_pct"] / 100)
+    return f"{seq['length']} +/- {spread}" if spread else str(seq["length"])
 
 
 def server_split_table(result: LoadTestResult) -> Table | None:
@@ -297,6 +335,9 @@ def print_report(console: Console, result: LoadTestResult, verdict: Verdict) -> 
     for table in (server_split_table(result), spikes_table(result)):
         if table is not None:
             console.print(table)
+    for lv in result.levels:
+        if lv.sequences:
+            console.print(_sequences_line(lv))
     # Error kinds, causes and reasons carry the server's own words: printed, never parsed as markup.
     for lv in result.levels:
         for kind, count in lv.errors.items():
@@ -322,7 +363,7 @@ def _level_dict(lv: LevelResult) -> dict[str, Any]:
         "mode", "level", "workers", "duration_s", "sent", "ok", "errors", "qps", "infer_per_s",
         "latency_ms", "offered_rate", "achieved_rate", "send_lag_ms", "max_in_flight", "saturated",
         "server_split_ms",
-        "client_cpu_us", "server_batch", "ended_early", "events", "outages")}
+        "client_cpu_us", "server_batch", "ended_early", "events", "outages", "sequences")}
     data.update(label=lv.label, error_rate=lv.error_rate,
                 timeline=[asdict(w) for w in lv.timeline],
                 spikes=[asdict(s) for s in lv.spikes],

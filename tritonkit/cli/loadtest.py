@@ -48,7 +48,9 @@ class _ProgressBar:
                     "Open loop: tritonkit loadtest --url 127.0.0.1:8000 --model mlp --rate 200 "
                     "--arrivals poisson --duration 30 --plot out/mlp.png\n\n"
                     "Dynamic sizes: tritonkit loadtest --model encoder --concurrency 4 "
-                    "--shape input_ids:128 --shape attention_mask:128")
+                    "--shape input_ids:128 --shape attention_mask:128\n\n"
+                    "Stateful (sequence_batching): tritonkit loadtest --model tracker --concurrency 8 "
+                    "--sequence-length 50 (each user sends whole sequences, START to END)")
 def loadtest(
     model: Annotated[str, typer.Option("--model", "-m", help="The model to load.")],
     repository: Annotated[Optional[Path], typer.Option(
@@ -83,6 +85,18 @@ def loadtest(
     shape: Annotated[Optional[List[str]], typer.Option(
         "--shape", help="An input's dims without the batch axis, NAME:D1,D2,... (repeatable; "
                         "as perf_analyzer's): the size of each dynamic (-1) dimension.")] = None,
+    sequence_length: Annotated[Optional[int], typer.Option(
+        "--sequence-length", help="Stateful model (sequence_batching): requests per sequence, "
+                                  "START to END (default 20, as perf_analyzer's).")] = None,
+    sequence_length_variation: Annotated[Optional[float], typer.Option(
+        "--sequence-length-variation", help="Stateful model: each sequence's length varies by up to "
+                                            "this many percent (default 20).")] = None,
+    sequence_id_range: Annotated[Optional[str], typer.Option(
+        "--sequence-id-range", help="Stateful model: correlation IDs START[:END] (END excluded; "
+                                    "default: a random range far from warm-up's and small counters).")] = None,
+    num_of_sequences: Annotated[Optional[int], typer.Option(
+        "--num-of-sequences", help="Stateful model, open loop: sequences live at once, one request "
+                                   "in flight each (default 4).")] = None,
     request_timeout: Annotated[float, typer.Option(
         "--request-timeout", help="Seconds before one request counts as failed.", min=0.1)] = 30.0,
     sla_p99_ms: Annotated[Optional[float], typer.Option(
@@ -113,7 +127,9 @@ def loadtest(
         rates=_numbers(rate, float, "--rate"), arrivals=arrivals, duration_s=duration,
         warmup_s=warmup_s, batch_size=batch_size, protocol=protocol, workers=workers,
         max_in_flight=max_in_flight, window_s=window_s, timeout_s=request_timeout, input_data=input_data,
-        shapes=loadtest_lib.parse_shapes(shape or ()))
+        shapes=loadtest_lib.parse_shapes(shape or ()), sequence_length=sequence_length,
+        sequence_length_variation=sequence_length_variation, num_sequences=num_of_sequences,
+        sequence_id_range=loadtest_lib.parse_id_range(sequence_id_range))
     endpoint = resolve_endpoint(repository, url, grpc_url=grpc_url)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]} requests"),
                TimeRemainingColumn())

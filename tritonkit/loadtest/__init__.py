@@ -8,7 +8,9 @@ Workers are separate processes (a Python client needs several to load a server);
 keeps raw records, builds an HdrHistogram per window once the clock stops, and the
 parent merges them. In open loop a request's latency runs from its *scheduled* send
 time, so a stalled server shows in the percentiles instead of quietly lowering the
-offered load. ``tritonkit.report`` turns a result into a verdict, a table and files.
+offered load. A stateful model (``sequence_batching``) is sent whole sequences of
+requests with correlation IDs, as perf_analyzer sends them (``_sequences``).
+``tritonkit.report`` turns a result into a verdict, a table and files.
 """
 
 from tritonkit.loadtest._inputs import RequestTemplate, parse_shapes, request_template
@@ -20,6 +22,7 @@ from tritonkit.loadtest._run import (
     default_workers,
     run_loadtest,
 )
+from tritonkit.loadtest._sequences import Sequencing, parse_id_range, sequencing
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
 from tritonkit.loadtest._timeline import (
@@ -38,6 +41,7 @@ __all__ = [
     "LoadSpec",
     "LoadTestResult",
     "RequestTemplate",
+    "Sequencing",
     "ServerEvent",
     "ServerWatcher",
     "Spike",
@@ -47,9 +51,11 @@ __all__ = [
     "cold_start_windows",
     "default_workers",
     "open_loop_schedule",
+    "parse_id_range",
     "parse_shapes",
     "request_template",
     "run_loadtest",
+    "sequencing",
     "spike_windows",
     "split_schedule",
 ]

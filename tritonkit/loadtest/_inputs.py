@@ -12,6 +12,7 @@ import numpy as np
 
 from tritonkit.client import Endpoint, example_input, triton_message
 from tritonkit.errors import ServerError, UsageError
+from tritonkit.loadtest._sequences import Sequencing, sequencing
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class RequestTemplate:
     inputs: tuple[tuple[str, str, np.ndarray], ...]   # (name, Triton datatype, data)
     outputs: tuple[str, ...]
     batch_size: int
+    sequencing: Sequencing | None = None    # a stateful model's (sequence_batching); None: stateless
 
     def describe(self) -> str:
         return ", ".join(f"{name} {dtype}{list(data.shape)}" for name, dtype, data in self.inputs)
@@ -87,6 +89,12 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
     max_batch = int(config.get("max_batch_size", 0))
     if batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1 (got {batch_size})", hint="e.g. --batch-size 1")
+    stateful = sequencing(config)
+    if stateful and batch_size > 1:
+        raise UsageError(f"model '{model}' is stateful (sequence_batching): Triton's sequence batcher "
+                         f"takes requests of batch 1 only, not --batch-size {batch_size}",
+                         hint="drop --batch-size: the batcher batches concurrent sequences "
+                              "(--concurrency, --num-of-sequences)")
     if max_batch == 0 and batch_size > 1:
         raise UsageError(f"model '{model}' does not batch (max_batch_size 0)", hint="use --batch-size 1")
     if max_batch and batch_size > max_batch:
@@ -126,7 +134,8 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
                          + " without the batch axis",
                          hint=_shape_hint(unsized, config.get("model_warmup", [])))
     outputs = tuple(o["name"] for o in metadata.get("outputs", []))
-    return RequestTemplate(model=model, inputs=tuple(inputs), outputs=outputs, batch_size=batch_size)
+    return RequestTemplate(model=model, inputs=tuple(inputs), outputs=outputs, batch_size=batch_size,
+                           sequencing=stateful)
 
 
 def _sized(name: str, dims: list[int], given: list[int]) -> list[int]:
@@ -277,7 +286,8 @@ def _perf_analyzer_entry(entries: list, path: Path) -> dict[str, object]:
     ``{"content": [...], "shape": [...]}``), flat until the model's shape is known."""
     if any(isinstance(e, list) for e in entries):
         raise UsageError(f"input data file {path} holds perf_analyzer sequences (lists of requests)",
-                         hint="tritonkit loadtest sends no sequences: use perf_analyzer for a stateful model")
+                         hint="tritonkit loadtest sends one request's data at every step of its sequences "
+                              f"(--sequence-length): keep one: jq '{{data: [.data[0][0]]}}' {path} > one.json")
     if len(entries) > 1:
         raise UsageError(f"input data file {path} holds {len(entries)} perf_analyzer requests; tritonkit "
                          "loadtest sends one request again and again",

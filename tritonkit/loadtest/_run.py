@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -20,6 +21,9 @@ from tritonkit.client import Endpoint
 from tritonkit.errors import LoadTestError, ServerError, UsageError
 from tritonkit.loadtest._inputs import RequestTemplate, Shapes, check_shapes, request_template
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
+from tritonkit.loadtest._sequences import (
+    DEFAULT_LENGTH, DEFAULT_OPEN_SEQUENCES, DEFAULT_VARIATION_PCT, MAX_LENGTH, SequencePlan,
+    plan_sequences, probe_step)
 from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot, never_ran
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
@@ -76,10 +80,17 @@ class LoadSpec:
     # --shape: each input's dims without the batch axis, ``{"input_ids": (128,)}`` or pairs
     shapes: Shapes = ()
     seed: int = 0
+    # A stateful model's sequences (see tritonkit.loadtest._sequences); None: perf_analyzer's
+    # defaults. Given for a stateless model, they are refused.
+    sequence_length: int | None = None
+    sequence_length_variation: float | None = None     # percent
+    sequence_id_range: tuple[int, int | None] | None = None   # (start, end excluded; None: no end)
+    num_sequences: int | None = None                   # open loop: sequences live at once
 
     def __post_init__(self) -> None:
         shapes = tuple((name, tuple(int(d) for d in dims)) for name, dims in dict(self.shapes).items())
         object.__setattr__(self, "shapes", check_shapes(shapes))
+        self._check_sequences()
         if bool(self.concurrency) == bool(self.rates):
             raise UsageError("give exactly one of --concurrency or --rate",
                              hint="closed loop: --concurrency 1,8; open loop: --rate 200")
@@ -129,6 +140,37 @@ class LoadSpec:
                     f"level may schedule ({MAX_ARRIVALS:,})",
                     hint="lower --rate or --duration, or run several load generators")
 
+    def _check_sequences(self) -> None:
+        if self.sequence_length is not None and not 1 <= self.sequence_length <= MAX_LENGTH:
+            raise UsageError(f"--sequence-length takes a number of requests from 1 to {MAX_LENGTH:,} "
+                             f"(got {self.sequence_length})", hint=f"e.g. --sequence-length {DEFAULT_LENGTH}")
+        variation = self.sequence_length_variation
+        if variation is not None and not 0 <= variation <= 100:
+            raise UsageError(f"--sequence-length-variation is a percentage from 0 to 100 (got {variation:g})",
+                             hint=f"e.g. --sequence-length-variation {DEFAULT_VARIATION_PCT:g}; 0 for "
+                                  "sequences all of one length")
+        ids = self.sequence_id_range
+        if ids is not None and (ids[0] < 1 or (ids[1] is not None and ids[1] <= ids[0])):
+            raise UsageError(f"--sequence-id-range {ids[0]}:{ids[1]} is not START[:END] with "
+                             "1 <= START < END", hint="e.g. --sequence-id-range 1000:2000 (END excluded)")
+        if self.num_sequences is not None:
+            if self.concurrency:
+                raise UsageError("--num-of-sequences is for open loop (--rate)",
+                                 hint="in closed loop each of --concurrency's users runs one sequence "
+                                      "at a time: --concurrency is the sequences live at once")
+            if not 1 <= self.num_sequences <= MAX_CONCURRENCY:
+                raise UsageError(f"--num-of-sequences takes 1 to {MAX_CONCURRENCY} sequences live at "
+                                 f"once (got {self.num_sequences})",
+                                 hint=f"e.g. --num-of-sequences {DEFAULT_OPEN_SEQUENCES}")
+
+    @property
+    def sequence_flags(self) -> list[str]:
+        """The flags given that only a stateful model takes."""
+        return [flag for flag, value in (("--sequence-length", self.sequence_length),
+                                         ("--sequence-length-variation", self.sequence_length_variation),
+                                         ("--sequence-id-range", self.sequence_id_range),
+                                         ("--num-of-sequences", self.num_sequences)) if value is not None]
+
     @property
     def mode(self) -> str:
         return "closed" if self.concurrency else "open"
@@ -172,6 +214,11 @@ class LevelResult:
     server_batch: float | None = None   # samples per model execution: the batches Triton formed
     # spans in which the tested model was not READY: {"from_s", "to_s"} (to_s None: still out)
     outages: list[dict] = field(default_factory=list)
+    # A stateful model's: "length", "variation_pct", "live" (sequences at once),
+    # "batcher_slots" (what its sequence batcher runs at once), "completed" (END answered,
+    # warm-up included), "ended_at_the_end" (cut short by one more request with END after
+    # the measurement), "left_open" (stopped runs, or an END that failed). None: stateless.
+    sequences: dict | None = None
     histogram: Any = field(default=None, repr=False)   # the merged HdrHistogram
 
     @property
@@ -220,21 +267,21 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
         raise SystemExit(_UNGUARDED_EXIT)   # a worker importing an unguarded script: the parent says why
     # Each level's workers, once: the plan checked here is the plan run (the CPUs this
     # process may use can change in between).
-    planned = [(level, plan_slots(spec, level)) for level in spec.levels()]
-    for level, slots in planned:
-        if sum(slots) > MAX_CONCURRENCY:     # --max-in-flight times the workers the CPUs gave
-            raise UsageError(f"{len(slots)} workers x {max(slots)} requests in flight at "
-                             f"{level_label(spec.mode, level)} is more than one load generator "
-                             f"holds ({MAX_CONCURRENCY})",
-                             hint="lower --max-in-flight or --workers")
-        _check_open_files(max(slots))
+    workers = [(level, default_workers(spec, level)) for level in spec.levels()]
+    _check_plans(spec, [(level, plan_slots(spec, level, n)) for level, n in workers])
     url = _protocol_url(endpoint, spec.protocol)
     template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed,
                                 shapes=dict(spec.shapes))
+    stateful = template.sequencing is not None
+    _check_sequence_flags(spec, template)
+    planned = [(level, plan_slots(spec, level, n, stateful)) for level, n in workers]
+    if stateful:            # open loop: the live sequences are the slots
+        _check_plans(spec, planned)
     # The probe is the model's first request since its load when it has run none: its cold
     # start, which no level would see (each starts after the probe, and its warm-up).
     cold = never_ran(endpoint, spec.model)
-    probe_ms = _probe(url, spec.protocol, template, spec.timeout_s)
+    probe_ms = _probe(url, spec.protocol, template, spec.timeout_s,
+                      probe_step(template.sequencing, spec.sequence_id_range) if stateful else None)
     levels = []
     for level, slots in planned:
         result = _run_level(endpoint, url, spec, template, level, slots, progress)
@@ -243,6 +290,30 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
             break
     return LoadTestResult(spec=spec, server=url, request=template.describe(), levels=levels,
                           cold_first_request_ms=probe_ms if cold else None)
+
+
+def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]]) -> None:
+    """Every level's connections within what one load generator, and one process, holds."""
+    for level, slots in planned:
+        if sum(slots) > MAX_CONCURRENCY:     # --max-in-flight times the workers the CPUs gave
+            raise UsageError(f"{len(slots)} workers x {max(slots)} requests in flight at "
+                             f"{level_label(spec.mode, level)} is more than one load generator "
+                             f"holds ({MAX_CONCURRENCY})",
+                             hint="lower --max-in-flight or --workers")
+        _check_open_files(max(slots))
+
+
+def _check_sequence_flags(spec: LoadSpec, template: RequestTemplate) -> None:
+    """Sequence flags are a stateful model's; --max-in-flight a stateless one's (a stateful
+    model's requests in flight are its live sequences, one request each)."""
+    if template.sequencing is None and spec.sequence_flags:
+        raise UsageError(f"model '{spec.model}' is stateless (no sequence_batching): "
+                         f"{', '.join(spec.sequence_flags)} only apply to a stateful model",
+                         hint=f"drop {', '.join(spec.sequence_flags)}")
+    if template.sequencing is not None and spec.max_in_flight is not None and spec.mode == "open":
+        raise UsageError(f"model '{spec.model}' is stateful (sequence_batching): its requests in flight "
+                         "are its live sequences, one request each, not --max-in-flight",
+                         hint=f"use --num-of-sequences (default {DEFAULT_OPEN_SEQUENCES})")
 
 
 def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
@@ -254,10 +325,12 @@ def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
     return endpoint.http_url
 
 
-def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -> float:
+def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
+           step: tuple | None = None) -> float:
     """One request before any worker starts (not counted): a request the model cannot take
     fails here, in Triton's words, instead of as every request of the run. Returns its
-    latency in ms (the connection made before it).
+    latency in ms (the connection made before it). A stateful model's is a whole sequence
+    of one request (``step``: its ID, START and END).
 
     A refusal (HTTP 400 or its gRPC codes, ``RequestFailed.refused``: the server judged
     the request itself invalid) is the user's to fix, a usage error; any other error
@@ -267,7 +340,10 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
         send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
         try:
             began = time.perf_counter_ns()
-            send()
+            if step is None:
+                send()
+            else:
+                send(step)
             return (time.perf_counter_ns() - began) / 1e6
         finally:
             send.__self__.close()           # the probe's own connection
@@ -290,11 +366,16 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float) -
                           hint="is the server up, on that port? tritonkit deploy --repository DIR") from None
 
 
-def plan_slots(spec: LoadSpec, level: float) -> list[int]:
-    """Connections each worker holds at ``level``: its virtual users, or its open-loop slots."""
-    workers = default_workers(spec, level)
+def plan_slots(spec: LoadSpec, level: float, workers: int | None = None,
+               stateful: bool = False) -> list[int]:
+    """Connections each worker holds at ``level``: its virtual users, or its open-loop slots
+    (a stateful model's: its live sequences, ``--num-of-sequences``, spread over the workers).
+    ``workers``: ``default_workers(spec, level)`` unless given."""
+    workers = workers or default_workers(spec, level)
     if spec.mode == "closed":
         return closed_loop(int(level), workers)
+    if stateful:
+        return closed_loop(spec.num_sequences or DEFAULT_OPEN_SEQUENCES, workers)
     return [spec.max_in_flight or (64 if spec.protocol == "http" else 32)] * workers
 
 
@@ -311,8 +392,17 @@ def _check_open_files(sockets: int) -> None:
 
 
 def _plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float,
-           slots: list[int]) -> list[WorkerPlan]:
-    """Each worker's plan at ``level``; ``slots``: ``plan_slots(spec, level)``."""
+           slots: list[int], sequences: list[SequencePlan] | None = None) -> list[WorkerPlan]:
+    """Each worker's plan at ``level``; ``slots``: ``plan_slots(spec, level)``;
+    ``sequences``: a stateful model's, each worker's."""
+    plans = _stateless_plans(spec, template, url, level, slots)
+    if sequences:
+        plans = [dataclasses.replace(plan, sequences=sequences[plan.index]) for plan in plans]
+    return plans
+
+
+def _stateless_plans(spec: LoadSpec, template: RequestTemplate, url: str, level: float,
+                     slots: list[int]) -> list[WorkerPlan]:
     common = dict(protocol=spec.protocol, url=url, template=template,
                   warmup_ns=_ns(spec.warmup_s), duration_ns=_ns(spec.duration_s),
                   window_ns=_ns(spec.window_s), timeout_s=spec.timeout_s,
@@ -333,7 +423,8 @@ def _ns(seconds: float) -> int:
 
 def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTemplate,
                level: float, slots: list[int], progress: Progress | None) -> LevelResult:
-    plans = _plans(spec, template, url, level, slots)
+    sequences = _sequence_plans(spec, template, level, slots) if template is not None else None
+    plans = _plans(spec, template, url, level, slots, sequences)
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.RawValue("b", 0)
     done = ctx.RawArray("q", len(plans))
@@ -391,9 +482,35 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
         if watcher is not None:       # its thread polls until stopped, whatever went wrong
             watcher.stop(abandon_at=None if finished else give_up_at)
         _end_workers(procs, give_up_at)
-    slots = sum(plan.slots for plan in plans) if spec.mode == "open" else None
-    return _merge(spec, level, list(summaries.values()), watcher.events, watcher.down_at_ns,
-                  after.minus(before), start_ns, slots)
+    in_flight = sum(plan.slots for plan in plans)
+    result = _merge(spec, level, list(summaries.values()), watcher.events, watcher.down_at_ns,
+                    after.minus(before), start_ns, in_flight if spec.mode == "open" else None)
+    if sequences:
+        result.sequences = _sequence_figures(sequences[0], template.sequencing.batcher_slots,
+                                             in_flight, list(summaries.values()))
+    return result
+
+
+def _sequence_plans(spec: LoadSpec, template: RequestTemplate, level: float,
+                    slots: list[int]) -> list[SequencePlan] | None:
+    """A stateful model's sequences at ``level``, each worker's (None: it is stateless)."""
+    if template.sequencing is None:
+        return None
+    variation = spec.sequence_length_variation
+    return plan_sequences(template.sequencing, slots, spec.sequence_length or DEFAULT_LENGTH,
+                          DEFAULT_VARIATION_PCT if variation is None else variation,
+                          spec.sequence_id_range, seed=hash((spec.seed, level)))
+
+
+def _sequence_figures(plan: SequencePlan, batcher_slots: int, live: int,
+                      summaries: list[dict]) -> dict:
+    """A stateful level's sequences: as planned, and what became of them in every worker."""
+    figures = {"length": plan.length, "variation_pct": round(plan.variation * 100, 6), "live": live,
+               "batcher_slots": batcher_slots, "completed": 0, "ended_at_the_end": 0, "left_open": 0}
+    for summary in summaries:
+        for name, count in (summary.get("sequences") or {}).items():
+            figures[name] += count
+    return figures
 
 
 @contextlib.contextmanager

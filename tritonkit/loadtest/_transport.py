@@ -4,7 +4,10 @@ The request is serialized once per connection; each send is one raw POST on a ke
 HTTP/1.1 connection, or one unary call on an HTTP/2 connection (gRPC), of its own. That is what
 perf_analyzer does too, and it keeps the Python client out of the measurement.
 A send returns None on success and raises ``RequestFailed`` (with a short, stable kind)
-on anything else.
+on anything else. A stateful model's send takes the request's place in its sequence (a
+``Step``: correlation ID, START, END): only those parameters change from one request to
+the next, so they are spliced into the request serialized once (HTTP: the JSON header's
+``parameters``; gRPC: map entries appended to the message, which protobuf merges).
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ from urllib.parse import quote, urlsplit
 from tritonkit.client import infer_inputs
 from tritonkit.loadtest._h2 import GrpcConnection, GrpcFailed, authority, open_socket
 from tritonkit.loadtest._inputs import RequestTemplate
+from tritonkit.loadtest._sequences import Step
 
-Send = Callable[[], None]
+# send() for a stateless model; send(step) for a stateful one
+Send = Callable[..., None]
+# A correlation ID no real one is: where the real one goes in the HTTP request's JSON header.
+_ID_MARK = 8_181_818_181_818_181_818
 
 
 class RequestFailed(Exception):
@@ -65,13 +72,38 @@ def http_sender(url: str, template: RequestTemplate, timeout: float, cooperative
     host, port = split_host_port(url)
     inputs = infer_inputs(httpclient, template.inputs)
     outputs = [httpclient.InferRequestedOutput(name, binary_data=True) for name in template.outputs]
-    body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs or None)
-    head = [f"POST /v2/models/{quote(template.model)}/infer HTTP/1.1", f"Host: {authority(host, port)}",
-            "Content-Type: application/octet-stream", f"Content-Length: {len(body)}"]
-    if json_size is not None:
-        head.append(f"Inference-Header-Content-Length: {json_size}")
-    request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-    return _HttpConnection(host, port, request, timeout, cooperative).send
+    head = (f"POST /v2/models/{quote(template.model)}/infer HTTP/1.1\r\nHost: {authority(host, port)}\r\n"
+            "Content-Type: application/octet-stream\r\n")
+
+    def request(**sequence) -> tuple[bytes, bytes]:
+        """The JSON header and the binary tensors after it."""
+        body, json_size = httpclient.InferenceServerClient.generate_request_body(
+            inputs, outputs or None, **sequence)
+        return (body, b"") if json_size is None else (body[:json_size], body[json_size:])
+
+    if template.sequencing is None:
+        return _HttpConnection(host, port, _http_request(head, *request()), timeout, cooperative).send
+    parts = {}
+    for start in (False, True):
+        for end in (False, True):
+            header, tensors = request(sequence_id=_ID_MARK, sequence_start=start, sequence_end=end)
+            before, _, after = header.partition(str(_ID_MARK).encode())
+            parts[start, end] = before, after, tensors
+
+    def sequenced(step: Step) -> bytes:
+        sequence_id, start, end = step
+        before, after, tensors = parts[start, end]
+        return _http_request(head, before + json.dumps(sequence_id).encode() + after, tensors)
+
+    return _HttpConnection(host, port, b"", timeout, cooperative, sequenced).send
+
+
+def _http_request(head: str, header: bytes, tensors: bytes) -> bytes:
+    """A whole POST: ``head`` (request line, Host, Content-Type), the lengths, the body."""
+    lengths = f"Content-Length: {len(header) + len(tensors)}\r\n"
+    if tensors:
+        lengths += f"Inference-Header-Content-Length: {len(header)}\r\n"
+    return (head + lengths + "\r\n").encode("latin-1") + header + tensors
 
 
 def split_host_port(url: str, default_port: int | None = 80) -> tuple[str, int]:
@@ -96,11 +128,13 @@ def split_host_port(url: str, default_port: int | None = 80) -> tuple[str, int]:
 class _HttpConnection:
     """One kept-alive HTTP/1.1 connection that posts the same request again and again."""
 
-    def __init__(self, host: str, port: int, request: bytes, timeout: float, cooperative: bool) -> None:
+    def __init__(self, host: str, port: int, request: bytes, timeout: float, cooperative: bool,
+                 sequenced: Callable[[Step], bytes] | None = None) -> None:
         import httptools
 
         self._socket_module = _socket_module(cooperative)
         self._address, self._request, self._timeout = (host, port), request, timeout
+        self._sequenced = sequenced         # a stateful model's request for its step
         self._sock = None
         self._parser_class = httptools.HttpResponseParser
         self._parser = None
@@ -129,14 +163,15 @@ class _HttpConnection:
     def on_message_complete(self) -> None:
         self._complete = True
 
-    def send(self) -> None:
+    def send(self, step: Step | None = None) -> None:
+        request = self._request if step is None else self._sequenced(step)
         if self._sock is None:
             self._connect()
         sock, parser = self._sock, self._parser
         self._body.clear()
         self._complete = False
         try:
-            sock.sendall(self._request)
+            sock.sendall(request)
             while not self._complete:
                 data = sock.recv(65536)
                 if not data:
@@ -175,10 +210,22 @@ def grpc_sender(url: str, template: RequestTemplate, timeout: float, cooperative
     return connection.send
 
 
+def _sequence_parameters(step: Step) -> bytes:
+    """A ModelInferRequest holding only a step's sequence parameters, serialized: appended
+    to the whole request's bytes, protobuf merges it in (a map entry added to the map)."""
+    from tritonclient.grpc._utils import _get_inference_request
+
+    sequence_id, start, end = step
+    return _get_inference_request(
+        model_name="", inputs=[], model_version="", request_id="", outputs=None,
+        sequence_id=sequence_id, sequence_start=start, sequence_end=end, priority=0, timeout=None,
+        parameters=None).SerializeToString()
+
+
 class _GrpcCall(GrpcConnection):
-    def send(self) -> None:
+    def send(self, step: Step | None = None) -> None:
         try:
-            self.call()
+            self.call(None if step is None else _sequence_parameters(step))
         except GrpcFailed as exc:
             raise RequestFailed(f"gRPC {_first_line(str(exc))}", said=f"gRPC {exc}",
                                 refused=exc.code in _REFUSED) from None

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tritonkit.loadtest._inputs import RequestTemplate
+from tritonkit.loadtest._sequences import LiveSequence, SequencePlan
 from tritonkit.loadtest._transport import Send, error_kind, grpc_sender, http_sender
 
 LOWEST_US, DIGITS = 1, 3
@@ -50,6 +51,7 @@ class WorkerPlan:
     window_ns: int
     timeout_s: float
     grace_s: float = 31.0               # wait this long for answers after the end (timeout + margin)
+    sequences: SequencePlan | None = None   # a stateful model's: each slot sends whole sequences
 
     @property
     def highest_us(self) -> int:
@@ -165,6 +167,7 @@ class _Records:
         self.waited: list[bool] = []       # open loop: it fell due while every slot was on the server
         self.kinds: dict[str, int] = {}
         self.unanswered: set[int] = set()  # the codes of errors that got no answer in time
+        self.sequences: dict[str, int] | None = None   # a stateful model's: what became of them
 
     def code(self, exc: BaseException) -> int:
         return self.kind_code(error_kind(exc), unanswered=isinstance(exc, TimeoutError))
@@ -231,6 +234,7 @@ class _Records:
             "saturated": 0,
             # requests that left (warm-up included, as the CPU is): what the client's CPU went on
             "sent_all": int(np.count_nonzero(~never)),
+            "sequences": self.sequences,
         }
         if self.lags:
             lags = np.asarray(self.lags, dtype=np.int64)[keep]
@@ -378,9 +382,24 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     # both: a user (a thread, when it is alone) records its answer, and the deadline
     # closes the count, each holding this lock. (Greenlets never switch while holding it.)
     counting = threading.Lock()
+    live = [LiveSequence(plan.sequences, slot) for slot in range(plan.slots)] if plan.sequences else None
 
     def user(slot: int) -> None:
+        requests(slot)
+        sequence = live[slot] if live else None
+        # A sequence still open when the run ends is ended by one more request (not
+        # counted): none is left holding a sequence slot of the server's until it idles
+        # out. A stopped run (the server went away, or Ctrl-C) sends nothing more.
+        if sequence is not None and sequence.open and not stop.value and not closed[0]:
+            try:
+                senders[slot](sequence.close())
+                sequence.answered(True)
+            except Exception:
+                sequence.answered(False)
+
+    def requests(slot: int) -> None:
         send = senders[slot]
+        sequence = live[slot] if live else None
         waited = False
         while not stop.value and not closed[0]:
             if arrivals is None:            # closed loop: the next request leaves at once
@@ -412,10 +431,15 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
                 slots.sent(slot, due, start)
             failure = None
             try:
-                send()
+                if sequence is None:
+                    send()
+                else:
+                    send(sequence.next())
             except Exception as exc:
                 failure = exc
             finish = clock()
+            if sequence is not None:
+                sequence.answered(failure is None)
             with counting:
                 if closed[0]:               # given up on at the deadline: counted already
                     return
@@ -449,6 +473,10 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
         with counting:
             closed[0] = True
     now = clock()
+    if live:
+        rec.sequences = {"completed": sum(q.completed for q in live),
+                         "ended_at_the_end": sum(q.cut_short for q in live),
+                         "left_open": sum(q.open + q.failed_ends for q in live)}
     back_at, held_since = slots.unsent_waited(now)
     _give_up_on(slots.out, rec, plan, now)
     if arrivals is not None and not stop.value:     # a stopped run sends nothing more, by design
