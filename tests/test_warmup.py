@@ -20,14 +20,15 @@ import tritonclient.http as httpclient
 
 from tests.conftest import EXAMPLE_REPOSITORY, add_broken_model, run_cli
 from tritonkit.cli.warmup import print_warmup
-from tritonkit.client import Endpoint, example_input
+from tritonkit.client import Endpoint, example_input, triton_message
 from tritonkit.deploy import deploy_local
-from tritonkit.errors import UsageError
-from tritonkit.server.local import _alive, free_port
+from tritonkit.errors import ServerError, UsageError
+from tritonkit.server.local import Deadline, _alive, free_port
 from tritonkit.server.state import Deployment, load_deployment, save_deployment, state_dir
 from tritonkit.warmup import (
     ColdStart, ModelWarmup, SteadyRule, cold_start_figures, load_and_warm, load_order,
     model_instances, sequence_ids, sequence_slots, warm_up, warmup_shapes)
+from tritonkit.warmup._requests import Driver
 
 
 # -- which requests (no server) -----------------------------------------------------------
@@ -793,6 +794,7 @@ def _streamed_first_request_s(grpc_url: str) -> float:
 
     responses: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(grpc_url)
+    answered = False
     try:
         client.is_model_ready("streaming")
         client.start_stream(callback=lambda result, error: responses.put((result, error)))
@@ -804,10 +806,32 @@ def _streamed_first_request_s(grpc_url: str) -> float:
             result, error = responses.get(timeout=10)
             assert error is None, error
             if result.get_response().parameters["triton_final_response"].bool_param:
+                answered = True
                 return time.perf_counter() - started
     finally:
-        client.stop_stream(cancel_requests=True)
+        # Cancelled only if unanswered: a cancelled stream can hold the server's stop (see
+        # test_a_stream_answered_in_full_is_ended_not_cancelled).
+        client.stop_stream(cancel_requests=not answered)
         client.close()
+
+
+@pytest.mark.server
+def test_a_stream_answered_in_full_is_ended_not_cancelled(stateful_and_decoupled):
+    """Triton 2.51 holds a decoupled model for a moment after a client cancels its stream:
+    a server stopped then waits out its whole exit timeout (30 s) for it. Here a `down`
+    right after 20 cancelled streams took 30 s in 7 stops of 17, and none of 10 after as
+    many streams ended gracefully. Warm-up's streams are answered in full: it ends them."""
+    driver = Driver(Endpoint.from_deployment(stateful_and_decoupled), "streaming",
+                    Deadline(30), decoupled=True)
+    inputs = driver.inputs({"INPUT__0": ("FP32", [1, 4])}, np.random.default_rng(0))
+    connection = driver.connect()
+    try:
+        driver.sample(connection, inputs)
+    finally:
+        connection.close()
+    # A cancelled stream tells its callback so, after the last response.
+    told = [triton_message(error) for _, error, _ in connection.responses.queue]
+    assert told == []
 
 
 @pytest.mark.server
@@ -971,6 +995,32 @@ def test_every_version_a_model_serves_is_warmed_not_only_the_latest(tmp_path):
             client.infer("versioned", _user_inputs(), model_version=version)
             assert time.perf_counter() - started < 0.2, f"version {version} was cold"
         client.close()
+    finally:
+        run_cli("down", "--repository", repo)
+
+
+@pytest.mark.server
+def test_loads_one_after_another_share_the_one_deadline(tmp_path):
+    """Each load is bounded by the time left when it is sent, not when warm-up began: ten
+    models that take 30 s each to load must not stretch a 120 s timeout to 300 s."""
+    repo = tmp_path / "repo"
+    for name, load_s in (("a_slow", 2), ("b_slower", 6)):        # loaded in name order
+        _python_model(repo, name, ECHO_CONFIG, _echo_model(init=f"        time.sleep({load_s})"))
+    deployment = _deploy(repo, "--no-warmup")
+    try:
+        client = httpclient.InferenceServerClient(deployment.http_url)
+        try:
+            for name in ("a_slow", "b_slower"):
+                client.unload_model(name, headers=deployment.repository_headers())
+            while any(client.is_model_ready(name) for name in ("a_slow", "b_slower")):
+                time.sleep(0.1)
+        finally:
+            client.close()
+        started = time.monotonic()
+        with pytest.raises(ServerError, match="loading 'b_slower' did not finish within"):
+            warm_up(repo, timeout=4)
+        # Without the bound: b's load waited 4 s more after a's, from its start.
+        assert time.monotonic() - started < 5.5
     finally:
         run_cli("down", "--repository", repo)
 

@@ -88,6 +88,7 @@ class _StreamRequests:
         self.client = endpoint.grpc()
         self.responses: queue.Queue = queue.Queue()
         self.request_ids = itertools.count(1)
+        self.broken = False             # a request failed: others may still be in flight
         try:
             self.client.start_stream(
                 callback=lambda result, error: self.responses.put(
@@ -120,6 +121,14 @@ class _StreamRequests:
                   sequences: list[tuple | None]) -> list[float]:
         """One request per sequence, in flight together, each until its final response;
         when each one's first response came, in the order they were sent."""
+        try:
+            return self._answered(name, inputs, version, sequences)
+        except BaseException:
+            self.broken = True
+            raise
+
+    def _answered(self, name: str, inputs: list, version: str,
+                  sequences: list[tuple | None]) -> list[float]:
         sent, waiting, firsts = [], set(), {}
         for sequence in sequences:
             request_id = str(next(self.request_ids))
@@ -166,10 +175,15 @@ class _StreamRequests:
             return None
 
     def close(self) -> None:
-        # Cancels whatever is still in flight (after an error): a graceful stop would wait
-        # for it, past the deadline.
-        self.client.stop_stream(cancel_requests=True)
-        self.client.close()
+        # Cancelled only after a failed request, whose stream may hold others still in
+        # flight: a graceful stop would wait for them, past the deadline. A stream answered
+        # in full ends gracefully: Triton 2.51 holds a model for a moment after its stream
+        # is cancelled, and a server stopped in that moment waits out its whole exit
+        # timeout (30 s) for it.
+        try:
+            self.client.stop_stream(cancel_requests=self.broken)
+        finally:
+            self.client.close()
 
 
 def _peek(items: Iterator) -> tuple[Any, Iterator]:

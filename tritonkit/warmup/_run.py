@@ -117,7 +117,7 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
             if name not in ready or reload:
                 progress(f"loading {name}")
                 try:
-                    load_s[name] = load_model(client, endpoint, name, deadline)
+                    load_s[name] = load_model(endpoint, name, deadline)
                 except ModelLoadError as error:
                     failed[name] = error
     finally:

@@ -108,10 +108,14 @@ def ready_versions(client, name: str) -> list[str]:
         raise ServerGone(triton_message(exc)) from None
 
 
-def load_model(client, endpoint: Endpoint, name: str, deadline: Deadline) -> float:
+def load_model(endpoint: Endpoint, name: str, deadline: Deadline) -> float:
+    """Load ``name`` explicitly; the seconds it took. On a client of its own, bounded by
+    what is left of the deadline now: loads one after another (a TensorRT engine can take
+    minutes each) must not each get the time that was left before the first."""
     from tritonclient.utils import InferenceServerException
 
     started = time.perf_counter()
+    client = http_client(endpoint, deadline)
     try:
         client.load_model(name, headers=endpoint.repository_headers)
     except InferenceServerException as exc:
@@ -128,6 +132,8 @@ def load_model(client, endpoint: Endpoint, name: str, deadline: Deadline) -> flo
         if _timed_out(exc):
             raise _out_of_time(f"loading '{name}' did not finish", started) from None
         raise ServerGone(triton_message(exc)) from None
+    finally:
+        client.close()
     return time.perf_counter() - started
 
 
