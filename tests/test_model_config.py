@@ -648,3 +648,126 @@ def test_without_an_export_report_the_missing_batch_limit_is_said(tmp_path):
     configured = configure(tmp_path, "mlp", gpu="a10", max_batch_size=8, force=True)
     assert read_config(tmp_path / "mlp" / "config.pbtxt").max_batch_size == 8
     assert not any("no export report" in n for n in configured.notes)
+
+
+def _trt_ranges(config: mc.ModelConfig) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """The trt_profile_{min,opt,max}_shapes of a config, parsed as ONNX Runtime does:
+    entries split at ',', a name from its shape at ':', dims at 'x'."""
+    (accel,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    parsed: dict[str, list] = {}
+    for key in ("min", "opt", "max"):
+        if f"trt_profile_{key}_shapes" not in accel.parameters:
+            continue
+        for entry in accel.parameters[f"trt_profile_{key}_shapes"].split(","):
+            name, shape = entry.split(":")
+            parsed.setdefault(name, []).append(tuple(int(d) for d in shape.split("x")))
+    return {name: tuple(shapes) for name, shapes in parsed.items()}
+
+
+def _warmed_shapes(config: mc.ModelConfig) -> list[dict[str, tuple[int, ...]]]:
+    """Each warm-up request's full input shapes, the batch axis included."""
+    lead = (lambda w: (w.batch_size,)) if config.max_batch_size else (lambda w: ())
+    return [{name: lead(w) + tuple(t.dims) for name, t in w.inputs.items()}
+            for w in config.model_warmup]
+
+
+def test_the_a10s_tensorrt_gets_the_mlps_whole_batch_range_and_warms_both_ends(mlp_repo):
+    """Without a shape range ONNX Runtime's TensorRT builds an engine for the batches it has
+    seen and builds it again, mid-traffic, for the first larger batch the batcher forms."""
+    configure(mlp_repo, "mlp", gpu="a10")
+    config = read_config(mlp_repo / "mlp" / "config.pbtxt")
+    assert _trt_ranges(config) == {"INPUT__0": ((1, 16), (32, 16), (32, 16))}
+    warmed = _warmed_shapes(config)
+    assert warmed[:2] == [{"INPUT__0": (1, 16)}, {"INPUT__0": (32, 16)}]
+    text = (mlp_repo / "mlp" / "config.pbtxt").read_text()
+    assert "TensorRT shape range (trt_profile_*_shapes): batch 1 to 32, opt at the max" in text
+
+
+def test_an_encoders_sequence_axis_has_no_bound_so_it_gets_no_range_that_would_refuse_longer_inputs(
+        encoder_repo):
+    """A range is a promise ONNX Runtime keeps by refusing what lies outside it: the export
+    verified lengths 6 to 18, and a client sending 64 tokens must get an answer (after a
+    build), not an error. Warm-up still runs the shortest and longest lengths first."""
+    configure(encoder_repo, "encoder", gpu="a10")
+    config = read_config(encoder_repo / "encoder" / "config.pbtxt")
+    assert _trt_ranges(config) == {}
+    text = (encoder_repo / "encoder" / "config.pbtxt").read_text()
+    assert "no TensorRT shape range (the seq axis has no bound Triton enforces" in text
+    warmed = _warmed_shapes(config)
+    assert warmed[:2] == [{"input_ids": (1, 6), "attention_mask": (1, 6)},
+                          {"input_ids": (8, 18), "attention_mask": (8, 18)}]
+
+
+@pytest.mark.parametrize("name", ["input:0", "a,b"])
+def test_an_input_name_onnx_runtimes_range_format_cannot_hold_gets_no_range_and_says_why(
+        tmp_path, name):
+    from onnx import TensorProto, helper
+
+    _save_graph(tmp_path / "odd", [helper.make_node("Relu", [name], ["y"])],
+                [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", 4])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    _export_report(tmp_path / "odd", 4, {name: [1, 4]})
+    configure(tmp_path, "odd", gpu="a10")
+    text = (tmp_path / "odd" / "config.pbtxt").read_text()
+    assert "trt_profile_min_shapes" not in text
+    assert f"input {name!r} holds ',' or ':'" in text
+
+
+def test_the_p100_gets_no_tensorrt_shape_range(mlp_repo, encoder_repo):
+    for repo, model in ((mlp_repo, "mlp"), (encoder_repo, "encoder")):
+        configure(repo, model, gpu="p100")
+        assert "trt_profile" not in (repo / model / "config.pbtxt").read_text()
+
+
+def _a10_copy(tmp_path: Path, old: str, new: str) -> Path:
+    text = Path(load_profile("a10").path).read_text()
+    assert old in text
+    path = tmp_path / "a10copy.toml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+@pytest.mark.parametrize("old,new,said", [
+    ("trt_profile_shapes = true", "trt_profile_shapes = false", "trt_profile_shapes is false"),
+    ('triton_server = "2.64.0"', 'triton_server = "2.44.0"', "24.03 refuses them"),
+], ids=["switched off", "a Triton that predates the keys"])
+def test_a_profile_can_leave_the_shape_range_out_and_the_config_says_so(
+        mlp_repo, tmp_path, old, new, said):
+    from tritonkit.model_config import build_config, read_graph
+
+    graph = read_graph(mlp_repo / "mlp" / "1" / "model.onnx")
+    config, tuning = build_config("mlp", graph, load_profile(_a10_copy(tmp_path, old, new)),
+                                  max_batch_size=32)
+    (accel,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert not [k for k in accel.parameters if k.startswith("trt_profile")]
+    assert any(said in note for note in tuning.notes)
+
+
+def test_a_profile_field_for_the_shape_range_must_be_a_bool(tmp_path):
+    with pytest.raises(ProfileError, match="'serving.trt_profile_shapes' = 'yes' is not a bool"):
+        load_profile(_a10_copy(tmp_path, "trt_profile_shapes = true", 'trt_profile_shapes = "yes"'))
+
+
+def test_without_batching_the_first_axis_gets_no_range_but_its_verified_batch_is_warmed(tmp_path):
+    onnx_graphs.mlp(tmp_path / "mlp")
+    _export_report(tmp_path / "mlp", 32, {"INPUT__0": [4, 16]})
+    configure(tmp_path, "mlp", gpu="a10", max_batch_size=0)
+    config = read_config(tmp_path / "mlp" / "config.pbtxt")
+    assert _trt_ranges(config) == {}
+    assert "without batching the first axis has no bound" in \
+        (tmp_path / "mlp" / "config.pbtxt").read_text()
+    assert [w.batch_size for w in config.model_warmup] == [1, 1]
+    assert _warmed_shapes(config) == [{"INPUT__0": (1, 16)}, {"INPUT__0": (32, 16)}]
+
+
+def test_a_graph_with_fixed_shapes_gets_no_shape_range(tmp_path):
+    """ONNX Runtime builds the engine of a fixed-shape graph at load: nothing to name."""
+    from onnx import TensorProto, helper
+
+    _save_graph(tmp_path / "fixed", [helper.make_node("Relu", ["x"], ["y"])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 16])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 16])])
+    configure(tmp_path, "fixed", gpu="a10")
+    assert "trt_profile" not in (tmp_path / "fixed" / "config.pbtxt").read_text()
+
+

@@ -37,6 +37,11 @@ DEFAULT_BUCKETS = (16, 64, 128)
 ORT_TRT_CACHE_ROOT = "/tmp/tritonkit-trt-cache"
 # The config's max_batch_size is an int32: protobuf cannot hold a larger one.
 MAX_BATCH_SIZE = 2**31 - 1
+# The first Triton whose ONNX Runtime backend takes the trt_profile_{min,opt,max}_shapes
+# accelerator parameters: onnxruntime_backend#237 added them after 24.03 (2.44), which
+# refuses them ("unknown parameter ... for TensorRT Execution Accelerator", server#7156);
+# 24.05 (2.46) is the first release known to carry them.
+TRT_PROFILE_KEYS_SINCE = (2, 46, 0)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class GraphSpec:
     # The weights with every floating-point one in 16 bits, as an FP16/BF16 engine holds them:
     # an FP32 weight halves, an FP16 one stays as it is.
     half_weight_bytes: int = 0
+    verified_batch: int = 0       # the export's batch limit (verified up to it); 0: no report
 
 
 def triton_data_type(elem_type: int) -> str:
@@ -126,7 +132,8 @@ def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     return GraphSpec(inputs, outputs, weight_bytes,
                      _activation_bytes_per_sample(model, labels, lengths), labels, lengths, source,
-                     _digest(onnx_path, report or {}), opset, model.ir_version, half_weight_bytes)
+                     _digest(onnx_path, report or {}), opset, model.ir_version, half_weight_bytes,
+                     int((report or {}).get("max_batch_size") or 0))
 
 
 def _digest(onnx_path: Path, report: dict) -> str:
@@ -374,13 +381,13 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
     notes.append(f"{instances} GPU instance(s)" + (" (no MIG on this card: share it with "
                                                      "instances)" if not profile.mig else ""))
 
-    _add_acceleration(config, profile, use_plan, notes, graph.digest)
-    _add_warmup(config, graph, warmup_batch_sizes(config.max_batch_size), notes)
+    _add_acceleration(config, profile, use_plan, notes, graph)
+    _add_warmup(config, graph, notes)
     return config, Tuning(profile=profile.name, notes=tuple(notes))
 
 
 def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: bool,
-                      notes: list[str], digest: str = "") -> None:
+                      notes: list[str], graph: GraphSpec) -> None:
     precision = profile.serving.precision.upper()
     if use_plan:
         if profile.serving.cuda_graphs:
@@ -403,7 +410,7 @@ def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: boo
         accel.parameters["precision_mode"] = precision
         accel.parameters["max_workspace_size_bytes"] = str(1 << 30)
         accel.parameters["trt_engine_cache_enable"] = "1"
-        accel.parameters["trt_engine_cache_path"] = engine_cache_path(config.name, digest,
+        accel.parameters["trt_engine_cache_path"] = engine_cache_path(config.name, graph.digest,
                                                                       profile.stack.triton_image)
         # One folder for every instance: Triton's config has no per-instance accelerator
         # parameters. The ONNX Runtime backend loads instances in parallel (Triton 23.08 on),
@@ -418,6 +425,7 @@ def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: boo
         notes.append(f"ONNX Runtime TensorRT accelerator, {precision}, engine cache on, kept "
                      "across restarts and keyed by the model file and image (the first load "
                      f"builds engines{shared})")
+        _add_trt_profile(accel, config, graph, profile, notes)
     else:
         why = "" if profile.stack.tensorrt_plans else \
             f"; TensorRT >= 10 cannot target compute capability {profile.cc_key}"
@@ -438,34 +446,171 @@ def engine_cache_path(name: str, digest: str, image: str) -> str:
     return f"{ORT_TRT_CACHE_ROOT}/{name}-{key}"
 
 
-def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],
-                notes: list[str]) -> None:
-    """One warm-up entry per batch size and length step: unwarmed shapes are slow.
+def _lead_sizes(config: mc.ModelConfig, graph: GraphSpec) -> list[int]:
+    """The sizes warm-up and the TensorRT shape range take along the inputs' first axis:
+    with batching, the batch sizes from 1 to max_batch_size (``warmup_batch_sizes``);
+    without, where that axis is dynamic, 1 and the largest batch the export verified (1
+    without an export report), else 1. Ascending: the first is the least, the last the most."""
+    if config.max_batch_size > 0:
+        return sorted({1, *warmup_batch_sizes(config.max_batch_size)})
+    if _dynamic_first_axis(graph):
+        return sorted({1, max(graph.verified_batch, 1)})
+    return [1]
+
+
+def _dynamic_first_axis(graph: GraphSpec) -> bool:
+    return any(spec.dims[:1] == (-1,) for spec in graph.inputs)
+
+
+def trt_profile_shapes(config: mc.ModelConfig, graph: GraphSpec) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """(min, opt, max) full shape of each input with a dynamic axis, as ONNX Runtime's
+    TensorRT accelerator takes them (trt_profile_*_shapes): the first axis over
+    ``_lead_sizes``, every other dynamic axis from the shortest to the longest warm-up
+    length of its label, the bounds warm-up itself sends (so both ends are shapes the
+    export verified, and the engine build cannot fail on a shape the model cannot take).
+
+    Opt is the max: TensorRT picks its kernels for the opt shape and they run any shape of
+    the range; the largest batches, which the dynamic batcher forms when the server is
+    busy, and the longest inputs are the slowest requests and set the p99 (the TensorRT
+    plans' recipe puts its batch opt at the maximum too).
+    """
+    leads = _lead_sizes(config, graph)
+    shapes = {}
+    for spec in graph.inputs:
+        if -1 not in spec.dims:
+            continue
+        bounds = [(d, d) if d != -1 else (leads[0], leads[-1]) if axis == 0 else
+                  _length_bounds(graph, spec.name, axis) for axis, d in enumerate(spec.dims)]
+        low, high = (tuple(b[0] for b in bounds), tuple(b[1] for b in bounds))
+        shapes[spec.name] = (low, high, high)
+    return shapes
+
+
+def _length_bounds(graph: GraphSpec, name: str, axis: int) -> tuple[int, int]:
+    lengths = graph.lengths[graph.axis_labels[name][axis]]
+    return min(lengths), max(lengths)
+
+
+def _profile_spec(shapes: dict[str, tuple[tuple[int, ...], ...]], which: int) -> str:
+    """``name:1x16,name2:1x6``: ONNX Runtime's format (ParseProfileShapes)."""
+    return ",".join(f"{name}:{'x'.join(map(str, r[which]))}" for name, r in shapes.items())
+
+
+def _unrangeable(config: mc.ModelConfig, graph: GraphSpec,
+                shapes: dict[str, tuple[tuple[int, ...], ...]]) -> str | None:
+    """Why the served shapes cannot be given ONNX Runtime as a range, or None.
+
+    A range is a promise: ONNX Runtime refuses a request outside it ("failed to call
+    nvinfer1::IExecutionContext::setInputShape()") where without one it builds its engine
+    again. Only the batch axis has a bound Triton enforces (max_batch_size); a sequence
+    axis has none (the export verified lengths around its example's, and clients send
+    what they send), nor has the first axis of a model without batching. And ONNX
+    Runtime's format splits at every ',' and a name from its shape at the first ':',
+    quoting nothing (MakeInputNameShapePair): a name holding either names another input.
+    """
+    if graph.lengths:
+        labels = ", ".join(graph.lengths)
+        return (f"the {labels} axis has no bound Triton enforces, and ONNX Runtime would refuse "
+                "a request outside a range instead of building for it")
+    if config.max_batch_size == 0:
+        return ("without batching the first axis has no bound Triton enforces, and ONNX "
+                "Runtime would refuse a request outside a range instead of building for it")
+    odd = [name for name in shapes if "," in name or ":" in name]
+    if odd:
+        return (f"input {odd[0]!r} holds ',' or ':', which ONNX Runtime's trt_profile_*_shapes "
+                "cannot hold (rename it with tritonkit export --input-names to get the range)")
+    return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    numbers = []
+    for part in text.split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
+
+
+def trt_range_left_out(profile: GpuProfile) -> str | None:
+    """Why ``profile`` writes no TensorRT shape range, or None: it does (where an input has
+    a dynamic axis)."""
+    if profile.serving.accelerator != "tensorrt":
+        return "no TensorRT accelerator"
+    if not profile.serving.trt_profile_shapes:
+        return "the profile's trt_profile_shapes is false"
+    if _version(profile.stack.triton_server) < TRT_PROFILE_KEYS_SINCE:
+        return (f"Triton {profile.stack.triton_server}'s ONNX Runtime backend may not take "
+                "trt_profile_* (24.03 refuses them)")
+    return None
+
+
+def _add_trt_profile(accel: mc.ModelOptimizationPolicy.ExecutionAccelerators.Accelerator,
+                     config: mc.ModelConfig, graph: GraphSpec, profile: GpuProfile,
+                     notes: list[str]) -> None:
+    """The served shape range as ONNX Runtime's TensorRT accelerator parameters.
+
+    Without it ONNX Runtime builds an engine for the shapes it has seen and builds it
+    again (seconds, the instance blocked) for any request outside them: a larger batch the
+    dynamic batcher forms, a longer input. With it, every dynamic input named, ONNX
+    Runtime builds one engine for the whole range when the model loads (or takes it from
+    the engine cache when the cached range is the same) and answers a request outside the
+    range with an error ("failed to call nvinfer1::IExecutionContext::setInputShape()"),
+    never with a build: so a range is written only where Triton bounds every dynamic axis,
+    the batch (``_unrangeable``). Each dynamic input must be named, or ONNX Runtime refuses
+    the load ("has no associated shape profiles provided"); a TensorRT subgraph whose
+    inputs are tensors of the graph's own cannot be, hence ``serving.trt_profile_shapes``.
+    """
+    shapes = trt_profile_shapes(config, graph)
+    if not shapes:
+        return                  # every shape fixed: ONNX Runtime builds its engine at load
+    why_not = trt_range_left_out(profile) or _unrangeable(config, graph, shapes)
+    if why_not is not None:
+        notes.append(f"no TensorRT shape range ({why_not}): ONNX Runtime builds engines for "
+                     "the shapes it sees, and again mid-traffic for any shape outside them")
+        return
+    for which, key in enumerate(("min", "opt", "max")):
+        accel.parameters[f"trt_profile_{key}_shapes"] = _profile_spec(shapes, which)
+    notes.append(_trt_profile_note(config))
+
+
+def _trt_profile_note(config: mc.ModelConfig) -> str:
+    return (f"TensorRT shape range (trt_profile_*_shapes): batch 1 to {config.max_batch_size}, "
+            "opt at the max (a busy server's largest batches set the p99); ONNX Runtime builds "
+            "the engine for it at load, not again mid-traffic for the first larger batch")
+
+
+def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, notes: list[str]) -> None:
+    """One warm-up entry per first-axis size (``_lead_sizes``) and length step: unwarmed
+    shapes are slow.
 
     Step i sets every dynamic label to its i-th warm-up length (its longest once it has
     no more), so inputs sharing a label always agree. The smallest shape runs first and
-    the largest second: ONNX Runtime's TensorRT accelerator, given no shape range, builds
-    an engine for the range of shapes it has seen and builds it again whenever a shape
-    falls outside — in ascending order every entry would be a build, this way two are.
+    the largest second: they are the ends of the TensorRT shape range
+    (``trt_profile_shapes``), run before traffic; and ONNX Runtime's TensorRT accelerator,
+    given no shape range, builds an engine for the range of shapes it has seen and builds
+    it again whenever a shape falls outside — in ascending order every entry would be a
+    build, this way two are.
     """
-    batch_sizes = sorted({1, *sizes}) if config.max_batch_size > 0 else [0]
+    leads = _lead_sizes(config, graph)
     steps = max((len(v) for v in graph.lengths.values()), default=0)
     strip = 1 if config.max_batch_size > 0 else 0
-    shapes = [(batch, step) for batch in batch_sizes
+    shapes = [(lead, step) for lead in leads
               for step in (range(steps) if steps else [None])]
     shapes = [shapes[0], *shapes[-1:], *shapes[1:-1]] if len(shapes) > 1 else shapes
-    for batch, step in shapes:
+    for lead, step in shapes:
         chosen = {} if step is None else \
             {label: v[min(step, len(v) - 1)] for label, v in graph.lengths.items()}
-        warm = config.model_warmup.add(name=f"batch_{batch}{_length_suffix(chosen)}",
-                                       batch_size=max(batch, 1), count=1)
+        name = f"batch_{lead}" if strip else \
+            "batch_0" + (f"_first_axis_{lead}" if lead > 1 else "")
+        warm = config.model_warmup.add(name=f"{name}{_length_suffix(chosen)}",
+                                       batch_size=lead if strip else 1, count=1)
         for spec in graph.inputs:
             dims = []
             for axis, d in enumerate(spec.dims[strip:], start=strip):
                 if d != -1:
                     dims.append(d)
-                elif strip == 0 and axis == 0:
-                    dims.append(1)
+                elif axis == 0:
+                    dims.append(lead)
                 else:
                     dims.append(chosen[graph.axis_labels[spec.name][axis]])
             entry = warm.inputs[spec.name]
@@ -477,11 +622,16 @@ def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, sizes: list[int],
             else:
                 entry.zero_data = True
     spelled = "; ".join(f"{label} {v}" for label, v in graph.lengths.items())
-    why = {"verified": "the lengths the export verified",
-           "example": "the example's length (the export was not verified)",
-           "default": "default lengths, unverified (no export report): check they are valid"}
-    notes.append(f"model_warmup: batch sizes {batch_sizes}"
-                 + (f" x {spelled} ({why[graph.lengths_source]})" if spelled else ""))
+    batch_sizes = leads if strip else [0]
+    first = f" (first axis {leads[0]} and {leads[-1]})" if not strip and len(leads) > 1 else ""
+    notes.append(f"model_warmup: batch sizes {batch_sizes}{first}"
+                 + (f" x {spelled} ({_LENGTHS_SOURCE[graph.lengths_source]})" if spelled else ""))
+
+
+# Where a GraphSpec's warm-up lengths come from (``warmup_lengths``), as the notes say it.
+_LENGTHS_SOURCE = {"verified": "the lengths the export verified",
+                   "example": "the example's length (the export was not verified)",
+                   "default": "default lengths, unverified (no export report): check they are valid"}
 
 
 def _length_suffix(chosen: dict[str, int]) -> str:

@@ -79,6 +79,11 @@ class Serving:
     max_queue_delay_us: int
     memory_headroom: float
     cuda_graphs: bool
+    # accelerator "tensorrt": give ONNX Runtime the served shape range (trt_profile_*_shapes),
+    # so it builds one engine for it at load. false: it builds for the shapes it has seen and
+    # again, mid-traffic, for each shape outside them (for a graph that loads only so: its
+    # TensorRT subgraphs take dynamic tensors of its own, which the range cannot name).
+    trt_profile_shapes: bool = True
 
 
 @dataclass(frozen=True)
