@@ -33,6 +33,20 @@ def test_an_unknown_option_is_a_usage_error_without_traceback(capsys):
     assert "No such option" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("args,error", [
+    (["loadtest", "--duraton", "5"], "No such option: --duraton (did you mean --duration?)"),
+    (["loadtest", "--concurrency", "1"], "Missing option '--model' / '-m'."),
+    (["deploy", "--http-port", "70000"],
+     "Invalid value for '--http-port': Input should be less than or equal to 65535"),
+    (["no-such-command"], "No such command 'no-such-command'."),
+])
+def test_a_usage_error_is_one_error_line_and_a_hint_to_the_commands_help(capsys, args, error):
+    """Click's own errors (a flag misspelled, missing, out of range) read as tritonkit's do."""
+    assert run_cli(*args) == 2
+    command = "tritonkit" if args[0] == "no-such-command" else f"tritonkit {args[0]}"
+    assert capsys.readouterr().err.splitlines() == [f"error: {error}", f"hint: {command} --help"]
+
+
 def _tritonkit(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tritonkit", *args], capture_output=True,
                           text=True, env=env, timeout=120)
@@ -89,9 +103,38 @@ def test_grpc_url_without_url_is_refused_not_silently_ignored(tmp_path, capsys):
 
 def test_loadtest_help_shows_the_repository_it_reads_by_default(capsys):
     assert run_cli("loadtest", "--help") == 0
-    text = " ".join(capsys.readouterr().out.replace("│", " ").split())    # however the box wraps
-    assert "--repository -r <path> Model repository of a deployment (its state finds the server). " \
-           "[default: (model_repository unless --url)]" in text
+    text = " ".join(capsys.readouterr().out.split())    # however the lines wrap
+    assert "-r, --repository <path> Model repository of a deployment (its state finds the " \
+           "server). [default: (model_repository unless --url)]" in text
+
+
+def _unwrapped(text: str) -> str:
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_wraps_to_the_terminal_and_cuts_no_text(monkeypatch, capsys, command, columns):
+    """Every option's help, whole, at any width: no "…" where a narrow column ran out, no
+    line past the terminal, and no <bool> beside a flag as if it took a value."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert run_cli(command, "--help") == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and "<bool>" not in out
+    assert max(len(line) for line in out.splitlines()) <= columns
+    params = typer.main.get_command(app).commands[command].params
+    for param in params:
+        if param.help:
+            assert _unwrapped(param.help) in _unwrapped(out), param.name
+
+
+def test_the_command_list_gives_each_command_its_whole_summary(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert run_cli("--help") == 0
+    out = _unwrapped(capsys.readouterr().out)
+    for command in typer.main.get_command(app).commands.values():
+        summary = command.help.split("\n\n")[0]
+        assert _unwrapped(summary) in out, command.name
 
 
 def test_grpc_against_a_bare_url_says_to_pass_its_grpc_address(capsys):
@@ -139,3 +182,96 @@ def test_a_deploy_interrupted_with_something_left_running_is_one_line_a_hint_and
     assert capsys.readouterr().err.splitlines() == [
         "error: interrupted; the compose containers keep running",
         "hint: stop them: tritonkit down --repository DIR"]
+
+
+def test_down_with_nothing_deployed_says_so_and_succeeds_every_time(tmp_path, capsys):
+    """A teardown script's `down` (a trap, a second run) is no error, as a second
+    `docker compose down` is not."""
+    for _ in range(2):
+        assert run_cli("down", "--repository", tmp_path) == 0
+        captured = capsys.readouterr()
+        assert " ".join(captured.out.split()) == \
+            f"nothing to stop for {tmp_path}: no deployment recorded"
+        assert captured.err == ""
+
+
+@pytest.mark.parametrize("kind,says", [("file", "is not a folder"), ("missing", "does not exist")])
+def test_down_on_a_repository_path_that_is_no_folder_is_still_an_error(tmp_path, capsys, kind,
+                                                                       says):
+    path = tmp_path / "repo"
+    if kind == "file":
+        path.write_text("not a folder\n")
+    assert run_cli("down", "--repository", path) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: model repository {path} {says}",
+                   "hint: pass --repository with the folder you deployed"]
+
+
+def test_a_compose_deploy_rerun_after_docker_was_missing_rewrites_its_own_files_not_edited_ones(
+        example_repository, tmp_path, monkeypatch, capsys):
+    """The first run wrote the files and found no Docker engine: the same command again
+    replaces what it wrote (no --force), but never a file the user edited since."""
+    from tritonkit.server.container import SECRET_VARIABLE
+    from tritonkit.server.state import read_secret
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-docker-here"))
+    out = tmp_path / "docker"
+    deploy = ("deploy", "--target", "compose", "--gpu", "p100", "--repository",
+              example_repository, "--out", out)
+    for _ in range(2):
+        assert run_cli(*deploy) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: no Docker CLI on this machine; wrote"), err
+        # the env file carries the secret the repository records now
+        assert (out / ".env").read_text().splitlines()[-1] == \
+            f"{SECRET_VARIABLE}={read_secret(example_repository)}"
+
+    for name, edit in (("docker-compose.yml", "# mine\n"), (".env", "EXTRA=1\n")):
+        path = out / name
+        original = path.read_text()
+        path.write_text(original + edit)
+        assert run_cli(*deploy) == 2
+        assert capsys.readouterr().err.splitlines()[0] == \
+            f"error: compose output {out / 'docker-compose.yml'} already exists"
+        assert path.read_text() == original + edit
+        path.write_text(original)
+
+
+@pytest.mark.parametrize("flag,example", [("--json", "run.json"), ("--csv", "run.csv"),
+                                          ("--plot", "run.png")])
+def test_an_output_flag_given_a_folder_is_shown_a_file_name_of_its_own_type(tmp_path, flag,
+                                                                             example):
+    from tritonkit.errors import UsageError
+    from tritonkit.fileio import check_outputs
+
+    with pytest.raises(UsageError) as refused:
+        check_outputs({flag: tmp_path}, force=False)
+    assert refused.value.message == f"{flag} file {tmp_path} is a folder"
+    assert refused.value.hint == f"give a file name, e.g. {tmp_path / example}"
+
+
+def test_a_file_that_exists_is_kept_and_the_hint_offers_only_the_ways_out_there_are(tmp_path):
+    """`tritonkit config` has no other path to write to: --force is its one way out; an
+    output flag may also be given another path."""
+    from tritonkit.errors import UsageError
+    from tritonkit.fileio import check_output, refuse_overwrite
+
+    path = tmp_path / "config.pbtxt"
+    path.write_text("mine\n")
+    with pytest.raises(UsageError) as config:
+        refuse_overwrite(path, force=False, what="model config")
+    assert (config.value.message, config.value.hint) == (
+        f"model config {path} already exists", "pass --force to replace it")
+    with pytest.raises(UsageError) as output:
+        check_output(path, force=False, what="--json file")
+    assert output.value.hint == "pass --force to replace it, or give another path"
+    assert path.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("target", ["local", "compose"])
+def test_two_port_flags_naming_one_port_are_named_by_their_flags(tmp_path, capsys, target):
+    assert run_cli("deploy", "--target", target, "--gpu", "a10", "--repository", tmp_path,
+                   "--http-port", "18124", "--grpc-port", "8001", "--metrics-port", "18124") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --http-port and --metrics-port are both 18124",
+        "hint: give each its own port (0 picks a free one)"]

@@ -310,6 +310,31 @@ def test_a_bad_spec_is_one_line_naming_the_cause(capsys, repository, bad_models,
     assert says.format(**fill) in line
 
 
+def test_a_package_module_spec_is_found_in_the_working_folder_and_sys_path_is_left_alone(
+        tmp_path, monkeypatch):
+    """`tritonkit export examples.mlp:build` from the folder that holds examples/: the console
+    script (and `python -m`) do not put the working folder on sys.path, as `python -c` does."""
+    import sys
+
+    from tritonkit.export.spec import load_factory
+
+    package = tmp_path / "cwd_models_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tiny.py").write_text(
+        "import torch\n\ndef build():\n    return torch.nn.Linear(4, 2), torch.randn(2, 4)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    before = list(sys.path)
+    try:
+        module, inputs, axes = load_factory("cwd_models_pkg.tiny:build")
+    finally:
+        for name in ("cwd_models_pkg", "cwd_models_pkg.tiny"):
+            sys.modules.pop(name, None)
+    assert module.in_features == 4 and tuple(inputs.shape) == (2, 4) and axes is None
+    assert sys.path == before
+
+
 def test_an_existing_model_is_not_replaced_without_force(capsys, repository):
     code, line, _ = export_fails(capsys, repository, f"{MLP}:build", "--name", "existing")
     assert code == EXIT_USAGE

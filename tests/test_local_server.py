@@ -930,9 +930,10 @@ def test_without_proc_no_unrecorded_server_is_found_and_nothing_fails_on_it(tmp_
     monkeypatch.setattr(local, "PROC", tmp_path / "no-proc")
     assert local.unrecorded_servers(tmp_path) == []
     local.refuse_if_running(tmp_path)
-    assert run_cli("down", "--repository", tmp_path) == 2
-    err = capsys.readouterr().err
-    assert f"no deployment recorded in {tmp_path}" in err and "internal error" not in err
+    assert run_cli("down", "--repository", tmp_path) == 0
+    out, err = capsys.readouterr()
+    assert f"nothing to stop for {tmp_path}: no deployment recorded" in out
+    assert "internal error" not in err
 
 
 def test_down_names_a_server_of_another_user_it_may_not_signal_and_still_stops_its_own(

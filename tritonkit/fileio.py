@@ -35,21 +35,30 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> Path:
     return path
 
 
-def refuse_overwrite(path: Path, *, force: bool, what: str = "file") -> None:
-    """Raise a UsageError if ``path`` exists and ``force`` was not given."""
+def refuse_overwrite(path: Path, *, force: bool, what: str = "file",
+                     instead: str | None = None) -> None:
+    """Raise a UsageError if ``path`` exists and ``force`` was not given. ``instead`` is
+    the other way out the hint offers, if the command has one ("give another path")."""
     if Path(path).exists() and not force:
         raise UsageError(f"{what} {path} already exists",
-                         hint="pass --force to replace it, or choose another name/path")
+                         hint="pass --force to replace it" + (f", or {instead}" if instead else ""))
 
 
-def check_output(path: Path, *, force: bool, what: str) -> None:
+#: The file type each output flag writes, for the example a hint gives.
+OUTPUT_SUFFIXES = {"--json": ".json", "--csv": ".csv", "--plot": ".png"}
+
+
+def check_output(path: Path, *, force: bool, what: str, suffix: str | None = None) -> None:
     """Before long work: an output file that exists is kept unless ``force``, and one that
     could not be written (a folder at that path, a file where a folder must be, a folder
-    we may not write to) is refused now rather than losing what the work produced."""
+    we may not write to) is refused now rather than losing what the work produced.
+    ``suffix`` (".csv") makes the hint's example file name."""
     path = Path(path)
     if path.is_dir():
-        raise UsageError(f"{what} {path} is a folder", hint="give a file name, e.g. out/run.json")
-    refuse_overwrite(path, force=force, what=what)
+        raise UsageError(f"{what} {path} is a folder",
+                         hint=f"give a file name, e.g. {path / ('run' + suffix)}" if suffix
+                         else "give a file name, not a folder")
+    refuse_overwrite(path, force=force, what=what, instead="give another path")
     _check_writable_folder(path.parent, what=what, target=path)
 
 
@@ -59,7 +68,7 @@ def check_outputs(outputs: Mapping[str, Path | None], *, force: bool) -> None:
     replace the first); a ``--plot`` ending in .png (matplotlib picks the format from it)."""
     given = {flag: Path(path) for flag, path in outputs.items() if path is not None}
     for flag, path in given.items():
-        check_output(path, force=force, what=f"{flag} file")
+        check_output(path, force=force, what=f"{flag} file", suffix=OUTPUT_SUFFIXES.get(flag))
     resolved = [path.resolve() for path in given.values()]
     same = [flag for flag, path in given.items() if resolved.count(path.resolve()) > 1]
     if same:

@@ -6,6 +6,8 @@ parses its options, makes one library call, renders the result and picks the exi
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import signal
 import sys
@@ -24,7 +26,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    # Click's plain help: it wraps every line to the terminal. Rich's option table cut a
+    # long word in its narrow help column with "…", and showed <bool> beside every flag.
+    rich_markup_mode=None,
 )
 
 # Registration order is the order `tritonkit --help` lists the commands in.
@@ -36,6 +40,18 @@ from tritonkit.cli import loadtest as _loadtest  # noqa: E402,F401
 from tritonkit.cli import monitor as _monitor  # noqa: E402,F401
 
 
+def _summaries_in_full() -> None:
+    """`tritonkit --help` lists each command with its docstring's first paragraph, whole:
+    left to itself, Click cuts it to what fits one line and ends it with "..."."""
+    for info in app.registered_commands:
+        doc = inspect.getdoc(info.callback) if info.callback else None
+        if info.short_help is None and doc:
+            info.short_help = " ".join(doc.split("\n\n")[0].split())
+
+
+_summaries_in_full()
+
+
 def _debug() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "no")
 
@@ -44,13 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Every TritonkitError ends here as one line (and a hint) on stderr."""
     try:
         # In non-standalone mode click returns typer.Exit's code instead of raising it.
-        code = app(args=argv, standalone_mode=False)
+        code = app(args=argv, prog_name=app.info.name, standalone_mode=False)
     except TritonkitError as exc:
         if _debug():
             traceback.print_exc()
-        print(f"error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+        _print_error(exc.message, exc.hint)
         if exc.detail and _debug():
             print(exc.detail, file=sys.stderr)
         return _exit(exc.exit_code)
@@ -60,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(f"error: {interrupted_by(signum)}", file=sys.stderr)
         return _exit(128 + signum)
-    except typer.TyperException as exc:  # bad flags: Typer's own usage message
-        exc.show()
+    except typer.TyperException as exc:  # bad flags (Click's usage errors): said as ours are
+        if type(exc).__name__ == "NoArgsIsHelpError":    # a bare `tritonkit`: its help
+            exc.show()
+        else:
+            _print_error(_usage_message(exc), _usage_hint(exc))
         return _exit(getattr(exc, "exit_code", EXIT_USAGE))
     except Exception as exc:  # our bugs, and paths no check of ours foresaw
         if _debug():
@@ -85,3 +102,24 @@ def main(argv: list[str] | None = None) -> int:
 
 def _exit(code: int | None) -> int:
     return int(code or 0)
+
+
+def _print_error(message: str, hint: str | None) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+
+
+def _usage_message(exc: typer.TyperException) -> str:
+    """Click's message, with its "(Possible options: …)" said as the one closest match."""
+    options = getattr(exc, "possibilities", None)
+    if options:
+        closest = difflib.get_close_matches(exc.option_name, options, n=1, cutoff=0.0)
+        return f"{exc.message} (did you mean {closest[0]}?)"
+    return exc.format_message()
+
+
+def _usage_hint(exc: typer.TyperException) -> str | None:
+    """The help of the command the bad flag was given to."""
+    ctx = getattr(exc, "ctx", None)
+    return f"{ctx.command_path} --help" if ctx is not None else None

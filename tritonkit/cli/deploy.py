@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -58,6 +59,8 @@ def deploy(
                                          replicas=replicas, server_config=server_config,
                                          storage_class=storage_class))
         return
+    _refuse_shared_ports({"--http-port": http_port, "--grpc-port": grpc_port,
+                          "--metrics-port": metrics_port})
     if timeout is None:
         timeout = float(COMPOSE_STARTUP_S) if target == "compose" else LOCAL_STARTUP_S
     with signals_interrupt(), progress_status(f"deploying {repository}") as progress:
@@ -91,6 +94,15 @@ def deploy(
         from tritonkit.cli.warmup import print_warmup  # here: keeps the --help order
 
         print_warmup(deployment.extra["warmup"], repository)
+
+
+def _refuse_shared_ports(ports: dict[str, int]) -> None:
+    """Two port flags that name one port, said by their flags (0, "pick one", may repeat)."""
+    chosen = [(flag, port) for flag, port in ports.items() if port]
+    for (first, port), (second, other) in itertools.combinations(chosen, 2):
+        if port == other:
+            raise UsageError(f"{first} and {second} are both {port}",
+                             hint="give each its own port (0 picks a free one)")
 
 
 def _print_compose(files, running, repository: Path) -> None:
@@ -132,7 +144,9 @@ def down(
     kill; compose: docker compose down)."""
     with progress_status(f"stopping the server for {repository}") as progress:
         stopped = deploy_lib.down(repository, timeout=timeout, progress=progress)
-    if stopped:
-        console.print(f"stopped the Triton server for {repository}")
+    if stopped is None:
+        console.print(f"nothing to stop for {repository}: no deployment recorded", soft_wrap=True, highlight=False)
+    elif stopped:
+        console.print(f"stopped the Triton server for {repository}", soft_wrap=True, highlight=False)
     else:
-        console.print(f"no running server for {repository} (state cleared)")
+        console.print(f"no running server for {repository} (state cleared)", soft_wrap=True, highlight=False)

@@ -17,9 +17,10 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -89,19 +90,21 @@ def _import_target(target: str):
         module = importlib.util.module_from_spec(loader_spec)
         # Let the file import its neighbours, as `python path/to/file.py` would, and find
         # itself in sys.modules, as dataclasses and pickling look it up there.
-        sys.path.insert(0, str(path.resolve().parent))
         sys.modules[name] = module
         try:
-            loader_spec.loader.exec_module(module)
+            with _on_sys_path(path.resolve().parent):
+                loader_spec.loader.exec_module(module)
         except Exception as exc:
             sys.modules.pop(name, None)
             raise UsageError(f"importing {path} raised {type(exc).__name__}: {one_line(exc)}",
                              hint="fix the file; TRITONKIT_DEBUG=1 shows the traceback") from exc
-        finally:
-            sys.path.remove(str(path.resolve().parent))
         return module
     try:
-        return importlib.import_module(target)
+        # A console script (and Python under -P or PYTHONSAFEPATH) leaves the working folder
+        # off sys.path, where `python -c "import examples.mlp"` has it: look there first,
+        # as uvicorn's and gunicorn's app-dir does.
+        with _on_sys_path(Path.cwd()):
+            return importlib.import_module(target)
     except ModuleNotFoundError as exc:
         if exc.name and target.startswith(exc.name):
             raise UsageError(f"no Python module named '{target}'",
@@ -111,6 +114,17 @@ def _import_target(target: str):
     except Exception as exc:
         raise UsageError(f"importing {target} raised {type(exc).__name__}: {one_line(exc)}",
                          hint="fix the module; TRITONKIT_DEBUG=1 shows the traceback") from exc
+
+
+@contextmanager
+def _on_sys_path(folder: Path) -> Iterator[None]:
+    """``folder`` first on sys.path while the block imports; taken off again afterwards."""
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        sys.path.remove(entry)
 
 
 def _unpack(built: Any, spec: str) -> tuple[torch.nn.Module, Any, dict | None]:

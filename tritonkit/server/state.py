@@ -112,12 +112,22 @@ def save_deployment(deployment: Deployment) -> Path:
     return atomic_write(path, json.dumps(asdict(deployment), indent=2) + "\n")
 
 
+def require_repository_folder(repository: Path) -> None:
+    """A UsageError unless ``repository`` is a folder (the one a deployment is recorded in)."""
+    repository = Path(repository)
+    if not repository.exists():
+        raise UsageError(f"model repository {repository} does not exist",
+                         hint="pass --repository with the folder you deployed")
+    if not repository.is_dir():
+        raise UsageError(f"model repository {repository} is not a folder",
+                         hint="pass --repository with the folder you deployed")
+
+
 def load_deployment(repository: Path) -> Deployment:
     """The deployment recorded in ``repository``; UsageError if there is none."""
     path = _state_file(repository)
-    if Path(repository).exists() and not Path(repository).is_dir():
-        raise UsageError(f"model repository {repository} is not a folder",
-                         hint="pass --repository with the folder you deployed")
+    if Path(repository).exists():
+        require_repository_folder(repository)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
