@@ -658,7 +658,7 @@ def test_a_wait_for_triton_in_compose_that_times_out_says_the_last_answer(tmp_pa
 
 
 @pytest.mark.parametrize("args,says", [
-    (("--http-port", "8000", "--grpc-port", "8000"), "ports must differ"),
+    (("--http-port", "8000", "--grpc-port", "8000"), "--http-port and --grpc-port are both 8000"),
     (("--device-ids", ""), "no GPU given"),
     (("--device-ids", "0,0"), "a GPU is listed twice"),
     (("--device-ids", "0,x"), "'x' is not a GPU index or UUID"),

@@ -120,3 +120,12 @@ def test_a_header_that_grpc_metadata_or_tritons_flag_cannot_carry_is_refused(tmp
     settings.write_text(f'[restricted_api]\nheader = "{header}"\n')
     with pytest.raises(ProfileError, match="restricted_api.header"):
         load_server_settings(settings)
+
+
+def test_ports_that_clash_are_named_in_words_not_as_a_repr():
+    from tritonkit.errors import UsageError
+    from tritonkit.server.settings import Ports
+
+    with pytest.raises(UsageError, match=r"^the gRPC and metrics ports are both 9000$"):
+        Ports(http=0, grpc=9000, metrics=9000).require_distinct()
+    Ports(http=0, grpc=0, metrics=0).require_distinct()          # 0: each picks a free one

@@ -95,10 +95,14 @@ class Ports:
 
     def require_distinct(self) -> None:
         """A UsageError unless the three ports differ (0, "pick one", may repeat)."""
-        chosen = [port for port in self.as_dict().values() if port]
-        if len(set(chosen)) != len(chosen):
-            raise UsageError(f"the HTTP, gRPC and metrics ports must differ (got {self})",
-                             hint="pass three different ports")
+        chosen = [(name, port) for name, port in self.as_dict().items() if port]
+        for i, (name, port) in enumerate(chosen):
+            same = [other for other, p in chosen[i + 1:] if p == port]
+            if same:
+                spelled = {"http": "HTTP", "grpc": "gRPC"}
+                names = " and ".join(spelled.get(n, n) for n in (name, *same))
+                raise UsageError(f"the {names} ports are both {port}",
+                                 hint="give each its own port (0 picks a free one)")
 
 
 def load_server_settings(path: Path | None = None) -> ServerSettings:
