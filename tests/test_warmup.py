@@ -12,6 +12,8 @@ import signal
 import statistics
 import threading
 import time
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.conftest import EXAMPLE_REPOSITORY, add_broken_model, run_cli
-from tritonkit.cli.warmup import print_warmup
+import tritonkit
+from tritonkit.cli.warmup import print_results, print_warmup, unsteady_error, write_json
 from tritonkit.client import Endpoint, example_input, triton_message
 from tritonkit.deploy import deploy_local
 from tritonkit.errors import ServerError, UsageError
@@ -27,7 +30,8 @@ from tritonkit.server.local import Deadline, _alive, free_port
 from tritonkit.server.state import Deployment, load_deployment, save_deployment, state_dir
 from tritonkit.warmup import (
     ColdStart, ModelWarmup, SteadyRule, cold_start_figures, load_and_warm, load_order,
-    model_instances, sequence_ids, sequence_slots, warm_up, warmup_shapes)
+    model_instances, run_context, sequence_ids, sequence_slots, warm_up, warmup_shapes)
+from tritonkit.warmup._model import _Target, _until_steady, _Warming
 from tritonkit.warmup._requests import Driver
 
 
@@ -267,9 +271,18 @@ def test_warmup_on_a_warm_server_is_quick_harmless_and_writes_json(warm_server, 
     code = run_cli("warmup", "--repository", warm_server.repository, "--json", out)
     assert code == 0, capsys.readouterr().err
     assert time.monotonic() - started < 10
-    records = json.loads(out.read_text())["models"]
+    document = json.loads(out.read_text())
+    records = document["models"]
     assert [r["model"] for r in records] == ["example", "pipeline"]   # steps first
     assert all(r["steady"] and r["load_s"] is None for r in records)  # nothing reloaded
+    # ... and the file says so in words, and where and when it ran, against what
+    assert all(r["loaded"] is False and r["was_ready"] is True for r in records)
+    assert document["triton_version"] == "2.51.0"
+    assert document["url"] == warm_server.http_url
+    assert document["repository"] == warm_server.repository
+    started = datetime.fromisoformat(document["started_at"].replace("Z", "+00:00"))
+    assert started.tzinfo is not None and abs(time.time() - started.timestamp()) < 60
+    assert document["tritonkit_version"] and document["host"]
     # it was warm: a cold first request here is 53-58x p50, a warm one 1.1-3.4x, 10.5x once
     # on a busy CI host
     assert all(r["first_ms"] < 20 * r["steady_p50_ms"] for r in records)
@@ -278,6 +291,31 @@ def test_warmup_on_a_warm_server_is_quick_harmless_and_writes_json(warm_server, 
     table = capsys.readouterr().out
     assert "p50 ms" in table and "READY" in table
     assert _ready(warm_server, "example") and _ready(warm_server, "pipeline")
+
+
+def test_the_warmup_json_says_when_where_and_against_what_it_ran_and_what_its_keys_mean(
+        tmp_path):
+    out = tmp_path / "warm.json"
+    was_ready = ModelWarmup(model="m", steady=True, requests=12, load_s=None, first_ms=30.0,
+                            steady_p50_ms=0.6, after=ColdStart(0.9, 0.6, clients=3),
+                            cold=True, was_ready=True)
+    loaded = replace(was_ready, model="n", load_s=1.5, was_ready=False)
+    context = run_context(None, "127.0.0.1:1", datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    write_json(out, [was_ready, loaded], context)
+    document = json.loads(out.read_text())
+    assert document["started_at"] == "2026-01-02T03:04:05Z"
+    assert document["url"] == "127.0.0.1:1" and document["triton_version"] is None  # no server
+    assert document["tritonkit_version"] == tritonkit.__version__ and document["host"]
+    m, n = document["models"]
+    assert (m["load_s"], m["loaded"], m["was_ready"]) == (None, False, True)
+    assert (n["load_s"], n["loaded"], n["was_ready"]) == (1.5, True, False)
+    # the ratio under a name that says what it divides, and the old key kept alike
+    assert m["first_to_p50"] == m["ratio"] == pytest.approx(50.0)
+    assert m["after"]["first_to_p50"] == m["after"]["ratio"] == pytest.approx(1.5)
+    about = document["about"]
+    assert "first_ms / steady_p50_ms" in about["first_to_p50"]
+    assert "first_to_p50" in about["ratio"] and "load_s" in about["loaded"]
+    assert [ModelWarmup.from_dict(r) for r in document["models"]] == [was_ready, loaded]
 
 
 def test_an_unsteady_model_after_deploy_is_told_the_whole_command_to_rerun(tmp_path, capsys):
@@ -320,6 +358,8 @@ def test_warmup_keeps_each_shapes_series_and_plots_it(warm_server, tmp_path, cap
     assert run_cli(*args) == 2 and plot.read_text() == "earlier plot\n"   # kept without --force
     assert "already exists" in capsys.readouterr().err
     assert run_cli(*args, "--force") == 0, capsys.readouterr().err
+    assert [line for line in capsys.readouterr().out.splitlines() if "wrote" in line] == [
+        f"wrote {out}", f"wrote {plot}"]                  # one line for each file written
     [record] = json.loads(out.read_text())["models"]
     assert set(record["series_ms"]) == set(record["shapes"]) and len(record["shapes"]) > 1
     first_shape = record["series_ms"][record["shapes"][0]]
@@ -419,11 +459,40 @@ def test_a_model_that_never_becomes_steady_within_the_budget_exits_non_zero(warm
     # Two requests cannot make a steady window of five: the budget runs out first.
     code = run_cli("warmup", "--repository", warm_server.repository, "--model", "example",
                    "--requests", "2")
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
     assert code == 1
-    assert err.startswith("error: example: not steady within --requests 2: each shape's first "
-                          "requests took them all (at INPUT__0:1x4)")
+    # One line under the table for all the model's shapes, not one per shape ...
+    [line] = [line for line in captured.out.splitlines() if "not steady" in line]
+    assert line.strip().startswith("example: not steady within --requests 2 (2 shapes; their "
+                                   "first requests used them all; try --requests ")
+    # ... and a short error naming the model, not repeating it all.
+    assert captured.err.splitlines()[0] == ("error: not steady: example (the line under the "
+                                            "table says why)")
+    assert captured.err.splitlines()[1].startswith("hint: try --requests ")
+    assert len(captured.err) < 250
     assert _ready(warm_server)
+
+
+def test_a_models_unsteady_shapes_are_one_line_and_the_error_is_short(tmp_path, capsys):
+    """Five shapes, none steady within --requests 3: the same words were said once per
+    shape under the table and again in the error (about 1.5 KB)."""
+    shapes = [f"INPUT__0:{b}x4" for b in (1, 2, 4, 8, 16)]
+    first = Driver(Endpoint("h:1"), "cnn", Deadline(1))
+    targets = [_Target(label, "", []) for label in shapes]
+    warming = _Warming("cnn", first, targets, lambda _m: None)
+    warming.sent = 3
+    note = _until_steady(warming, targets, SteadyRule(), 3, Deadline(60), enough=500)
+    assert note == ("not steady within --requests 3 (5 shapes; their first requests used "
+                    "them all; try --requests 500)")
+    results = [ModelWarmup(model=m, steady=False, requests=3, note=note, shapes=shapes,
+                           suggested_requests=500) for m in ("cnn", "mlp")]
+    print_results(results)
+    out = capsys.readouterr().out
+    assert out.count("not steady") == 2                    # one line per model
+    error = unsteady_error(results, SteadyRule(tolerance=0.001))
+    assert error.message == "not steady: cnn, mlp (the line under the table says why)"
+    assert error.hint == ("try --requests 500, or raise --timeout, or loosen "
+                          "--steady-tolerance (now 0.001)")
 
 
 def test_no_server_running_is_one_clear_line_at_the_deadline(tmp_path, capsys):
@@ -432,11 +501,68 @@ def test_no_server_running_is_one_clear_line_at_the_deadline(tmp_path, capsys):
     code = run_cli("warmup", "--url", f"127.0.0.1:{port}", "--timeout", "1.5")
     err = capsys.readouterr().err
     assert code == 1
-    assert err.startswith(f"error: no Triton server answers at 127.0.0.1:{port} (waited 1.5 s")
+    waiting, error = err.splitlines()[:2]
+    assert waiting.startswith(f"waiting up to 1.5 s for Triton at 127.0.0.1:{port} to answer")
+    assert error.startswith(f"error: no Triton server answers at 127.0.0.1:{port} (waited 1.5 s")
     assert "Traceback" not in err
     assert time.monotonic() - started < 5
     assert run_cli("warmup", "--repository", tmp_path) == 2
     assert "no deployment recorded" in capsys.readouterr().err
+
+
+def test_an_address_given_alone_that_refuses_every_connection_fails_after_the_grace(
+        monkeypatch, capsys):
+    """Nothing listening at --url: it said nothing and waited the whole timeout (120 s by
+    default). Now it says at once what it waits for, and gives up once every connection
+    has been refused for REFUSED_GRACE_S."""
+    monkeypatch.setattr("tritonkit.warmup._run.REFUSED_GRACE_S", 1.0)
+    port = free_port()
+    started = time.monotonic()
+    code = run_cli("warmup", "--url", f"127.0.0.1:{port}", "--timeout", "30")
+    err = capsys.readouterr().err
+    assert code == 1 and time.monotonic() - started < 5
+    waiting, error, hint = err.splitlines()
+    assert waiting == (f"waiting up to 30 s for Triton at 127.0.0.1:{port} to answer (Connection "
+                       "refused); giving up after 1 s if every connection is refused …")
+    assert error.startswith(f"error: nothing listens at 127.0.0.1:{port}: connection refused "
+                            "for 1.")
+    assert hint.startswith("hint: is the server up, and is this its HTTP port")
+
+
+def test_a_port_that_accepts_connections_but_is_not_live_is_waited_for_to_the_timeout(
+        monkeypatch, capsys):
+    """A server that is starting has its port open: not a refused address."""
+    import socket as socketlib
+
+    monkeypatch.setattr("tritonkit.warmup._run.REFUSED_GRACE_S", 0.3)
+    with socketlib.socket() as listener:           # accepts (the backlog), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        started = time.monotonic()
+        code = run_cli("warmup", "--url", f"127.0.0.1:{port}", "--timeout", "2")
+    assert code == 1 and time.monotonic() - started >= 1.9
+    assert f"\nerror: no Triton server answers at 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_recorded_deployments_server_is_waited_for_though_its_port_refuses(
+        tmp_path, monkeypatch, capsys):
+    """A deploy recorded here may be starting (or restarting): the timeout is its to use."""
+    from tritonkit.server.state import new_secret
+
+    monkeypatch.setattr("tritonkit.warmup._run.REFUSED_GRACE_S", 0.3)
+    port = free_port()
+    new_secret(tmp_path)
+    save_deployment(Deployment(target="compose", repository=str(tmp_path), host="127.0.0.1",
+                               http_port=port, grpc_port=free_port(), metrics_port=free_port(),
+                               secret_header="x-key", models=["example"], started_at=0.0))
+    for url in ((), ("--url", f"127.0.0.1:{port}")):
+        started = time.monotonic()
+        assert run_cli("warmup", "--repository", tmp_path, *url, "--timeout", "1.5") == 1
+        assert time.monotonic() - started >= 1.4
+        err = capsys.readouterr().err
+        assert f"\nerror: no Triton server answers at 127.0.0.1:{port}" in err
+        assert "giving up" not in err
 
 
 @pytest.mark.server
@@ -466,7 +592,7 @@ def test_a_recorded_local_server_that_is_gone_fails_at_once_saying_so_and_to_dep
         # A server given by --url is no record's: it may be restarting, so it is waited for.
         url = deployment.http_url
         assert run_cli("warmup", "--repository", repo, "--url", url, "--timeout", "1") == 1
-        assert capsys.readouterr().err.startswith(f"error: no Triton server answers at {url}")
+        assert f"\nerror: no Triton server answers at {url}" in capsys.readouterr().err
     finally:
         os.killpg(deployment.pid, signal.SIGKILL) if _alive(deployment.pid) else None
         run_cli("down", "--repository", repo)
@@ -521,6 +647,122 @@ def test_warmup_of_a_deployment_warms_its_own_models_not_whatever_else_its_folde
     add_broken_model(_served(deployed))
     assert run_cli("warmup", "--repository", deployed.repository, "--timeout", "60") == 0
     assert "broken" not in capsys.readouterr().out
+
+
+@pytest.mark.server
+def test_a_model_added_to_the_folder_after_a_local_deploy_is_said_so_with_how_to_redeploy(
+        warm_server, capsys):
+    """The local server serves a mirror made at the deploy: asked for a model added since,
+    warm-up said "no model named 'cnn' in the server's repository", though cnn was there."""
+    repo = Path(warm_server.repository)
+    (repo / "cnn").mkdir()
+    (repo / "cnn" / "config.pbtxt").write_text((repo / "example" / "config.pbtxt").read_text())
+    try:
+        assert run_cli("warmup", "-r", repo, "--model", "cnn") == 2
+        error, hint = capsys.readouterr().err.splitlines()
+        assert error == (f"error: model 'cnn' was added to {repo} after the deploy: its server "
+                         "serves the models deployed then (example, pipeline)")
+        assert hint == f"hint: redeploy: tritonkit down -r {repo} && tritonkit deploy -r {repo}"
+        # Warming the deployment's models says it leaves cnn out, and why.
+        assert run_cli("warmup", "-r", repo) == 0
+        [warning] = capsys.readouterr().err.splitlines()
+        assert warning == (f"warning: model 'cnn' was added to {repo} after the deploy: its "
+                           "server does not serve it, and nothing warms it; redeploy: "
+                           f"tritonkit down -r {repo} && tritonkit deploy -r {repo}")
+    finally:
+        shutil.rmtree(repo / "cnn")
+
+
+OUTER = """name: "outer"
+platform: "ensemble"
+max_batch_size: 8
+input { name: "X" data_type: TYPE_FP32 dims: 4 }
+output { name: "Y" data_type: TYPE_FP32 dims: 3 }
+ensemble_scheduling { step {
+  model_name: "pipeline" model_version: -1
+  input_map { key: "X" value: "X" } output_map { key: "Y" value: "Y" } } }
+"""
+
+
+@pytest.mark.server
+def test_an_ensemble_named_alone_at_a_url_warms_the_steps_triton_loaded_with_it_nested_too(
+        example_repository, tmp_path, monkeypatch):
+    """No folder to read its config from: its steps were warmed only through it (no burst
+    for their instances, no figures of their own)."""
+    repo = example_repository
+    for name, config in (("pipeline", ENSEMBLE), ("outer", OUTER)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
+    deployment = _deploy(repo, "--no-warmup")
+    try:
+        client = httpclient.InferenceServerClient(deployment.http_url)
+        try:
+            for name in ("outer", "pipeline", "example"):
+                client.unload_model(name, headers=deployment.repository_headers())
+            deadline = time.monotonic() + 30
+            while any(client.is_model_ready(n) for n in ("outer", "pipeline", "example")):
+                assert time.monotonic() < deadline, "the models did not unload"
+                time.sleep(0.1)
+        finally:
+            client.close()
+        monkeypatch.setenv("TRITONKIT_REPOSITORY_SECRET", deployment.secret())
+        out = tmp_path / "warm.json"
+        assert run_cli("warmup", "--url", deployment.http_url, "--model", "outer",
+                       "--json", out, "--timeout", "90") == 0
+        records = {r["model"]: r for r in json.loads(out.read_text())["models"]}
+        assert list(records) == ["example", "pipeline", "outer"]          # steps first
+        assert all(r["steady"] and r["requests"] > 0 and r["cold"] for r in records.values())
+        assert records["outer"]["loaded"] and not records["example"]["loaded"]
+        assert records["pipeline"]["note"].startswith("loaded by Triton with ensemble 'outer'")
+        assert records["example"]["note"].startswith("loaded by Triton with ensemble 'pipeline'")
+    finally:
+        run_cli("down", "--repository", repo)
+
+
+@pytest.mark.server
+def test_a_load_on_a_server_not_in_explicit_model_control_says_so_and_how_to_start_it(
+        example_repository, tmp_path, monkeypatch, capsys):
+    """Triton's words ("... not allowed if polling is enabled", in mode none too) with
+    "read the server's log" sent the user to a log that says nothing more."""
+    import dataclasses
+    import secrets
+    import subprocess
+
+    from tritonkit.client import health
+    from tritonkit.server.binary import find_install, prepare_backends, server_environment
+    from tritonkit.server.settings import Ports, load_server_settings, tritonserver_argv
+
+    install = find_install()
+    ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
+    argv = tritonserver_argv(
+        dataclasses.replace(load_server_settings(), model_control_mode="none"),
+        binary=str(install.binary), model_repository=str(example_repository), ports=ports,
+        models=[], secret="s3cret", bind_address="127.0.0.1",
+        backend_directory=str(prepare_backends(install, tmp_path / "backends")),
+        gpu_metrics=False, python_shm_prefix=f"tritonkit_test_{secrets.token_hex(4)}_")
+    with open(tmp_path / "server.log", "wb") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                  env=server_environment(install), start_new_session=True)
+    url = f"127.0.0.1:{ports.http}"
+    try:
+        deadline = time.monotonic() + 60
+        while health(url, "/v2/health/ready") is not None:
+            assert server.poll() is None and time.monotonic() < deadline, "no server"
+            time.sleep(0.2)
+        monkeypatch.setenv("TRITONKIT_REPOSITORY_SECRET", "s3cret")
+        assert run_cli("warmup", "--url", url, "--reload", "--timeout", "60") == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: the server at {url} is not in explicit model-control "
+                              "mode, so it loads no model on request ('example'; Triton: "
+                              "explicit model load / unload is not allowed")
+        assert "hint: start it with --model-control-mode=explicit" in err
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
 
 
 SLOW_MODEL = '''
@@ -960,7 +1202,7 @@ def test_a_peer_that_does_not_speak_http_is_no_server_not_an_internal_error(caps
         code = run_cli("warmup", "--url", f"127.0.0.1:{port}", "--timeout", "1")
     err = capsys.readouterr().err
     assert code == 1
-    assert err.startswith(f"error: no Triton server answers at 127.0.0.1:{port}")
+    assert f"\nerror: no Triton server answers at 127.0.0.1:{port}" in err
     assert "internal error" not in err
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -20,6 +21,7 @@ from tritonkit.cli.options import (
     Timeout,
     Url,
     console,
+    err_console,
     progress_status,
 )
 from tritonkit.client import SECRET_ENV, read_secret_file
@@ -97,18 +99,50 @@ def print_warmup(records: list[dict], repository: Path) -> None:
                           highlight=False, soft_wrap=True)
 
 
-def write_json(path: Path, results: list[warmup_lib.ModelWarmup]) -> None:
-    atomic_write(path, json.dumps({"models": [r.as_dict() for r in results]}, indent=2) + "\n")
+def write_json(path: Path, results: list[warmup_lib.ModelWarmup],
+               context: dict | None = None) -> None:
+    """The figures, after the run's own facts (``run_context``) and ``about``: what each
+    key means, in the file itself."""
+    document = {**(context or {}), "about": warmup_lib.ABOUT,
+                "models": [r.as_dict() for r in results]}
+    atomic_write(path, json.dumps(document, indent=2) + "\n")
 
 
 def write_outputs(results: list[warmup_lib.ModelWarmup], json_out: Path | None,
-                  plot: Path | None) -> None:
+                  plot: Path | None, context: dict | None = None) -> None:
+    """The --json and --plot files asked for, a line for each written."""
     if json_out:
-        write_json(json_out, results)
+        write_json(json_out, results, context)
+        console.print(f"wrote {escape(str(json_out))}", highlight=False, soft_wrap=True)
     if plot:
         from tritonkit.warmup.plot import write_warmup_plot
 
         write_warmup_plot(plot, results)
+        console.print(f"wrote {escape(str(plot))}", highlight=False, soft_wrap=True)
+
+
+def notice(line: str) -> None:
+    """A line the warm-up says whatever the output is (what it waits for, a warning), on
+    stderr, where the error would come."""
+    if line.startswith("warning:"):
+        err_console.print(f"[yellow]warning:[/yellow]{escape(line.removeprefix('warning:'))}",
+                          highlight=False, soft_wrap=True)
+    else:
+        err_console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def unsteady_error(results: list[warmup_lib.ModelWarmup],
+                   rule: warmup_lib.SteadyRule) -> TritonkitError | None:
+    """One short error naming the models that did not get steady (each one's line under
+    the table says why), or None."""
+    unsteady = [r for r in results if r.warmed and not r.steady]
+    if not unsteady:
+        return None
+    suggested = max((r.suggested_requests for r in unsteady if r.suggested_requests), default=None)
+    fixes = [f"try --requests {suggested}"] if suggested else []
+    fixes += ["raise --timeout", f"loosen --steady-tolerance (now {rule.tolerance:g})"]
+    return TritonkitError(f"not steady: {', '.join(r.model for r in unsteady)} (the line "
+                          f"under the table says why)", hint=", or ".join(fixes))
 
 
 @app.command(epilog="Example: tritonkit warmup --repository model_repository")
@@ -146,20 +180,27 @@ def warmup(
         repository = Path("model_repository")
     check_outputs({"--json": json_out, "--plot": plot}, force=force)  # before a 2-minute run
     secret = read_secret_file(secret_file) if secret_file else None
+    rule = warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance)
+    started_at = warmup_lib.utc_now()
     try:
         with progress_status("warming up") as progress:
             results = warmup_lib.warm_up(
                 repository, url, model, timeout=timeout, requests=requests, reload=reload,
-                secret=secret, grpc_url=grpc_url, progress=progress,
-                rule=warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance))
+                secret=secret, grpc_url=grpc_url, progress=progress, notice=notice, rule=rule)
     except warmup_lib.LoadFailed as failed:   # the models that loaded were warmed: say how
         if failed.results:
             print_results(failed.results)
-            write_outputs(failed.results, json_out, plot)
+            write_outputs(failed.results, json_out, plot,
+                          _context(json_out, repository, url, started_at, secret))
         raise
     print_results(results)
-    write_outputs(results, json_out, plot)
-    unsteady = [f"{r.model}: {r.note}" for r in results if r.warmed and not r.steady]
-    if unsteady:
-        raise TritonkitError("; ".join(unsteady),
-                             hint="raise --requests or --timeout, or loosen --steady-tolerance")
+    write_outputs(results, json_out, plot, _context(json_out, repository, url, started_at, secret))
+    if error := unsteady_error(results, rule):
+        raise error
+
+
+def _context(json_out: Path | None, repository: Path | None, url: str | None,
+             started_at: datetime, secret: str | None) -> dict | None:
+    """The run's facts for its JSON (they ask the server its version once more): only
+    when a JSON file is asked for."""
+    return warmup_lib.run_context(repository, url, started_at, secret=secret) if json_out else None

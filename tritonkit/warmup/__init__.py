@@ -10,7 +10,9 @@ sees that as P99 jitter. ``load_and_warm`` removes it before traffic arrives:
    secret header, so a wrong secret is caught before anything is touched);
 3. load each model that is not READY (steps before the ensembles that use them). A READY
    model is left alone unless ``reload`` is asked for: Triton reloads a model on every
-   load request, which would bring its cold start back;
+   load request, which would bring its cold start back. The steps Triton loaded with an
+   ensemble whose config was not here to read (a ``--url`` server) are read from the
+   server after the loads, nested ensembles too, and warmed as models of their own;
 4. send requests for every batch size and dynamic-shape bucket of the model's config
    until the latency of each shape is steady (``SteadyRule``) or the budget runs out.
    The cold start is paid once per model *instance* (its python-backend stub, its ONNX
@@ -25,10 +27,15 @@ sees that as P99 jitter. ``load_and_warm`` removes it before traffic arrives:
 5. measure what a user would now see: a fresh client's first request against the p50
    of the requests after it (``cold_start_figures``).
 
+Before step 1, a server given by address alone (``--url``) that refuses every connection
+for ``REFUSED_GRACE_S`` fails then, not at the deadline; a recorded deployment's, or one
+whose port is open but not live yet, is waited for (``warm_up``).
+
 Nothing is ever unloaded. If the server restarts in the middle, every model is warmed
 again from the start on the new server (its models are cold again).
 """
 
+from tritonkit.warmup._context import ABOUT, run_context, utc_now
 from tritonkit.warmup._config import (
     load_order,
     model_instances,
@@ -40,13 +47,15 @@ from tritonkit.warmup._config import (
 from tritonkit.warmup._errors import InputRefused, LoadFailed
 from tritonkit.warmup._model import CHECK_CLIENTS, CHECK_REQUESTS, cold_start_figures
 from tritonkit.warmup._results import ColdStart, ModelWarmup, SteadyRule
-from tritonkit.warmup._run import DEFAULT_REQUESTS, load_and_warm, warm_up
+from tritonkit.warmup._run import DEFAULT_REQUESTS, REFUSED_GRACE_S, load_and_warm, warm_up
 from tritonkit.warmup._server import wait_live
 
 __all__ = [
+    "ABOUT",
     "CHECK_CLIENTS",
     "CHECK_REQUESTS",
     "DEFAULT_REQUESTS",
+    "REFUSED_GRACE_S",
     "ColdStart",
     "InputRefused",
     "LoadFailed",
@@ -57,8 +66,10 @@ __all__ = [
     "load_order",
     "model_instances",
     "not_warmable",
+    "run_context",
     "sequence_ids",
     "sequence_slots",
+    "utc_now",
     "wait_live",
     "warm_up",
     "warmup_shapes",

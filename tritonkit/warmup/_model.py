@@ -20,7 +20,7 @@ from tritonkit.warmup._config import (
 )
 from tritonkit.warmup._errors import InputRefused
 from tritonkit.warmup._requests import Driver
-from tritonkit.warmup._results import ColdStart, ModelWarmup, SteadyRule
+from tritonkit.warmup._results import DEFAULT_REQUESTS, ColdStart, ModelWarmup, SteadyRule
 from tritonkit.warmup._server import http_client, ready_versions, server_config
 
 CHECK_REQUESTS = 20                 # requests after a fresh client's first, for its p50
@@ -51,7 +51,10 @@ def warm_model(endpoint: Endpoint, name: str, load_s: float | None, *, requests:
     # A steady window spans every instance.
     rule = replace(rule, window=max(rule.window, model_instances(config)))
     taken, notes = _first_requests(warming, _burst_size(config), guessed_shapes(config), deadline)
-    notes += _until_steady(warming, taken, rule, requests, deadline)
+    enough = _enough_requests(warming, taken, rule, requests)
+    unsteady = _until_steady(warming, taken, rule, requests, deadline, enough)
+    if unsteady:
+        notes.append(unsteady)
     steady = bool(taken) and all(rule.is_steady(t.series) for t in taken)
     if not taken and not notes:
         notes.append("not reached: out of time")
@@ -74,7 +77,8 @@ def warm_model(endpoint: Endpoint, name: str, load_s: float | None, *, requests:
                        note="; ".join(filter(None, [driver.describe(), *notes])), cold=cold,
                        series_ms={t.label: [round(v, 3) for v in t.series] for t in taken},
                        first_response_ms=first_responses[0] if first_responses else None,
-                       first_response_p50_ms=first_response_p50)
+                       first_response_p50_ms=first_response_p50,
+                       suggested_requests=enough if unsteady and not deadline.expired() else None)
 
 
 @dataclass(eq=False)
@@ -162,10 +166,10 @@ def _first_requests(warming: _Warming, burst: int, guessed: bool,
 
 
 def _until_steady(warming: _Warming, taken: list[_Target], rule: SteadyRule, requests: int,
-                  deadline: Deadline) -> list[str]:
-    """Each target in turn until steady, on its share of what is left of ``requests``; a
-    note for each that did not get there."""
-    notes = []
+                  deadline: Deadline, enough: int) -> str:
+    """Each target in turn until steady, on its share of what is left of ``requests``; one
+    line for those that did not get there ("" when all did), suggesting ``enough``."""
+    unsteady: list[tuple[_Target, int]] = []
     for position, target in enumerate(taken):
         share = max(0, requests - warming.sent) // (len(taken) - position)
         connection = warming.driver.connect()
@@ -177,11 +181,33 @@ def _until_steady(warming: _Warming, taken: list[_Target], rule: SteadyRule, req
         finally:
             connection.close()
         if not rule.is_steady(target.series):
-            why = ("the deadline" if deadline.expired() else
-                   f"its share of the requests, {share} of {requests}" if share else
-                   f"--requests {requests}: each shape's first requests took them all")
-            notes.append(f"not steady within {why} (at {target.label})")
-    return notes
+            unsteady.append((target, share))
+    return _not_steady(unsteady, len(taken), requests, deadline.expired(),
+                       enough) if unsteady else ""
+
+
+def _not_steady(unsteady: list[tuple[_Target, int]], shapes: int, requests: int,
+                out_of_time: bool, enough: int) -> str:
+    """One line for every shape that did not get steady: a line per shape said the same
+    words five times over for a model of five shapes, and again in the command's error."""
+    counted = f"{shapes} shape{'s' if shapes > 1 else ''}"
+    if len(unsteady) < shapes:
+        counted = f"{len(unsteady)} of {counted}, first {unsteady[0][0].label}"
+    if out_of_time:
+        return f"not steady within the timeout ({counted}; raise --timeout)"
+    if not any(share for _, share in unsteady):
+        return (f"not steady within --requests {requests} ({counted}; their first requests "
+                f"used them all; try --requests {enough})")
+    return f"not steady within --requests {requests} ({counted}; try --requests {enough})"
+
+
+def _enough_requests(warming: _Warming, taken: list[_Target], rule: SteadyRule,
+                     requests: int) -> int:
+    """A --requests to suggest, counted once each shape's first requests are sent: twice
+    what gives every shape two steady windows (a cold start settles over a few samples),
+    at least the default, and more than was asked."""
+    needed = warming.sent + len(taken) * (2 * rule.window - 1) * warming.driver.steps
+    return max(2 * needed, DEFAULT_REQUESTS if requests < DEFAULT_REQUESTS else 2 * requests)
 
 
 def cold_start_figures(endpoint: Endpoint, model: str, inputs: list, *,

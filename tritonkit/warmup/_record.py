@@ -1,16 +1,18 @@
 """What a local deployment's record says before its server is asked anything: a server
 that is gone (nothing restarts a local server by itself, so waiting for it only runs out
 the timeout), or one started on the repository at the place it had before it was moved
-(every load would read a folder that is no longer there); and, during the warm-up, when
-its server is gone for good rather than restarting."""
+(every load would read a folder that is no longer there); models added to its folder
+after the deploy, which its server may not serve; and, during the warm-up, when its
+server is gone for good rather than restarting."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from tritonkit.errors import ServerError, UsageError
+from tritonkit.repository import model_names
 from tritonkit.server.local import how_it_ended, is_our_server, mirror_dir, repository_of_mirror
 from tritonkit.server.state import Deployment, load_deployment
 
@@ -89,3 +91,61 @@ class GoneForGood:
             f"{how_it_ended(self.deployment)}",
             hint=f"start it again: tritonkit deploy --repository {repository}; its log: "
                  f"{self.deployment.log_path}")
+
+
+def added_after_deploy(deployment: Deployment) -> list[str]:
+    """The models in the deployment's repository folder that it was not deployed with
+    (its record lists what the deploy found there), sorted."""
+    try:
+        here = model_names(Path(deployment.repository))
+    except UsageError:
+        return []                    # the folder is gone or empty: nothing was added
+    return [name for name in here if name not in deployment.models]
+
+
+def serves_a_mirror(deployment: Deployment) -> bool:
+    """Whether the server reads a copy made at the deploy (the local target's CPU mirror),
+    not the repository folder itself: a model added to the folder since is not there."""
+    served = deployment.extra.get("served_repository")
+    return bool(served) and Path(served) != Path(deployment.repository)
+
+
+def refuse_models_added_after_deploy(deployment: Deployment, asked: Sequence[str]) -> None:
+    """A UsageError for models asked for that were added to the folder after the deploy of
+    a server that reads its mirror: its index lacks them, and saying so ("no model named
+    'cnn' in the server's repository", though cnn is right there) hid why."""
+    if not serves_a_mirror(deployment):
+        return                       # the server reads the folder: it loads them
+    added = [name for name in asked if name in added_after_deploy(deployment)]
+    if added:
+        repository = deployment.repository
+        raise UsageError(f"{_were_added(added, repository)}: its server serves the models "
+                         f"deployed then ({', '.join(deployment.models)})",
+                         hint=f"redeploy: {_redeploy(repository)}")
+
+
+def unserved_warning(deployment: Deployment) -> str:
+    """A warning for models in the folder that the warm-up of the deployment leaves out
+    ("" if none): added after the deploy, they are not among the models its record names."""
+    added = added_after_deploy(deployment)
+    if not added:
+        return ""
+    repository = deployment.repository
+    if serves_a_mirror(deployment):
+        return (f"warning: {_were_added(added, repository)}: its server does not serve "
+                f"{'it' if len(added) == 1 else 'them'}, and nothing warms "
+                f"{'it' if len(added) == 1 else 'them'}; redeploy: {_redeploy(repository)}")
+    return (f"warning: {_were_added(added, repository)}, so the warm-up leaves "
+            f"{'it' if len(added) == 1 else 'them'} out; to load and warm: tritonkit warmup "
+            f"-r {repository} " + " ".join(f"--model {name}" for name in added))
+
+
+def _were_added(names: Sequence[str], repository: str) -> str:
+    quoted = ", ".join(f"'{name}'" for name in names)
+    if len(names) == 1:
+        return f"model {quoted} was added to {repository} after the deploy"
+    return f"models {quoted} were added to {repository} after the deploy"
+
+
+def _redeploy(repository: str) -> str:
+    return f"tritonkit down -r {repository} && tritonkit deploy -r {repository}"

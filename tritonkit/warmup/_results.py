@@ -9,6 +9,11 @@ from typing import Any, Sequence
 
 from tritonkit.errors import UsageError
 
+DEFAULT_REQUESTS = 500              # per model, all shapes together
+
+# Keys ``as_dict`` derives, which ``from_dict`` leaves aside.
+_DERIVED = ("ratio", "first_to_p50", "first_response_ratio", "first_response_to_p50", "loaded")
+
 
 @dataclass(frozen=True)
 class SteadyRule:
@@ -70,7 +75,7 @@ class ModelWarmup:
     model: str
     steady: bool
     requests: int                       # warm-up requests sent, all shapes together
-    load_s: float | None = None         # the explicit load request; None: it was READY
+    load_s: float | None = None         # the explicit load request; None: none was sent
     first_ms: float | None = None       # the first warm-up request (the cold one)
     steady_p50_ms: float | None = None  # p50 of the steady window of the first shape
     after: ColdStart | None = None      # a fresh client's first request, after warm-up
@@ -90,6 +95,11 @@ class ModelWarmup:
     # request's, and the p50 of the same steady window. None for any other model.
     first_response_ms: float | None = None
     first_response_p50_ms: float | None = None
+    # READY before this warm-up (no load was needed); None where not known (an older record).
+    was_ready: bool | None = None
+    # Not steady for want of requests: a --requests that would give every shape room to
+    # get there (None when steady, or when the time ran out first).
+    suggested_requests: int | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -108,15 +118,19 @@ class ModelWarmup:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelWarmup":
         """The inverse of ``as_dict`` (a deployment's state keeps its warm-up this way)."""
-        fields = {k: v for k, v in data.items() if k not in ("ratio", "first_response_ratio")}
+        fields = {k: v for k, v in data.items() if k not in _DERIVED}
         after = fields.pop("after", None)
         return cls(**fields, after=None if after is None else ColdStart(
-            **{k: v for k, v in after.items() if k != "ratio"}))
+            **{k: v for k, v in after.items() if k not in _DERIVED}))
 
     def as_dict(self) -> dict[str, Any]:
+        """The figures as JSON; the ratios under their plain names (``first_to_p50``) and
+        their earlier ones (``ratio``), and ``loaded``: whether a load request was sent
+        (``load_s`` is its time). ``tritonkit.warmup.ABOUT`` says what each key means."""
         data = asdict(self)
-        data["ratio"] = self.ratio
-        data["first_response_ratio"] = self.first_response_ratio
+        data["loaded"] = self.load_s is not None
+        data["ratio"] = data["first_to_p50"] = self.ratio
+        data["first_response_ratio"] = data["first_response_to_p50"] = self.first_response_ratio
         data["after"] = None if self.after is None else {
-            **asdict(self.after), "ratio": self.after.ratio}
+            **asdict(self.after), "ratio": self.after.ratio, "first_to_p50": self.after.ratio}
         return data

@@ -14,9 +14,16 @@ from tritonkit.server.state import load_deployment
 from tritonkit.warmup._config import ensemble_steps, file_config, load_order
 from tritonkit.warmup._errors import LoadFailed, ServerGone
 from tritonkit.warmup._model import warm_model
-from tritonkit.warmup._record import GoneForGood, refuse_gone_local_server, refuse_moved_repository
-from tritonkit.warmup._results import ModelWarmup, SteadyRule
+from tritonkit.warmup._record import (
+    GoneForGood,
+    refuse_gone_local_server,
+    refuse_models_added_after_deploy,
+    refuse_moved_repository,
+    unserved_warning,
+)
+from tritonkit.warmup._results import DEFAULT_REQUESTS, ModelWarmup, SteadyRule
 from tritonkit.warmup._server import (
+    Notice,
     http_client,
     load_model,
     model_ready,
@@ -25,8 +32,11 @@ from tritonkit.warmup._server import (
     wait_live,
 )
 
-DEFAULT_REQUESTS = 500              # per model, all shapes together
 MAX_RESTARTS = 3
+#: How long an address given by --url alone (no deployment recorded here) may refuse
+#: every connection before the warm-up says nothing listens there: a Triton that has
+#: its port open but is not live yet is waited for the whole timeout all the same.
+REFUSED_GRACE_S = 5.0
 
 
 def load_and_warm(
@@ -43,26 +53,33 @@ def load_and_warm(
     progress: Progress | None = None,
     server_exited: Callable[[], Exception | None] | None = None,
     fresh: bool = False,
+    notice: Notice | None = None,
+    refused_grace_s: float | None = None,
 ) -> list[ModelWarmup]:
     """Load ``models`` (default: every model in the server's repository) and warm each up.
 
     ``requests`` bounds the warm-up requests per model, ``deadline`` the whole call
     (waits for the server included). ``config_dir`` is the folder the server reads; it
-    gives the ensemble steps of models not loaded yet. ``check`` measures a fresh
-    client's first request after the warm-up. ``progress`` is told what is being done
-    (waiting, loading, warming which model and shape). A model that never became steady
-    comes back with ``steady=False``; a refused load raises ModelLoadError.
+    gives the ensemble steps of models not loaded yet (without it, the steps Triton loads
+    with an ensemble are read from the server once it has, and warmed too). ``check``
+    measures a fresh client's first request after the warm-up. ``progress`` is told what
+    is being done (waiting, loading, warming which model and shape). A model that never
+    became steady comes back with ``steady=False``; a refused load raises ModelLoadError.
     ``server_exited``, for a server the caller started, tells a crash (raised at once,
     with what the server said) from a restart (waited for, then warmed again). ``fresh``
     says the server has just started, so each model's first request is its cold one even
-    though this call did not load it (``ModelWarmup.cold``).
+    though this call did not load it (``ModelWarmup.cold``). ``notice`` is told, always
+    (a progress line shows only on a terminal), what the first wait for the server waits
+    for; ``refused_grace_s`` ends that wait early for an address that refuses every
+    connection (``wait_live``: a restart in the middle is always waited for).
     """
     if requests < 1:
         raise UsageError(f"--requests must be at least 1 (got {requests})")
     deadline = deadline or Deadline(120.0)
     restarts = 0
     while True:
-        endpoint = wait_live(endpoint, deadline, rediscover, progress, server_exited)
+        endpoint = wait_live(endpoint, deadline, rediscover, progress, server_exited, notice,
+                             refused_grace_s if restarts == 0 else None)
         try:
             results = _load_and_warm_once(endpoint, models, requests=requests, deadline=deadline,
                                           rule=rule, reload=reload and restarts == 0,
@@ -120,22 +137,50 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
                     load_s[name] = load_model(endpoint, name, deadline)
                 except ModelLoadError as error:
                     failed[name] = error
+        brought = _steps_loaded_along(client, order, configs, failed)
+        order = load_order(names, configs)
     finally:
         client.close()
     results = []
     for name in order:
-        if name in failed or name not in load_s and name not in ready:
+        if name in failed or name not in load_s and name not in ready and name not in brought:
             continue
         if deadline.expired():
             results.append(ModelWarmup(model=name, steady=False, requests=0,
-                                       load_s=load_s.get(name), note="not reached: out of time"))
+                                       load_s=load_s.get(name), note="not reached: out of time",
+                                       was_ready=name in ready))
             continue
-        results.append(warm_model(endpoint, name, load_s.get(name), requests=requests,
-                                  deadline=deadline, rule=rule, check=check,
-                                  cold=fresh or name in load_s, progress=progress))
+        result = warm_model(endpoint, name, load_s.get(name), requests=requests,
+                            deadline=deadline, rule=rule, check=check,
+                            cold=fresh or name in load_s or name in brought, progress=progress)
+        note = f"loaded by Triton with ensemble '{brought[name]}'" if name in brought else ""
+        results.append(replace(result, was_ready=name in ready,
+                               note="; ".join(filter(None, [note, result.note]))))
     if failed:
         raise LoadFailed(next(iter(failed.values())), results)
     return results
+
+
+def _steps_loaded_along(client, order: list[str], configs: dict[str, dict],
+                        failed: dict[str, ModelLoadError]) -> dict[str, str]:
+    """Steps Triton loaded with an ensemble whose config this call could not read before
+    the load (a --url server's folder is not here): read from the server now, nested
+    ensembles too, into ``configs``. Step → the ensemble that brought it."""
+    brought: dict[str, str] = {}
+    known = set(order)
+    todo = [name for name in order if name not in failed]
+    while todo:
+        name = todo.pop(0)
+        if not configs.get(name):
+            if not model_ready(client, name):
+                continue
+            configs[name] = server_config(client, name)
+        for step in ensemble_steps(configs[name]):
+            if step not in known:
+                known.add(step)
+                brought[step] = name
+                todo.append(step)
+    return brought
 
 
 def warm_up(repository: Path | None = None, url: str | None = None,
@@ -152,11 +197,20 @@ def warm_up(repository: Path | None = None, url: str | None = None,
     (ports, secret) and the ensembles' steps are read from the folder the server serves;
     a local one whose server is already gone when this starts, or that serves the
     repository from where it was before a move, fails at once, and one whose server
-    stops in the middle fails once no deploy has replaced it for ``RESTART_GRACE_S``."""
+    stops in the middle fails once no deploy has replaced it for ``RESTART_GRACE_S``.
+    A model added to the deployment's folder after its deploy is said so: asked for by
+    name, a UsageError if its server reads a mirror made at the deploy (it lacks it);
+    otherwise a warning to ``notice`` that the warm-up leaves it out.
+
+    How long to wait for a server: a recorded deployment's (``repository``, with or
+    without ``url``) may be starting or restarting, so it is waited for the whole
+    ``timeout``; an address given by ``url`` alone that refuses every connection for
+    ``REFUSED_GRACE_S`` has nothing listening (no server, or not its HTTP port) and
+    fails then. One that accepts connections but is not live yet is waited for."""
     deadline = Deadline(timeout)
     endpoint = resolve_endpoint(repository=repository, url=url, grpc_url=grpc_url,
                                 secret=secret)
-    rediscover, config_dir = None, None
+    rediscover, config_dir, recorded = None, None, False
     if repository is not None:
         if url is None:
             rediscover = lambda: resolve_endpoint(repository=repository, secret=secret)  # noqa: E731
@@ -165,13 +219,19 @@ def warm_up(repository: Path | None = None, url: str | None = None,
         except UsageError:
             config_dir = Path(repository)
         else:
+            recorded = True
             if url is None:                 # before any load is sent, --reload or not
                 refuse_gone_local_server(deployment)
                 refuse_moved_repository(deployment)
+                refuse_models_added_after_deploy(deployment, models or [])
                 if deployment.target == "local":
                     options.setdefault("server_exited", GoneForGood(deployment))
+                if not models and (warning := unserved_warning(deployment)):
+                    (options.get("notice") or _quiet)(warning)
             config_dir = Path(deployment.extra.get("served_repository") or deployment.repository)
             # The deployment's own models, not whatever else its repository folder holds.
             models = models or (deployment.models if url is None else None)
+    if not recorded:                # --url alone: nothing here says a server is starting
+        options.setdefault("refused_grace_s", REFUSED_GRACE_S)
     return load_and_warm(endpoint, models, deadline=deadline, rediscover=rediscover,
                          config_dir=config_dir, **options)

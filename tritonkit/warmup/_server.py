@@ -5,6 +5,8 @@ Every call is bounded by what is left of the caller's one deadline."""
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 from typing import Callable
 
@@ -14,6 +16,15 @@ from tritonkit.server.local import Deadline, Progress
 from tritonkit.warmup._errors import InputRefused, ServerGone
 
 _BACKOFF_START, _BACKOFF_MAX = 0.05, 1.0
+_REFUSED = os.strerror(errno.ECONNREFUSED)       # how ``health`` says it: "Connection refused"
+
+# What Triton (2.51 measured here) answers a load or unload request in any model control
+# mode but explicit: "none" too, though its words speak of polling (its
+# ModelRepositoryManager::LoadUnloadModel checks only that model control is enabled).
+_NOT_EXPLICIT = "explicit model load / unload is not allowed"
+
+#: A one-line message for the user, always shown (a progress line is shown only on a terminal).
+Notice = Callable[[str], None]
 
 
 def http_client(endpoint: Endpoint, deadline: Deadline):
@@ -25,17 +36,28 @@ def http_client(endpoint: Endpoint, deadline: Deadline):
 def wait_live(endpoint: Endpoint, deadline: Deadline,
               rediscover: Callable[[], Endpoint] | None = None,
               progress: Progress | None = None,
-              server_exited: Callable[[], Exception | None] | None = None) -> Endpoint:
+              server_exited: Callable[[], Exception | None] | None = None,
+              notice: Notice | None = None,
+              refused_grace_s: float | None = None) -> Endpoint:
     """Wait until the server is live, backing off between tries, within ``deadline``.
 
     ``rediscover`` finds the server again on every try (a restarted deployment may have
     new ports or a new secret); the endpoint that answered is returned. ``server_exited``
     (a server this process started) says why it is gone for good: then the wait ends at
-    once with that error instead of running out the deadline."""
+    once with that error instead of running out the deadline. ``notice`` is told once,
+    as soon as a try gets no answer, what is waited for and for how long.
+
+    ``refused_grace_s``, for a server that nothing here records as deployed (``--url``
+    alone): an address that has refused every connection for that long has no server
+    behind it, and the wait ends then with that said, not at the deadline (120 s by
+    default, in silence). Any other miss (a port that accepts but is not live yet, a
+    timeout) keeps the wait going to the deadline: that server is there, starting.
+    None (a recorded deployment, which may be starting or restarting): the deadline."""
     started = time.monotonic()
+    refused_only, told = True, False
 
     def check() -> str | None:
-        nonlocal endpoint
+        nonlocal endpoint, refused_only, told
         if server_exited is not None and (error := server_exited()) is not None:
             raise error
         if progress:
@@ -45,7 +67,20 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
                 endpoint = rediscover()
             except UsageError:
                 pass  # between a stop and a start there is no state: keep the last one
-        return _why_not_live(endpoint, deadline)
+        why = _why_not_live(endpoint, deadline)
+        if why is None:
+            return None
+        refused_only = refused_only and why == _REFUSED
+        waited = time.monotonic() - started
+        if refused_grace_s is not None and refused_only and waited >= refused_grace_s:
+            raise ServerError(
+                f"nothing listens at {endpoint.http_url}: connection refused for {waited:.1f} s",
+                hint="is the server up, and is this its HTTP port (Triton's default: 8000)? "
+                     "Start one: tritonkit deploy --repository DIR")
+        if notice is not None and not told:
+            told = True
+            notice(_waiting_for(endpoint, deadline, why, refused_grace_s))
+        return why
 
     last = wait_until(check, deadline, _BACKOFF_START, _BACKOFF_MAX)
     if last is not None:
@@ -54,6 +89,15 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
             f"(waited {time.monotonic() - started:.1f} s; last: {last})",
             hint="start one: tritonkit deploy --repository DIR, or raise --timeout")
     return endpoint
+
+
+def _waiting_for(endpoint: Endpoint, deadline: Deadline, why: str,
+                 refused_grace_s: float | None) -> str:
+    left = deadline.left()
+    line = f"waiting up to {left:.3g} s for Triton at {endpoint.http_url} to answer ({why})"
+    if refused_grace_s is not None and why == _REFUSED and refused_grace_s < left:
+        line += f"; giving up after {refused_grace_s:g} s if every connection is refused"
+    return line + " …"
 
 
 def repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
@@ -125,6 +169,12 @@ def load_model(endpoint: Endpoint, name: str, deadline: Deadline) -> float:
         if _not_live(endpoint, deadline):
             raise ServerGone(triton_message(exc)) from None
         message, detail = split_message(triton_message(exc))
+        if _NOT_EXPLICIT in message:
+            raise ModelLoadError(
+                f"the server at {endpoint.http_url} is not in explicit model-control mode, so "
+                f"it loads no model on request ('{name}'; Triton: {message})",
+                hint="start it with --model-control-mode=explicit (tritonkit deploy does), or "
+                     "warm only the models it has loaded already, without --reload") from None
         raise ModelLoadError(f"Triton could not load '{name}': {message}",
                              hint="read the server's log (tritonkit deploy prints where it is)",
                              detail=detail) from None
