@@ -232,7 +232,7 @@ def test_a_compose_deploy_rerun_after_docker_was_missing_rewrites_its_own_files_
         path.write_text(original + edit)
         assert run_cli(*deploy) == 2
         assert capsys.readouterr().err.splitlines()[0] == \
-            f"error: compose output {out / 'docker-compose.yml'} already exists"
+            f"error: compose output {path} already exists and was edited since tritonkit wrote it"
         assert path.read_text() == original + edit
         path.write_text(original)
 
@@ -248,6 +248,23 @@ def test_an_output_flag_given_a_folder_is_shown_a_file_name_of_its_own_type(tmp_
         check_outputs({flag: tmp_path}, force=False)
     assert refused.value.message == f"{flag} file {tmp_path} is a folder"
     assert refused.value.hint == f"give a file name, e.g. {tmp_path / example}"
+
+
+def test_an_export_over_an_existing_model_offers_another_name(tmp_path, capsys):
+    """Refused before the factory is even looked for: the spec need not exist."""
+    (tmp_path / "existing").mkdir()
+    assert run_cli("export", tmp_path / "nowhere.py:build", "--name", "existing",
+                   "--repository", tmp_path) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: model {tmp_path / 'existing'} already exists",
+        "hint: pass --force to replace it, or choose another --name"]
+
+
+def test_monitor_given_a_folder_for_its_csv_is_shown_a_csv_file_name(tmp_path, capsys):
+    assert run_cli("monitor", "--csv", tmp_path) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: monitor CSV {tmp_path} is a folder",
+        f"hint: give a file name, e.g. {tmp_path / 'run.csv'}"]
 
 
 def test_a_file_that_exists_is_kept_and_the_hint_offers_only_the_ways_out_there_are(tmp_path):

@@ -101,6 +101,7 @@ def test_the_secret_lives_only_in_the_0600_env_file_and_is_never_printed(
 def test_the_compose_file_interpolates_the_secret_from_the_env_file(example_repository, tmp_path):
     out = tmp_path / "docker"
     assert write(example_repository, out, "--gpu", "a10") == 0
+    assert (out / ".env").read_text().startswith("# ")      # comments Compose skips
     command = compose_config(out)["services"]["tritonserver"]["command"]
     secret = read_secret(example_repository)
     assert f"--http-restricted-api=model-repository:tritonkit-repository-key={secret}" in command
@@ -209,15 +210,114 @@ def test_an_a10_accepts_another_image(example_repository, tmp_path):
         "services"]["tritonserver"]["image"] == image
 
 
-def test_files_written_before_are_not_overwritten_without_force(example_repository, tmp_path, capsys):
+def test_a_rerun_with_other_flags_replaces_the_files_tritonkit_wrote_without_force(
+        example_repository, tmp_path):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    assert write(example_repository, out, "--gpu", "a10", "--http-port", "18000") == 0
+    text = (out / "docker-compose.yml").read_text()
+    assert "25.12" in text and "127.0.0.1:18000:8000" in text
+
+
+def test_another_repositorys_files_in_the_same_out_are_not_replaced_without_force(
+        example_repository, tmp_path, capsys):
+    """A rerun replaces its own files; a second repository deployed into the same --out
+    would take the first's compose file away from the deployment that runs from it."""
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(example_repository, other)
     out = tmp_path / "docker"
     assert write(example_repository, out, "--gpu", "p100") == 0
     before = (out / "docker-compose.yml").read_text()
-    assert write(example_repository, out, "--gpu", "a10") == 2
-    assert "already exists" in capsys.readouterr().err
+    capsys.readouterr()
+    assert write(other, out, "--gpu", "p100") == 2
+    err = capsys.readouterr().err
+    assert f"was written for another model repository ({example_repository.resolve()})" in err
+    assert "give another --out" in err
     assert (out / "docker-compose.yml").read_text() == before
+    assert write(other, out, "--gpu", "p100", "--force") == 0
+
+
+@pytest.mark.parametrize("edited", [["docker-compose.yml"], [".env"],
+                                    ["docker-compose.yml", ".env"]])
+def test_a_file_edited_by_hand_is_kept_and_named_unless_force(example_repository, tmp_path,
+                                                              capsys, edited):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    for name in edited:                       # a comment alone is an edit too
+        (out / name).write_text((out / name).read_text() + "# mine\n")
+    before = {name: (out / name).read_text() for name in ("docker-compose.yml", ".env")}
+    capsys.readouterr()
+    assert write(example_repository, out, "--gpu", "a10") == 2
+    err = capsys.readouterr().err.splitlines()
+    named = [str(out / name) for name in edited]
+    if len(edited) == 1:
+        assert err[0] == (f"error: compose output {named[0]} already exists and was edited "
+                          "since tritonkit wrote it")
+        assert err[1] == "hint: pass --force to replace it, or give another --out"
+    else:
+        assert err[0] == ("error: compose output files already exist and are not as tritonkit "
+                          "wrote them: " + ", ".join(f"{n} (was edited since tritonkit wrote it)"
+                                                     for n in named))
+        assert err[1] == "hint: pass --force to replace them, or give another --out"
+    assert {name: (out / name).read_text() for name in before} == before
     assert write(example_repository, out, "--gpu", "a10", "--force") == 0
     assert "25.12" in (out / "docker-compose.yml").read_text()
+
+
+def test_a_compose_file_tritonkit_did_not_write_is_kept_unless_force(example_repository,
+                                                                     tmp_path, capsys):
+    out = tmp_path / "docker"
+    out.mkdir()
+    (out / "docker-compose.yml").write_text("services: {}\n")
+    assert write(example_repository, out, "--gpu", "p100") == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: compose output {out / 'docker-compose.yml'} already exists and was not "
+        "written by tritonkit")
+    assert (out / "docker-compose.yml").read_text() == "services: {}\n"
+    assert not (out / ".env").exists()
+
+
+def test_both_files_carry_the_sha256_of_their_text_below_a_generated_header(example_repository,
+                                                                           tmp_path):
+    import hashlib
+
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    for name in ("docker-compose.yml", ".env"):
+        lines = (out / name).read_text().splitlines(keepends=True)
+        assert lines[0].startswith("# Generated by tritonkit deploy --target compose")
+        at = next(i for i, line in enumerate(lines) if line.startswith("# sha256 of"))
+        assert lines[at - 1] == ("# written for the model repository: "
+                                 f"{example_repository.resolve()}\n")
+        label, digest = lines[at].rstrip("\n").rsplit(" ", 1)
+        assert label == "# sha256 of the text below, to tell an edit by hand:"
+        assert digest == hashlib.sha256("".join(lines[at + 1:]).encode()).hexdigest()[:16]
+        assert not lines[at + 1].startswith("#")
+
+
+def test_a_rewrite_keeps_the_secret_of_an_env_file_nobody_edited(example_repository, tmp_path):
+    """A container started from the first files still runs with their secret: the rerun's
+    files, and the secret deploy's clients read, must be the same one."""
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    secret = read_secret(example_repository)
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    assert write(example_repository, out, "--gpu", "a10", "--force") == 0
+    assert read_secret(example_repository) == secret
+    assert f"TRITONKIT_REPOSITORY_KEY={secret}\n" in (out / ".env").read_text()
+
+
+def test_an_env_file_edited_by_hand_gets_a_new_secret_with_force(example_repository, tmp_path):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    secret = read_secret(example_repository)
+    (out / ".env").write_text((out / ".env").read_text() + "EXTRA=1\n")
+    assert write(example_repository, out, "--gpu", "p100", "--force") == 0
+    assert read_secret(example_repository) != secret
+    assert f"TRITONKIT_REPOSITORY_KEY={read_secret(example_repository)}\n" in \
+        (out / ".env").read_text()
 
 
 def test_compose_needs_a_gpu_profile(example_repository, tmp_path, capsys):

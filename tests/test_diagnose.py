@@ -309,6 +309,16 @@ def test_a_json_report_is_kept_unless_force_and_json_to_stdout_is_json_alone(tmp
     assert "what to try" in captured.err                         # the report: on stderr
 
 
+@pytest.mark.parametrize("command", ["diagnose", "doctor"])
+def test_a_json_report_given_a_folder_is_shown_a_json_file_name(tmp_path, capsys, command):
+    args = [record(tmp_path / "memory.csv", **P100, util=35, mem_pct=97)] \
+        if command == "diagnose" else []
+    assert run_cli(command, *args, "--json", tmp_path) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: JSON report {tmp_path} is a folder",
+        f"hint: give a file name, e.g. {tmp_path / 'run.json'}"]
+
+
 def test_a_json_report_never_replaces_the_recording_it_was_made_from_even_with_force(
         tmp_path, capsys):
     csv = record(tmp_path / "memory.csv", **P100, util=35, mem_pct=97,

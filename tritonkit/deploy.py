@@ -21,13 +21,13 @@ from tritonkit.errors import Interrupted, TritonkitError, UsageError
 from tritonkit.profiles import available_profiles, load_profile
 from tritonkit.repository import model_names, refuse_missing_gpu_configs
 from tritonkit.server import compose, k8s
-from tritonkit.server.container import SECRET_VARIABLE, ContainerSpec, container_spec, to_yaml
+from tritonkit.server.container import container_spec
 from tritonkit.server.local import (Deadline, Progress, mirror_dir, refuse_if_recorded, server_exited,
                                     start_local, stop_local, stop_unrecorded)
 from tritonkit.server.local_repository import build_local_repository
 from tritonkit.server.settings import Ports, load_server_settings
 from tritonkit.server.state import (Deployment, deploy_lock, is_recorded, load_deployment,
-                                    read_secret, require_repository_folder, save_deployment)
+                                    require_repository_folder, save_deployment)
 from tritonkit.warmup import load_and_warm
 
 
@@ -101,10 +101,6 @@ def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docke
     spec = container_spec(repository, _gpu_for("compose", gpu), image=image,
                           server_config=server_config)
     with deploy_lock(repository):
-        # Files a deploy wrote and nobody touched since (one that found no Docker engine,
-        # say) are the rerun's to replace: --force is for files a user edited.
-        force = force or _compose_files_unchanged(spec, repository, Path(out), ports=ports,
-                                                  public=public, device_ids=device_ids)
         files = compose.write_compose(spec, repository, Path(out), ports=ports, public=public,
                                       device_ids=device_ids, force=force, starting=up)
         if not up:
@@ -136,26 +132,6 @@ def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docke
             raise compose.interrupted(getattr(exc, "signum", signal.SIGINT),
                                       Path(deployment.repository)) from None
         return files, deployment
-
-
-def _compose_files_unchanged(spec: ContainerSpec, repository: Path, out: Path, *, ports: Ports,
-                             public: bool, device_ids: tuple[str, ...]) -> bool:
-    """Whether ``out`` holds the compose file these options write, byte for byte, and the
-    env file tritonkit wrote beside it: the project's name and the secret this repository
-    records, nothing else."""
-    compose_file, env_file = out / compose.COMPOSE_FILENAME, out / compose.ENV_FILENAME
-    try:
-        if not (compose_file.is_file() and env_file.is_file()):
-            return False
-        body = to_yaml(compose.compose_dict(spec, repository, ports=ports, public=public,
-                                            device_ids=device_ids))
-        env = ("# The secret header's value for tritonserver's restricted model-repository API.\n"
-               f"COMPOSE_PROJECT_NAME={compose.project_name(repository)}\n"
-               f"{SECRET_VARIABLE}={read_secret(repository)}\n")
-        return (compose_file.read_text() == compose.HEADER + body
-                and env_file.read_text() == env)
-    except (OSError, UnicodeDecodeError, UsageError):   # unreadable, or no secret recorded
-        return False
 
 
 def deploy_k8s(repository: Path, *, gpu: str | None, out: Path = Path("docker"),

@@ -65,7 +65,7 @@ def monitor(
     """Sample the GPU's vital signs (NVML) and Triton's metrics; alert on thresholds.
     Ctrl-C ends it (the CSV keeps every sample taken)."""
     if csv:
-        check_output(csv, force=force, what="monitor CSV")
+        check_output(csv, force=force, what="monitor CSV", suffix=".csv")
     limits = load_thresholds(thresholds)
     metrics_url = resolve_metrics_url(repository, url, metrics_port)
     sampler, note = open_monitor(metrics_url, limits.alerts)
@@ -264,7 +264,7 @@ def doctor(
 
 def _check_json(path: Path | None, force: bool) -> None:
     if path is not None and str(path) != "-":
-        check_output(path, force=force, what="JSON report")
+        check_output(path, force=force, what="JSON report", suffix=".json")
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -83,7 +83,8 @@ def export_spec(spec: str, options: ExportOptions,
     """
     _check_options(options)
     # Refuse before the factory runs: building a large model only to refuse it wastes minutes.
-    refuse_overwrite(Path(options.repository) / options.name, force=options.force, what="model")
+    refuse_overwrite(Path(options.repository) / options.name, force=options.force, what="model",
+                     instead="choose another --name")
     module, example_inputs, declared = load_factory(spec)
     axes = axes_by_input(declared or {})
     for name, extra in axes_by_input(dynamic_axes or {}).items():
@@ -151,7 +152,7 @@ def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: Expor
     """export_model once the killed exports' staging folders are cleared."""
     repository = Path(options.repository)
     target = repository / options.name
-    refuse_overwrite(target, force=options.force, what="model")
+    refuse_overwrite(target, force=options.force, what="model", instead="choose another --name")
     if repository.exists() and not repository.is_dir():
         raise UsageError(f"model repository {repository} is not a folder",
                          hint="pass --repository with a folder (it is created if missing)")
