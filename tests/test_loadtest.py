@@ -889,7 +889,7 @@ def test_an_sla_that_holds_exits_zero():
 def test_a_p99_over_the_limit_is_an_sla_miss_with_its_own_exit_code():
     verdict = report.judge(_result(p99=25.0), report.Sla(p99_ms=10))
     assert verdict.exit_code == EXIT_SLA_MISS
-    assert verdict.reasons == ("concurrency 4: p99 25.00 ms > 10 ms",)
+    assert verdict.reasons == ("concurrency 4: p99 25.00 ms > 10.00 ms",)
 
 
 def test_too_few_queries_per_second_is_an_sla_miss():
@@ -1051,13 +1051,26 @@ def _loadtest(deployment, *args) -> int:
 
 
 @pytest.mark.server
-def test_a_generous_sla_passes_and_every_output_file_holds_the_run(served, tmp_path):
+def test_a_generous_sla_passes_and_every_output_file_holds_the_run(served, tmp_path, capsys):
+    import socket
+    from datetime import datetime, timedelta, timezone
+
+    from tritonkit import __version__
+
     out = tmp_path / "out"
+    began = datetime.now(timezone.utc).replace(microsecond=0)
     code = _loadtest(served, "--concurrency", "1,4", "--duration", "2", "--sla-p99-ms", "1000",
                      "--sla-min-qps", "10", "--json", out / "run.json", "--csv", out / "run.csv",
                      "--plot", out / "run.png")
     assert code == 0
+    said = capsys.readouterr().out.splitlines()
+    assert [line for line in said if line.startswith("wrote ")] == [
+        f"wrote {out / 'run.json'}", f"wrote {out / 'run.csv'}", f"wrote {out / 'run.png'}"]
     data = json.loads((out / "run.json").read_text())
+    started = datetime.fromisoformat(data["started_at"])          # ISO 8601, UTC
+    assert started.utcoffset() == timedelta(0) and began <= started <= began + timedelta(seconds=5)
+    assert (data["tritonkit_version"], data["host"]) == (__version__, socket.gethostname())
+    assert (data["server_version"], data["model_version"]) == ("2.51.0", "1")
     assert data["verdict"]["outcome"] == "pass" and data["verdict"]["exit_code"] == 0
     assert [lv["label"] for lv in data["levels"]] == ["concurrency 1", "concurrency 4"]
     for lv in data["levels"]:
@@ -1543,7 +1556,7 @@ def _object_array_npz(path: Path) -> None:
     ("latin1.json", b'{"INPUT__0": [1, 2, 3, 4], "caf\xe9": 1}', "is not UTF-8 text"),
     ("corrupt.npz", b"PK\x03\x04 not really a zip archive", "is not a readable .npz archive"),
     ("objects.npz", _object_array_npz, "input data for INPUT__0 in .* cannot be read"),
-    ("short.json", b'{"INPUT__0": [1, 2]}', r"INPUT__0 has shape \[2\]; the model takes 4 per sample"),
+    ("short.json", b'{"INPUT__0": [1, 2]}', r"INPUT__0 has shape \[2\]; one sample of INPUT__0 has shape \[4\]$"),
     ("folder", None, "input data file .* is a folder"),
     ("inputs.txt", b"1 2 3 4", "input data file .* must be .npz or .json"),
     ("broken.json", b'{"INPUT__0": [1, 2', "input data file .* is not valid JSON"),
@@ -1893,6 +1906,8 @@ def test_a_file_that_fails_to_write_after_the_run_keeps_the_report_and_the_verdi
     assert code == EXIT_SLA_MISS                        # the verdict, not a usage error
     assert "SLA missed" in captured.out                 # the report was printed
     assert (tmp_path / "run.csv").read_text().startswith("level,")   # the other file was written
+    assert [line for line in captured.out.splitlines() if line.startswith("wrote ")] == [
+        f"wrote {tmp_path / 'run.csv'}"]                               # and only it is said written
     assert [line for line in captured.err.splitlines() if "run.json" in line] == [
         f"error: could not write {out}: No space left on device"]
 
@@ -1914,7 +1929,36 @@ def test_an_unknown_model_is_one_clear_line(served, capsys):
                    "--concurrency", "1", "--duration", "0.5")
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
-    assert err.startswith("error: model 'nope' is not loaded") and "Traceback" not in err
+    assert err.startswith(f"error: the server at {served.http_url} has no model 'nope' (its models: example")
+    assert "hint: check the name given to --model" in err and "Traceback" not in err
+
+
+@pytest.mark.server
+def test_a_model_added_after_the_deploy_is_told_to_redeploy_and_one_unloaded_to_warm_up(served, capsys):
+    """The local server serves the mirror made at the deploy: a model exported into the folder
+    since is not in its repository, and `warmup --model` could not load it either."""
+    repo = Path(served.repository)
+    shutil.copytree(repo / "example", repo / "cnn", ignore=shutil.ignore_patterns("__pycache__"))
+    try:
+        assert run_cli("loadtest", "-r", repo, "-m", "cnn", "-c", "1") == EXIT_USAGE
+    finally:
+        shutil.rmtree(repo / "cnn")
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: model 'cnn' is in {repo} but was added after the deploy: the server at "
+        f"{served.http_url} does not know it",
+        f"hint: redeploy: tritonkit down -r {repo} && tritonkit deploy -r {repo}"]
+
+    endpoint = Endpoint.from_deployment(served)
+    client = endpoint.http()
+    client.unload_model("example", headers=endpoint.repository_headers)
+    try:
+        assert run_cli("loadtest", "-r", repo, "-m", "example", "-c", "1") == EXIT_USAGE
+    finally:
+        client.load_model("example", headers=endpoint.repository_headers)
+        client.close()
+    first, hint = capsys.readouterr().err.splitlines()[:2]
+    assert first.startswith("error: model 'example' is not loaded on the server")
+    assert hint == f"hint: load it: tritonkit warmup --repository {repo} --model example"
 
 
 def test_no_server_is_one_clear_line_and_an_error_exit(capsys):
@@ -1924,7 +1968,7 @@ def test_no_server_is_one_clear_line_and_an_error_exit(capsys):
                    "--concurrency", "1", "--duration", "0.5")
     err = capsys.readouterr().err
     assert code == EXIT_ERROR and err.startswith("error: could not read model 'example'")
-    assert "internal error" not in err and "Traceback" not in err and "hint: is the server up?" in err
+    assert "internal error" not in err and "Traceback" not in err and "hint: is a Triton server" in err
 
 
 @pytest.mark.server
@@ -2693,3 +2737,187 @@ def test_sequence_flags_for_a_stateless_model_are_refused(stateful_served, capsy
                    "--concurrency", "1", "--sequence-length", "5") == EXIT_USAGE
     assert "model 'example' is stateless (no sequence_batching): --sequence-length only apply" \
         in capsys.readouterr().err
+
+
+# -- what a first-time user reads (no server) -------------------------------------------------
+
+def _spread_result(batch_size: int = 1, low_ms: float = 0.3, high_ms: float = 40.0) -> LoadTestResult:
+    """A level whose latencies spread from ``low_ms`` to ``high_ms``, its windows' p99s too."""
+    from hdrh.histogram import HdrHistogram
+
+    hist = HdrHistogram(1, 60_000_000, 3)
+    for us in np.geomspace(low_ms * 1000, high_ms * 1000, 400):
+        hist.record_value(int(us))
+    timeline = _timeline(list(np.geomspace(low_ms * 2, high_ms, 6)))
+    result = _closed_result(timeline, ok=400, errors={})
+    result.levels[0].histogram = hist
+    result.levels[0].latency_ms = {"p50": (low_ms * high_ms) ** 0.5, "p99": high_ms * 0.95, "max": high_ms}
+    result.levels[0].infer_per_s = result.levels[0].qps * batch_size
+    result.spec = LoadSpec(model="m", concurrency=(2,), duration_s=6, window_s=1, batch_size=batch_size)
+    return result
+
+
+def _overlapping_tick_labels(fig) -> list[tuple[str, str]]:
+    """Pairs of tick labels drawn on one axis whose boxes overlap along it."""
+    renderer = fig.canvas.get_renderer()
+    pairs = []
+    for ax in fig.axes:
+        for axis, along in ((ax.xaxis, 0), (ax.yaxis, 1)):
+            low, high = sorted(axis.get_view_interval())
+            boxes = []
+            for label in axis.get_ticklabels(which="both"):
+                at = label.get_position()[along]
+                if label.get_visible() and label.get_text() and low <= at <= high:
+                    extent = label.get_window_extent(renderer)
+                    boxes.append(((extent.x0, extent.x1) if along == 0 else (extent.y0, extent.y1),
+                                  label.get_text()))
+            boxes.sort()
+            pairs += [(a[1], b[1]) for a, b in zip(boxes, boxes[1:]) if b[0][0] < a[0][1]]
+    return pairs
+
+
+@pytest.mark.parametrize("low_ms, high_ms, labelled", [
+    (0.3, 40.0, {"1", "10"}), (0.05, 3000.0, {"0.1", "1", "10", "100", "1000"}),
+    (0.6, 1.3, {"0.6", "1"}), (0.65, 0.95, {"0.7", "0.8", "0.9"}),
+], ids=["2 decades", "5 decades", "one decade", "within one"])
+def test_the_plots_tick_labels_do_not_run_into_each_other(tmp_path, monkeypatch, low_ms, high_ms,
+                                                          labelled):
+    """The log axes labelled every minor tick: '0.70.80.9' over 2 decades."""
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    report.write_plot(tmp_path / "spread.png", _spread_result(low_ms=low_ms, high_ms=high_ms))
+    (fig,) = figures
+    assert _overlapping_tick_labels(fig) == []
+    low, high = fig.axes[1].get_xlim()
+    labels = {t.get_text() for t in fig.axes[1].xaxis.get_ticklabels(which="both")
+              if t.get_text() and low <= t.get_position()[0] <= high}
+    assert labelled <= labels                       # still labelled, in plain numbers
+
+
+def test_a_batched_run_shows_inferences_per_second_beside_requests_per_second():
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(report.levels_table(_spread_result(batch_size=4)))
+    lines = console.export_text().splitlines()
+    assert "infer/s" in next(line for line in lines if "QPS" in line)
+    row = next(line for line in lines if "c=2" in line)
+    assert "66.7" in row and "266.7" in row             # 400 requests in 6 s, 4 inferences each
+    console = Console(record=True, width=200)
+    console.print(report.levels_table(_spread_result(batch_size=1)))
+    assert "infer/s" not in console.export_text()
+
+
+def test_sla_min_qps_says_it_counts_requests_not_inferences(capsys):
+    assert run_cli("loadtest", "--help") == 0
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", capsys.readouterr().out).split())
+    assert "successful requests per second" in text and "a request of --batch-size B carries B" in text
+
+
+def test_an_sla_line_says_both_numbers_in_one_format():
+    verdict = report.judge(_result(p99=25.0, qps=1405.0), report.Sla(p99_ms=10, min_qps=100_000))
+    assert [c.describe() for c in verdict.checks] == [
+        "concurrency 4: p99 25.00 ms > 10.00 ms",
+        "concurrency 4: 1,405.0 QPS < 100,000.0 QPS"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--concurrency", "0"], "error: --concurrency 0: each level needs at least 1 request in flight"),
+    (["--concurrency", "1,0,-2"], "error: --concurrency 0,-2: each level needs at least 1 request"),
+    (["--rate", "0"], "error: --rate 0: each level needs a finite rate above 0 requests per second"),
+])
+def test_a_level_with_nothing_to_send_names_the_level(capsys, args, says):
+    assert run_cli("loadtest", "--model", "m", *args) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith(says)
+
+
+def test_the_json_says_when_where_and_against_what_the_run_ran(tmp_path):
+    import socket
+
+    from tritonkit import __version__
+
+    result = _result()
+    result.started_at, result.host = "2026-12-04T10:00:00+00:00", socket.gethostname()
+    result.server_version, result.model_version = "2.51.0", "3"
+    report.write_json(tmp_path / "run.json", result, report.judge(result, report.Sla()))
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert {k: data[k] for k in ("started_at", "tritonkit_version", "host", "server_version",
+                                 "model_version")} == {
+        "started_at": "2026-12-04T10:00:00+00:00", "tritonkit_version": __version__,
+        "host": socket.gethostname(), "server_version": "2.51.0", "model_version": "3"}
+    assert {"model", "server", "request", "spec", "verdict", "levels"} <= set(data)   # kept
+
+
+def _stale_record(repo: Path) -> None:
+    """A local deployment recorded in ``repo`` whose server is gone (its pid is no
+    tritonserver: this test process)."""
+    from tritonkit.server.local import free_port
+    from tritonkit.server.state import Deployment, new_secret, save_deployment
+
+    repo.mkdir(parents=True, exist_ok=True)
+    new_secret(repo)
+    save_deployment(Deployment(target="local", repository=str(repo.resolve()), host="127.0.0.1",
+                               http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                               secret_header="x-tritonkit-secret", models=["mlp"], started_at=0.0,
+                               pid=os.getpid(), log_path=str(repo / "missing.log")))
+
+
+def test_a_recorded_local_server_that_is_gone_is_said_as_warmup_says_it(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    _stale_record(repo)
+    code = run_cli("loadtest", "-r", repo, "-m", "mlp", "-c", "1", "--duration", "0.5")
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR, err
+    first, hint = err.splitlines()[:2]
+    assert first.startswith(f"error: the local server recorded in {repo.resolve()} (pid {os.getpid()}) "
+                            "is no longer running")
+    assert hint.startswith(f"hint: start it again: tritonkit deploy --repository {repo.resolve()}")
+
+
+def test_no_server_at_a_url_names_the_url_and_no_placeholder(capsys):
+    from tritonkit.server.local import free_port
+
+    url = f"127.0.0.1:{free_port()}"
+    assert run_cli("loadtest", "--url", url, "--model", "example", "--concurrency", "1") == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert f"hint: is a Triton server listening at {url}? check --url" in err
+    assert "DIR" not in err and "NAME" not in err
+
+
+def test_no_answer_from_a_deployments_server_names_its_folder(tmp_path, capsys):
+    """A record that is not local (compose): this host cannot tell whether its server runs,
+    so the request is tried, and the hint names the folder to deploy again."""
+    from tritonkit.server.state import load_deployment, save_deployment
+
+    repo = tmp_path / "repo"
+    _stale_record(repo)
+    import dataclasses
+    save_deployment(dataclasses.replace(load_deployment(repo), target="compose", pid=None))
+    assert run_cli("loadtest", "-r", repo, "-m", "mlp", "-c", "1") == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("error: could not read model 'mlp'")
+    assert f"hint: is the server up? start it: tritonkit deploy --repository {repo}" in err
+    assert "DIR" not in err
+
+
+@pytest.mark.parametrize("dims, batches, batch_size, error, hint", [
+    ([4], True, 3, "input data for x has shape [2]; one sample of x has shape [4]",
+     "give x one sample of shape [4] (repeated to each request's batch of 3, --batch-size 3), or a "
+     "batch of 3 samples: shape [3, 4]"),
+    ([4], True, 1, "input data for x has shape [2]; one sample of x has shape [4]",
+     "give x one sample of shape [4], or a batch of one: shape [1, 4]"),
+    ([-1, 4], True, 2, "input data for x has shape [2]; one sample of x has shape [n, 4], where n may "
+     "be any size", "give x one sample of shape [n, 4] (repeated to each request's batch of 2, "
+     "--batch-size 2), or a batch of 2 samples: shape [2, n, 4]"),
+    ([4], False, 1, "input data for x has shape [2]; the model takes x of shape [4] (it does not "
+     "batch: no batch axis)", "give x an array of shape [4]"),
+], ids=["batch of 3", "batch of 1", "a dynamic dim", "no batching"])
+def test_input_data_of_the_wrong_shape_is_told_the_shapes_it_may_have(dims, batches, batch_size, error,
+                                                                      hint):
+    from tritonkit.loadtest._inputs import _fit
+
+    with pytest.raises(UsageError) as refused:
+        _fit(np.zeros(2), "x", "FP32", dims, batches, batch_size)
+    assert (str(refused.value), refused.value.hint) == (error, hint)

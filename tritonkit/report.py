@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tritonkit import __version__
 from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError
 from tritonkit.fileio import atomic_write
 from tritonkit.loadtest import (
@@ -91,10 +92,13 @@ class Check:
     def describe(self) -> str:
         if self.measured is None:
             return f"{self.level}: no successful request to take a {self.metric} from"
+        # Both sides of a comparison in one format: "1,405.0 QPS < 100,000.0 QPS"
         if self.metric == "p99_ms":
-            return f"{self.level}: p99 {self.measured:.2f} ms {'<=' if self.passed else '>'} {self.limit:g} ms"
+            return (f"{self.level}: p99 {self.measured:,.2f} ms {'<=' if self.passed else '>'} "
+                    f"{self.limit:,.2f} ms")
         if self.metric == "qps":
-            return f"{self.level}: {self.measured:,.1f} QPS {'>=' if self.passed else '<'} {self.limit:g}"
+            return (f"{self.level}: {self.measured:,.1f} QPS {'>=' if self.passed else '<'} "
+                    f"{self.limit:,.1f} QPS")
         if self.passed:
             return f"{self.level}: error rate {self.measured:.4%} <= {self.limit:.4%}"
         return (f"{self.level}: error rate {self.measured:.4%} > {self.limit:.4%}: "
@@ -264,18 +268,25 @@ def _short(lv: LevelResult) -> str:
 
 
 def levels_table(result: LoadTestResult) -> Table:
-    """One row per concurrency or rate: counts, QPS and the latency percentiles (ms)."""
+    """One row per concurrency or rate: counts, QPS (requests/s), with a batch of several
+    inferences/s too (what perf_analyzer reports), and the latency percentiles (ms)."""
     table = Table(title=escape(f"{result.spec.model} over {result.spec.protocol.upper()} at {result.server} "
                                f"({result.request})"), title_justify="left")
-    columns = ["level", "QPS", *[f"p{p:g}" for p in PERCENTILES], "max", "errors"]
+    batched = result.spec.batch_size > 1
+    columns = ["level", "QPS", *(["infer/s"] if batched else []), *[f"p{p:g}" for p in PERCENTILES],
+               "max", "errors"]
     for name in columns:
         table.add_column(name, justify="left" if name == "level" else "right", no_wrap=True)
     for lv in result.levels:
         lat = lv.latency_ms
-        table.add_row(_short(lv), f"{lv.qps:,.1f}", *[_ms(lat.get(f"p{p:g}")) for p in PERCENTILES],
+        table.add_row(_short(lv), f"{lv.qps:,.1f}", *([f"{lv.infer_per_s:,.1f}"] if batched else []),
+                      *[_ms(lat.get(f"p{p:g}")) for p in PERCENTILES],
                       _ms(lat.get("max")), f"[red]{lv.error_count}[/red]" if lv.error_count else "0")
     table.caption = ("latency in ms; c= concurrency (closed loop)" if result.spec.mode == "closed" else
                      "latency in ms from each request's scheduled send time; /s offered rate (open loop)")
+    if batched:
+        table.caption += (f"; QPS: requests/s, each a batch of {result.spec.batch_size}; "
+                          "infer/s: inferences/s (perf_analyzer's figure)")
     seq = next((lv.sequences for lv in result.levels if lv.sequences), None)
     if seq:
         table.caption += (f"; stateful: each {'user' if result.spec.mode == 'closed' else 'of the live sequences'}"
@@ -380,6 +391,8 @@ def result_dict(result: LoadTestResult, verdict: Verdict) -> dict[str, Any]:
     spec["input_data"] = str(spec["input_data"]) if spec["input_data"] else None
     spec["shapes"] = {name: list(dims) for name, dims in result.spec.shapes}
     return {"model": result.spec.model, "server": result.server, "request": result.request,
+            "started_at": result.started_at, "tritonkit_version": __version__, "host": result.host,
+            "server_version": result.server_version, "model_version": result.model_version,
             "spec": spec, "verdict": verdict.as_dict(),
             "cold_first_request_ms": result.cold_first_request_ms,
             "levels": [_level_dict(lv) for lv in result.levels]}
@@ -437,7 +450,6 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), constrained_layout=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -471,9 +483,7 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
             top.axvspan(left, right, color="orange", alpha=0.2, label=_once(legend, "model not READY"))
         _histogram(bottom, lv, color)
     top.set_yscale("log")
-    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")   # 0.5, 2, 30: not 3x10^0
-    top.yaxis.set_major_formatter(plain)
-    top.yaxis.set_minor_formatter(plain)
+    _plain_log_labels(top.yaxis)
     top.set_xlabel("seconds into the measurement")
     top.set_ylabel("latency per window (ms)")
     top.set_title(f"{result.spec.model}: latency timeline ({result.spec.protocol}, "
@@ -481,8 +491,7 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
     _legend(top)
     top.grid(True, which="both", alpha=0.3)
     bottom.set_xscale("log")
-    bottom.xaxis.set_major_formatter(plain)
-    bottom.xaxis.set_minor_formatter(plain)
+    _plain_log_labels(bottom.xaxis)
     bottom.set_xlabel("latency (ms)")
     bottom.set_ylabel("requests")
     bottom.set_title("latency histogram")
@@ -492,6 +501,21 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     return atomic_write(path, buffer.getvalue())
+
+
+def _plain_log_labels(axis) -> None:
+    """Label a log axis in plain numbers (0.5, 2, 30: not 3x10^0), and only as many of its
+    ticks as fit: matplotlib's own choice for a log axis (every minor tick within a small
+    span, some of them over a decade or so, only the powers of ten beyond). Labelling
+    every minor tick ran them into each other: '0.70.80.9'."""
+    import matplotlib.ticker
+
+    class Plain(matplotlib.ticker.LogFormatter):
+        def __call__(self, x, pos=None):
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    axis.set_major_formatter(Plain(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    axis.set_minor_formatter(Plain(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 def _legend(ax) -> None:

@@ -102,7 +102,8 @@ def loadtest(
     sla_p99_ms: Annotated[Optional[float], typer.Option(
         "--sla-p99-ms", help="SLA: p99 latency at most this many ms at every level.")] = None,
     sla_min_qps: Annotated[Optional[float], typer.Option(
-        "--sla-min-qps", help="SLA: at least this many successful requests/s at every level.")] = None,
+        "--sla-min-qps", help="SLA: at least this many successful requests per second at every "
+                              "level (QPS; a request of --batch-size B carries B inferences).")] = None,
     sla_max_error_rate: Annotated[Optional[float], typer.Option(
         "--sla-max-error-rate", help="SLA: at most this fraction of requests may fail; more "
                                      "(by default: any) is a run error, exit 4.")] = None,
@@ -135,12 +136,13 @@ def loadtest(
                TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=True,
                   disable=not err_console.is_terminal) as progress:
-        result = loadtest_lib.run_loadtest(endpoint, spec, progress=_ProgressBar(progress))
+        result = loadtest_lib.run_loadtest(endpoint, spec, progress=_ProgressBar(progress),
+                                           repository=repository if url is None else None)
     verdict = report.judge(result, sla)
     # Files first: what was measured is kept even if the terminal cannot show it. A file
     # that cannot be written (checked before the run, yet the disk filled up) loses neither
     # the report nor the verdict.
-    unwritten = []
+    written, unwritten = [], []
     for path, write in ((json_out, lambda p: report.write_json(p, result, verdict)),
                         (csv_out, lambda p: report.write_csv(p, result)),
                         (plot, lambda p: report.write_plot(p, result))):
@@ -149,7 +151,11 @@ def loadtest(
                 write(path)
             except OSError as exc:
                 unwritten.append(f"error: could not write {path}: {exc.strerror or exc}")
+            else:
+                written.append(path)
     report.print_report(console, result, verdict)
+    for path in written:
+        console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
     if result.ended_early:
         err_console.print(f"error: {result.ended_early}")
     for line in unwritten:

@@ -12,6 +12,7 @@ import numpy as np
 
 from tritonkit.client import Endpoint, example_input, triton_message
 from tritonkit.errors import ServerError, UsageError
+from tritonkit.loadtest._deployment import server_hint, unknown_model
 from tritonkit.loadtest._sequences import Sequencing, sequencing
 
 
@@ -24,6 +25,8 @@ class RequestTemplate:
     outputs: tuple[str, ...]
     batch_size: int
     sequencing: Sequencing | None = None    # a stateful model's (sequence_batching); None: stateless
+    # The version the requests reach (they name none: Triton serves the highest READY one).
+    model_version: str | None = None
 
     def describe(self) -> str:
         return ", ".join(f"{name} {dtype}{list(data.shape)}" for name, dtype, data in self.inputs)
@@ -65,13 +68,15 @@ def check_shapes(shapes: Shapes) -> Shapes:
 
 def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
                      input_data: Path | None = None, seed: int = 0,
-                     shapes: Mapping[str, Sequence[int]] | None = None) -> RequestTemplate:
+                     shapes: Mapping[str, Sequence[int]] | None = None,
+                     repository: Path | None = None) -> RequestTemplate:
     """The request for ``model``: shapes and datatypes from the server, data random or from a file.
 
     A dynamic dimension (-1, besides the batch axis) takes its size from ``shapes`` (an
     input's dims without the batch axis, as ``--shape``) or from the input's data; one
     that neither gives is refused, as perf_analyzer does: sending it at size 1 would judge
-    an encoder's SLA at sequence length 1.
+    an encoder's SLA at sequence length 1. ``repository``: the deployment's folder the
+    server was found through (None: ``--url``), which errors name in what to run.
     """
     client = endpoint.http()
     try:
@@ -80,10 +85,9 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
     except Exception as exc:  # tritonclient raises transport and server errors alike
         message = triton_message(exc)
         if "unknown model" in message.lower() or "not found" in message.lower():
-            raise UsageError(f"model '{model}' is not loaded on the server ({message})",
-                             hint="check the name, or load it: tritonkit warmup --model NAME") from None
+            raise unknown_model(client, endpoint, model, message, repository) from None
         raise ServerError(f"could not read model '{model}' from {endpoint.http_url} ({message})",
-                          hint="is the server up? tritonkit deploy --repository DIR") from None
+                          hint=server_hint(endpoint, repository)) from None
     finally:
         client.close()      # an open connection holds a stopping Triton for its exit timeout
     max_batch = int(config.get("max_batch_size", 0))
@@ -135,7 +139,14 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
                          hint=_shape_hint(unsized, config.get("model_warmup", [])))
     outputs = tuple(o["name"] for o in metadata.get("outputs", []))
     return RequestTemplate(model=model, inputs=tuple(inputs), outputs=outputs, batch_size=batch_size,
-                           sequencing=stateful)
+                           sequencing=stateful, model_version=_served_version(metadata))
+
+
+def _served_version(metadata: dict) -> str | None:
+    """The version a request that names none reaches: the highest of those the model's
+    metadata lists (its READY ones)."""
+    versions = [str(v) for v in metadata.get("versions", []) if str(v).isdigit()]
+    return max(versions, key=int) if versions else None
 
 
 def _sized(name: str, dims: list[int], given: list[int]) -> list[int]:
@@ -365,9 +376,28 @@ def _fit(array: np.ndarray, name: str, datatype: str, dims: list[int], batches: 
                               f"(it is repeated to the batch), or pass --batch-size {array.shape[0]}")
     fits = array.ndim == len(wanted) and all(w < 0 or w == got for w, got in zip(wanted, array.shape))
     if not fits:
-        spelled = "x".join("N" if d < 0 else str(d) for d in dims) or "a scalar"
-        raise UsageError(f"input data for {name} has shape {given}; the model takes {spelled}"
-                         + (f" per sample (one sample, or {batch_size} of them: --batch-size)"
-                            if batches else ""),
-                         hint=f"give {name} a shape the model takes (N: any size)")
+        raise _misfit(name, given, dims, batches, batch_size)
     return array
+
+
+def _misfit(name: str, given: list[int], dims: list[int], batches: bool, batch_size: int) -> UsageError:
+    """Data of a shape the model does not take, said with the shapes it does take."""
+    any_size = ", where n may be any size" if -1 in dims else ""
+    sample = _spell_shape(dims)
+    if not batches:
+        return UsageError(f"input data for {name} has shape {given}; the model takes {name} of shape "
+                          f"{sample}{any_size} (it does not batch: no batch axis)",
+                          hint=f"give {name} an array of shape {sample}")
+    batch = _spell_shape([batch_size, *dims])
+    if batch_size == 1:
+        ways = f"one sample of shape {sample}, or a batch of one: shape {batch}"
+    else:
+        ways = (f"one sample of shape {sample} (repeated to each request's batch of {batch_size}, "
+                f"--batch-size {batch_size}), or a batch of {batch_size} samples: shape {batch}")
+    return UsageError(f"input data for {name} has shape {given}; one sample of {name} has shape "
+                      f"{sample}{any_size}", hint=f"give {name} {ways}")
+
+
+def _spell_shape(dims: Sequence[int]) -> str:
+    """A shape as a list, a dynamic dim as n: ``[n, 4]``."""
+    return "[" + ", ".join("n" if d < 0 else str(d) for d in dims) + "]"

@@ -8,9 +8,11 @@ import math
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
@@ -19,12 +21,13 @@ import numpy as np
 
 from tritonkit.client import Endpoint
 from tritonkit.errors import LoadTestError, ServerError, UsageError
+from tritonkit.loadtest._deployment import refuse_gone_server, server_hint
 from tritonkit.loadtest._inputs import RequestTemplate, Shapes, check_shapes, request_template
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._sequences import (
     DEFAULT_LENGTH, DEFAULT_OPEN_SEQUENCES, DEFAULT_VARIATION_PCT, MAX_LENGTH, SequencePlan,
     plan_sequences, probe_step)
-from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot, never_ran
+from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot, never_ran, server_version
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
 from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main
@@ -94,12 +97,12 @@ class LoadSpec:
         if bool(self.concurrency) == bool(self.rates):
             raise UsageError("give exactly one of --concurrency or --rate",
                              hint="closed loop: --concurrency 1,8; open loop: --rate 200")
-        if any(c < 1 for c in self.concurrency):
-            raise UsageError(f"--concurrency takes whole numbers >= 1 (got {list(self.concurrency)})",
-                             hint="e.g. --concurrency 1,8,32")
-        if any(not (0 < r < math.inf) for r in self.rates):
-            raise UsageError(f"--rate takes finite request rates > 0 (got {list(self.rates)})",
-                             hint="e.g. --rate 50,200")
+        if low := [c for c in self.concurrency if c < 1]:
+            raise UsageError(f"--concurrency {_listed(low)}: each level needs at least 1 request in "
+                             "flight", hint="e.g. --concurrency 1,8,32")
+        if off := [r for r in self.rates if not 0 < r < math.inf]:
+            raise UsageError(f"--rate {_listed(off)}: each level needs a finite rate above 0 "
+                             "requests per second", hint="e.g. --rate 50,200")
         if self.arrivals not in ARRIVALS:
             raise UsageError(f"unknown arrivals '{self.arrivals}'", hint=f"use one of: {', '.join(ARRIVALS)}")
         if self.protocol not in PROTOCOLS:
@@ -179,6 +182,11 @@ class LoadSpec:
         return list(self.concurrency or self.rates)
 
 
+def _listed(values: list[float]) -> str:
+    """Values as the flag took them: ``0``, ``0,-2``."""
+    return ",".join(f"{v:g}" for v in values)
+
+
 def level_label(mode: str, level: float) -> str:
     """How a level is named: ``concurrency 8`` (closed loop) or ``rate 200/s`` (open loop)."""
     return f"concurrency {level:g}" if mode == "closed" else f"rate {level:g}/s"
@@ -245,6 +253,12 @@ class LoadTestResult:
     # The model had run no inference since its load (a restart): what its first request,
     # the probe before the first level (not counted), took. None: it had run before.
     cold_first_request_ms: float | None = None
+    # What tells one run from another: when it began (ISO 8601, UTC), the client's host,
+    # the server's version and the model version the requests reached (None: not said).
+    started_at: str | None = None
+    host: str | None = None
+    server_version: str | None = None
+    model_version: str | None = None
 
     @property
     def ended_early(self) -> str | None:
@@ -261,17 +275,24 @@ def default_workers(spec: LoadSpec, level: float) -> int:
     return max(1, min(cpus, math.ceil(level / 1500)))
 
 
-def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None) -> LoadTestResult:
-    """Run every level of ``spec`` against the server at ``endpoint``, one after the other."""
+def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None,
+                 repository: Path | None = None) -> LoadTestResult:
+    """Run every level of ``spec`` against the server at ``endpoint``, one after the other.
+
+    ``repository``: the deployment's folder ``endpoint`` was found through (None: an
+    address given, ``--url``). A local server it records that is gone is said at once, and
+    errors name the folder in the commands that fix them."""
     if multiprocessing.current_process().name.startswith(_WORKER_NAME):
         raise SystemExit(_UNGUARDED_EXIT)   # a worker importing an unguarded script: the parent says why
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    refuse_gone_server(repository)
     # Each level's workers, once: the plan checked here is the plan run (the CPUs this
     # process may use can change in between).
     workers = [(level, default_workers(spec, level)) for level in spec.levels()]
     _check_plans(spec, [(level, plan_slots(spec, level, n)) for level, n in workers])
     url = _protocol_url(endpoint, spec.protocol)
     template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed,
-                                shapes=dict(spec.shapes))
+                                shapes=dict(spec.shapes), repository=repository)
     stateful = template.sequencing is not None
     _check_sequence_flags(spec, template)
     planned = [(level, plan_slots(spec, level, n, stateful)) for level, n in workers]
@@ -281,7 +302,9 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     # start, which no level would see (each starts after the probe, and its warm-up).
     cold = never_ran(endpoint, spec.model)
     probe_ms = _probe(url, spec.protocol, template, spec.timeout_s,
-                      probe_step(template.sequencing, spec.sequence_id_range) if stateful else None)
+                      probe_step(template.sequencing, spec.sequence_id_range) if stateful else None,
+                      hint=server_hint(endpoint, repository, spec.protocol))
+    version = server_version(endpoint)
     levels = []
     for level, slots in planned:
         result = _run_level(endpoint, url, spec, template, level, slots, progress)
@@ -289,7 +312,9 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
         if result.ended_early:
             break
     return LoadTestResult(spec=spec, server=url, request=template.describe(), levels=levels,
-                          cold_first_request_ms=probe_ms if cold else None)
+                          cold_first_request_ms=probe_ms if cold else None, started_at=started_at,
+                          host=socket.gethostname(), server_version=version,
+                          model_version=template.model_version)
 
 
 def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]]) -> None:
@@ -326,7 +351,7 @@ def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
 
 
 def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
-           step: tuple | None = None) -> float:
+           step: tuple | None = None, hint: str = "is the server up, on that port?") -> float:
     """One request before any worker starts (not counted): a request the model cannot take
     fails here, in Triton's words, instead of as every request of the run. Returns its
     latency in ms (the connection made before it). A stateful model's is a whole sequence
@@ -334,7 +359,8 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
 
     A refusal (HTTP 400 or its gRPC codes, ``RequestFailed.refused``: the server judged
     the request itself invalid) is the user's to fix, a usage error; any other error
-    answer — the model failing on it (5xx), or gone (404) — a run error.
+    answer — the model failing on it (5xx), or gone (404) — a run error. No answer at all
+    is a server error, with ``hint`` (what to check, ``server_hint``).
     """
     try:
         send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
@@ -362,8 +388,7 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
     except Exception as exc:
         # Nothing was run: a server that cannot be reached (exit 1), as when its model could
         # not be read — not a run whose requests failed (exit 4).
-        raise ServerError(f"could not reach {url} over {protocol}: {exc}",
-                          hint="is the server up, on that port? tritonkit deploy --repository DIR") from None
+        raise ServerError(f"could not reach {url} over {protocol}: {exc}", hint=hint) from None
 
 
 def plan_slots(spec: LoadSpec, level: float, workers: int | None = None,
