@@ -93,8 +93,8 @@ def print_warmup(records: list[dict], repository: Path) -> None:
     print_results(results)
     for r in results:
         if r.warmed and not r.steady:
-            console.print(f"[yellow]warning:[/yellow] {escape(r.model)} is not steady "
-                          f"({escape(r.note)}); run: tritonkit warmup --repository "
+            console.print(f"[yellow]warning:[/yellow] {escape(r.model)}: {escape(r.note)}; "
+                          "run: tritonkit warmup --repository "
                           f"{escape(str(repository))} --model {escape(r.model)}",
                           highlight=False, soft_wrap=True)
 

@@ -20,7 +20,7 @@ def refuse_gone_server(repository: Path | None) -> None:
     of another target (compose, Kubernetes), which this host cannot see."""
     if repository is None:
         return
-    from tritonkit.warmup._record import refuse_gone_local_server   # lazy: workers never need it
+    from tritonkit.server.local import refuse_gone_local_server   # lazy: workers never need it
 
     try:
         deployment = load_deployment(repository)

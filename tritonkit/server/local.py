@@ -533,6 +533,21 @@ def server_exited(deployment: Deployment) -> ServerError | None:
     return _exit_failure(deployment, code)
 
 
+def refuse_gone_local_server(deployment: Deployment) -> None:
+    """A ServerError at once if the record names a local server that no longer runs.
+
+    Only a local record, and only before the warm-up: a server that dies in the middle
+    may be redeployed (new ports, new secret), and that restart is followed."""
+    if deployment.target != "local" or is_our_server(deployment):
+        return
+    repository = deployment.repository
+    raise ServerError(
+        f"the local server recorded in {repository} (pid {deployment.pid}) is no longer "
+        f"running: {how_it_ended(deployment)}",
+        hint=f"start it again: tritonkit deploy --repository {repository} (it replaces the "
+             f"stale record); its log: {deployment.log_path}")
+
+
 def is_our_server(deployment: Deployment) -> bool:
     """Whether the deployment's pid is still its tritonserver: the process is named so and
     serves the deployment's own folder (a pid the OS gave to something else since is

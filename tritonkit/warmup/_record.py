@@ -22,21 +22,6 @@ from tritonkit.server.state import Deployment, load_deployment
 RESTART_GRACE_S = 10.0
 
 
-def refuse_gone_local_server(deployment: Deployment) -> None:
-    """A ServerError at once if the record names a local server that no longer runs.
-
-    Only a local record, and only before the warm-up: a server that dies in the middle
-    may be redeployed (new ports, new secret), and that restart is followed."""
-    if deployment.target != "local" or is_our_server(deployment):
-        return
-    repository = deployment.repository
-    raise ServerError(
-        f"the local server recorded in {repository} (pid {deployment.pid}) is no longer "
-        f"running: {how_it_ended(deployment)}",
-        hint=f"start it again: tritonkit deploy --repository {repository} (it replaces the "
-             f"stale record); its log: {deployment.log_path}")
-
-
 def refuse_moved_repository(deployment: Deployment) -> None:
     """A ServerError if the recorded local server serves the repository from the place
     it was deployed from, not from where its record is now (the folder was moved): its

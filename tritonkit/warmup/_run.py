@@ -9,14 +9,13 @@ from typing import Any, Callable, Sequence
 
 from tritonkit.client import Endpoint, resolve_endpoint
 from tritonkit.errors import ModelLoadError, ServerError, UsageError
-from tritonkit.server.local import Deadline, Progress
+from tritonkit.server.local import Deadline, Progress, refuse_gone_local_server
 from tritonkit.server.state import load_deployment
 from tritonkit.warmup._config import ensemble_steps, file_config, load_order
 from tritonkit.warmup._errors import LoadFailed, ServerGone
 from tritonkit.warmup._model import warm_model
 from tritonkit.warmup._record import (
     GoneForGood,
-    refuse_gone_local_server,
     refuse_models_added_after_deploy,
     refuse_moved_repository,
     unserved_warning,

@@ -76,7 +76,7 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
             raise ServerError(
                 f"nothing listens at {endpoint.http_url}: connection refused for {waited:.1f} s",
                 hint="is the server up, and is this its HTTP port (Triton's default: 8000)? "
-                     "Start one: tritonkit deploy --repository DIR")
+                     "Start one with tritonkit deploy")
         if notice is not None and not told:
             told = True
             notice(_waiting_for(endpoint, deadline, why, refused_grace_s))
@@ -87,7 +87,7 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
         raise ServerError(
             f"no Triton server answers at {endpoint.http_url} "
             f"(waited {time.monotonic() - started:.1f} s; last: {last})",
-            hint="start one: tritonkit deploy --repository DIR, or raise --timeout")
+            hint="start one with tritonkit deploy, or raise --timeout")
     return endpoint
 
 
