@@ -102,6 +102,19 @@ def resolve_endpoint(repository: Path | None = None, url: str | None = None,
     return replace(endpoint, repository_headers=headers) if secret else endpoint
 
 
+def server_version(endpoint: Endpoint) -> str | None:
+    """The server's version as its metadata says it (Triton's, e.g. "2.51.0"); None when
+    it does not say (a server that is no Triton, or did not answer)."""
+    client = endpoint.http(connection_timeout=2.0, network_timeout=2.0)
+    try:
+        version = client.get_server_metadata().get("version")
+    except Exception:       # context for a report only: the run says what is wrong with the server
+        return None
+    finally:
+        client.close()
+    return str(version) if version else None
+
+
 def check_address(address: str, flag: str) -> str:
     """``address`` if it is HOST:PORT (a port 1-65535; an IPv6 host in brackets, one
     trailing slash allowed), else a UsageError naming ``flag``."""

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tritonkit.client import Endpoint
+from tritonkit.client import Endpoint, server_version
 from tritonkit.errors import LoadTestError, ServerError, UsageError
 from tritonkit.loadtest._deployment import refuse_gone_server, server_hint
 from tritonkit.loadtest._inputs import RequestTemplate, Shapes, check_shapes, request_template
@@ -27,7 +27,7 @@ from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedu
 from tritonkit.loadtest._sequences import (
     DEFAULT_LENGTH, DEFAULT_OPEN_SEQUENCES, DEFAULT_VARIATION_PCT, MAX_LENGTH, SequencePlan,
     plan_sequences, probe_step)
-from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot, never_ran, server_version
+from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot, never_ran
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
 from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main

@@ -57,19 +57,6 @@ def never_ran(endpoint: Endpoint, model: str) -> bool:
     return bool(entries) and all(int(e.get("execution_count", 0)) == 0 for e in entries)
 
 
-def server_version(endpoint: Endpoint) -> str | None:
-    """The server's version as its metadata says it (Triton's, e.g. "2.51.0"); None when
-    it does not say (a server that is no Triton, or did not answer)."""
-    client = endpoint.http(connection_timeout=2.0, network_timeout=2.0)
-    try:
-        version = client.get_server_metadata().get("version")
-    except Exception:       # the run says what is wrong with the server; this is context only
-        return None
-    finally:
-        client.close()
-    return str(version) if version else None
-
-
 @dataclass(frozen=True)
 class ServerEvent:
     """Something the server did during the run, at ``t_ns`` (perf_counter_ns)."""

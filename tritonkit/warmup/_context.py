@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import tritonkit
-from tritonkit.client import resolve_endpoint
+from tritonkit.client import resolve_endpoint, server_version
 from tritonkit.errors import TritonkitError
 from tritonkit.warmup._model import CHECK_CLIENTS
 
@@ -61,18 +61,8 @@ def run_context(repository: Path | None, url: str | None, started_at: datetime, 
     except TritonkitError:
         return context               # the record went away since: what was asked stands
     context["url"] = endpoint.http_url
-    context["triton_version"] = _triton_version(endpoint)
+    context["triton_version"] = server_version(endpoint)
     return context
-
-
-def _triton_version(endpoint) -> str | None:
-    client = endpoint.http(connection_timeout=2.0, network_timeout=2.0)
-    try:
-        return client.get_server_metadata().get("version")
-    except Exception:
-        return None                  # gone since, or not saying: the figures still stand
-    finally:
-        client.close()
 
 
 def utc_now() -> datetime:
