@@ -1,4 +1,7 @@
-"""A small CNN on 3×32×32 images: conv, batch norm, pooling, a linear classifier."""
+"""A small CNN on 3×32×32 images: conv, batch norm, pooling, a linear classifier.
+
+    tritonkit export examples/cnn.py:build --name cnn --repository model_repository
+"""
 
 import torch
 from torch import nn

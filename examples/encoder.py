@@ -1,7 +1,10 @@
 """A transformer encoder on int64 token ids plus an attention mask (two inputs, two dtypes).
 
 Both inputs have a dynamic sequence axis besides the batch; the factory says so in its
-third return value.
+third return value. A load test gives that axis a size (up to 128, the position table):
+
+    tritonkit export examples/encoder.py:build --name encoder --repository model_repository
+    tritonkit loadtest --model encoder --concurrency 4 --shape input_ids:128 --shape attention_mask:128
 """
 
 import torch

@@ -1,4 +1,9 @@
-"""A small multi-layer perceptron on float32 feature vectors (16 features → 10 classes)."""
+"""A small multi-layer perceptron on float32 feature vectors (16 features → 10 classes).
+
+The model scripts/demo.sh exports, deploys and load-tests:
+
+    tritonkit export examples/mlp.py:build --name mlp --repository model_repository
+"""
 
 import torch
 from torch import nn

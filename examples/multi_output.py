@@ -1,4 +1,10 @@
-"""A model with several outputs: class logits, an embedding and a confidence per sample."""
+"""A model with several outputs: class logits, an embedding and a confidence per sample.
+
+forward() returns a tuple, so its outputs are OUTPUT__0, OUTPUT__1 and OUTPUT__2 unless
+--output-names names them:
+
+    tritonkit export examples/multi_output.py:build --name multi_output --repository model_repository --output-names logits,embedding,confidence
+"""
 
 import torch
 from torch import nn

@@ -1,4 +1,12 @@
-"""Recurrent models over a dynamic time axis: an LSTM classifier and a GRU tagger."""
+"""Recurrent models over a dynamic time axis: an LSTM classifier and a GRU tagger.
+
+Two factories in one file, each named after the colon; the input is INPUT__0, batch ×
+time × 6, and a load test gives the time axis a size:
+
+    tritonkit export examples/recurrent.py:build --name lstm --repository model_repository
+    tritonkit export examples/recurrent.py:build_gru --name gru --repository model_repository
+    tritonkit loadtest --model lstm --concurrency 4 --shape INPUT__0:10,6
+"""
 
 import torch
 from torch import nn

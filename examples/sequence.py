@@ -1,4 +1,10 @@
-"""A 1-D convolutional model over a dynamic sequence axis: per-step features, same length out."""
+"""A 1-D convolutional model over a dynamic sequence axis: per-step features, same length out.
+
+The input is INPUT__0, batch × sequence × 8; a load test gives the sequence a size:
+
+    tritonkit export examples/sequence.py:build --name sequence --repository model_repository
+    tritonkit loadtest --model sequence --concurrency 4 --shape INPUT__0:20,8
+"""
 
 import torch
 from torch import nn
