@@ -70,3 +70,19 @@ def scorer(model_dir: Path, features: int = 8) -> Path:
         [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch"])],
         [w])
     return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model_dir)
+
+
+def relu_chain(model_dir: Path, depth: int, width: int = 1024, *, residual: bool = False) -> Path:
+    """INPUT__0 FP32 [batch, width] -> ``depth`` Relu nodes -> OUTPUT__0, each step's tensor
+    read only by the next; with ``residual`` the input is added back at the end, so it stays
+    alive through the chain (as a skip connection keeps it)."""
+    names = ["INPUT__0"] + [f"r{i}" for i in range(depth)]
+    nodes = [helper.make_node("Relu", [names[i]], [names[i + 1]]) for i in range(depth)]
+    nodes.append(helper.make_node("Add" if residual else "Relu",
+                                  ["INPUT__0", names[-1]] if residual else [names[-1]],
+                                  ["OUTPUT__0"]))
+    graph = helper.make_graph(
+        nodes, "relu_chain",
+        [helper.make_tensor_value_info("INPUT__0", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("OUTPUT__0", TensorProto.FLOAT, ["batch", width])])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model_dir)

@@ -34,6 +34,10 @@ DEFAULT_BUCKETS = (16, 64, 128)
 # Where ONNX Runtime's TensorRT accelerator keeps its engines inside the serving container;
 # the compose and k8s files mount a volume here so a restart does not rebuild them.
 ORT_TRT_CACHE_ROOT = "/tmp/tritonkit-trt-cache"
+# ONNX Runtime's CUDA memory arena grows by the next power of two (arena_extend_strategy 0,
+# its default), so what it reserves for a batch's activations can be up to twice their
+# live peak: the batch bound counts them twice.
+ARENA_GROWTH = 2
 # The config's max_batch_size is an int32: protobuf cannot hold a larger one.
 MAX_BATCH_SIZE = 2**31 - 1
 # The first Triton whose ONNX Runtime backend takes the trt_profile_{min,opt,max}_shapes
@@ -216,12 +220,17 @@ def _plan_limits(report: dict, labels: dict[str, dict[int, str]]) -> dict[str, i
 
 def _activation_bytes_per_sample(model: onnx.ModelProto, labels: dict[str, dict[int, str]],
                                  lengths: dict[str, list[int]]) -> int:
-    """Sum of every intermediate tensor (the weights are not) for one sample, at a long length.
+    """The most activation memory (the weights are not) one sample holds at once, at a long
+    length: the peak of the tensors alive together as the graph runs in its order.
 
-    An upper bound on activation memory (runtimes reuse buffers), from ONNX shape
-    inference with the batch axis at 1 and other dynamic axes at the longest warm-up
-    length or DEFAULT_BUCKETS' longest, whichever is longer (production inputs may be
-    longer than any example).
+    A tensor lives from the node that makes it (a request's input from the start) to the
+    last node that reads it, a graph output to the end. ONNX Runtime and TensorRT free or
+    reuse a buffer once nothing reads it, so a deep model needs about one layer's
+    tensors, not the sum of every layer's: that sum cut a 12-layer encoder's batch limit
+    about tenfold. What a runtime adds (workspace, fragmentation) is the profile's
+    memory_headroom. Sizes come from ONNX shape inference with the batch axis at 1 and
+    other dynamic axes at the longest warm-up length or DEFAULT_BUCKETS' longest,
+    whichever is longer (production inputs may be longer than any example).
     """
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
@@ -237,30 +246,65 @@ def _activation_bytes_per_sample(model: onnx.ModelProto, labels: dict[str, dict[
         inferred = fixed
     # The dynamo exporter lists the weights in value_info too: they are no sample's.
     weights = {init.name for init in model.graph.initializer}
-    total = 0
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        if vi.name in weights:
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else 1
-                for d in vi.type.tensor_type.shape.dim]
-        elem = vi.type.tensor_type.elem_type
-        if elem == 0:
-            continue
-        itemsize = 8 if elem == onnx.TensorProto.STRING else \
-            helper.tensor_dtype_to_np_dtype(elem).itemsize
-        total += int(np.prod(dims)) * itemsize if dims else itemsize
-    return max(total, 1)
+    graph = inferred.graph
+    sizes = {vi.name: _value_bytes(vi) for vi in
+             list(graph.input) + list(graph.value_info) + list(graph.output)
+             if vi.name not in weights}
+    outputs = {o.name for o in graph.output}
+    last_read: dict[str, int] = {}
+    for step, node in enumerate(graph.node):
+        for name in _names_read(node):
+            last_read[name] = step
+    alive = {i.name for i in graph.input if i.name in sizes}
+    peak = held = sum(sizes[name] for name in alive)
+    for step, node in enumerate(graph.node):
+        for name in node.output:
+            if name in sizes and name not in alive:
+                alive.add(name)
+                held += sizes[name]
+        peak = max(peak, held)
+        for name in list(alive):
+            if name not in outputs and last_read.get(name, -1) <= step:
+                alive.discard(name)
+                held -= sizes[name]
+    return max(peak, 1)
+
+
+def _value_bytes(vi: onnx.ValueInfoProto) -> int:
+    """A tensor's size in bytes (an unknown axis counted as 1, an untyped value as 0)."""
+    elem = vi.type.tensor_type.elem_type
+    if elem == 0:
+        return 0
+    dims = [d.dim_value if d.HasField("dim_value") else 1
+            for d in vi.type.tensor_type.shape.dim]
+    itemsize = 8 if elem == onnx.TensorProto.STRING else \
+        helper.tensor_dtype_to_np_dtype(elem).itemsize
+    return int(np.prod(dims)) * itemsize if dims else itemsize
+
+
+def _names_read(node: onnx.NodeProto) -> set[str]:
+    """The values a node reads: its inputs, and those its subgraphs (If, Loop, Scan) take
+    from the enclosing graph, which stay alive until the node has run."""
+    names = {name for name in node.input if name}
+    for attr in node.attribute:
+        for sub in list(attr.g.node if attr.HasField("g") else []) + \
+                [n for g in attr.graphs for n in g.node]:
+            names |= _names_read(sub)
+    return names
 
 
 def memory_bound_batch(graph: GraphSpec, profile: GpuProfile, instances: int) -> int:
-    """The largest batch whose weights and activations fit the card with headroom."""
+    """The largest batch whose weights and activations fit the card with headroom, each
+    instance holding its own weights and its batch's activations (ARENA_GROWTH times their
+    live peak)."""
     usable = profile.memory.bytes * (1.0 - profile.serving.memory_headroom)
     half = profile.serving.precision in ("fp16", "bf16")
     weights = graph.half_weight_bytes if half else graph.weight_bytes
     free_for_activations = usable - instances * weights
     if free_for_activations <= 0:
         return 0
-    return int(free_for_activations // (instances * graph.activation_bytes_per_sample))
+    return int(free_for_activations
+               // (instances * ARENA_GROWTH * graph.activation_bytes_per_sample))
 
 
 def warmup_batch_sizes(max_batch_size: int) -> list[int]:
