@@ -289,7 +289,7 @@ def test_warmup_on_a_warm_server_is_quick_harmless_and_writes_json(warm_server, 
     # ... so its first request is no cold start, and no cold-start ratio is claimed
     assert all(r["cold"] is False and r["ratio"] is None for r in records)
     table = capsys.readouterr().out
-    assert "p50 ms" in table and "READY" in table
+    assert "p50 ms" in table and " ready " in table       # not loaded: no load time
     assert _ready(warm_server, "example") and _ready(warm_server, "pipeline")
 
 
@@ -323,6 +323,24 @@ def test_an_unsteady_model_after_deploy_is_told_the_whole_command_to_rerun(tmp_p
     print_warmup([record.as_dict()], tmp_path / "repo")
     out = capsys.readouterr().out
     assert f"run: tritonkit warmup --repository {tmp_path / 'repo'} --model m" in out
+
+
+def test_the_load_column_says_why_a_model_has_no_load_time(capsys):
+    """A deploy's models load as the server starts: no load request is timed, and their
+    first request is still the cold one. A model READY before warm-up was already warm."""
+    at_start = ModelWarmup(model="started", steady=True, requests=12, load_s=None,
+                           first_ms=30.0, steady_p50_ms=0.6, cold=True, was_ready=True)
+    ready = replace(at_start, model="warm", cold=False)
+    loaded = replace(at_start, model="loaded", load_s=1.5, was_ready=False)
+    print_results([at_start, ready, loaded])
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines()
+            if line.split() and line.split()[0] in ("started", "warm", "loaded")}
+    assert " start " in rows["started"] and "50.0x" in rows["started"]
+    assert " ready " in rows["warm"] and "50.0x" not in rows["warm"]
+    assert " 1.50 " in rows["loaded"]
+    legend = " ".join(out.split())
+    assert "start = loaded as the server started" in legend and "ready = READY before" in legend
 
 
 def test_an_existing_json_file_is_kept_unless_force_before_the_server_is_asked(tmp_path, capsys):

@@ -48,12 +48,25 @@ def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
         table.add_column(column, justify="right", no_wrap=True)
     for r in results:
         table.add_row(
-            r.model, "READY" if r.load_s is None else f"{r.load_s:.2f}", _ms(r.first_ms),
+            r.model, _load(r), _ms(r.first_ms),
             _ms(r.steady_p50_ms), _ratio(r.ratio), str(r.requests),
             _ms(r.after.first_ms if r.after else None),
             _ratio(r.after.ratio if r.after else None),
             _steady(r))
+    legend = {"start": "start = loaded as the server started",
+              "ready": "ready = READY before warm-up (no load, no cold start)"}
+    shown = [legend[label] for label in legend if label in {_load(r) for r in results}]
+    if shown:
+        table.caption, table.caption_justify = "load s: " + "; ".join(shown), "left"
     return table
+
+
+def _load(r: warmup_lib.ModelWarmup) -> str:
+    """The load's seconds, or why there was none: the server loaded the model as it started
+    (a deploy's warm-up: its first request is still a cold start), or it was READY already."""
+    if r.load_s is not None:
+        return f"{r.load_s:.2f}"
+    return "start" if r.cold else "ready"
 
 
 def _steady(r: warmup_lib.ModelWarmup) -> str:
