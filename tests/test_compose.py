@@ -320,6 +320,51 @@ def test_an_env_file_edited_by_hand_gets_a_new_secret_with_force(example_reposit
         (out / ".env").read_text()
 
 
+def test_no_up_under_a_recorded_compose_deployment_rewrites_files_that_keep_its_secret(
+        example_repository, tmp_path, capsys):
+    """The rewritten .env keeps the secret the containers run with, so nobody is locked
+    out; what else changed reaches the containers only when they are redeployed."""
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    secret = read_secret(example_repository)
+    record_compose(example_repository, out / "docker-compose.yml", out / ".env")
+    capsys.readouterr()
+    assert write(example_repository, out, "--gpu", "a10", "--http-port", "18000") == 0
+    assert read_secret(example_repository) == secret
+    assert f"TRITONKIT_REPOSITORY_KEY={secret}\n" in (out / ".env").read_text()
+    assert "127.0.0.1:18000:8000" in (out / "docker-compose.yml").read_text()
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (f"the compose deployment recorded for {example_repository} keeps running with its "
+            "old settings until redeployed: tritonkit deploy --target compose --gpu a10 "
+            f"--repository {example_repository} --out {out} (with this run's other flags, "
+            "without --no-up)") in printed
+    assert "start it on a GPU host" not in printed
+    assert load_deployment(example_repository).target == "compose"
+
+
+@pytest.mark.parametrize("where", ["edited", "another --out"])
+def test_no_up_under_a_recorded_compose_deployment_refuses_files_that_would_change_its_secret(
+        example_repository, tmp_path, capsys, where):
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "p100") == 0
+    secret = read_secret(example_repository)
+    record_compose(example_repository, out / "docker-compose.yml", out / ".env")
+    if where == "edited":
+        (out / ".env").write_text((out / ".env").read_text() + "EXTRA=1\n")
+    else:
+        out = tmp_path / "elsewhere"
+    before = {p: p.read_text() for p in out.glob("*")} if out.exists() else {}
+    capsys.readouterr()
+    assert write(example_repository, out, "--gpu", "p100", "--force") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: a compose deployment is recorded for {example_repository.resolve()}; new "
+        "files would change the secret it runs with",
+        "hint: redeploy with --up, or stop it first: tritonkit down --repository "
+        f"{example_repository.resolve()}"]
+    assert read_secret(example_repository) == secret
+    assert ({p: p.read_text() for p in out.glob("*")} if out.exists() else {}) == before
+
+
 def test_compose_needs_a_gpu_profile(example_repository, tmp_path, capsys):
     assert write(example_repository, tmp_path / "docker") == 2
     assert "needs --gpu" in capsys.readouterr().err

@@ -297,6 +297,74 @@ def test_manifests_edited_by_hand_are_kept_and_each_named_unless_force(
     assert "replicas: 3" not in (directory / "deployment.yaml").read_text()
 
 
+def secret_value(directory: Path) -> str:
+    [value] = parse(directory / "secret.yaml").string_data.values()
+    return value
+
+
+def test_a_rerun_keeps_the_secret_of_a_secret_manifest_nobody_edited(manifests, capsys):
+    """Pods read the Secret only when they start: a new value would reach the pods
+    restarted later, while the running ones and every client given the old value
+    (warmup --secret-file) kept it."""
+    directory = manifests("a10")
+    secret = secret_value(directory)
+    assert "a new secret (no secret.yaml there before)" in capsys.readouterr().out
+    for args in (("--replicas", "2"), ("--force",)):
+        assert manifests("a10", *args) == directory
+        assert secret_value(directory) == secret
+        out = capsys.readouterr().out
+        assert f"secret {secret[:4]}… in secret.yaml" in out
+        assert "the secret of the secret.yaml written before, kept" in out
+
+
+def test_a_secret_manifest_edited_by_hand_is_kept_then_replaced_with_a_new_secret_by_force(
+        example_repository, manifests, tmp_path, capsys):
+    directory = manifests("a10")
+    name = parse(directory / "deployment.yaml").metadata.name
+    secret_file = directory / "secret.yaml"
+    secret_file.write_text(secret_file.read_text() + "# mine\n")
+    edited = secret_file.read_text()
+    capsys.readouterr()
+    assert run_cli("deploy", "--target", "k8s", "--gpu", "a10", "--repository",
+                   example_repository, "--out", tmp_path / "docker") == 2
+    assert secret_file.read_text() == edited
+    manifests("a10", "--force")
+    secret = secret_value(directory)
+    assert secret not in edited
+    out = capsys.readouterr().out
+    assert f"secret {secret[:4]}… in secret.yaml" in out
+    assert ("a new secret (the secret.yaml there was edited since tritonkit wrote it): replicas "
+            f"running with the old one need kubectl rollout restart deployment/{name} after "
+            "kubectl apply -k") in " ".join(out.split())
+
+
+def test_another_repositorys_or_gpus_secret_manifest_never_gives_its_secret_to_a_rewrite(
+        example_repository, manifests, tmp_path, capsys):
+    """Another repository's files are replaced only with --force (provenance), another
+    --gpu's without it; neither is this deployment's Secret, so neither keeps its value."""
+    directory = manifests("p100")
+    p100 = secret_value(directory)
+    capsys.readouterr()
+    manifests("a10")
+    a10 = secret_value(directory)
+    assert a10 != p100
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a new secret (the secret.yaml there was written for another deployment (" in out
+
+    other = tmp_path / "other"
+    shutil.copytree(example_repository, other)
+    deploy = ("deploy", "--target", "k8s", "--gpu", "a10", "--repository", other,
+              "--out", tmp_path / "docker")
+    assert run_cli(*deploy) == 2
+    assert "was written for another model repository" in capsys.readouterr().err
+    assert secret_value(directory) == a10
+    assert run_cli(*deploy, "--force") == 0
+    assert secret_value(directory) not in (a10, p100)
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("a new secret (the secret.yaml there was written for another model repository "
+            f"({example_repository.resolve()}))") in out
+
+
 def test_every_manifest_carries_the_sha256_of_its_text_below_a_generated_header(
         manifests, example_repository):
     import hashlib

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -76,7 +77,7 @@ def deploy(
                 server_config=server_config, timeout=timeout, gpu=gpu, warmup=warmup,
                 progress=progress)
     if target == "compose":
-        _print_compose(files, running, repository)
+        _print_compose(files, running, repository, gpu)
         return
     console.print(f"[green]Triton is up[/green] ({deployment.target}, pid {deployment.pid}), "
                   f"models READY: {', '.join(deployment.models)}")
@@ -105,13 +106,22 @@ def _refuse_shared_ports(ports: dict[str, int]) -> None:
                              hint="give each its own port (0 picks a free one)")
 
 
-def _print_compose(files, running, repository: Path) -> None:
+def _print_compose(files, running, repository: Path, gpu: str | None) -> None:
     console.print(f"wrote {files.compose_file} and {files.env_file}")
     console.print(f"  model-repository API needs header {files.secret_header}: "
                   f"{mask(files.secret)} (full value in {files.env_file}, 0600)")
     if files.public:
         console.print("  [yellow]ports published on every interface[/yellow] (--public): "
                       "other hosts can reach them")
+    if running is None and files.not_started_over:
+        redeploy = shlex.join(["tritonkit", "deploy", "--target", "compose", "--gpu", str(gpu),
+                               "--repository", str(repository),
+                               "--out", str(files.compose_file.parent)])
+        console.print(escape(f"  the compose deployment recorded for {repository} keeps running "
+                             f"with its old settings until redeployed: {redeploy} (with this "
+                             "run's other flags, without --no-up)"),
+                      highlight=False, soft_wrap=True)
+        return
     if running is None:
         console.print(f"  start it on a GPU host: docker compose -f {files.compose_file} up -d")
         return
@@ -129,6 +139,16 @@ def _print_compose(files, running, repository: Path) -> None:
 def _print_k8s(written) -> None:
     console.print(f"wrote {len(written.files)} manifests to {written.directory} "
                   f"(deployment {written.name}; secret {mask(written.secret)} in secret.yaml, 0600)")
+    if written.secret_kept:
+        said = ("the secret of the secret.yaml written before, kept: replicas and clients "
+                "that hold it keep working")
+    elif written.secret_replaced:
+        said = (f"a new secret (the secret.yaml there {written.secret_replaced}): replicas "
+                f"running with the old one need kubectl rollout restart "
+                f"deployment/{written.name} after kubectl apply -k")
+    else:
+        said = "a new secret (no secret.yaml there before)"
+    console.print(f"  {escape(said)}", highlight=False, soft_wrap=True)
     console.print(f"  copy the model repository into the claim {written.claim} "
                   "(ReadWriteMany), then start the replicas:", highlight=False)
     for command in written.fill_commands:

@@ -2,7 +2,10 @@
 
 ``write_compose`` builds the compose file as a dict (serialized as YAML by a
 safe dumper) and an env file that carries the secret header's value (0600);
-the compose file only names the variable. ``compose_up`` records it and starts it with the
+the compose file only names the variable. A rewrite keeps the secret of an unedited env
+file that the repository still records; files written but not started (``--no-up``)
+while a compose deployment is recorded must keep its secret, and its containers keep
+their old settings until redeployed. ``compose_up`` records it and starts it with the
 host's Compose; the caller then waits until Triton is live (``wait_live``), loads what is
 not READY (``load_models``, or the warm-up, which loads too) and waits for readiness
 (``wait_ready``), all under one deadline. ``compose_down`` stops it.
@@ -89,6 +92,9 @@ class ComposeFiles:
     public: bool
     secret_header: str
     secret: str = field(repr=False)
+    # Written, not started, under a recorded compose deployment: its containers keep the
+    # settings they started with until redeployed (they share the files' secret).
+    not_started_over: bool = False
 
     def command(self, compose: Sequence[str], *args: str) -> list[str]:
         return [*compose, "-p", self.project, "-f", str(self.compose_file),
@@ -207,8 +213,10 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
     (then only with ``force``).
 
     ``starting`` says the caller starts the files right after: a recorded compose
-    deployment is then recreated with the files' secret; otherwise it is refused, since
-    its clients could lose the secret it runs with.
+    deployment is then recreated with the files' secret. Otherwise files that would give
+    it a new secret are refused, since its clients would lose the one it runs with; files
+    that keep it are written, and ``not_started_over`` says the containers still run with
+    their old settings.
     """
     repository = Path(repository).resolve()
     if any(port == 0 for port in ports.as_dict().values()):
@@ -218,17 +226,19 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
     check_device_ids(device_ids)
     check_folder(out, what="--out")
     refuse_if_running(repository)  # a new secret would lock its own clients out
-    if not starting and _recorded_target(repository) == "compose":
-        raise UsageError(f"a compose deployment is recorded for {repository}; new files would "
-                         "change the secret it runs with",
-                         hint=f"redeploy with --up, or stop it first: tritonkit down "
-                              f"--repository {repository}")
     out = Path(out)
     compose_file, env_file = out / COMPOSE_FILENAME, out / ENV_FILENAME
     refuse_replacing((compose_file, env_file), force=force, what="compose output",
                      instead="give another --out", written_for=repository)
     project = project_name(repository)
-    secret = _kept_secret(env_file, project, repository) or new_secret(repository)
+    kept = _kept_secret(env_file, project, repository)
+    not_started_over = not starting and _recorded_target(repository) == "compose"
+    if not_started_over and kept is None:
+        raise UsageError(f"a compose deployment is recorded for {repository}; new files would "
+                         "change the secret it runs with",
+                         hint=f"redeploy with --up, or stop it first: tritonkit down "
+                              f"--repository {repository}")
+    secret = kept or new_secret(repository)
     body = to_yaml(compose_dict(spec, repository, ports=ports, public=public,
                                 device_ids=device_ids))
     atomic_write(compose_file, stamped(HEADER, body, repository))
@@ -236,7 +246,8 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
     atomic_write(env_file, stamped(ENV_HEADER, env, repository), mode=0o600)
     return ComposeFiles(compose_file=compose_file, env_file=env_file, project=project,
                         ports=ports, public=public,
-                        secret_header=spec.settings.restricted_api.header, secret=secret)
+                        secret_header=spec.settings.restricted_api.header, secret=secret,
+                        not_started_over=not_started_over)
 
 
 def _kept_secret(env_file: Path, project: str, repository: Path) -> str | None:

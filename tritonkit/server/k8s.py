@@ -5,7 +5,9 @@ on ``/v2/health/live``, readiness and startup probes on ``/v2/health/ready``), a
 Service, the secret header's value as a Secret and a ReadWriteMany claim for the model
 repository; ``write_k8s`` serializes them as YAML beside a kustomization, so
 ``kubectl apply -k DIR`` applies them all, and writes a one-off pod that mounts the
-claim writable so the repository can be copied in (``K8sFiles.fill_commands``).
+claim writable so the repository can be copied in (``K8sFiles.fill_commands``). A rewrite
+keeps the secret of a ``secret.yaml`` tritonkit wrote for the same deployment and nobody
+edited since (pods and the clients that hold it keep working); any other gets a new one.
 
 A replica loads every model at start-up (``--load-model``: the same argv as every
 target); each model's ``model_warmup`` (written by ``tritonkit config``) runs on that
@@ -26,6 +28,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from tritonkit.errors import UsageError
 from tritonkit.fileio import atomic_write, check_folder
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
@@ -37,7 +41,8 @@ from tritonkit.server.container import (
     repository_tag,
     to_yaml,
 )
-from tritonkit.server.provenance import refuse_replacing, stamped
+from tritonkit.server.provenance import (body_as_written, edited_by_hand, refuse_replacing,
+                                         stamped)
 
 K8S_DIRNAME = "k8s"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -69,6 +74,10 @@ class K8sFiles:
     claim: str                     # the PersistentVolumeClaim to fill with the repository
     secret: str = field(repr=False)
     fill_commands: tuple[str, ...] = ()   # copy the repository into the claim, then apply
+    secret_kept: bool = False      # the secret.yaml written before kept its secret
+    # Why the secret.yaml that was there did not keep its secret (None: it did, or there was
+    # none): after ``kubectl apply -k`` pods started before still run with the old one.
+    secret_replaced: str | None = None
 
 
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -105,6 +114,10 @@ def fill_pod_name(name: str) -> str:
     return f"{name}-fill"
 
 
+def secret_object_name(name: str) -> str:
+    return f"{name}-repository-key"
+
+
 def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int = 1,
                   storage: str = "10Gi", storage_class: str | None = None) -> dict[str, dict]:
     """The manifests, keyed by file name: Secret, claim, Deployment, Service.
@@ -119,7 +132,7 @@ def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int 
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tritonkit",
               "tritonkit/gpu": spec.gpu}
     selector = {"app.kubernetes.io/name": name}
-    secret_name = f"{name}-repository-key"
+    secret_name = secret_object_name(name)
     claim = claim_name(name)
     return {
         "secret.yaml": {
@@ -187,7 +200,9 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
               force: bool = False, storage_class: str | None = None) -> K8sFiles:
     """Write ``out/k8s/``: the manifests (the Secret 0600), a kustomization, the fill pod,
     each stamped with the sha256 of its text: a rerun replaces them unless one was edited
-    by hand since (then only with ``force``)."""
+    by hand since (then only with ``force``). The Secret keeps the value of the
+    ``secret.yaml`` it replaces if that was written for this deployment and is unedited
+    (``_kept_secret``); otherwise it gets a new one."""
     if replicas < 1:
         raise UsageError(f"--replicas must be at least 1 (got {replicas})", hint="e.g. --replicas 2")
     if storage_class is not None and not _DNS_SUBDOMAIN.match(storage_class):
@@ -200,7 +215,9 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
     refuse_replacing(paths, force=force, what="Kubernetes manifest",
                      instead="give another --out", written_for=repository)
     name = app_name(repository, spec.gpu)
-    secret = secrets.token_urlsafe(24)
+    secret_file = directory / "secret.yaml"
+    kept, replaced = _kept_secret(secret_file, name, repository)
+    secret = kept or secrets.token_urlsafe(24)
     manifests = k8s_manifests(spec, name, secret=secret, replicas=replicas,
                               storage=_storage_request(Path(repository)),
                               storage_class=storage_class)
@@ -212,7 +229,38 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
                      mode=0o600 if document["kind"] == "Secret" else 0o644)
     return K8sFiles(directory=directory, files=tuple(paths), name=name,
                     claim=claim_name(name), secret=secret,
-                    fill_commands=fill_commands(Path(repository).resolve(), directory, name))
+                    fill_commands=fill_commands(Path(repository).resolve(), directory, name),
+                    secret_kept=kept is not None, secret_replaced=replaced)
+
+
+def _kept_secret(secret_file: Path, name: str, repository: Path) -> tuple[str | None, str | None]:
+    """(the secret in ``secret_file`` if tritonkit wrote it for ``repository``'s deployment
+    ``name`` and nobody edited it since, else None; why a file that is there does not keep
+    its secret, else None).
+
+    A rewrite keeps it rather than making a new one: pods read the Secret only when they
+    start, so a new value would reach the pods restarted later while the ones running, and
+    every client given the old value (``warmup --secret-file``), kept the old one. A file
+    edited by hand (``--force`` over it), another repository's or another deployment's
+    (another ``--gpu``) gets a new one."""
+    if not secret_file.exists():
+        return None, None
+    body = body_as_written(secret_file, repository)
+    if body is None:
+        return None, edited_by_hand(secret_file, repository)
+    try:
+        document = yaml.safe_load(body)
+    except yaml.YAMLError:
+        document = None
+    if not isinstance(document, dict) or document.get("kind") != "Secret":
+        return None, "holds no Secret"
+    secret_name = (document.get("metadata") or {}).get("name")
+    if secret_name != secret_object_name(name):
+        return None, f"was written for another deployment ({secret_name})"
+    secret = (document.get("stringData") or {}).get(SECRET_KEY)
+    if not isinstance(secret, str) or not secret:
+        return None, f"holds no {SECRET_KEY}"
+    return secret, None
 
 
 def post_start_script(spec: ContainerSpec, *, timeout_s: int) -> str:
