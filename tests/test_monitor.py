@@ -255,6 +255,64 @@ def test_monitor_shows_each_namespaces_model_on_its_own_row(monkeypatch, capsys)
     assert rows == {"/repo_a/resnet": "7", "/repo_b/resnet": "3"}
 
 
+def _scraped_every(monkeypatch, seconds: float, *texts: str) -> None:
+    """Triton's metrics endpoint answering these texts, one per scrape, ``seconds`` apart
+    by the scrapes' own times (what a rate's interval is read from), however fast the
+    test runs."""
+    answers = enumerate(texts)
+
+    def scrape(url, at):
+        k, text = next(answers)
+        return parse_metrics(text, at=k * seconds)
+
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape", scrape)
+
+
+def _triton_rows(out: str) -> list[dict[str, str]]:
+    """The rows of every Triton table printed, in order, each by its column's header."""
+    rows, header = [], None
+    for line in out.splitlines():
+        words = line.replace("queue ms", "queue_ms").replace("comp ms", "comp_ms").split()
+        if words[:1] in (["GPUs"], ["Triton"]):
+            header = None
+        elif words[:1] == ["model"]:
+            header = words
+        elif header and len(words) == len(header):
+            rows.append(dict(zip(header, words)))
+    return rows
+
+
+def test_the_triton_table_shows_failures_per_second_beside_their_lifetime_count(
+        monkeypatch, capsys):
+    """Someone paged for errors needs the failures of now: resnet's 30 in the last 10 s
+    are 3.0 a second, whatever it failed before; bert, failing nothing, reads 0.0."""
+    before = {("resnet", "1", ""): replace(_served(1000), request_failure=500),
+              ("bert", "1", ""): _served(70)}
+    after = {("resnet", "1", ""): replace(_served(1200), request_failure=530),
+             ("bert", "1", ""): _served(90)}
+    _scraped_every(monkeypatch, 10, triton_exposition(before), triton_exposition(after))
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "1", "--duration", "1") == 0
+    out = capsys.readouterr().out
+    first = {r["model"]: (r["fail"], r["fail/s"]) for r in _triton_rows(out)[:2]}
+    assert first == {"resnet": ("500", "—"), "bert": ("0", "—")}    # no interval yet
+    second = {r["model"]: r for r in _triton_rows(out)[2:]}
+    resnet, bert = second["resnet"], second["bert"]
+    assert (resnet["fail"], resnet["fail/s"], resnet["req/s"]) == ("530", "3.0", "20.0")
+    assert (bert["fail"], bert["fail/s"]) == ("0", "0.0")
+    assert "fail: since the model loaded; the rest: since the last sample" in " ".join(out.split())
+
+
+def test_one_failure_in_a_minutes_interval_does_not_read_as_no_failures(monkeypatch, capsys):
+    before = {("resnet", "1", ""): replace(_served(1000), request_failure=8)}
+    after = {("resnet", "1", ""): replace(_served(4000), request_failure=9)}
+    _scraped_every(monkeypatch, 60, triton_exposition(before), triton_exposition(after))
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "1", "--duration", "1") == 0
+    (_, resnet) = _triton_rows(capsys.readouterr().out)
+    assert resnet["fail/s"] == "0.017"                       # 1 / 60 s, not 0.0
+
+
 def test_per_gpu_increase_counts_a_restarted_version_from_zero_and_a_new_one_whole():
     """Version 1 on GPU-aaa had served 900 and is reloaded (its series start again: 30);
     version 2 appears on GPU-bbb with 50. Read as sums, GPU-aaa fell; series by series
@@ -596,6 +654,144 @@ def test_triton_keeps_a_swapped_out_versions_counters_and_restarts_a_reloaded_on
     assert rolled_back.versions["example"]["2"].request_success == 3         # kept
     assert model_increase(first, updated, "example").request_success == 3
     assert model_increase(updated, rolled_back, "example").request_success == 2
+
+
+# A python-backend model that fails as a backend does: it raises on a request whose first
+# value is -9 (Triton counts a failure), and answers -7 with an error response (which
+# Triton 2.51 counts as a success: server#7713).
+FLAKY_MODEL = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT__0").as_numpy()
+            if x[0, 0] == -9:
+                raise RuntimeError("a backend failure")
+            if x[0, 0] == -7:
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("an error response")))
+                continue
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT__0", np.zeros((x.shape[0], 3), np.float32))]))
+        return responses
+"""
+
+
+@pytest.fixture(scope="module")
+def failing_server(tmp_path_factory):
+    """The real local Triton serving the example, "flaky" (FLAKY_MODEL) and "pipeline", an
+    ensemble of one step: flaky."""
+    import shutil
+
+    from tests.conftest import EXAMPLE_REPOSITORY
+    from tests.test_warmup import ENSEMBLE
+    from tritonkit.server.state import load_deployment
+
+    repo = tmp_path_factory.mktemp("failing") / "repo"
+    shutil.copytree(EXAMPLE_REPOSITORY, repo,
+                    ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+    (repo / "flaky" / "1").mkdir(parents=True)
+    (repo / "flaky" / "config.pbtxt").write_text(
+        (repo / "example" / "config.pbtxt").read_text().replace('"example"', '"flaky"'))
+    (repo / "flaky" / "1" / "model.py").write_text(FLAKY_MODEL)
+    (repo / "pipeline" / "1").mkdir(parents=True)
+    (repo / "pipeline" / "config.pbtxt").write_text(
+        ENSEMBLE.replace('model_name: "example"', 'model_name: "flaky"'))
+    assert run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--timeout", "60") == 0, "tritonkit deploy failed"
+    yield load_deployment(repo)
+    run_cli("down", "--repository", repo)
+
+
+def _infer_failing(deployment, model: str, first: float, count: int, width: int = 4) -> int:
+    """Send ``count`` requests of one row ``[first, 1, 1, ...]`` (``width`` values) to
+    ``model``; how many the client saw fail."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    client = httpclient.InferenceServerClient(deployment.http_url)
+    failed = 0
+    for _ in range(count):
+        values = np.ones((1, width), dtype=np.float32)
+        values[0, 0] = first
+        tensor = httpclient.InferInput("X" if model == "pipeline" else "INPUT__0",
+                                       list(values.shape), "FP32")
+        tensor.set_data_from_numpy(values)
+        try:
+            client.infer(model, [tensor])
+        except InferenceServerException:
+            failed += 1
+    client.close()
+    return failed
+
+
+def _settled(deployment, counted: dict[tuple[str, str], float]):
+    """A scrape once every (model, counter) has reached its count (a count lands just after
+    its response), or the last one within 5 s."""
+    from tritonkit.monitor.triton_metrics import scrape
+
+    deadline = time.monotonic() + 5
+    while True:
+        metrics = scrape(deployment.metrics_url, at=time.monotonic())
+        if time.monotonic() > deadline or all(
+                getattr(metrics.models[model], name) >= value
+                for (model, name), value in counted.items()):
+            return metrics
+
+
+@pytest.mark.server
+def test_failures_on_the_real_triton_are_shown_per_second_between_two_samples(failing_server):
+    monitor = Monitor(None, failing_server.metrics_url, LIMITS)
+    first = monitor.snapshot()
+    failed_before = first.triton.models["flaky"].request_failure
+    assert _infer_failing(failing_server, "flaky", -9, count=3) == 3
+    _settled(failing_server, {("flaky", "request_failure"): failed_before + 3})
+    second = monitor.snapshot()
+    seconds = second.triton.at - first.triton.at
+    assert second.triton.models["flaky"].request_failure == failed_before + 3
+    assert second.model_rates["flaky"].failures_per_s == pytest.approx(3 / seconds)
+    assert second.model_rates["example"].failures_per_s == 0
+
+
+@pytest.mark.server
+def test_triton_counts_no_failure_for_a_bad_input_nor_a_python_models_error_response(
+        failing_server):
+    """What fail/s cannot show (said in triton_metrics' docstring): a request refused for
+    its shape never reaches a model, and a python model's error response counts as a
+    success (server#7713): 0 failures a second is no proof that clients see none."""
+    before = _settled(failing_server, {})
+    assert _infer_failing(failing_server, "flaky", 1, count=2, width=5) == 2     # HTTP 400
+    assert _infer_failing(failing_server, "flaky", -7, count=3) == 3             # HTTP 500
+    after = _settled(failing_server, {
+        ("flaky", "request_success"): before.models["flaky"].request_success + 3})
+    assert after.models["flaky"].request_failure == before.models["flaky"].request_failure
+    assert after.models["flaky"].request_success == before.models["flaky"].request_success + 3
+
+
+@pytest.mark.server
+def test_triton_counts_an_ensembles_request_in_every_model_it_runs_so_no_total_is_shown(
+        failing_server, capsys):
+    """Why the Triton table has no total row: 5 requests to an ensemble of one step count
+    5 in the ensemble and 5 in the step, and a failed one counts twice in the ensemble and
+    once in the step. Summed over models: 10 requests and 3 failures, where clients sent
+    6 and saw 1 fail."""
+    before = _settled(failing_server, {})
+    assert _infer_failing(failing_server, "pipeline", 1, count=5) == 0
+    assert _infer_failing(failing_server, "pipeline", -9, count=1) == 1
+    expected = {("pipeline", "request_success"): 5, ("flaky", "request_success"): 5,
+                ("pipeline", "request_failure"): 2, ("flaky", "request_failure"): 1}
+    was = {(model, name): getattr(before.models[model], name) for model, name in expected}
+    after = _settled(failing_server, {key: was[key] + n for key, n in expected.items()})
+    assert {(model, name): getattr(after.models[model], name) - was[(model, name)]
+            for model, name in expected} == expected
+    assert run_cli("monitor", "--url", failing_server.http_url,
+                   "--metrics-port", failing_server.metrics_port, "--once") == 0
+    assert sorted(r["model"] for r in _triton_rows(capsys.readouterr().out)) == [
+        "example", "flaky", "pipeline"]
 
 
 @pytest.mark.server

@@ -4,6 +4,7 @@ Triton's counters, and its schedule. NVML and Triton's metrics endpoint are stan
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -225,6 +226,29 @@ def test_a_model_reloaded_in_one_namespace_leaves_its_namesake_in_another_out_of
     assert snapshots[-1].model_rates["/repo_a/resnet"].requests_per_s == pytest.approx(3, rel=0.01)
     (result,) = diagnose(rows, load_profile("p100"), THRESHOLDS)
     assert result.figures.requests == 30 * 19 + 20 * 19
+
+
+def test_failures_per_second_count_a_reloaded_model_from_zero_and_leave_its_neighbour_alone(
+        monkeypatch, tmp_path):
+    """A fails 5 and B 2 every 10 s. B is reloaded at sample 10 (its counters start again
+    from zero, failures too): its failures since the reload are the interval's, not a
+    negative rate nor none, and A's lifetime failures stay out of every interval."""
+    def exposition(k):
+        since = k - 9 if k >= 10 else 100 + k           # B's 10 s intervals counted
+        return triton_exposition({("a", "1", ""): replace(_served(90_000 + 30 * k),
+                                                          request_failure=5_000 + 5 * k),
+                                  ("b", "1", ""): replace(_served(20 * since),
+                                                          request_failure=2 * since)},
+                                 gpu_uuids=("GPU-abc",))
+
+    scrapes = iter(range(1_000_000))
+    monkeypatch.setattr(sys.modules["tritonkit.monitor.watch"], "scrape",
+                        lambda url, at: parse_metrics(exposition(next(scrapes)), at=at))
+    snapshots, _ = _watched(_fake_pynvml(), 190, tmp_path)
+    assert [s.model_rates["a"].failures_per_s for s in snapshots[1:]] == pytest.approx(
+        [0.5] * 19, rel=0.01)
+    assert [s.model_rates["b"].failures_per_s for s in snapshots[1:]] == pytest.approx(
+        [0.2] * 19, rel=0.01)
 
 
 def test_a_model_update_rolled_back_is_counted_version_by_version(monkeypatch, tmp_path):

@@ -105,8 +105,16 @@ def _fmt(value: float | None, spec: str = ".0f") -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _failure_rate(per_s: float | None) -> str:
+    """Failures per second, red when there are any; one failure in a long interval
+    (0.017/s over a minute) keeps its digits rather than reading 0.0."""
+    if not per_s:
+        return _fmt(per_s, ".1f")
+    return f"[bold red]{format(per_s, '.1f' if per_s >= 0.1 else '.2g')}[/bold red]"
+
+
 def _table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1),
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0,
                   pad_edge=False)
     for i, header in enumerate(headers):
         # the name column never shrinks: the numbers' headers are short enough to fit
@@ -143,13 +151,20 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
             r = snapshot.model_rates.get(name)
             ms = lambda us: None if us is None else us / 1000  # noqa: E731
             rows.append([escape(name), _fmt(c.request_success), _fmt(c.inference_count),
-                         _fmt(c.exec_count), _fmt(c.request_failure),
-                         _fmt(r and r.requests_per_s, ".1f"), _fmt(r and r.inferences_per_s, ".1f"),
-                         _fmt(r and r.avg_batch, ".2f"), _fmt(r and ms(r.queue_us), ".2f"),
-                         _fmt(r and ms(r.compute_us), ".2f"), _fmt(c.pending_request_count)])
-        parts.append(_table(f"Triton {at}", (
-            "model", "req", "infer", "exec", "fail", "req/s", "inf/s", "batch", "queue ms",
-            "comp ms", "pend"), rows))
+                         _fmt(c.request_failure),
+                         _fmt(r and r.requests_per_s, ".1f"), _failure_rate(r and r.failures_per_s),
+                         _fmt(r and r.inferences_per_s, ".1f"), _fmt(r and r.avg_batch, ".2f"),
+                         _fmt(r and ms(r.queue_us), ".2f"), _fmt(r and ms(r.compute_us), ".2f"),
+                         _fmt(c.pending_request_count)])
+        # No total row: Triton counts an ensemble's request in each model it runs. The
+        # lifetime execution count is left out (batch gives the interval's) so that the
+        # table, fail/s with it, fits in 80 columns with 7-digit counts.
+        table = _table(f"Triton {at}", (
+            "model", "req", "infer", "fail", "req/s", "fail/s", "inf/s", "batch", "queue ms",
+            "comp ms", "pend"), rows)
+        table.caption = "req, infer, fail: since the model loaded; the rest: since the last sample"
+        table.caption_justify = "left"
+        parts.append(table)
     if snapshot.triton_error:
         parts.append(f"Triton: {escape(snapshot.triton_error)}")
     return Group(*parts)

@@ -26,6 +26,13 @@ version 2 drops one version's counters and starts another's, which their sum wou
 as a small increase, or as a restart (and a restart read on a sum of GPUs counts the
 GPUs that did not restart a second time).
 
+What Triton counts as a failure (measured on the local 2.51 server) is less than what
+a client sees fail: a request refused for its input (a wrong shape: HTTP 400) is no
+model's failure, and a python-backend model's error response counts as a success
+(server#7713; an exception raised in ``execute`` counts as a failure). An ensemble
+counts each of its failed requests twice (reason OTHER), besides what its failed step
+counts.
+
 A model is named as Triton labels it, ``namespace/model`` where Triton adds a namespace
 (``--model-namespacing=true``: two repositories' models of one name are two models,
 counted, restarted and shown apart), plain ``model`` where it does not.
@@ -173,7 +180,7 @@ class ModelRates:
     requests_per_s: float | None
     inferences_per_s: float | None
     executions_per_s: float | None
-    failures: float | None
+    failures_per_s: float | None         # nv_inference_request_failure, every reason
     avg_batch: float | None              # inferences per execution
     queue_us: float | None               # queue time per request
     compute_us: float | None             # input + infer + output time per request
@@ -363,7 +370,7 @@ def rates_of(counted: ModelCounters, seconds: float) -> ModelRates:
         requests_per_s=per_second(requests),
         inferences_per_s=per_second(counted.inference_count),
         executions_per_s=per_second(counted.exec_count),
-        failures=counted.request_failure,
+        failures_per_s=per_second(counted.request_failure),
         avg_batch=ratio(counted.inference_count, counted.exec_count),
         queue_us=ratio(counted.queue_duration_us, requests),
         compute_us=ratio(counted.compute_duration_us, requests),

@@ -47,8 +47,10 @@ class Snapshot:
     elapsed_s: float
     gpus: list[GpuSample]
     triton: TritonMetrics | None = None
+    # Per model only: Triton counts an ensemble's request again in each model it runs
+    # (measured: 5 requests to an ensemble of one step count 5 in each), so a sum over
+    # models is no rate of what clients asked for.
     model_rates: dict[str, ModelRates] = field(default_factory=dict)
-    total_rates: ModelRates | None = None
     triton_error: str | None = None
     alerts: list[Alert] = field(default_factory=list)
     notes: tuple[str, ...] = ()      # what this sample cannot tell, or where it comes from
@@ -112,7 +114,7 @@ class Monitor:
                              f"{'it' if len(others) == 1 else 'them'}): not watched")
                 gpus = [g for g in gpus if g.uuid in self._server_uuids]
         model_rates: dict[str, ModelRates] = {}
-        total_rates, served = None, None     # served: what Triton ran since the last sample
+        served = None                        # what Triton ran since the last sample
         on_gpus = None                       # the same per GPU uuid, where Triton labels it
         previous = self._previous
         if triton and previous:
@@ -122,7 +124,7 @@ class Monitor:
             counted = {name: model_increase(previous, triton, name) for name in triton.models}
             model_rates = {name: rates_of(c, seconds) for name, c in counted.items()}
             total = sum(counted.values(), ModelCounters())
-            total_rates, served = rates_of(total, seconds), total.served
+            served = total.served
             self._totals = carry_counters(self._totals, total, triton.total())
             on_gpus = gpu_increase(previous, triton)
         elif triton:
@@ -134,7 +136,7 @@ class Monitor:
                   for a in self.tracker.observe(elapsed, g,
                                                 self._served_by(g, served, gpus, on_gpus))]
         return Snapshot(timestamp=self._wall_clock(), elapsed_s=elapsed, gpus=gpus,
-                        triton=triton, model_rates=model_rates, total_rates=total_rates,
+                        triton=triton, model_rates=model_rates,
                         triton_error=error, alerts=alerts, notes=tuple(notes),
                         triton_totals=self._totals if triton else None,
                         gpu_totals=gpu_totals)
