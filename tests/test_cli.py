@@ -285,10 +285,129 @@ def test_a_file_that_exists_is_kept_and_the_hint_offers_only_the_ways_out_there_
     assert path.read_text() == "mine\n"
 
 
-@pytest.mark.parametrize("target", ["local", "compose"])
-def test_two_port_flags_naming_one_port_are_named_by_their_flags(tmp_path, capsys, target):
-    assert run_cli("deploy", "--target", target, "--gpu", "a10", "--repository", tmp_path,
+@pytest.mark.parametrize("target,hint", [
+    ("local", "give each its own port (0 picks a free one)"),
+    ("compose", "give each its own port"),          # compose refuses 0: fixed ports only
+])
+def test_two_port_flags_naming_one_port_are_named_by_their_flags(tmp_path, capsys, target, hint):
+    extra = ("--gpu", "a10") if target == "compose" else ()
+    assert run_cli("deploy", "--target", target, *extra, "--repository", tmp_path,
                    "--http-port", "18124", "--grpc-port", "8001", "--metrics-port", "18124") == 2
     assert capsys.readouterr().err.splitlines() == [
-        "error: --http-port and --metrics-port are both 18124",
-        "hint: give each its own port (0 picks a free one)"]
+        "error: --http-port and --metrics-port are both 18124", f"hint: {hint}"]
+
+
+def test_deploy_help_says_a_port_of_0_picks_a_free_one_only_locally(capsys):
+    assert run_cli("deploy", "--help") == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    for role in ("HTTP", "gRPC", "Metrics"):
+        assert f"{role} port (local: 0 picks a free one)." in help_text
+    assert "(0 picks a free one)" not in help_text
+
+
+def _files_under(folder) -> list:
+    return sorted(p.relative_to(folder) for p in folder.rglob("*"))
+
+
+# (target, the flags as given, the flag the error names): a flag the target has no use for,
+# its default's value given explicitly included.
+FLAGS_A_TARGET_DOES_NOT_USE = [
+    ("k8s", ["--http-port", "9000"], "--http-port"),
+    ("k8s", ["--grpc-port", "8001"], "--grpc-port"),
+    ("k8s", ["--metrics-port", "0"], "--metrics-port"),
+    ("k8s", ["--public"], "--public"),
+    ("k8s", ["--no-public"], "--no-public"),
+    ("k8s", ["--device-ids", "1"], "--device-ids"),
+    ("k8s", ["--no-up"], "--no-up"),
+    ("k8s", ["--up"], "--up"),
+    ("k8s", ["--no-warmup"], "--no-warmup"),
+    ("k8s", ["--warmup"], "--warmup"),
+    ("k8s", ["--timeout", "5"], "--timeout"),
+    ("local", ["--out", "docker"], "--out"),
+    ("local", ["--image", "nvcr.io/nvidia/tritonserver:24.10-py3"], "--image"),
+    ("local", ["--replicas", "2"], "--replicas"),
+    ("local", ["--replicas", "1"], "--replicas"),
+    ("local", ["--storage-class", "nfs-client"], "--storage-class"),
+    ("local", ["--public"], "--public"),
+    ("local", ["--force"], "--force"),
+    ("local", ["--no-force"], "--no-force"),
+    ("local", ["--device-ids", "0"], "--device-ids"),
+    ("local", ["--no-up"], "--no-up"),
+    ("compose", ["--replicas", "2"], "--replicas"),
+    ("compose", ["--storage-class", "nfs-client"], "--storage-class"),
+]
+
+
+@pytest.mark.parametrize("target,flags,flag", FLAGS_A_TARGET_DOES_NOT_USE,
+                         ids=[f"{t}{' '.join(f)}" for t, f, _ in FLAGS_A_TARGET_DOES_NOT_USE])
+def test_deploy_refuses_a_flag_its_target_does_not_use_before_writing_anything(
+        example_repository, tmp_path, monkeypatch, capsys, target, flags, flag):
+    """Ignored, such a flag lets a user believe they got a port or a public service they did
+    not. Refused up front: exit 2, one line naming the flag and the target, a hint."""
+    from tritonkit import deploy as deploy_lib
+
+    def start_no_server(*args, **kwargs):      # were it not refused: a real Triton would start
+        raise AssertionError("deploy_local reached")
+
+    monkeypatch.setattr(deploy_lib, "deploy_local", start_no_server)
+    monkeypatch.chdir(tmp_path)                 # "--out docker" would land here
+    out = tmp_path / "out"
+    before = _files_under(example_repository)
+    target_flags = {"local": [], "compose": ["--gpu", "a10", "--out", out, "--no-up"],
+                    "k8s": ["--gpu", "a10", "--out", out]}[target]
+    assert run_cli("deploy", "--target", target, "--repository", example_repository,
+                   *target_flags, *flags) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2, err
+    assert err[0].startswith(f"error: {flag} does not apply to --target {target} ("), err
+    assert err[1].startswith(f"hint: drop {flag}"), err
+    assert not out.exists() and not (tmp_path / "docker").exists()
+    assert _files_under(example_repository) == before
+
+
+def test_a_k8s_deploy_with_a_port_and_public_is_refused_and_names_the_others_too(
+        example_repository, tmp_path, capsys):
+    """The doc audit's case: it exited 0 and service.yaml kept port 8000."""
+    out = tmp_path / "O"
+    assert run_cli("deploy", "--target", "k8s", "--gpu", "a10", "-r", example_repository,
+                   "--out", out, "--http-port", "9000", "--public", "--timeout", "5") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --http-port does not apply to --target k8s (the Service publishes Triton's "
+        "own ports 8000/8001/8002 inside the cluster)",
+        f"hint: drop --http-port: the Service's ports are set in {out / 'k8s' / 'service.yaml'} "
+        "(spec.ports); for a port on this host use --target compose; --public, --timeout do "
+        "not apply either"]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("target,flags", [
+    ("k8s", ["--gpu", "a10", "--image", "nvcr.io/nvidia/tritonserver:24.10-py3",
+             "--replicas", "2", "--storage-class", "nfs-client",
+             "--server-config", "configs/server.toml", "--force"]),
+    ("compose", ["--gpu", "a10", "--no-up", "--public",
+                 "--image", "nvcr.io/nvidia/tritonserver:24.10-py3", "--device-ids", "0,1",
+                 "--http-port", "18000", "--grpc-port", "18001", "--metrics-port", "18002",
+                 "--server-config", "configs/server.toml", "--no-warmup", "--timeout", "30",
+                 "--force"]),
+])
+def test_deploy_takes_every_flag_its_file_writing_targets_use(example_repository, tmp_path,
+                                                              target, flags):
+    out = tmp_path / "out"
+    assert run_cli("deploy", "--target", target, "--repository", example_repository,
+                   "--out", out, *flags) == 0
+    assert (out / "k8s" / "service.yaml").exists() if target == "k8s" else \
+        (out / "docker-compose.yml").exists()
+
+
+def test_a_local_deploy_takes_every_flag_the_local_target_uses(example_repository):
+    """The real embedded Triton (--gpu with the local target: tests/test_local_adapter.py)."""
+    from tritonkit.server.state import load_deployment
+
+    try:
+        assert run_cli("deploy", "--target", "local", "--repository", example_repository,
+                       "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+                       "--server-config", "configs/server.toml", "--no-warmup",
+                       "--timeout", "60") == 0
+        assert load_deployment(example_repository).target == "local"
+    finally:
+        run_cli("down", "--repository", example_repository)

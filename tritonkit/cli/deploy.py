@@ -15,6 +15,8 @@ from tritonkit.cli.options import Repository, Timeout, console, progress_status
 from tritonkit.errors import UsageError
 from tritonkit import deploy as deploy_lib
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
+from tritonkit.server.container import CONTAINER_PORTS
+from tritonkit.server.k8s import K8S_DIRNAME, STARTUP_FAILURES, STARTUP_PERIOD_S
 from tritonkit.server.local import listens_everywhere, signals_interrupt
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import mask
@@ -22,15 +24,75 @@ from tritonkit.server.state import mask
 TARGETS = ("local", "compose", "k8s")
 LOCAL_STARTUP_S = 120.0
 
+_K8S_PORTS = ("the Service publishes Triton's own ports "
+              f"{'/'.join(str(p) for p in CONTAINER_PORTS.as_dict().values())} inside the cluster",
+              "drop {flag}: the Service's ports are set in {k8s}/service.yaml (spec.ports); "
+              "for a port on this host use --target compose")
+# The flags a target has no use for, each with why and what sets that there instead
+# (the hint: {flag} is the flag as given). Refused when given: ignored, a user believes
+# they got a port or a public service they did not.
+NOT_USED_BY: dict[str, dict[str, tuple[str, str]]] = {
+    "local": {
+        "out": ("the local server writes no deployment files; its state and log are in "
+                "{repository}/.tritonkit",
+                "drop {flag}, or use --target compose or k8s to write files there"),
+        "up": ("the local target always starts the server, and writes nothing else",
+               "drop {flag}; --target compose --no-up writes files without starting anything"),
+        "public": ("the local server binds to the server settings' bind_address "
+                   "(127.0.0.1 by default)",
+                   'drop {flag}; to listen on every interface set bind_address = "0.0.0.0" '
+                   "in a copy of configs/server.toml and pass it as --server-config"),
+        "image": ("the local target runs the embedded tritonserver on this host, not an image",
+                  "drop {flag}, or use --target compose to run that image"),
+        "device_ids": ("the local server has no GPU: it serves a CPU mirror of the "
+                       "repository (ONNX Runtime through the python backend)",
+                       "drop {flag}, or use --target compose to reserve GPUs"),
+        "replicas": ("the local target runs one server",
+                     "drop {flag}, or use --target k8s for a fleet of replicas"),
+        "storage_class": ("it names the claim --target k8s copies the repository into; the "
+                          "local server reads the folder itself", "drop {flag}"),
+        "force": ("the local target writes no files to replace",
+                  "drop {flag}; to replace a running local server: tritonkit down "
+                  "--repository {repository}, then deploy again"),
+    },
+    "compose": {
+        "replicas": ("compose runs one Triton container",
+                     "drop {flag}; --device-ids gives that container more GPUs, --target k8s "
+                     "runs a fleet of replicas"),
+        "storage_class": ("compose mounts the repository folder from this host; it has no "
+                          "claim", "drop {flag}"),
+    },
+    "k8s": {
+        "http_port": _K8S_PORTS, "grpc_port": _K8S_PORTS, "metrics_port": _K8S_PORTS,
+        "up": ("k8s writes the manifests and applies nothing",
+               "drop {flag}; apply them with the kubectl commands deploy prints"),
+        "public": ("the Service is a ClusterIP, reached from inside the cluster only",
+                   "drop {flag}; to expose it change the Service's type in "
+                   "{k8s}/service.yaml (LoadBalancer, NodePort) or put an Ingress in front"),
+        "device_ids": ("each replica asks for one nvidia.com/gpu and Kubernetes picks the card",
+                       "drop {flag}; --replicas sets how many GPUs (one a replica), --gpu which "
+                       "kind of card"),
+        "warmup": ("a replica warms each model as it loads it, from the model_warmup entries "
+                   "in the model's config",
+                   "drop {flag}; to skip the warm-up, remove model_warmup from each "
+                   "model's configs/{gpu}.pbtxt"),
+        "timeout": ("deploy waits for nothing there; a replica's startup probe gives it "
+                    f"{STARTUP_PERIOD_S * STARTUP_FAILURES} s to load and warm its models",
+                    "drop {flag}; that limit is the startupProbe's failureThreshold (x "
+                    "periodSeconds) in {k8s}/deployment.yaml"),
+    },
+}
+
 
 @app.command(epilog="Example: tritonkit deploy --target local --repository model_repository; "
                      "tritonkit deploy --target compose --gpu p100 --repository model_repository")
 def deploy(
+    ctx: typer.Context,
     repository: Repository = Path("model_repository"),
     target: Annotated[str, typer.Option(help="local (embedded tritonserver), compose or k8s.")] = "local",
-    http_port: Annotated[int, typer.Option(help="HTTP port (0 picks a free one).", min=0, max=65535)] = 8000,
-    grpc_port: Annotated[int, typer.Option(help="gRPC port (0 picks a free one).", min=0, max=65535)] = 8001,
-    metrics_port: Annotated[int, typer.Option(help="Metrics port (0 picks a free one).", min=0, max=65535)] = 8002,
+    http_port: Annotated[int, typer.Option(help="HTTP port (local: 0 picks a free one).", min=0, max=65535)] = 8000,
+    grpc_port: Annotated[int, typer.Option(help="gRPC port (local: 0 picks a free one).", min=0, max=65535)] = 8001,
+    metrics_port: Annotated[int, typer.Option(help="Metrics port (local: 0 picks a free one).", min=0, max=65535)] = 8002,
     server_config: Annotated[Optional[Path], typer.Option(help="Server settings TOML (default configs/server.toml).")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU profile (configs/gpus/<name>.toml): picks each model's configs/<gpu>.pbtxt.")] = None,
     out: Annotated[Path, typer.Option(help="compose/k8s: folder for the generated files (k8s: OUT/k8s/).")] = Path("docker"),
@@ -55,13 +117,14 @@ def deploy(
     Local: all or nothing — a failure, Ctrl-C, SIGTERM or SIGHUP stops the server again."""
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}'", hint=f"use one of: {', '.join(TARGETS)}")
+    _refuse_flags_not_used(ctx, target, repository=repository, out=out, gpu=gpu)
     if target == "k8s":
         _print_k8s(deploy_lib.deploy_k8s(repository, gpu=gpu, out=out, image=image, force=force,
                                          replicas=replicas, server_config=server_config,
                                          storage_class=storage_class))
         return
     _refuse_shared_ports({"--http-port": http_port, "--grpc-port": grpc_port,
-                          "--metrics-port": metrics_port})
+                          "--metrics-port": metrics_port}, target)
     if timeout is None:
         timeout = float(COMPOSE_STARTUP_S) if target == "compose" else LOCAL_STARTUP_S
     with signals_interrupt(), progress_status(f"deploying {repository}") as progress:
@@ -97,13 +160,48 @@ def deploy(
         print_warmup(deployment.extra["warmup"], repository)
 
 
-def _refuse_shared_ports(ports: dict[str, int]) -> None:
+def _refuse_flags_not_used(ctx: typer.Context, target: str, *, repository: Path,
+                           out: Path, gpu: str | None) -> None:
+    """A UsageError naming the first flag given (on the command line or by an environment
+    variable, a default's value included) that ``target`` has no use for (``NOT_USED_BY``);
+    its hint lists the others. Defaults are not refused: one set serves every target."""
+    given = [name for name in NOT_USED_BY[target] if _given(ctx, name)]
+    if not given:
+        return
+    why, hint = NOT_USED_BY[target][given[0]]
+    flag = _flag_as_given(ctx, given[0])
+    fields = {"flag": flag, "repository": repository, "k8s": Path(out) / K8S_DIRNAME,
+              "gpu": gpu or "<gpu>"}
+    others = [_flag_as_given(ctx, name) for name in given[1:]]
+    also = f"; {', '.join(others)} {'does' if len(others) == 1 else 'do'} not apply either" \
+        if others else ""
+    raise UsageError(f"{flag} does not apply to --target {target} ({why.format(**fields)})",
+                     hint=hint.format(**fields) + also)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether parameter ``name`` was given, not defaulted (by name: Typer keeps its own
+    copy of click's ParameterSource enum)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _flag_as_given(ctx: typer.Context, name: str) -> str:
+    """The flag of parameter ``name`` as the user spelled it: --no-up for a False --up/--no-up."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    if ctx.params.get(name) is False and param.secondary_opts:
+        return param.secondary_opts[0]
+    return max(param.opts, key=len)
+
+
+def _refuse_shared_ports(ports: dict[str, int], target: str) -> None:
     """Two port flags that name one port, said by their flags (0, "pick one", may repeat)."""
     chosen = [(flag, port) for flag, port in ports.items() if port]
     for (first, port), (second, other) in itertools.combinations(chosen, 2):
         if port == other:
             raise UsageError(f"{first} and {second} are both {port}",
-                             hint="give each its own port (0 picks a free one)")
+                             hint="give each its own port" +
+                                  (" (0 picks a free one)" if target == "local" else ""))
 
 
 def _print_compose(files, running, repository: Path, gpu: str | None) -> None:
