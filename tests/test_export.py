@@ -238,6 +238,24 @@ def test_python_api_orders_dict_inputs_like_forward_and_names_them_from_the_keys
     np.testing.assert_allclose(out, image * 2 + weight)
 
 
+def test_a_traced_modules_dict_inputs_are_ordered_by_its_forwards_parameters(tmp_path):
+    """A torch.jit.trace'd module (or one torch.jit.load'ed) has no Python signature, only
+    its schema: keyed in another order, the ids were fed as the mask under the mask's name,
+    and verification, which feeds PyTorch the same way round, passed."""
+    class Blend(torch.nn.Module):
+        def forward(self, image, weight):
+            return image * 2 + weight
+
+    traced = torch.jit.trace(Blend(), (torch.randn(2, 3), torch.randn(2, 3)))
+    example = {"weight": torch.randn(2, 3), "image": torch.randn(2, 3)}
+    result = tritonkit.export(traced, example, name="blend", repository=tmp_path,
+                              exporters=("torchscript",))
+    assert [t["name"] for t in result.report["inputs"]] == ["image", "weight"]
+    image, weight = np.ones((5, 3), np.float32), np.full((5, 3), 10, np.float32)
+    (out,) = session(result.path).run(None, {"weight": weight, "image": image})
+    np.testing.assert_allclose(out, image * 2 + weight)
+
+
 def test_input_names_rename_dict_inputs_in_the_order_the_dict_gives_them(tmp_path):
     """Both inputs are int64 [batch, n]: named the wrong way round, verification passes
     and every client's ids are read as the mask."""

@@ -218,6 +218,14 @@ def axes_as_pairs():
 
 def axes_keyed_by_label():
     return nn.Linear(4, 4), {"x": torch.randn(2, 3, 4)}, {"x": {"sequence": 1}}
+
+
+def empty_batch():
+    return nn.Linear(4, 4), torch.randn(0, 4)
+
+
+def empty_sequence():
+    return nn.Embedding(50, 8), torch.zeros(2, 0, dtype=torch.long), {"INPUT__0": {1: "sequence"}}
 '''
 
 # An operator of its own, with no ONNX translation; a file of its own, as registering it
@@ -339,6 +347,33 @@ def test_an_existing_model_is_not_replaced_without_force(capsys, repository):
     code, line, _ = export_fails(capsys, repository, f"{MLP}:build", "--name", "existing")
     assert code == EXIT_USAGE
     assert line == f"error: model {repository / 'existing'} already exists"
+
+
+def test_a_model_another_export_moved_in_meanwhile_is_not_replaced_without_force(
+        capsys, tmp_path, monkeypatch):
+    """Two exports of one name into a shared repository (two CI jobs): each finds the name
+    free when it starts, minutes before it moves its folder in. The one that finishes
+    second must not replace the first one's model unless told to (--force)."""
+    from tritonkit.export import pipeline
+
+    repository = tmp_path / "models"
+    target = repository / "mlp"
+    configure = pipeline.configure
+
+    def configure_while_another_export_finishes(*args, **kwargs):
+        (target / "1").mkdir(parents=True)
+        (target / "1" / "model.onnx").write_bytes(b"the other export's model")
+        return configure(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "configure", configure_while_another_export_finishes)
+    code = run_cli("export", f"{MLP}:build", "--name", "mlp", "--repository", repository,
+                   "--exporter", "torchscript", "--max-batch-size", "4")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert err.startswith(f"error: model {target} already exists"), err
+    assert "Traceback" not in err
+    assert (target / "1" / "model.onnx").read_bytes() == b"the other export's model"
+    assert sorted(p.name for p in repository.iterdir()) == ["mlp"], "no staging folder left"
 
 
 def test_an_op_onnx_cannot_express_is_named_after_both_exporters_tried(capsys, repository,
@@ -541,8 +576,14 @@ def test_an_output_named_like_an_input_is_refused_before_export(capsys, reposito
      'e.g. {"input_ids": {1: "sequence"}}'),
     ("axes_keyed_by_label", "dynamic axis 'sequence' of 'x' is not an axis number",
      'e.g. {"input_ids": {1: "sequence"}}'),
+    # Triton never sends an empty batch, and verification draws its inputs like the
+    # example's values: an empty one has none (its integer range was an internal error).
+    ("empty_batch", "example input INPUT__0 is empty (shape [0, 4])", "give every example input"),
+    ("empty_sequence", "example input INPUT__0 is empty (shape [2, 0])",
+     "give every example input"),
 ], ids=["meta weights", "meta inputs", "keyword-only fed from the dict",
-        "keyword-only without a default", "dynamic axes not a dict", "dynamic axes label first"])
+        "keyword-only without a default", "dynamic axes not a dict", "dynamic axes label first",
+        "empty batch", "empty sequence"])
 def test_what_the_exporters_cannot_take_is_refused_up_front_naming_it(capsys, repository,
                                                                        bad_models, factory,
                                                                        says, hint):

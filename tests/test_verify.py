@@ -202,6 +202,20 @@ def test_random_inputs_stay_finite_when_the_example_holds_a_nan():
         assert 0 < float(tensor.mean()) < 5, "spread like the example's finite values"
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_random_integer_inputs_span_the_examples_range_up_to_the_dtypes_largest_value(dtype):
+    """Hashed ids fill int64 to its largest value; drawing up to one past it overflowed
+    (an internal error, not an export)."""
+    info = torch.iinfo(dtype)
+    example = torch.tensor([[info.min, 0], [3, info.max]], dtype=dtype)
+    drawn = [case.tensors[0] for case in verification_cases(normalize_inputs(example), 64)[1:]]
+    assert all(tensor.dtype == dtype for tensor in drawn)
+    assert torch.cat([t.flatten() for t in drawn]).unique().numel() > 100, "still random"
+    constant = torch.full((2, 3), info.max, dtype=dtype)
+    for case in verification_cases(normalize_inputs(constant), 4)[1:]:
+        assert (case.tensors[0] == info.max).all(), "a constant example: constant inputs"
+
+
 @pytest.mark.parametrize("mask,kept", [
     (torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]), 1),                  # 1 = keep (attention_mask)
     (torch.tensor([[False, False, True], [False, False, False]]), False),  # True = padded

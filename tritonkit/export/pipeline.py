@@ -181,7 +181,7 @@ def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: Expor
                 result = _build(stage, model, inputs, output_names, outputs, options, profile,
                                 spec, unwrapped)
                 replaced = _record_replaced(target, stage, result.report)
-                _move_into_place(stage, target, folder / staging.PREVIOUS)
+                _move_into_place(stage, target, folder / staging.PREVIOUS, force=options.force)
         except BaseException:
             for created_folder in created:  # a repository this export created goes with it
                 with contextlib.suppress(OSError):
@@ -492,8 +492,22 @@ def _tensorrt(stage: Path, model_path: Path, report: dict, profile: GpuProfile,
             f"in the model's folder: {shlex.join(report['tensorrt_recipe']['command'])}")
 
 
-def _move_into_place(stage: Path, target: Path, previous: Path) -> None:
-    """Rename the finished folder in; a replaced one is kept until the new one is there."""
+def _move_into_place(stage: Path, target: Path, previous: Path, *, force: bool) -> None:
+    """Rename the finished folder in; a replaced one is kept until the new one is there.
+
+    Without ``force`` the name is checked again: it was free when the export began,
+    minutes ago, and another export of it (a second CI job on a shared repository) may
+    have moved its model in since. The rename itself refuses a folder that appears in
+    the instant between (it is not empty).
+    """
+    if not force:
+        refuse_overwrite(target, force=False, what="model", instead="choose another --name")
+        try:
+            os.rename(stage, target)
+        except OSError:
+            refuse_overwrite(target, force=False, what="model", instead="choose another --name")
+            raise
+        return
     if target.exists():
         os.replace(target, previous)
     try:

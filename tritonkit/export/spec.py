@@ -150,9 +150,8 @@ def order_like_forward(module: torch.nn.Module, example_inputs: Any) -> Any:
     Keyword-only parameters cannot be fed by position: giving one is refused, and so is
     one without a default, whatever the inputs.
     """
-    try:
-        signature = inspect.signature(module.forward)
-    except (TypeError, ValueError):
+    signature = _forward_signature(module)
+    if signature is None:
         return example_inputs
     keys = [str(key) for key in example_inputs] if isinstance(example_inputs, Mapping) else []
     _refuse_keyword_only(signature, keys)
@@ -178,6 +177,33 @@ def order_like_forward(module: torch.nn.Module, example_inputs: Any) -> Any:
                          f" (forward takes {', '.join(positional)})",
                          hint="give example inputs for forward()'s leading parameters, in any order")
     return {name: by_name[name] for name in leading}
+
+
+def _forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
+    """forward()'s parameters: its Python signature, or a TorchScript module's schema.
+
+    A traced module (and any torch.jit.load'ed one) has no Python signature, but its
+    schema keeps forward()'s parameter names, which a dict of example inputs may use in
+    another order. None if neither is there.
+    """
+    try:
+        return inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        pass
+    schema = getattr(module.forward, "schema", None)
+    if schema is None:
+        return None
+    parameters = []
+    for argument in schema.arguments[1:]:       # after self
+        kind = inspect.Parameter.KEYWORD_ONLY if argument.kwarg_only else \
+            inspect.Parameter.POSITIONAL_OR_KEYWORD
+        default = argument.default_value if argument.has_default_value() else \
+            inspect.Parameter.empty
+        parameters.append(inspect.Parameter(argument.name, kind, default=default))
+    try:
+        return inspect.Signature(parameters)
+    except ValueError:      # a schema no Python signature could have
+        return None
 
 
 def _refuse_keyword_only(signature: inspect.Signature, keys: Sequence[str]) -> None:
@@ -244,6 +270,13 @@ def normalize_inputs(example_inputs: Any, *, input_names: Sequence[str] | None =
     refuse_empty_names(names, "input", default_input_name)
     if len(set(names)) != len(names):
         raise UsageError(f"input names repeat: {', '.join(names)}", hint="give each input its own name")
+    for name, tensor in zip(names, tensors):
+        if tensor.numel() == 0:
+            # Triton never sends an empty batch, and verification draws its random inputs
+            # like the example's values (their spread, their integer range): none to draw from.
+            raise UsageError(f"example input {name} is empty (shape {list(tensor.shape)})",
+                             hint="give every example input at least one element along each "
+                                  "axis, e.g. torch.randn(4, 16)")
 
     axes = _check_dynamic_axes(dynamic_axes or {}, names, tensors)
     return ModelInputs(names=names, tensors=tensors, dynamic_axes=axes)

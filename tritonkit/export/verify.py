@@ -123,6 +123,12 @@ def _random_like(example: torch.Tensor, shape: tuple[int, ...], generator: torch
         values = torch.randn(shape, generator=generator, dtype=torch.float64) * std + mean
         return values.to(example.dtype)
     low, high = int(example.min()), int(example.max())
+    if high == torch.iinfo(torch.int64).max:
+        # randint's bound is exclusive, and one past int64's largest value overflows it
+        # (hashed ids span the whole range): that one value is left to the example to check.
+        if low == high:
+            return torch.full(shape, high, dtype=example.dtype)
+        high -= 1
     values = torch.randint(low, high + 1, shape, generator=generator, dtype=example.dtype)
     return _keep_rows_unmasked(example, values)
 
