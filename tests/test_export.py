@@ -238,6 +238,21 @@ def test_python_api_orders_dict_inputs_like_forward_and_names_them_from_the_keys
     np.testing.assert_allclose(out, image * 2 + weight)
 
 
+def test_the_python_api_takes_one_string_as_one_name_not_as_its_letters(tmp_path):
+    """output_names="logits" named a two-output model's outputs l and o; exporters="torchscript"
+    asked for exporters t, o, r..."""
+    class Pair(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    result = tritonkit.export(Pair(), torch.randn(2, 3), name="one", repository=tmp_path,
+                              input_names="features", output_names="logits",
+                              exporters="torchscript")
+    assert [t["name"] for t in result.report["inputs"]] == ["features"]
+    assert [t["name"] for t in result.report["outputs"]] == ["logits"]
+    assert result.report["exporter"].startswith("torchscript")
+
+
 def test_a_traced_modules_dict_inputs_are_ordered_by_its_forwards_parameters(tmp_path):
     """A torch.jit.trace'd module (or one torch.jit.load'ed) has no Python signature, only
     its schema: keyed in another order, the ids were fed as the mask under the mask's name,

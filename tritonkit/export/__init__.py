@@ -44,10 +44,17 @@ def export(module, example_inputs: Any, *, name: str, repository: str | Path,
     options = ExportOptions(
         name=name, repository=Path(repository), gpu=gpu, format=format,
         max_batch_size=max_batch_size, opset=opset, atol=atol, rtol=rtol, verify=verify,
-        force=force, input_names=tuple(input_names) if input_names else None,
-        output_names=tuple(output_names) if output_names else None,
-        exporters=tuple(exporters))
+        force=force, input_names=_as_tuple(input_names) or None,
+        output_names=_as_tuple(output_names) or None, exporters=_as_tuple(exporters))
     return export_model(module, example_inputs, options, dynamic_axes=dynamic_axes)
+
+
+def _as_tuple(names: str | Sequence[str] | None) -> tuple[str, ...]:
+    """A sequence of names as a tuple, and one string as one name: ``output_names="logits"``
+    would otherwise be split into letters and name a two-output model's outputs l and o."""
+    if not names:
+        return ()
+    return (names,) if isinstance(names, str) else tuple(names)
 
 
 class _CallableModule(types.ModuleType):
