@@ -83,6 +83,11 @@ def no_singles():
     return NoSingles(), torch.randn(2, 4)
 
 
+def traced_in_training():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5))
+    return torch.jit.trace(model, torch.randn(2, 4)).eval(), torch.randn(2, 4)
+
+
 class LstmState(nn.Module):
     """Returns the LSTM's final hidden state as it comes: [layers, batch, hidden]."""
 
@@ -423,6 +428,15 @@ def test_a_forward_that_answers_one_input_two_ways_is_called_nondeterministic_no
     assert line.endswith(", so no exported graph can match it")
     assert "exporter" not in line + hint and "--atol" not in hint
     assert "--no-verify" in hint
+
+
+def test_a_module_traced_in_train_mode_is_told_to_trace_after_eval(capsys, repository, bad_models):
+    """torch.jit.trace freezes dropout into the graph as it ran: .eval() afterwards cannot
+    take it out, and the hint says where the randomness came from."""
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:traced_in_training",
+                                    "--name", "m")
+    assert code == EXIT_USAGE and "not deterministic" in line
+    assert "trace it after model.eval()" in hint
 
 
 def test_a_model_that_fails_at_a_batch_triton_may_send_is_the_users_to_fix(

@@ -338,8 +338,9 @@ def _refuse_nondeterministic(module: torch.nn.Module, case: Case, output_names: 
                 f"forward() is not deterministic: two PyTorch runs on the same inputs differ "
                 f"in output {name} by up to {abs_error:.3g} at {_where(case)}, so no exported "
                 "graph can match it", hint="take randomness and Python state out of forward() "
-                "(torch.rand*, F.dropout(training=True), sampling, a counter on self), or pass "
-                "--no-verify if it is meant to be served")
+                "(torch.rand*, F.dropout(training=True), sampling, a counter on self; a module "
+                "torch.jit.trace'd in train() mode keeps its dropout: trace it after "
+                "model.eval()), or pass --no-verify if it is meant to be served")
 
 
 def verifiable_batch(inputs: ModelInputs, example_outputs: list[np.ndarray],
