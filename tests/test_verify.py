@@ -193,6 +193,32 @@ def test_a_transformer_encoder_with_padding_verifies_against_pytorchs_plain_path
     assert torch.backends.mha.get_fastpath_enabled() is True, "the fast path is restored"
 
 
+def test_the_pytorch_reference_runs_in_full_fp32_and_the_users_tf32_settings_come_back():
+    """On an Ampere or newer card PyTorch lets cuDNN round FP32 convolutions to TF32 (and
+    matmuls where a user asked): the reference would miss a correct FP32 graph by ~1e-3.
+    Recorded from inside forward(), where the flags are read as the reference runs."""
+    from tritonkit.export.verify import torch_outputs
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append((torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()))
+            return x + 1
+
+    before = (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")          # a user who asked for TF32 matmuls
+    try:
+        torch_outputs(Probe(), (torch.zeros(2, 3),))
+        assert seen == [(False, "highest")]
+        assert (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()) == \
+            (True, "high")
+    finally:
+        torch.backends.cudnn.allow_tf32 = before[0]
+        torch.set_float32_matmul_precision(before[1])
+
+
 def test_random_inputs_stay_finite_when_the_example_holds_a_nan():
     # NaN matches NaN: inputs made all-NaN by one NaN in the example would check nothing.
     example = torch.tensor([[1.0, float("nan"), 3.0], [2.0, float("inf"), 4.0]])

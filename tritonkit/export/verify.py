@@ -170,15 +170,26 @@ def reference_mode():
     zeros at the padded positions, where the plain path, the one both exporters trace,
     computes values. The reference would differ from every correct graph there. The
     fast path's multi-line prototype warning about nested tensors goes with it.
+
+    And in full FP32 on a CUDA model: PyTorch lets cuDNN convolutions (and, if a user
+    asked, matrix products) round their inputs to TF32 on Ampere and newer cards, 10
+    mantissa bits, so a correct FP32 graph would differ from the reference by ~1e-3 and
+    fail FP32 tolerances. The user's settings are put back after.
     """
     enabled = torch.backends.mha.get_fastpath_enabled()
+    cudnn_tf32 = torch.backends.cudnn.allow_tf32
+    matmul_precision = torch.get_float32_matmul_precision()
     torch.backends.mha.set_fastpath_enabled(False)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
             yield
     finally:
         torch.backends.mha.set_fastpath_enabled(enabled)
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32
+        torch.set_float32_matmul_precision(matmul_precision)
 
 
 def torch_outputs(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
