@@ -2921,3 +2921,110 @@ def test_input_data_of_the_wrong_shape_is_told_the_shapes_it_may_have(dims, batc
     with pytest.raises(UsageError) as refused:
         _fit(np.zeros(2), "x", "FP32", dims, batches, batch_size)
     assert (str(refused.value), refused.value.hint) == (error, hint)
+
+
+# -- a run stopped by a signal, or its parent killed -----------------------------------
+
+
+def _left_in_session(sid: int) -> list[int]:
+    """The processes still running of a run started in a session of its own: itself, its
+    workers, whatever else it started (not one that has ended, a zombie not yet reaped)."""
+    left = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text()
+        except OSError:             # ended meanwhile
+            continue
+        state, _ppid, _pgrp, session = fields[fields.rindex(")") + 2:].split()[:4]
+        if int(session) == sid and state != "Z":
+            left.append(int(stat.parent.name))
+    return left
+
+
+def _kill_what_is_left(sid: int) -> None:
+    """A worker the run left behind (its process group is its session) is the test's to end."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _signalled_mid_run(deployment, signum: int) -> tuple[subprocess.Popen, str, list[int], int]:
+    """A run loading the server, sent ``signum`` (the command alone, not its process group,
+    as a CI runner stops its job): the run once ended, its stderr, what of it still runs
+    3 s later at the most, and the requests the server answered in the second after that."""
+    client = Endpoint.from_deployment(deployment).http()
+    run = _loadtest_process(deployment, "--concurrency", "2", "--workers", "2", "--duration", "60",
+                            "--warmup-s", "0")
+    try:
+        before, deadline = _answered(client), time.monotonic() + 30
+        while _answered(client) < before + 300 and time.monotonic() < deadline:
+            assert run.poll() is None, run.communicate()
+            time.sleep(0.2)
+        assert _answered(client) >= before + 300, "the run did not load the server"
+        os.kill(run.pid, signum)
+        _, err = run.communicate(timeout=30)    # (a worker left holding its stderr keeps it open)
+        deadline = time.monotonic() + 3
+        while _left_in_session(run.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left, answered = _left_in_session(run.pid), _answered(client)
+        time.sleep(1)
+        return run, err, left, _answered(client) - answered
+    finally:
+        if run.poll() is None:
+            run.kill()
+        _kill_what_is_left(run.pid)
+        client.close()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_ends_a_run_as_ctrl_c_does_and_stops_its_workers(served, signum):
+    """A CI job cancelled mid-run (its runner sends the command SIGTERM) or a closed
+    terminal (SIGHUP) ends the run as Ctrl-C does: one line, exit 128 + the signal, and
+    no worker left loading the server until its level would have ended."""
+    run, err, left, answered_since = _signalled_mid_run(served, signum)
+    assert run.returncode == 128 + signum
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines() == [f"error: stopped by {signum.name}"], err
+    assert left == []
+    assert answered_since == 0
+
+
+@pytest.mark.server
+def test_workers_leave_at_once_when_their_parent_is_killed_outright(served):
+    """A parent that could clean nothing up (SIGKILL) still leaves nothing loading the
+    server: each worker ends as soon as its parent is gone."""
+    run, _, left, answered_since = _signalled_mid_run(served, signal.SIGKILL)
+    assert run.returncode == -signal.SIGKILL
+    assert left == []
+    assert answered_since == 0
+
+
+def test_a_sigterm_while_a_worker_starts_comes_once_the_worker_is_counted_and_is_stopped(monkeypatch):
+    """A SIGTERM in the middle of starting a worker waits until the run knows of the
+    worker: the run then ends as stopped, and the worker with it."""
+    import multiprocessing.context
+
+    from tritonkit.errors import Interrupted
+    from tritonkit.loadtest._run import _run_level
+
+    start = multiprocessing.context.SpawnProcess.start
+
+    def signalled_while_starting(self):
+        start(self)
+        os.kill(os.getpid(), signal.SIGTERM)    # the worker runs; its start() has not returned
+
+    def stop(signum, _frame):
+        raise Interrupted(signum)
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", signalled_while_starting)
+    spec = LoadSpec(model="m", concurrency=(1,), duration_s=0.5, warmup_s=0)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            _run_level(Endpoint(http_url="-"), "-", spec, None, 1, [1], None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.value.signum == signal.SIGTERM
+    assert multiprocessing.active_children() == []

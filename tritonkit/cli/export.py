@@ -43,7 +43,7 @@ def export(
     input_names: Annotated[Optional[str], typer.Option(
         "--input-names", help="Comma-separated input names (default: dict keys or INPUT__<i>).")] = None,
     output_names: Annotated[Optional[str], typer.Option(
-        "--output-names", help="Comma-separated output names (default: OUTPUT__<i>).")] = None,
+        "--output-names", help="Comma-separated output names (default: dict keys or OUTPUT__<i>).")] = None,
     dynamic_axis: Annotated[Optional[list[str]], typer.Option(
         "--dynamic-axis", help="INPUT:AXIS[=LABEL], an axis besides the batch that varies "
                                "(repeatable), e.g. input_ids:1=sequence.")] = None,

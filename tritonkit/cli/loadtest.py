@@ -15,6 +15,7 @@ from tritonkit.cli.options import JsonOut, Url, console, err_console
 from tritonkit.client import resolve_endpoint
 from tritonkit.errors import EXIT_ERROR, EXIT_OK, UsageError
 from tritonkit.fileio import check_outputs
+from tritonkit.server.local import signals_interrupt
 
 
 DEFAULT_REPOSITORY = Path("model_repository")
@@ -134,8 +135,10 @@ def loadtest(
     endpoint = resolve_endpoint(repository, url, grpc_url=grpc_url)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]} requests"),
                TimeRemainingColumn())
-    with Progress(*columns, console=err_console, transient=True,
-                  disable=not err_console.is_terminal) as progress:
+    # SIGTERM (a cancelled CI job) and SIGHUP (a closed terminal) end the run as Ctrl-C
+    # does, its workers stopped: a signal's default action would leave them loading the server.
+    with signals_interrupt(), Progress(*columns, console=err_console, transient=True,
+                                       disable=not err_console.is_terminal) as progress:
         result = loadtest_lib.run_loadtest(endpoint, spec, progress=_ProgressBar(progress),
                                            repository=repository if url is None else None)
     verdict = report.judge(result, sla)

@@ -461,11 +461,11 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=worker_main, args=(plan, child, done, stop),
                                name=f"{_WORKER_NAME}{plan.index}", daemon=True)
-            with _sigint_ignored():
+            with _signals_held():           # a worker is started and counted, or neither
                 proc.start()
-            child.close()
-            pipes.append(parent)
-            procs.append(proc)
+                procs.append(proc)
+                pipes.append(parent)
+                child.close()
         _wait_ready(pipes, procs)
         watcher = ServerWatcher(endpoint, spec.model, on_down=lambda: setattr(stop, "value", 1)).start()
         label = level_label(spec.mode, level)
@@ -539,21 +539,34 @@ def _sequence_figures(plan: SequencePlan, batcher_slots: int, live: int,
 
 
 @contextlib.contextmanager
-def _sigint_ignored():
-    """Ctrl-C is the parent's: a spawned worker inherits an ignored SIGINT, so one pressed
-    while it is still starting (a second or more of imports) is no traceback of its own.
+def _signals_held():
+    """While a worker starts. Ctrl-C is the parent's: a spawned worker inherits an ignored
+    SIGINT, so one pressed while it is still starting (a second or more of imports) is no
+    traceback of its own. SIGTERM and SIGHUP wait until the worker is started and counted,
+    then come as they would have: one that cut a start short would leave a worker half
+    started (its spawn data unwritten: a traceback of its own) or running unknown to the
+    clean-up. (A worker does not inherit the handler that holds them: exec resets a caught signal.)
 
     Only the main thread may set a handler; elsewhere the worker ignores SIGINT once it runs.
     """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous is None:
-        yield           # (None: a handler not set from Python, which could not be put back)
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    held: list[int] = []
+    previous = {}
+    # (None: a handler not set from Python, which could not be put back; an ignored one stays so)
+    if signal.getsignal(signal.SIGINT) is not None:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) not in (None, signal.SIG_IGN):
+            previous[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _end_workers(procs: list, give_up_at: float) -> None:

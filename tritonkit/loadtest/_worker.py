@@ -13,11 +13,15 @@ every process); worker sends ("done", summary). A parent that gives up closes it
 worker waiting for t0 reads the end of the pipe and leaves at once. Ctrl-C is the
 parent's to handle: workers ignore SIGINT (the terminal sends it to all of them) from
 their start — they inherit it ignored — and stop on the shared ``stop`` flag; one
-blocked in a request is killed when the parent stops waiting (about 2 s).
+blocked in a request is killed when the parent stops waiting (about 2 s). A parent that
+ends without a word (SIGKILL, a crash) takes its workers with it: each leaves the moment
+it is gone.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -34,6 +38,7 @@ from tritonkit.loadtest._transport import Send, error_kind, grpc_sender, http_se
 LOWEST_US, DIGITS = 1, 3
 # prctl(2): how late the kernel may end this process's sleeps (50 µs unless asked)
 _PR_SET_TIMERSLACK, _TIMER_SLACK_NS = 29, 1_000
+_ORPHANED_EXIT = 87                 # the parent was gone: no one reads this code, or the figures
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class WorkerPlan:
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # inherited so, unless started off the main thread
+    _leave_with_the_parent()
     _raise_open_files()
     if plan.offsets_ns is not None:
         _precise_sleeps(_cooperative(plan))
@@ -88,6 +94,24 @@ def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     summary.update(cpu_s=cpu_s)
     _tell(conn, ("done", summary))
     conn.close()
+
+
+def _leave_with_the_parent() -> None:
+    """This process ends the moment its parent does, however the parent ended (SIGKILL
+    included): no one is left to read its figures, and a load generator no one watches
+    must not go on loading the server until its level ends. The pipe to the parent says
+    so only when read, which a running worker does not do; multiprocessing's sentinel of
+    the parent (a pipe the parent holds open while it lives) is waited on by a thread that
+    costs the requests nothing."""
+    parent = multiprocessing.parent_process()
+    if parent is None:          # not a spawned worker (a test calling this in-process)
+        return
+
+    def leave_when_gone() -> None:
+        parent.join()
+        os._exit(_ORPHANED_EXIT)    # at once: a request out may wait its whole timeout
+
+    threading.Thread(target=leave_when_gone, name="tritonkit-parent-watch", daemon=True).start()
 
 
 def _raise_open_files() -> None:
