@@ -154,7 +154,7 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
                           "(lengthen --duration, or --warmup-s may swallow the run)")
     if result.ended_early:
         errors.insert(0, result.ended_early)
-    warnings = [f"{lv.label}: {s.cause} at {s.start_s:g} s ({_spike_figures(s)}typical p99 "
+    warnings = [f"{lv.label} at {s.start_s:g} s: {s.cause} ({_spike_figures(s)}typical p99 "
                 f"{s.typical_p99_ms:.2f} ms)" for lv in result.levels for s in lv.spikes]
     warnings += [w for lv in result.levels for w in _open_loop_warnings(lv)]
     warnings += [w for lv in result.levels for w in _sequence_warnings(lv)]

@@ -38,6 +38,8 @@ SPIKE_FACTOR = 3.0
 SPIKE_MAX_FACTOR = 8.0
 SPIKE_FLOOR_MS = 2.0       # never flag a window less than this much above typical
 SPIKE_LONE_MAX_FACTOR = 25.0   # a single slow request with no server event to explain it
+# The cause of a spike that shows nothing but its latency, with no server event near it
+LONE_SPIKE = "a latency spike no server event explains"
 COLD_START_REACH_S = 1.5
 # The share of a window's requests (of those that reached the server) that failing flags
 # it: a reload 50 ms into a 1 s window, not a server's rare stray error in every window.
@@ -256,7 +258,7 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             window=window.index, start_s=window.start_s, p99_ms=window.p99_ms,
             max_ms=window.max_ms, typical_p99_ms=typical,
             cold_start=bool(near) and near[-1][3] is not None,
-            cause=window.cause or "no server event explains it",
+            cause=window.cause or LONE_SPIKE,
             events=tuple(e.as_dict(start_ns) for e in events
                          if e.kind == "state" and any(_during(e, o, start_ns) for o in near)),
             stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None,
