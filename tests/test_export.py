@@ -602,6 +602,27 @@ def test_reproduce_script_reruns_the_same_export(tmp_path):
     assert after["files"] == before["files"], "the same graph, byte for byte"
 
 
+def test_reproduce_script_of_a_package_module_spec_runs_from_anywhere(tmp_path, monkeypatch):
+    """package.module:factory imports from the folder the export ran in: the script ran
+    from another folder failed to import it."""
+    project = tmp_path / "project"
+    (project / "zoo").mkdir(parents=True)
+    (project / "zoo" / "__init__.py").write_text("")
+    (project / "zoo" / "nets.py").write_text(
+        "import torch\n\ndef build():\n    return torch.nn.Linear(4, 3), torch.randn(2, 4)\n")
+    monkeypatch.chdir(project)
+    assert run_cli("export", "zoo.nets:build", "--name", "lin", "--repository", tmp_path / "repo",
+                   "--exporter", "torchscript", "--max-batch-size", "4") == 0
+    model = tmp_path / "repo" / "lin"
+    (model / "1" / "model.onnx").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, str(model / "reproduce_export.py")], cwd=elsewhere,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (model / "1" / "model.onnx").is_file()
+
+
 BRANCHY = '''
 import torch
 from torch import nn

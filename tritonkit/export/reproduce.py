@@ -7,6 +7,7 @@ pipeline. The script is generated from a dict with ``repr``; no text template.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tritonkit.fileio import atomic_write
@@ -14,6 +15,7 @@ from tritonkit.fileio import atomic_write
 SCRIPT_NAME = "reproduce_export.py"
 
 _BODY = '''
+import os
 import sys
 
 from tritonkit.cli import main
@@ -21,6 +23,8 @@ from tritonkit.cli import main
 if SPEC is None:
     sys.exit("this model was exported from Python (tritonkit.export); set SPEC to a "
              "FILE.py:FACTORY that builds it to rerun the export from here")
+if FOLDER is not None and os.path.isdir(FOLDER):
+    os.chdir(FOLDER)            # where its package.module imported from
 
 argv = ["export", SPEC]
 for flag, value in OPTIONS.items():
@@ -69,8 +73,15 @@ def _profile_as_given(gpu: str | None) -> str | None:
 
 
 def write_reproduce_script(folder: Path, *, spec: str | None, options: dict) -> Path:
-    """Write ``folder/reproduce_export.py`` and return its path."""
+    """Write ``folder/reproduce_export.py`` and return its path.
+
+    A ``package.module:factory`` spec imports from the working folder the export ran in,
+    which the script records and runs from (a FILE.py spec and every path in the options
+    are absolute already): run from anywhere else, it could not import the model.
+    """
     header = (f'"""Reproduce the tritonkit export of model {options["--name"]!r}: '
               f'python {SCRIPT_NAME}"""\n\n')
-    data = f"SPEC = {spec!r}\nOPTIONS = {options!r}\n"
+    module_spec = spec is not None and not Path(spec.rpartition(":")[0]).is_absolute()
+    working_folder = os.getcwd() if module_spec else None
+    data = f"SPEC = {spec!r}\nFOLDER = {working_folder!r}\nOPTIONS = {options!r}\n"
     return atomic_write(folder / SCRIPT_NAME, header + data + _BODY, mode=0o755)
