@@ -30,7 +30,7 @@ from tritonkit.monitor import doctor as doctor_lib
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import Diagnosis, choose_profile, diagnose as diagnose_rows
 from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv
-from tritonkit.monitor.triton_metrics import DEFAULT_METRICS_PORT, resolve_metrics_url
+from tritonkit.monitor.triton_metrics import DEFAULT_METRICS_PORT, resolve_server_urls
 from tritonkit.monitor.watch import Snapshot, open_monitor, record, watch
 from tritonkit.profiles import load_profile
 
@@ -67,8 +67,8 @@ def monitor(
     if csv:
         check_output(csv, force=force, what="monitor CSV", suffix=".csv")
     limits = load_thresholds(thresholds)
-    metrics_url = resolve_metrics_url(repository, url, metrics_port)
-    sampler, note = open_monitor(metrics_url, limits.alerts)
+    metrics_url, http_url = resolve_server_urls(repository, url, metrics_port)
+    sampler, note = open_monitor(metrics_url, limits.alerts, http_url=http_url)
     if note:
         err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
     samples, said = 0, set()
@@ -201,7 +201,8 @@ def diagnose(
                          hint="give the report a path of its own, e.g. --json diagnosis.json")
     limits = load_thresholds(thresholds)
     if live:
-        sampler, _ = open_monitor(resolve_metrics_url(repository, url, metrics_port), limits.alerts)
+        metrics_url, http_url = resolve_server_urls(repository, url, metrics_port)
+        sampler, _ = open_monitor(metrics_url, limits.alerts, http_url=http_url)
         try:
             recording = record(sampler, interval, duration)
         finally:

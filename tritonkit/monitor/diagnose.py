@@ -22,7 +22,9 @@ because the earlier ones make the later ones' symptoms):
                  queue in Triton, the input copy dominates, or the client sends too little)
 
 Only samples taken under load count (Triton ran inferences in the interval, or without
-Triton's columns the GPU was above the idle threshold). Where the recording has a GPU's
+Triton's columns the GPU was above the idle threshold). The server's counters leave
+ensembles out (the recording module says how; older recordings count an ensemble's
+requests and times in it as well as in its steps). Where the recording has a GPU's
 own counters (the series Triton labels with its gpu_uuid), they are its load and its
 figures: a GPU no model runs on is ``idle``, and a CPU model's traffic is no GPU's.
 Where it has only the whole server's (Triton labels no series with a GPU: a CPU

@@ -21,6 +21,12 @@ Columns (units in the names; an empty cell is a value the card or server did not
                                one before (a model unloaded, a version swapped or the
                                server restarted takes nothing back, so they never fall;
                                CSVs recorded before this hold the raw sums, which do).
+                               Ensembles are left out: Triton counts an ensemble's request
+                               again in each model it runs, and those are the work. Where
+                               the server's HTTP address could not say which models are
+                               ensembles, they are counted (monitor says so); CSVs
+                               recorded before this count them, so requests to an
+                               ensemble of N steps count N + 1 times there.
                                The same on every GPU row of one sample; empty without
                                --url/--repository, and each one Triton does not report
                                (batch counts under counter_latencies=false):

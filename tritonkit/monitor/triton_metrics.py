@@ -33,6 +33,13 @@ model's failure, and a python-backend model's error response counts as a success
 counts each of its failed requests twice (reason OTHER), besides what its failed step
 counts.
 
+Triton counts an ensemble's request in the ensemble and again in every step model it
+runs (5 requests to an ensemble of one step: 5 in each, measured). The ensemble runs
+nothing itself (its scheduler routes tensors between its steps; their counters are the
+work), so the server's totals leave ensembles out (``TritonMetrics.without``), told
+apart by their model config (``EnsembleCheck``: the metrics carry no such label), while
+an ensemble's own figures still say what clients sent it.
+
 A model is named as Triton labels it, ``namespace/model`` where Triton adds a namespace
 (``--model-namespacing=true``: two repositories' models of one name are two models,
 counted, restarted and shown apart), plain ``model`` where it does not.
@@ -51,11 +58,14 @@ note naming those models.
 from __future__ import annotations
 
 import http.client
+import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, fields, replace
 from itertools import groupby
 from operator import itemgetter
+from typing import Collection
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -156,6 +166,30 @@ class TritonMetrics:
         for counters in self.models.values():
             result = result + counters
         return result
+
+    def model_versions(self) -> list[tuple[str, str]]:
+        """Every (model, version) this scrape counts; version "" for a model parsed
+        without its versions."""
+        return [(name, version) for name in self.models
+                for version in (self.versions.get(name) or {"": None})]
+
+    def without(self, left_out: Collection[tuple[str, str]]) -> "TritonMetrics":
+        """This scrape less the (model, version) pairs ``left_out`` (the ensembles, whose
+        requests their steps count again); a model left with no version is gone."""
+        if not left_out:
+            return self
+        series = {name: kept for name, by_series in self.series.items()
+                  if (kept := {key: c for key, c in by_series.items()
+                               if (name, key[0]) not in left_out})}
+        versions = {name: kept for name, by_version in self.versions.items()
+                    if (kept := {v: c for v, c in by_version.items() if (name, v) not in left_out})}
+        models = {}
+        for name, counters in self.models.items():
+            if name in versions:
+                models[name] = sum(versions[name].values(), ModelCounters())
+            elif name not in self.versions and (name, "") not in left_out:
+                models[name] = counters
+        return replace(self, models=models, versions=versions, series=series)
 
     def gpu_totals(self) -> dict[str, ModelCounters] | None:
         """Each GPU's counters (every model and version Triton runs on it, by its
@@ -270,7 +304,9 @@ def _model_counters(counted: dict[str, float], summed: dict[str, float]
     requests = next((summed[name] for name in ("request_duration_us_count",
                                                 "queue_duration_us_count") if name in summed), None)
     if requests is None:
-        return ModelCounters(**values), NO_LATENCIES
+        # Triton 2.51 keeps an unloaded ensemble's failure counters alone (measured): no
+        # sign of how the server's latencies are counted
+        return ModelCounters(**values), NO_LATENCIES if "request_success" in counted else None
     for name in _SUMMARIES.values():
         values[name] = summed.get(name + "_sum")
     # Stuck at 0 while the summary counts is 2.51's bug; a count a request or two behind
@@ -427,14 +463,100 @@ def scrape(url: str, at: float, timeout: float = 5.0) -> TritonMetrics:
     return parse_metrics(text, at=at)
 
 
-def resolve_metrics_url(repository=None, url: str | None = None,
-                        metrics_port: int = DEFAULT_METRICS_PORT) -> str | None:
-    """Triton's metrics URL: the deployment's in ``repository``, or ``--url``'s host on
-    ``metrics_port``; None when neither is given (GPU-only monitoring)."""
+class EnsembleCheck:
+    """Which model versions of a server are ensembles: asked of Triton's HTTP endpoint
+    (``GET /v2/models/<name>/versions/<v>/config``, ``platform: "ensemble"``; no secret
+    needed unless the server restricts model-config) once per version, as they appear.
+
+    A version Triton does not serve now (404, or 503 "not at ready state": unloaded, or
+    still loading) is left out with them: its counters count nothing while it stays so
+    (Triton 2.51 keeps an unloaded ensemble's failure counters alone, which would make
+    every total unknown), and it is asked again once they move (loaded again).
+
+    What cannot be asked is counted as any model is, and ``left_out`` says so in a note:
+    without an HTTP address (``http_url`` None) nothing is asked, and nothing said. An
+    address that does not answer as Triton's HTTP API (down, firewalled, the metrics port
+    given for it) is asked no more.
+    """
+
+    def __init__(self, http_url: str | None, timeout: float = 2.0) -> None:
+        self.http_url = http_url.removeprefix("http://").rstrip("/") if http_url else None
+        self.timeout = timeout
+        self._ensemble: dict[tuple[str, str], bool] = {}
+        self._gone: dict[tuple[str, str], ModelCounters] = {}   # not served, its counters then
+        self._untold: set[tuple[str, str]] = set()
+        self._unreachable = False
+        self._failure: str | None = None     # the first reason one could not be told
+
+    def left_out(self, metrics: TritonMetrics) -> tuple[frozenset[tuple[str, str]], str | None]:
+        """The model versions of ``metrics`` to leave out of the server's totals (its
+        ensembles, and versions not served now), and a note where some could not be told
+        apart (they count as before: an ensemble's requests again in its steps)."""
+        pairs = metrics.model_versions()
+        if self.http_url is None:
+            return frozenset(), None
+        for pair in pairs:
+            counters = metrics.versions.get(pair[0], {}).get(pair[1], metrics.models[pair[0]])
+            if pair in self._ensemble or pair in self._untold or self._gone.get(pair) == counters:
+                continue
+            self._gone.pop(pair, None)
+            self._ask(pair, counters)
+        untold = any(pair in self._untold for pair in pairs)
+        note = (f"could not ask Triton which models are ensembles ({self._failure}): the "
+                "server's totals count every model, an ensemble's requests again in each "
+                "model it runs") if untold else None
+        return frozenset(p for p in pairs if self._ensemble.get(p) or p in self._gone), note
+
+    def _ask(self, pair: tuple[str, str], counters: ModelCounters) -> None:
+        if self._unreachable:
+            self._untold.add(pair)
+            return
+        name, version = pair
+        # Triton's model label: a namespaced name's namespace is its repository's path
+        quote = lambda text: urllib.parse.quote(text, safe="")  # noqa: E731
+        path = (f"/v2/models/{quote(name.rsplit('/', 1)[-1])}"
+                + (f"/versions/{quote(version)}" if version else "") + "/config")
+        url = f"http://{self.http_url}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+                config = json.loads(response.read())
+            if not isinstance(config, dict):
+                raise ValueError(config)
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            if exc.code in (404, 503):      # no such version, or one not loaded (now)
+                self._gone[pair] = counters
+                return
+            self._untold.add(pair)
+            self._failure = self._failure or f"GET {url} answered HTTP {exc.code}"
+            return
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+            self._fail(pair, f"{self.http_url} did not answer ({reason})")
+            return
+        except ValueError:      # the metrics port answers any path, with no JSON
+            self._fail(pair, f"{self.http_url} answered {path} with no model config: it is "
+                             "not Triton's HTTP port")
+            return
+        self._ensemble[pair] = config.get("platform") == "ensemble"
+
+    def _fail(self, pair: tuple[str, str], reason: str) -> None:
+        self._unreachable = True
+        self._untold.add(pair)
+        self._failure = self._failure or reason
+
+
+def resolve_server_urls(repository=None, url: str | None = None,
+                        metrics_port: int = DEFAULT_METRICS_PORT
+                        ) -> tuple[str | None, str | None]:
+    """Triton's metrics URL and HTTP address (host:port): the deployment's in
+    ``repository``, or ``--url`` and its host on ``metrics_port``; None, None when
+    neither is given (GPU-only monitoring)."""
     if url:
-        return metrics_url_for(url, metrics_port)
+        return metrics_url_for(url, metrics_port), url.removeprefix("http://")
     if repository is None:
-        return None
+        return None, None
     from tritonkit.server.state import load_deployment
 
-    return load_deployment(repository).metrics_url
+    deployment = load_deployment(repository)
+    return deployment.metrics_url, deployment.http_url

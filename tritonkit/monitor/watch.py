@@ -21,6 +21,12 @@ of it, and is not called starved for it (every GPU idle under traffic: each is).
 The Triton counters a snapshot records are carried on model by model: unloading one
 model (or swapping its version) removes its counters from Triton's sum, which read as
 a server restart would pour every other model's lifetime count into one interval.
+
+Those totals, and the server's and each GPU's load, leave ensembles out: Triton counts
+an ensemble's request again in each model it runs, and its steps are the work the
+server did. Which models are ensembles is asked of the server's HTTP address
+(``EnsembleCheck``); where it cannot be asked they count as before, said in a note. The
+per-model figures keep them: an ensemble's requests per second are what clients sent.
 """
 
 from __future__ import annotations
@@ -34,9 +40,9 @@ from tritonkit.errors import ServerError, TritonkitError, UsageError
 from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import MonitorRow, rows_for
-from tritonkit.monitor.triton_metrics import (ModelCounters, ModelRates, TritonMetrics,
-                                               gpu_increase, model_increase, plus,
-                                               rates_of, scrape, server_gpus)
+from tritonkit.monitor.triton_metrics import (EnsembleCheck, ModelCounters, ModelRates,
+                                               TritonMetrics, gpu_increase, model_increase,
+                                               plus, rates_of, scrape, server_gpus)
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,13 @@ class Snapshot:
     triton_error: str | None = None
     alerts: list[Alert] = field(default_factory=list)
     notes: tuple[str, ...] = ()      # what this sample cannot tell, or where it comes from
-    # Triton's counters summed over models as the CSV records them (see carry_counters)
+    # Triton's counters summed over models but ensembles, as the CSV records them (see
+    # carry_counters)
     triton_totals: ModelCounters | None = None
     # the same per GPU uuid, of the series Triton labels with it; None: it labels none
     gpu_totals: dict[str, ModelCounters] | None = None
+    # what Triton ran since the last sample, ensembles left out (ModelCounters.served)
+    served: float | None = None
 
     def rows(self) -> list[MonitorRow]:
         return rows_for(self.timestamp, self.elapsed_s, self.gpus, self.triton_totals,
@@ -65,16 +74,19 @@ class Snapshot:
 
 
 class Monitor:
-    """Takes snapshots of the GPUs (``nvml``) and of Triton (``metrics_url``)."""
+    """Takes snapshots of the GPUs (``nvml``) and of Triton (``metrics_url``); the
+    server's HTTP address (``http_url``, host:port) tells its ensembles apart."""
 
     def __init__(self, nvml: Nvml | None, metrics_url: str | None,
-                 thresholds: AlertThresholds, *, clock: Callable[[], float] = time.monotonic,
+                 thresholds: AlertThresholds, *, http_url: str | None = None,
+                 clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
         if nvml is None and metrics_url is None:
             raise TritonkitError("nothing to monitor: no GPU and no Triton server given",
                                  hint="pass --url host:port or --repository DIR")
         self.nvml = nvml
         self.metrics_url = metrics_url
+        self.ensembles = EnsembleCheck(http_url)
         self.tracker = AlertTracker(thresholds)
         self.clock = clock
         self._wall_clock = wall_clock
@@ -117,19 +129,26 @@ class Monitor:
         served = None                        # what Triton ran since the last sample
         on_gpus = None                       # the same per GPU uuid, where Triton labels it
         previous = self._previous
+        work = None                          # the scrape less its ensembles: the server's work
+        if triton:
+            left_out, note = self.ensembles.left_out(triton)
+            notes += [note] if note else []
+            work = triton.without(left_out)
         if triton and previous:
             seconds = triton.at - previous.at
             # model by model and version by version (a counter reset is a model's, a
             # version swap unloads one version's counters), then summed
             counted = {name: model_increase(previous, triton, name) for name in triton.models}
             model_rates = {name: rates_of(c, seconds) for name, c in counted.items()}
-            total = sum(counted.values(), ModelCounters())
+            before = previous.without(left_out)
+            total = sum((model_increase(before, work, name) for name in work.models),
+                        ModelCounters())
             served = total.served
-            self._totals = carry_counters(self._totals, total, triton.total())
-            on_gpus = gpu_increase(previous, triton)
+            self._totals = carry_counters(self._totals, total, work.total())
+            on_gpus = gpu_increase(before, work)
         elif triton:
-            self._totals = triton.total()
-        gpu_totals = self._carry_gpu_totals(triton, on_gpus)
+            self._totals = work.total()
+        gpu_totals = self._carry_gpu_totals(work, on_gpus)
         if triton:
             self._previous = triton
         alerts = [a for g in gpus
@@ -139,7 +158,7 @@ class Monitor:
                         triton=triton, model_rates=model_rates,
                         triton_error=error, alerts=alerts, notes=tuple(notes),
                         triton_totals=self._totals if triton else None,
-                        gpu_totals=gpu_totals)
+                        gpu_totals=gpu_totals, served=served)
 
     def _carry_gpu_totals(self, triton: TritonMetrics | None,
                           counted: dict[str, ModelCounters] | None
@@ -186,8 +205,10 @@ class Monitor:
 
 
 def open_monitor(metrics_url: str | None, thresholds: AlertThresholds,
-                 nvml: Nvml | None = None) -> tuple[Monitor, str | None]:
-    """A monitor on this host's GPUs and/or Triton's metrics, and a note on what is missing.
+                 nvml: Nvml | None = None, http_url: str | None = None
+                 ) -> tuple[Monitor, str | None]:
+    """A monitor on this host's GPUs and/or Triton's metrics (its HTTP address
+    ``http_url`` tells its ensembles apart), and a note on what is missing.
 
     Without a driver the GpuUnavailableError is raised unless Triton's metrics are
     watched; then the note says the GPU part is absent. A GPU NVML counts but cannot
@@ -199,11 +220,11 @@ def open_monitor(metrics_url: str | None, thresholds: AlertThresholds,
     except GpuUnavailableError as exc:
         if metrics_url is None:
             raise
-        return Monitor(None, metrics_url, thresholds), (
+        return Monitor(None, metrics_url, thresholds, http_url=http_url), (
             f"{exc.message}; showing Triton's metrics only (its GPU gauges where the server "
             "reports them)")
     unreachable = "; ".join(map(str, nvml.unreachable))
-    return Monitor(nvml, metrics_url, thresholds), (
+    return Monitor(nvml, metrics_url, thresholds, http_url=http_url), (
         f"{unreachable}: not watched" if unreachable else None)
 
 
