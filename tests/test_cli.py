@@ -411,3 +411,29 @@ def test_a_local_deploy_takes_every_flag_the_local_target_uses(example_repositor
         assert load_deployment(example_repository).target == "local"
     finally:
         run_cli("down", "--repository", example_repository)
+
+
+WIDE_TABLE = """
+from rich.table import Table
+from tritonkit.cli.options import console
+table = Table()
+for i in range(10):
+    table.add_column(f"p{i}", justify="right", no_wrap=True)
+table.add_row(*["12,345.678"] * 10)
+console.print(table)
+"""
+
+
+def test_a_table_written_to_a_pipe_keeps_every_number_whole():
+    """A CI log is a pipe: Rich laid tables out for 80 columns there and cut numbers with
+    '…' (a load test's p99.9 read '24.…'). COLUMNS, where set, is still obeyed."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = subprocess.run([sys.executable, "-c", WIDE_TABLE], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.count("12,345.678") == 10 and "…" not in piped.stdout
+    narrow = subprocess.run([sys.executable, "-c", WIDE_TABLE], capture_output=True, text=True,
+                            env={**env, "COLUMNS": "60"}, timeout=60)
+    assert "…" in narrow.stdout and max(map(len, narrow.stdout.splitlines())) <= 60
