@@ -780,6 +780,9 @@ def test_without_batching_the_first_axis_gets_no_range_but_its_verified_batch_is
         (tmp_path / "mlp" / "config.pbtxt").read_text()
     assert [w.batch_size for w in config.model_warmup] == [1, 1]
     assert _warmed_shapes(config) == [{"INPUT__0": (1, 16)}, {"INPUT__0": (32, 16)}]
+    # named by the whole tensor's first axis, not as a batch of 0
+    assert [w.name for w in config.model_warmup] == ["unbatched_first_axis_1",
+                                                     "unbatched_first_axis_32"]
 
 
 def test_a_graph_with_fixed_shapes_gets_no_shape_range(tmp_path):

@@ -643,8 +643,10 @@ def _add_warmup(config: mc.ModelConfig, graph: GraphSpec, notes: list[str]) -> N
     for lead, step in shapes:
         chosen = {} if step is None else \
             {label: v[min(step, len(v) - 1)] for label, v in graph.lengths.items()}
-        name = f"batch_{lead}" if strip else \
-            "batch_0" + (f"_first_axis_{lead}" if lead > 1 else "")
+        # Without batching a request is one whole tensor: named by its first axis, since
+        # "batch_0" read as a batch of none (its batch_size is 1, as Triton asks there)
+        name = f"batch_{lead}" if strip else "unbatched" + (
+            f"_first_axis_{lead}" if _dynamic_first_axis(graph) else "")
         warm = config.model_warmup.add(name=f"{name}{_length_suffix(chosen)}",
                                        batch_size=lead if strip else 1, count=1)
         for spec in graph.inputs:
