@@ -770,6 +770,7 @@ class Configured:
     written: list[Path]
     skipped: dict[str, str]       # profile name -> why
     notes: list[str] = field(default_factory=list)
+    profile: str = DEFAULT_GPU    # the profile config.pbtxt (Triton's default config) is for
 
 
 def configure(repository: Path, name: str, *, gpu: str | None = None,
@@ -837,7 +838,7 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
     written += [atomic_write(model_dir / "configs" / f"{p}.pbtxt", text) for p, text in texts.items()]
     for stale in skipped:                        # a config from before would mis-serve
         (model_dir / "configs" / f"{stale}.pbtxt").unlink(missing_ok=True)
-    return Configured(written, skipped, notes)
+    return Configured(written, skipped, notes, profile=default.name)
 
 
 def _find_onnx(model_dir: Path) -> Path:

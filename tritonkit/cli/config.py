@@ -40,7 +40,9 @@ def config(
         return
     configured = configure(repository, name, gpu=gpu, max_batch_size=max_batch_size, force=force)
     for path in configured.written:
-        console.print(f"wrote {path}")
+        # config.pbtxt is what Triton serves without --model-config-name: say whose it is
+        whose = f" (the {configured.profile} profile)" if path.name == "config.pbtxt" else ""
+        console.print(f"wrote {path}{whose}")
     for note in configured.notes:
         console.print(f"[yellow]note[/] {note}")
     for profile, why in configured.skipped.items():
