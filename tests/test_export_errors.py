@@ -225,6 +225,16 @@ def axes_keyed_by_label():
     return nn.Linear(4, 4), {"x": torch.randn(2, 3, 4)}, {"x": {"sequence": 1}}
 
 
+class Masked(nn.Module):
+    def forward(self, ids, mask):
+        return ids * mask
+
+
+def mask_left_fixed():
+    ids, mask = torch.randint(0, 50, (2, 12)), torch.ones(2, 12, dtype=torch.long)
+    return Masked(), {"ids": ids, "mask": mask}, {"ids": {1: "sequence"}}
+
+
 def empty_batch():
     return nn.Linear(4, 4), torch.randn(0, 4)
 
@@ -460,6 +470,18 @@ def test_a_model_that_fails_at_a_longer_sequence_is_told_the_length_not_the_batc
     assert "other sequence lengths than the example's" in hint
     assert "at most two thirds of a longest length" in hint     # 10 of 16 would do
     assert "any batch" not in hint
+
+
+def test_an_input_as_long_as_a_dynamic_axis_but_left_fixed_is_named_with_its_flag(
+        capsys, repository, bad_models):
+    """ids declared dynamic, its mask of the same length not: at another length the two no
+    longer match, and the hint names the input to declare, not the example's lengths."""
+    code, line, hint = export_fails(capsys, repository, f"{bad_models}:mask_left_fixed",
+                                    "--name", "m", "--exporter", "torchscript",
+                                    "--max-batch-size", "8")
+    assert code == EXIT_USAGE and "forward() raised RuntimeError" in line
+    assert hint == ("hint: mask's axis 1 is as long as the sequence axis (12) but not dynamic: "
+                    "declare it too, e.g. --dynamic-axis mask:1=sequence")
 
 
 def test_a_tolerance_wide_enough_lets_the_difference_through(tmp_path, bad_models):

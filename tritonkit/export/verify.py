@@ -241,7 +241,7 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     batch_limit = verifiable_batch(inputs, example_outputs, max_batch_size)
     for case in verification_cases(inputs, batch_limit):
         expected = example_outputs if case.tensors is inputs.tensors else \
-            _reference(module, case, example.lengths)
+            _reference(module, case, example.lengths, inputs)
         feed = {name: to_numpy(tensor) for name, tensor in zip(inputs.names, case.tensors)}
         try:
             actual = session.run(list(output_names), feed)
@@ -311,14 +311,23 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
 
 
 def _reference(module: torch.nn.Module, case: Case,
-               example_lengths: dict[str, int] | None = None) -> list[np.ndarray]:
+               example_lengths: dict[str, int] | None = None,
+               inputs: ModelInputs | None = None) -> list[np.ndarray]:
     try:
         return torch_outputs(module, case.tensors)
     except Exception as exc:  # the model itself, whichever exporter: the user's to fix
         hint = "Triton sends any batch from 1 to --max-batch-size: forward() must work for each"
         other = [label for label, size in case.lengths.items()
                  if size != (example_lengths or case.lengths).get(label)]
-        if other:
+        alike = _undeclared_alike(inputs, example_lengths or {}, other) if inputs else []
+        if alike:
+            # attention_mask left fixed beside a dynamic input_ids of the same length: the
+            # lengths verification varies reach one and not the other
+            hint = ("; ".join(f"{name}'s axis {axis} is as long as the {label} axis ({size}) "
+                              f"but not dynamic" for name, axis, label, size in alike)
+                    + ": declare it too, e.g. " + " ".join(
+                        f"--dynamic-axis {name}:{axis}={label}" for name, axis, label, _ in alike))
+        elif other:
             # A position table ends somewhere, a U-Net halves and doubles: the lengths
             # tried are the example's plus half and half of it.
             hint = (f"a dynamic axis takes any length: forward() must work at other "
@@ -328,6 +337,23 @@ def _reference(module: torch.nn.Module, case: Case,
                     "network that halves it five times)")
         raise UsageError(f"the model's forward() raised {type(exc).__name__} at "
                          f"{_where(case)}: {one_line(exc)}", hint=hint) from exc
+
+
+def _undeclared_alike(inputs: ModelInputs, example_lengths: dict[str, int],
+                      labels: list[str]) -> list[tuple[str, int, str, int]]:
+    """(input, axis, label, size) for each fixed non-batch axis of an input as long, in the
+    example, as a dynamic axis whose ``labels`` verification varied."""
+    found = []
+    for name, tensor in zip(inputs.names, inputs.tensors):
+        declared = inputs.dynamic_axes.get(name, {})
+        for axis in range(1, tensor.dim()):
+            if axis in declared:
+                continue
+            label = next((label for label in labels
+                          if example_lengths.get(label) == tensor.shape[axis]), None)
+            if label is not None:
+                found.append((name, axis, label, int(tensor.shape[axis])))
+    return found
 
 
 def _refuse_nondeterministic(module: torch.nn.Module, case: Case, output_names: tuple[str, ...],
