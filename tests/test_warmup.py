@@ -1645,3 +1645,123 @@ def test_a_request_that_hangs_late_in_a_steady_run_ends_with_the_deadline(tmp_pa
     err = capsys.readouterr().err
     assert code == 1 and "'hangs' did not answer a warm-up request within" in err
     assert took < 7.0
+
+
+# -- the worst shape's cold start, the plot, the log named (no server, then the real one) --
+
+SMALL, BATCH_32 = "INPUT__0:1x3x24x18", "INPUT__0:32x3x96x72"
+
+
+def _vision() -> ModelWarmup:
+    """The walkthrough's model: its first shape 5.1x of 0.37 ms, batch 32 4.2x of 6.5 ms."""
+    return ModelWarmup(model="vision", steady=True, requests=60, load_s=1.42, first_ms=1.87,
+                       steady_p50_ms=0.37, shapes=[SMALL, BATCH_32], steady_window=5,
+                       series_ms={SMALL: [1.87, 0.6, 0.45] + [0.37] * 10,
+                                  BATCH_32: [27.0, 12.0, 8.0] + [6.5] * 10})
+
+
+def test_the_worst_shapes_cold_start_is_in_the_table_not_only_the_first_shapes(capsys):
+    """By milliseconds over its own p50: batch 32's 27 ms against 6.5 ms pages a user; the
+    first shape's 5.1x of 0.37 ms does not."""
+    print_results([_vision()])
+    out = capsys.readouterr().out
+    [row] = [line for line in out.splitlines() if line.split()[:1] == ["vision"]]
+    assert "5.1x" in row and "27.00 4.2x" in row           # the first shape's, and the worst
+    assert (f"vision: worst cold start {BATCH_32}: 1st 27.00 ms, p50 6.50 ms "
+            "(+20.50 ms, 4.2x)") in " ".join(out.split())
+
+
+def test_the_json_gives_the_worst_shape_and_each_shapes_p50_beside_the_old_keys(tmp_path):
+    out = tmp_path / "warm.json"
+    result = _vision()
+    write_json(out, [result])
+    document = json.loads(out.read_text())
+    [record] = document["models"]
+    assert record["first_ms"] == 1.87 and record["steady_p50_ms"] == 0.37   # kept as they were
+    assert record["first_to_p50"] == record["ratio"] == pytest.approx(1.87 / 0.37)
+    assert record["shape_p50_ms"] == {SMALL: 0.37, BATCH_32: 6.5}
+    assert record["worst"] == {"shape": BATCH_32, "first_ms": 27.0, "p50_ms": 6.5,
+                               "penalty_ms": 20.5, "first_to_p50": pytest.approx(27 / 6.5)}
+    assert record["steady_window"] == 5
+    about = document["about"]
+    assert "first_ms - p50_ms" in about["worst"] and "own steady p50" in about["shape_p50_ms"]
+    assert "steady window" in about["steady_window"]
+    assert ModelWarmup.from_dict(record) == result
+    # an older record (no steady_window) still reads, and still gives the worst shape
+    older = {k: v for k, v in record.items() if k not in ("steady_window", "worst")}
+    assert ModelWarmup.from_dict(older).worst.shape == BATCH_32
+
+
+def test_no_worst_shape_is_claimed_for_a_warm_model_or_one_with_an_unsteady_shape():
+    assert replace(_vision(), cold=False).worst is None
+    unsteady = replace(_vision(), steady=False)
+    assert unsteady.worst is None and unsteady.as_dict()["worst"] is None
+    assert unsteady.as_dict()["shape_p50_ms"] == {}
+
+
+def _bert_like() -> ModelWarmup:
+    """15 shapes (3 batch sizes x 5 sequence lengths), steady between 0.8 and 1.3 ms."""
+    series = {f"input_ids:{b}x{s}": [10.0 + s / 8, 3.0, 2.0] + [0.8 + s / 512] * 10
+              for b in (1, 4, 8) for s in (16, 32, 64, 128, 256)}
+    return ModelWarmup(model="bert", steady=True, requests=200, first_ms=12.0,
+                       steady_p50_ms=0.83, shapes=list(series), series_ms=series,
+                       steady_window=5)
+
+
+def test_the_plot_gives_every_shape_its_own_look_and_keeps_the_legend_off_the_data():
+    import matplotlib.pyplot as plt
+
+    from tritonkit.warmup.plot import warmup_figure
+
+    result = _bert_like()
+    fig = warmup_figure([result])
+    try:
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        series = [line for line in ax.get_lines()
+                  if line.get_label().removesuffix(" (worst)") in result.series_ms]
+        assert len(series) == 15
+        looks = {(line.get_color(), str(line.get_linestyle()), line.get_marker())
+                 for line in series}
+        assert len(looks) == 15                          # 15 series on 10 colours: no twins
+        legend = ax.get_legend().get_window_extent()
+        panel = ax.get_window_extent()
+        assert legend.x0 >= panel.x1 or legend.y1 <= panel.y0     # beside or below, not over
+        assert [t.get_text() for t in ax.yaxis.get_minorticklabels() if t.get_text()] == []
+        assert [t.get_text() for t in ax.yaxis.get_majorticklabels() if t.get_text()]
+    finally:
+        plt.close(fig)
+
+
+def test_the_plots_title_and_dashed_line_are_the_worst_shapes_and_say_so():
+    import matplotlib.pyplot as plt
+
+    from tritonkit.warmup.plot import warmup_figure
+
+    fig = warmup_figure([_vision(), replace(_vision(), model="older", steady_window=None,
+                                            series_ms={SMALL: [1.87] + [0.37] * 10},
+                                            shapes=[SMALL], steady=False)])
+    try:
+        worst, older = fig.axes[:2]
+        assert worst.get_title() == f"vision: worst 1st 27.00 ms, 4.2x its steady p50\n({BATCH_32})"
+        [dashed] = [line for line in worst.get_lines() if line.get_linestyle() == "--"]
+        assert dashed.get_ydata()[0] == 6.5
+        assert dashed.get_label() == f"steady p50 of {BATCH_32}: 6.50 ms"
+        [batch_32] = [line for line in worst.get_lines() if line.get_label().startswith(BATCH_32)]
+        assert dashed.get_color() == batch_32.get_color()
+        # no worst shape known (not steady): the first shape's figures, saying whose
+        [dashed] = [line for line in older.get_lines() if line.get_linestyle() == "--"]
+        assert dashed.get_label() == f"steady p50 of {SMALL}: 0.37 ms"
+        assert older.get_title().startswith("older: 1st 1.87 ms, 5.1x the steady p50")
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.server
+def test_a_refused_load_of_a_recorded_deployment_names_its_server_log(deployed, capsys):
+    add_broken_model(_served(deployed), name="broken_logged")
+    code = run_cli("warmup", "--repository", deployed.repository, "--model", "broken_logged",
+                   "--timeout", "60")
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("error: Triton could not load 'broken_logged'")
+    assert deployed.log_path and f"hint: read the server's log: {deployed.log_path}" in err

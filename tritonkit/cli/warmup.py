@@ -27,6 +27,8 @@ from tritonkit.cli.options import (
 from tritonkit.client import SECRET_ENV, read_secret_file
 from tritonkit.errors import TritonkitError
 from tritonkit.fileio import atomic_write, check_outputs
+from tritonkit.server.state import load_deployment
+from tritonkit.warmup._server import name_the_log
 
 
 def _ms(value: float | None) -> str:
@@ -38,18 +40,22 @@ def _ratio(value: float | None) -> str:
 
 
 def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
-    """One row per model: load, the cold first request, steady p50, and a user's first after."""
-    table = Table(title=f"warm-up (1st: the model's first request; after: the median first "
+    """One row per model: load, the cold first request and steady p50 of its first shape,
+    the worst shape's ratio, and a user's first after."""
+    table = Table(title=f"warm-up (1st, p50: the model's first shape; worst: the 1st ms of "
+                        f"the shape whose 1st stood the most ms above its own p50, and its "
+                        f"1st/p50, named below; after: the median first "
                         f"of {warmup_lib.CHECK_CLIENTS} fresh clients, once warm)",
                   title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
     table.add_column("model", overflow="fold")      # the one column that folds when narrow
-    for column in ("load s", "1st ms", "p50 ms", "1st/p50", "reqs", "after ms", "after/p50",
-                   "steady"):
+    for column in ("load s", "1st ms", "p50 ms", "1st/p50", "worst", "reqs", "after ms",
+                   "after/p50", "steady"):
         table.add_column(column, justify="right", no_wrap=True)
     for r in results:
         table.add_row(
             r.model, _load(r), _ms(r.first_ms),
-            _ms(r.steady_p50_ms), _ratio(r.ratio), str(r.requests),
+            _ms(r.steady_p50_ms), _ratio(r.ratio), _worst(r),
+            str(r.requests),
             _ms(r.after.first_ms if r.after else None),
             _ratio(r.after.ratio if r.after else None),
             _steady(r))
@@ -59,6 +65,11 @@ def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
     if shown:
         table.caption, table.caption_justify = "load s: " + "; ".join(shown), "left"
     return table
+
+
+def _worst(r: warmup_lib.ModelWarmup) -> str:
+    worst = r.worst
+    return "-" if worst is None else f"{_ms(worst.first_ms)} {_ratio(worst.ratio)}"
 
 
 def _load(r: warmup_lib.ModelWarmup) -> str:
@@ -77,9 +88,14 @@ def _steady(r: warmup_lib.ModelWarmup) -> str:
 
 def print_results(results: list[warmup_lib.ModelWarmup]) -> None:
     """The table, then each model's note on a line of its own (a narrow terminal would
-    fold a note inside the table a word per line)."""
+    fold a note inside the table a word per line), and its worst shape's figures."""
     console.print(warmup_table(results))
     for r in results:
+        if (worst := r.worst) is not None and len(r.series_ms) > 1:
+            console.print(f"  {escape(r.model)}: worst cold start {escape(worst.shape)}: 1st "
+                          f"{_ms(worst.first_ms)} ms, p50 {_ms(worst.p50_ms)} ms "
+                          f"(+{_ms(worst.penalty_ms)} ms, {_ratio(worst.ratio)})",
+                          highlight=False, soft_wrap=True)
         if r.note:
             console.print(f"  {escape(r.model)}: {escape(r.note)}", highlight=False, soft_wrap=True)
         if r.first_response_ms is not None:
@@ -201,6 +217,8 @@ def warmup(
                 repository, url, model, timeout=timeout, requests=requests, reload=reload,
                 secret=secret, grpc_url=grpc_url, progress=progress, notice=notice, rule=rule)
     except warmup_lib.LoadFailed as failed:   # the models that loaded were warmed: say how
+        if url is None:
+            name_the_log(failed, _recorded_log(repository))
         if failed.results:
             print_results(failed.results)
             write_outputs(failed.results, json_out, plot,
@@ -210,6 +228,14 @@ def warmup(
     write_outputs(results, json_out, plot, _context(json_out, repository, url, started_at, secret))
     if error := unsteady_error(results, rule):
         raise error
+
+
+def _recorded_log(repository: Path) -> str | None:
+    """The server log of the deployment recorded in ``repository``; None without one."""
+    try:
+        return load_deployment(repository).log_path
+    except TritonkitError:
+        return None
 
 
 def _context(json_out: Path | None, repository: Path | None, url: str | None,

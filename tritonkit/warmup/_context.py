@@ -23,7 +23,16 @@ ABOUT: dict[str, str] = {
     "host": "the machine tritonkit ran on (the server's address is url)",
     "triton_version": "the server's own version (its /v2 metadata); null if it did not say",
     "first_ms": "the model's first warm-up request: its cold start when cold is true",
-    "steady_p50_ms": "median of the last steady window of the first shape",
+    "steady_p50_ms": "median of the last steady window of the first shape (the smallest; "
+                     "worst names the shape whose cold start cost the most)",
+    "steady_window": "how many samples a steady window holds (each shape's p50 is the median "
+                     "of its last one); null in a record from before it",
+    "shape_p50_ms": "each shape's own steady p50, by the shape's label (as series_ms); empty "
+                    "unless every shape got steady",
+    "worst": "the shape whose cold start stood the most ms above its own steady p50: "
+             "shape, first_ms (its first sample in series_ms), p50_ms (its shape_p50_ms), "
+             "penalty_ms (first_ms - p50_ms) and first_to_p50 (first_ms / p50_ms); null "
+             "unless cold and every shape got steady",
     "first_to_p50": "first_ms / steady_p50_ms: how far the cold first request stood above "
                     "the steady p50; null unless it was cold (cold: true) and steady",
     "ratio": "the same as first_to_p50 (its earlier name, kept for compatibility)",

@@ -78,7 +78,8 @@ def warm_model(endpoint: Endpoint, name: str, load_s: float | None, *, requests:
                        series_ms={t.label: [round(v, 3) for v in t.series] for t in taken},
                        first_response_ms=first_responses[0] if first_responses else None,
                        first_response_p50_ms=first_response_p50,
-                       suggested_requests=enough if unsteady and not deadline.expired() else None)
+                       suggested_requests=enough if unsteady and not deadline.expired() else None,
+                       steady_window=rule.window)
 
 
 @dataclass(eq=False)

@@ -12,7 +12,8 @@ from tritonkit.errors import UsageError
 DEFAULT_REQUESTS = 500              # per model, all shapes together
 
 # Keys ``as_dict`` derives, which ``from_dict`` leaves aside.
-_DERIVED = ("ratio", "first_to_p50", "first_response_ratio", "first_response_to_p50", "loaded")
+_DERIVED = ("ratio", "first_to_p50", "first_response_ratio", "first_response_to_p50", "loaded",
+            "shape_p50_ms", "worst")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,25 @@ class ColdStart:
 
 
 @dataclass(frozen=True)
+class ShapeColdStart:
+    """One shape's cold first sample against its own steady p50 (ms): a model's headline
+    is its first, smallest shape; the largest batch's cold start can cost far more."""
+
+    shape: str
+    first_ms: float
+    p50_ms: float
+
+    @property
+    def penalty_ms(self) -> float:
+        """What the cold start cost above the norm: what a user's P99 sees of it."""
+        return self.first_ms - self.p50_ms
+
+    @property
+    def ratio(self) -> float:
+        return self.first_ms / self.p50_ms if self.p50_ms else float("inf")
+
+
+@dataclass(frozen=True)
 class ModelWarmup:
     """What warming one model took and what it left behind (times in ms, load in s)."""
 
@@ -77,7 +97,8 @@ class ModelWarmup:
     requests: int                       # warm-up requests sent, all shapes together
     load_s: float | None = None         # the explicit load request; None: none was sent
     first_ms: float | None = None       # the first warm-up request (the cold one)
-    steady_p50_ms: float | None = None  # p50 of the steady window of the first shape
+    steady_p50_ms: float | None = None  # p50 of the steady window of the first shape (``worst``:
+                                        # the shape whose cold start cost the most)
     after: ColdStart | None = None      # a fresh client's first request, after warm-up
     shapes: list[str] = field(default_factory=list)
     note: str = ""
@@ -100,6 +121,34 @@ class ModelWarmup:
     # Not steady for want of requests: a --requests that would give every shape room to
     # get there (None when steady, or when the time ran out first).
     suggested_requests: int | None = None
+    # The steady window each shape's p50 is the median of (the rule's, at least one per
+    # instance); None where not known (an older record): then at most the rule's default.
+    steady_window: int | None = None
+
+    def shape_cold_starts(self) -> list[ShapeColdStart]:
+        """Each shape's first sample (a stateful model's: its first sequence's mean request)
+        against the median of its own steady window, in the order warmed. Empty unless
+        every shape got steady: an unsteady shape has no p50, and the worst may be it."""
+        if not self.steady:
+            return []
+        figures = []
+        for shape, series in self.series_ms.items():
+            # A steady series holds two windows at least: its last one is the steady one.
+            window = min(self.steady_window or SteadyRule.window, len(series) // 2)
+            if window >= 1:
+                figures.append(ShapeColdStart(shape, series[0],
+                                              statistics.median(series[-window:])))
+        return figures
+
+    @property
+    def worst(self) -> ShapeColdStart | None:
+        """The shape whose cold first sample stood the most milliseconds above its own
+        steady p50 (None unless the model was cold and every shape got steady). By the
+        milliseconds, not the ratio: a small shape's 5x of 0.4 ms costs a user less than a
+        batch of 32's 4x of 6.5 ms."""
+        if not self.cold:
+            return None
+        return max(self.shape_cold_starts(), key=lambda s: s.penalty_ms, default=None)
 
     @property
     def ratio(self) -> float | None:
@@ -125,12 +174,18 @@ class ModelWarmup:
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as JSON; the ratios under their plain names (``first_to_p50``) and
-        their earlier ones (``ratio``), and ``loaded``: whether a load request was sent
-        (``load_s`` is its time). ``tritonkit.warmup.ABOUT`` says what each key means."""
+        their earlier ones (``ratio``), ``loaded``: whether a load request was sent
+        (``load_s`` is its time), each shape's steady p50 (``shape_p50_ms``) and the
+        ``worst`` shape's cold start. ``tritonkit.warmup.ABOUT`` says what each key means."""
         data = asdict(self)
         data["loaded"] = self.load_s is not None
         data["ratio"] = data["first_to_p50"] = self.ratio
         data["first_response_ratio"] = data["first_response_to_p50"] = self.first_response_ratio
         data["after"] = None if self.after is None else {
             **asdict(self.after), "ratio": self.after.ratio, "first_to_p50": self.after.ratio}
+        data["shape_p50_ms"] = {s.shape: round(s.p50_ms, 3) for s in self.shape_cold_starts()}
+        worst = self.worst
+        data["worst"] = None if worst is None else {
+            **asdict(worst), "penalty_ms": round(worst.penalty_ms, 3),
+            "first_to_p50": worst.ratio}
         return data
