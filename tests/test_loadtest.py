@@ -1946,7 +1946,8 @@ def test_a_model_added_after_the_deploy_is_told_to_redeploy_and_one_unloaded_to_
     assert capsys.readouterr().err.splitlines() == [
         f"error: model 'cnn' is in {repo} but was added after the deploy: the server at "
         f"{served.http_url} does not know it",
-        f"hint: redeploy: tritonkit down -r {repo} && tritonkit deploy -r {repo}"]
+        f"hint: redeploy: tritonkit down -r {repo} && tritonkit deploy -r {repo} --http-port "
+        f"{served.http_port} --grpc-port {served.grpc_port} --metrics-port {served.metrics_port}"]
 
     endpoint = Endpoint.from_deployment(served)
     client = endpoint.http()
@@ -3028,3 +3029,93 @@ def test_a_sigterm_while_a_worker_starts_comes_once_the_worker_is_counted_and_is
         signal.signal(signal.SIGTERM, previous)
     assert stopped.value.signum == signal.SIGTERM
     assert multiprocessing.active_children() == []
+
+
+# -- what a run says of sizes never warmed, the server's log, redeploying, outliers ---------
+
+
+@pytest.mark.server
+def test_a_shape_the_model_never_warmed_is_warned_of_before_the_run_and_kept_in_the_json(
+        encoder_served, tmp_path, capsys):
+    """The encoder's model_warmup sends the lengths its export verified (6, 12, 18): length 24
+    was never warmed, so its first requests are cold — said once, before the run, which goes
+    on. A warmed length, or a model without model_warmup, says nothing."""
+    long = ("--shape", "input_ids:24", "--shape", "attention_mask:24")
+    assert _loadtest_model(encoder_served, "enc", *long, "--json", tmp_path / "run.json") == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warned == [
+        "warning: model 'enc' was never warmed at the size sent: input input_ids dim 0 at 24 "
+        "(warmed: 6, 12, 18); input attention_mask dim 0 at 24 (warmed: 6, 12, 18); its first "
+        "requests at it are cold. Export it with an example at the serving size (so it is "
+        "verified and warmed), or add model_warmup entries at that size"]
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["unwarmed"] == [{"input": "input_ids", "axis": 0, "size": 24, "warmed": [6, 12, 18]},
+                                {"input": "attention_mask", "axis": 0, "size": 24, "warmed": [6, 12, 18]}]
+    assert data["levels"][0]["ok"] > 0
+
+    assert _loadtest_model(encoder_served, "enc", "--shape", "input_ids:12", "--shape",
+                           "attention_mask:12", "--json", tmp_path / "warm.json") == 0
+    assert "warning:" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "warm.json").read_text())["unwarmed"] == []
+    assert _loadtest_model(encoder_served, "bare", *long) == 0
+    assert "warning:" not in capsys.readouterr().err
+
+
+def test_each_dynamic_dimension_is_compared_with_the_sizes_model_warmup_sends_for_it():
+    """A vision model exported with dynamic height and width, warmed at the sizes its export
+    verified, as Triton reports its config (dims as strings): 224x224 is neither height nor
+    width it warmed; a warmed height beside an unwarmed width names the width alone."""
+    from tritonkit.loadtest._inputs import UnwarmedSize, unwarmed_sizes
+
+    warmup = [{"name": f"batch_1_h_{h}_w_{w}", "batch_size": 1,
+               "inputs": {"INPUT__0": {"data_type": "TYPE_FP32", "dims": ["3", str(h), str(w)],
+                                       "random_data": True}}}
+              for h, w in ((32, 24), (64, 48), (96, 72))]
+    dims = {"INPUT__0": [3, -1, -1]}
+    assert unwarmed_sizes(dims, {"INPUT__0": [3, 224, 224]}, warmup) == (
+        UnwarmedSize("INPUT__0", 1, 224, (32, 64, 96)), UnwarmedSize("INPUT__0", 2, 224, (24, 48, 72)))
+    assert unwarmed_sizes(dims, {"INPUT__0": [3, 64, 100]}, warmup) == (
+        UnwarmedSize("INPUT__0", 2, 100, (24, 48, 72)),)
+    assert unwarmed_sizes(dims, {"INPUT__0": [3, 96, 24]}, warmup) == ()
+    assert unwarmed_sizes(dims, {"INPUT__0": [3, 224, 224]}, []) == ()     # nothing warmed: nothing said
+
+
+@pytest.mark.server
+def test_a_first_request_the_model_fails_on_names_the_servers_log_file(encoder_served, capsys):
+    code = _loadtest_model(encoder_served, "enc", "--shape", "input_ids:12", "--shape", "attention_mask:6")
+    assert code == EXIT_RUN_ERRORS
+    hint = capsys.readouterr().err.splitlines()[1]
+    assert hint.endswith(f"the server's log says more: {encoder_served.log_path}"), hint
+    assert Path(encoder_served.log_path).is_file()
+
+
+@pytest.mark.server
+def test_the_redeploy_hint_keeps_the_ports_the_deployment_serves_on(served, capsys):
+    """Deployed with --http-port 0 --grpc-port 0 --metrics-port 0: a bare `tritonkit deploy`
+    would take 8000-8002, which may be another server's."""
+    repo = Path(served.repository)
+    shutil.copytree(repo / "example", repo / "vision2", ignore=shutil.ignore_patterns("__pycache__"))
+    try:
+        assert run_cli("loadtest", "-r", repo, "-m", "vision2", "-c", "1") == EXIT_USAGE
+    finally:
+        shutil.rmtree(repo / "vision2")
+    assert capsys.readouterr().err.splitlines()[1] == (
+        f"hint: redeploy: tritonkit down -r {repo} && tritonkit deploy -r {repo} --http-port "
+        f"{served.http_port} --grpc-port {served.grpc_port} --metrics-port {served.metrics_port}")
+
+
+def test_the_plot_draws_each_windows_slowest_request_so_a_lone_outlier_shows(tmp_path, monkeypatch):
+    """One request of 178 ms among ~7 ms ones: 24x the p99, too few to move a percentile
+    or make a spike; only each window's max line shows it."""
+    import matplotlib.pyplot as plt
+
+    timeline = [Window(index=i, start_s=float(i), ok=100, errors=0, qps=100.0, p50_ms=5.0, p99_ms=7.4,
+                       max_ms=178.0 if i == 3 else 7.9) for i in range(6)]
+    result = _closed_result(timeline, ok=600, errors={})
+    assert result.levels[0].spikes == []
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    report.write_plot(tmp_path / "run.png", result)
+    drawn = {line.get_label(): list(line.get_ydata()) for line in kept[0].axes[0].get_lines()}
+    assert drawn["concurrency 2 max"] == [7.9, 7.9, 7.9, 178.0, 7.9, 7.9]
+    assert max(max(ys) for label, ys in drawn.items() if label != "concurrency 2 max") < 178.0

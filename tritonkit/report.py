@@ -394,7 +394,7 @@ def result_dict(result: LoadTestResult, verdict: Verdict) -> dict[str, Any]:
             "started_at": result.started_at, "tritonkit_version": __version__, "host": result.host,
             "server_version": result.server_version, "model_version": result.model_version,
             "spec": spec, "verdict": verdict.as_dict(),
-            "cold_first_request_ms": result.cold_first_request_ms,
+            "cold_first_request_ms": result.cold_first_request_ms, "unwarmed": result.unwarmed,
             "levels": [_level_dict(lv) for lv in result.levels]}
 
 
@@ -443,9 +443,9 @@ def write_csv(path: Path, result: LoadTestResult) -> Path:
 
 
 def write_plot(path: Path, result: LoadTestResult) -> Path:
-    """A PNG: the latency timeline of each level (spikes marked, stalls, error windows and
-    model outages shaded, a window with no latency a gap in its line) above the latency histogram of each
-    level."""
+    """A PNG: the latency timeline of each level (p50, p99 and each window's max; spikes
+    marked, stalls, error windows and model outages shaded, a window with no latency a gap
+    in its line) above the latency histogram of each level."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -464,6 +464,10 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
         # on each window keeps one alone between two gaps visible.
         xs = [w.start_s + half for w in lv.timeline]
         if any(w.p99_ms is not None for w in lv.timeline):
+            # Each window's slowest request, thin and light: a lone slow one (a cold request
+            # below the spike threshold) moves no percentile and would be one histogram count.
+            top.plot(xs, [_nan(w.max_ms) for w in lv.timeline], ".-", markersize=2, linewidth=0.8, alpha=0.35,
+                     color=color, label=f"{lv.label} max")
             top.plot(xs, [_nan(w.p99_ms) for w in lv.timeline], ".-", markersize=3, color=color,
                      label=f"{lv.label} p99")
             top.plot(xs, [_nan(w.p50_ms) for w in lv.timeline], ".:", markersize=3, color=color,

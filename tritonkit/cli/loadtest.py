@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tritonkit import loadtest as loadtest_lib
@@ -139,8 +140,9 @@ def loadtest(
     # does, its workers stopped: a signal's default action would leave them loading the server.
     with signals_interrupt(), Progress(*columns, console=err_console, transient=True,
                                        disable=not err_console.is_terminal) as progress:
-        result = loadtest_lib.run_loadtest(endpoint, spec, progress=_ProgressBar(progress),
-                                           repository=repository if url is None else None)
+        result = loadtest_lib.run_loadtest(
+            endpoint, spec, progress=_ProgressBar(progress), repository=repository if url is None else None,
+            warn=lambda line: err_console.print(f"[yellow]warning:[/yellow] {escape(line)}", soft_wrap=True))
     verdict = report.judge(result, sla)
     # Files first: what was measured is kept even if the terminal cannot show it. A file
     # that cannot be written (checked before the run, yet the disk filled up) loses neither

@@ -5,6 +5,7 @@ the command that fixes either, spelled with the real folder or address."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from tritonkit.client import Endpoint
@@ -55,7 +56,7 @@ def unknown_model(client, endpoint: Endpoint, model: str, message: str,
             return UsageError(
                 f"model '{model}' is in {repository} but was added after the deploy: the server "
                 f"at {endpoint.http_url} does not know it",
-                hint=f"redeploy: tritonkit down -r {repository} && tritonkit deploy -r {repository}")
+                hint=f"redeploy: {redeploy_command(repository)}")
         return UsageError(
             f"the server at {endpoint.http_url} has no model '{model}' "
             f"(its models: {', '.join(sorted(known)) or 'none'})",
@@ -63,6 +64,41 @@ def unknown_model(client, endpoint: Endpoint, model: str, message: str,
     return UsageError(f"model '{model}' is not loaded on the server ({message})",
                       hint=f"load it: tritonkit warmup {where} --model {model}"
                            + ("" if known is not None else "; or check the name"))
+
+
+def redeploy_command(repository: Path) -> str:
+    """``tritonkit down`` then ``tritonkit deploy`` of ``repository`` as it was deployed: its
+    target, the ports it serves on (a bare deploy takes 8000-8002, which may be another
+    server's) and its GPU profile, from its record (none readable: the bare commands)."""
+    deploy = ["tritonkit", "deploy", "-r", str(repository)]
+    try:
+        deployment = load_deployment(repository)
+    except UsageError:
+        deployment = None
+    if deployment is not None:
+        if deployment.target != "local":
+            deploy += ["--target", deployment.target]
+        # The ports it serves on: the record keeps those, not whether the deploy picked
+        # them (--*-port 0); they were free until the down just before.
+        for flag, port, default in (("--http-port", deployment.http_port, 8000),
+                                    ("--grpc-port", deployment.grpc_port, 8001),
+                                    ("--metrics-port", deployment.metrics_port, 8002)):
+            if port != default:
+                deploy += [flag, str(port)]
+        if deployment.extra.get("gpu"):          # the profile, where the record keeps it
+            deploy += ["--gpu", str(deployment.extra["gpu"])]
+    return f"{shlex.join(['tritonkit', 'down', '-r', str(repository)])} && {shlex.join(deploy)}"
+
+
+def server_log(repository: Path | None) -> str | None:
+    """The log file of the local server recorded in ``repository`` (None: no folder, no
+    record, or a server whose log is not a file here: compose, Kubernetes)."""
+    if repository is None:
+        return None
+    try:
+        return load_deployment(repository).log_path
+    except UsageError:
+        return None
 
 
 def _index(client, endpoint: Endpoint) -> set[str] | None:

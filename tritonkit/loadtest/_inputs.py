@@ -27,9 +27,35 @@ class RequestTemplate:
     sequencing: Sequencing | None = None    # a stateful model's (sequence_batching); None: stateless
     # The version the requests reach (they name none: Triton serves the highest READY one).
     model_version: str | None = None
+    # Sizes of dynamic dimensions the model's model_warmup never sent (see ``unwarmed_sizes``).
+    unwarmed: tuple[UnwarmedSize, ...] = ()
 
     def describe(self) -> str:
         return ", ".join(f"{name} {dtype}{list(data.shape)}" for name, dtype, data in self.inputs)
+
+
+@dataclass(frozen=True)
+class UnwarmedSize:
+    """A dynamic dimension of an input sent at a size none of the model's ``model_warmup``
+    entries sends: the first requests of that size are cold (a TensorRT accelerator, ONNX
+    Runtime's included, builds an engine for it mid-traffic)."""
+
+    input: str
+    axis: int                       # without the batch axis
+    size: int
+    warmed: tuple[int, ...]         # the sizes model_warmup sends at that axis
+
+    def as_dict(self) -> dict:
+        return {"input": self.input, "axis": self.axis, "size": self.size, "warmed": list(self.warmed)}
+
+
+def unwarmed_warning(model: str, unwarmed: Sequence[UnwarmedSize]) -> str:
+    """One line for all of ``unwarmed``: what was never warmed and what to do about it."""
+    said = "; ".join(f"input {u.input} dim {u.axis} at {u.size} (warmed: "
+                     f"{', '.join(map(str, u.warmed))})" for u in unwarmed)
+    return (f"model '{model}' was never warmed at the size sent: {said}; its first requests at it "
+            "are cold. Export it with an example at the serving size (so it is verified and "
+            "warmed), or add model_warmup entries at that size")
 
 
 #: ``--shape`` values: (input name, its dims without the batch axis), one pair per input.
@@ -138,8 +164,32 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
                          + " without the batch axis",
                          hint=_shape_hint(unsized, config.get("model_warmup", [])))
     outputs = tuple(o["name"] for o in metadata.get("outputs", []))
+    dynamic = {s["name"]: [int(d) for d in s["shape"]][1 if max_batch else 0:] for s in metadata["inputs"]}
+    sent = {name: list(data.shape)[1 if max_batch else 0:] for name, _, data in inputs}
     return RequestTemplate(model=model, inputs=tuple(inputs), outputs=outputs, batch_size=batch_size,
-                           sequencing=stateful, model_version=_served_version(metadata))
+                           sequencing=stateful, model_version=_served_version(metadata),
+                           unwarmed=unwarmed_sizes(dynamic, sent, config.get("model_warmup", [])))
+
+
+def unwarmed_sizes(dims: Mapping[str, Sequence[int]], sent: Mapping[str, Sequence[int]],
+                   warmup: list[dict]) -> tuple[UnwarmedSize, ...]:
+    """Each dynamic dimension (-1 in ``dims``, the model's, without the batch axis) that
+    ``sent`` (the request's dims) gives a size no ``model_warmup`` entry (the config as the
+    server reports it) sends for that input. A model with no model_warmup, or none for an
+    input, says nothing: there is nothing warmed to compare with."""
+    unwarmed = []
+    for name, model_dims in dims.items():
+        size = sent.get(name)
+        if size is None or len(size) != len(model_dims):
+            continue
+        warmed = [[int(d) for d in entry.get("inputs", {}).get(name, {}).get("dims", [])]
+                  for entry in warmup]
+        warmed = [w for w in warmed if len(w) == len(model_dims)]
+        for axis, wanted in enumerate(model_dims):
+            sizes = tuple(sorted({w[axis] for w in warmed}))
+            if wanted == -1 and sizes and size[axis] not in sizes:
+                unwarmed.append(UnwarmedSize(name, axis, int(size[axis]), sizes))
+    return tuple(unwarmed)
 
 
 def _served_version(metadata: dict) -> str | None:

@@ -21,8 +21,9 @@ import numpy as np
 
 from tritonkit.client import Endpoint, server_version
 from tritonkit.errors import LoadTestError, ServerError, UsageError
-from tritonkit.loadtest._deployment import refuse_gone_server, server_hint
-from tritonkit.loadtest._inputs import RequestTemplate, Shapes, check_shapes, request_template
+from tritonkit.loadtest._deployment import refuse_gone_server, server_hint, server_log
+from tritonkit.loadtest._inputs import (
+    RequestTemplate, Shapes, check_shapes, request_template, unwarmed_warning)
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._sequences import (
     DEFAULT_LENGTH, DEFAULT_OPEN_SEQUENCES, DEFAULT_VARIATION_PCT, MAX_LENGTH, SequencePlan,
@@ -259,6 +260,9 @@ class LoadTestResult:
     host: str | None = None
     server_version: str | None = None
     model_version: str | None = None
+    # Dynamic sizes sent that the model's model_warmup never sent: {"input", "axis", "size",
+    # "warmed"} each (``_inputs.UnwarmedSize``); their first requests were cold.
+    unwarmed: list[dict] = field(default_factory=list)
 
     @property
     def ended_early(self) -> str | None:
@@ -276,12 +280,15 @@ def default_workers(spec: LoadSpec, level: float) -> int:
 
 
 def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None,
-                 repository: Path | None = None) -> LoadTestResult:
+                 repository: Path | None = None,
+                 warn: Callable[[str], None] | None = None) -> LoadTestResult:
     """Run every level of ``spec`` against the server at ``endpoint``, one after the other.
 
     ``repository``: the deployment's folder ``endpoint`` was found through (None: an
     address given, ``--url``). A local server it records that is gone is said at once, and
-    errors name the folder in the commands that fix them."""
+    errors name the folder in the commands that fix them (and its server's log).
+    ``warn``: told, before the levels, what the run will measure that its user may not
+    mean to (a size the model never warmed: its first requests cold); the run goes on."""
     if multiprocessing.current_process().name.startswith(_WORKER_NAME):
         raise SystemExit(_UNGUARDED_EXIT)   # a worker importing an unguarded script: the parent says why
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -303,7 +310,10 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     cold = never_ran(endpoint, spec.model)
     probe_ms = _probe(url, spec.protocol, template, spec.timeout_s,
                       probe_step(template.sequencing, spec.sequence_id_range) if stateful else None,
-                      hint=server_hint(endpoint, repository, spec.protocol))
+                      hint=server_hint(endpoint, repository, spec.protocol), log=server_log(repository))
+    # Said once the model took the request (one it refuses is the error, alone), before the levels.
+    if template.unwarmed and warn is not None:
+        warn(unwarmed_warning(spec.model, template.unwarmed))
     version = server_version(endpoint)
     levels = []
     for level, slots in planned:
@@ -314,7 +324,8 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     return LoadTestResult(spec=spec, server=url, request=template.describe(), levels=levels,
                           cold_first_request_ms=probe_ms if cold else None, started_at=started_at,
                           host=socket.gethostname(), server_version=version,
-                          model_version=template.model_version)
+                          model_version=template.model_version,
+                          unwarmed=[u.as_dict() for u in template.unwarmed])
 
 
 def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]]) -> None:
@@ -351,7 +362,8 @@ def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
 
 
 def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
-           step: tuple | None = None, hint: str = "is the server up, on that port?") -> float:
+           step: tuple | None = None, hint: str = "is the server up, on that port?",
+           log: str | None = None) -> float:
     """One request before any worker starts (not counted): a request the model cannot take
     fails here, in Triton's words, instead of as every request of the run. Returns its
     latency in ms (the connection made before it). A stateful model's is a whole sequence
@@ -360,7 +372,8 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
     A refusal (HTTP 400 or its gRPC codes, ``RequestFailed.refused``: the server judged
     the request itself invalid) is the user's to fix, a usage error; any other error
     answer — the model failing on it (5xx), or gone (404) — a run error. No answer at all
-    is a server error, with ``hint`` (what to check, ``server_hint``).
+    is a server error, with ``hint`` (what to check, ``server_hint``). ``log``: the
+    server's log file, where known (a recorded local deployment's).
     """
     try:
         send = http_sender(url, template, timeout) if protocol == "http" else grpc_sender(url, template, timeout)
@@ -381,9 +394,9 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
                              hint="send what the model takes: check --shape and --input-data (inputs "
                                   "that share a dynamic axis take the same size) and --batch-size",
                              detail=rest.strip() or None) from None
+        log_says = "the server's log says more" + (f": {log}" if log else "")
         raise LoadTestError(f"the first request to {sent} failed: {said}",
-                            hint="check the model's inputs (--shape, --input-data, --batch-size); "
-                                 "the server's log says more",
+                            hint=f"check the model's inputs (--shape, --input-data, --batch-size); {log_says}",
                             detail=rest.strip() or None) from None
     except Exception as exc:
         # Nothing was run: a server that cannot be reached (exit 1), as when its model could
