@@ -27,7 +27,8 @@ from tritonkit.client import Endpoint, example_input, triton_message
 from tritonkit.deploy import deploy_local
 from tritonkit.errors import ServerError, UsageError
 from tritonkit.server.local import Deadline, _alive, free_port
-from tritonkit.server.state import Deployment, load_deployment, save_deployment, state_dir
+from tritonkit.server.state import (Deployment, load_deployment, redeploy_command,
+                                    save_deployment, state_dir)
 from tritonkit.warmup import (
     ColdStart, ModelWarmup, SteadyRule, cold_start_figures, load_and_warm, load_order,
     model_instances, run_context, sequence_ids, sequence_slots, warm_up, warmup_shapes)
@@ -680,13 +681,15 @@ def test_a_model_added_to_the_folder_after_a_local_deploy_is_said_so_with_how_to
         error, hint = capsys.readouterr().err.splitlines()
         assert error == (f"error: model 'cnn' was added to {repo} after the deploy: its server "
                          "serves the models deployed then (example, pipeline)")
-        assert hint == f"hint: redeploy: tritonkit down -r {repo} && tritonkit deploy -r {repo}"
+        # as it was deployed: on the ports it serves on (a bare deploy takes 8000-8002)
+        assert hint == f"hint: redeploy: {redeploy_command(repo)}"
+        assert f"--http-port {warm_server.http_port}" in hint
         # Warming the deployment's models says it leaves cnn out, and why.
         assert run_cli("warmup", "-r", repo) == 0
         [warning] = capsys.readouterr().err.splitlines()
         assert warning == (f"warning: model 'cnn' was added to {repo} after the deploy: its "
                            "server does not serve it, and nothing warms it; redeploy: "
-                           f"tritonkit down -r {repo} && tritonkit deploy -r {repo}")
+                           f"{redeploy_command(repo)}")
     finally:
         shutil.rmtree(repo / "cnn")
 

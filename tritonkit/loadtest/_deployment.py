@@ -5,13 +5,12 @@ the command that fixes either, spelled with the real folder or address."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from tritonkit.client import Endpoint
 from tritonkit.errors import UsageError
 from tritonkit.repository import is_model_dir
-from tritonkit.server.state import load_deployment
+from tritonkit.server.state import load_deployment, redeploy_command  # noqa: F401
 
 
 def refuse_gone_server(repository: Path | None) -> None:
@@ -64,30 +63,6 @@ def unknown_model(client, endpoint: Endpoint, model: str, message: str,
     return UsageError(f"model '{model}' is not loaded on the server ({message})",
                       hint=f"load it: tritonkit warmup {where} --model {model}"
                            + ("" if known is not None else "; or check the name"))
-
-
-def redeploy_command(repository: Path) -> str:
-    """``tritonkit down`` then ``tritonkit deploy`` of ``repository`` as it was deployed: its
-    target, the ports it serves on (a bare deploy takes 8000-8002, which may be another
-    server's) and its GPU profile, from its record (none readable: the bare commands)."""
-    deploy = ["tritonkit", "deploy", "-r", str(repository)]
-    try:
-        deployment = load_deployment(repository)
-    except UsageError:
-        deployment = None
-    if deployment is not None:
-        if deployment.target != "local":
-            deploy += ["--target", deployment.target]
-        # The ports it serves on: the record keeps those, not whether the deploy picked
-        # them (--*-port 0); they were free until the down just before.
-        for flag, port, default in (("--http-port", deployment.http_port, 8000),
-                                    ("--grpc-port", deployment.grpc_port, 8001),
-                                    ("--metrics-port", deployment.metrics_port, 8002)):
-            if port != default:
-                deploy += [flag, str(port)]
-        if deployment.extra.get("gpu"):          # the profile, where the record keeps it
-            deploy += ["--gpu", str(deployment.extra["gpu"])]
-    return f"{shlex.join(['tritonkit', 'down', '-r', str(repository)])} && {shlex.join(deploy)}"
 
 
 def server_log(repository: Path | None) -> str | None:

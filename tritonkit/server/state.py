@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import secrets
+import shlex
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -184,3 +185,27 @@ def deploy_lock(repository: Path) -> Iterator[None]:
 def mask(secret: str) -> str:
     """A secret as it may be shown: its first four characters only."""
     return secret[:4] + "…" if secret else ""
+
+
+def redeploy_command(repository: Path) -> str:
+    """``tritonkit down`` then ``tritonkit deploy`` of ``repository`` as it was deployed: its
+    target, the ports it serves on (a bare deploy takes 8000-8002, which may be another
+    server's) and its GPU profile, from its record (none readable: the bare commands)."""
+    deploy = ["tritonkit", "deploy", "-r", str(repository)]
+    try:
+        deployment = load_deployment(repository)
+    except UsageError:
+        deployment = None
+    if deployment is not None:
+        if deployment.target != "local":
+            deploy += ["--target", deployment.target]
+        # The ports it serves on: the record keeps those, not whether the deploy picked
+        # them (--*-port 0); they were free until the down just before.
+        for flag, port, default in (("--http-port", deployment.http_port, 8000),
+                                    ("--grpc-port", deployment.grpc_port, 8001),
+                                    ("--metrics-port", deployment.metrics_port, 8002)):
+            if port != default:
+                deploy += [flag, str(port)]
+        if deployment.extra.get("gpu"):          # the profile, where the record keeps it
+            deploy += ["--gpu", str(deployment.extra["gpu"])]
+    return f"{shlex.join(['tritonkit', 'down', '-r', str(repository)])} && {shlex.join(deploy)}"

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from tritonkit.errors import ServerError, UsageError
 from tritonkit.repository import model_names
 from tritonkit.server.local import how_it_ended, is_our_server, mirror_dir, repository_of_mirror
-from tritonkit.server.state import Deployment, load_deployment
+from tritonkit.server.state import Deployment, load_deployment, redeploy_command
 
 #: How long a recorded local server may be gone with no deploy recording another before
 #: the warm-up stops waiting for one (a deploy records its server within a second or two
@@ -133,4 +133,4 @@ def _were_added(names: Sequence[str], repository: str) -> str:
 
 
 def _redeploy(repository: str) -> str:
-    return f"tritonkit down -r {repository} && tritonkit deploy -r {repository}"
+    return redeploy_command(Path(repository))
