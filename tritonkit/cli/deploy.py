@@ -17,7 +17,7 @@ from tritonkit import deploy as deploy_lib
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
 from tritonkit.server.container import CONTAINER_PORTS
 from tritonkit.server.k8s import K8S_DIRNAME, STARTUP_FAILURES, STARTUP_PERIOD_S
-from tritonkit.server.local import listens_everywhere, signals_interrupt
+from tritonkit.server.local import Stopped, listens_everywhere, signals_interrupt
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import mask
 
@@ -253,6 +253,11 @@ def _print_k8s(written) -> None:
         console.print(f"    {escape(command)}", highlight=False, soft_wrap=True)
 
 
+# Off a terminal, a `down` still waiting after this long says once what for: a quick stop
+# (Triton unloads the example model in about 2 s) stays one line.
+DOWN_PLAIN_AFTER_S = 5.0
+
+
 @app.command(epilog="Example: tritonkit down --repository model_repository")
 def down(
     repository: Repository = Path("model_repository"),
@@ -260,10 +265,14 @@ def down(
 ) -> None:
     """Stop the server deployed for a model repository (local: SIGINT, bounded wait, then
     kill; compose: docker compose down)."""
-    with progress_status(f"stopping the server for {repository}") as progress:
+    with progress_status(f"stopping the server for {repository}",
+                         plain_after=DOWN_PLAIN_AFTER_S) as progress:
         stopped = deploy_lib.down(repository, timeout=timeout, progress=progress)
     if stopped is None:
         console.print(f"nothing to stop for {repository}: no deployment recorded", soft_wrap=True, highlight=False)
+    elif isinstance(stopped, Stopped):
+        console.print(f"stopped the Triton server for {repository}: {stopped.describe()}",
+                      soft_wrap=True, highlight=False)
     elif stopped:
         console.print(f"stopped the Triton server for {repository}", soft_wrap=True, highlight=False)
     else:

@@ -368,22 +368,24 @@ _LEFT_RUNNING: list[subprocess.Popen] = []
 
 
 def stop_local(deployment: Deployment, timeout: float = 40.0,
-               progress: Progress | None = None) -> bool:
+               progress: Progress | None = None) -> Stopped | bool:
     """Stop a local deployment (SIGINT, wait, then kill), all within ``timeout`` seconds;
-    ``progress`` hears what a stopping Triton still waits for. True if it was running."""
-    was_running = is_our_server(deployment)
+    ``progress`` hears what a stopping Triton still waits for. If it was running, how it
+    ended (a ``Stopped``, which is truthy); else False."""
+    stopped: Stopped | bool = False
     prefix = shm_prefix(deployment.argv)
-    if was_running:
+    if is_our_server(deployment):
         pid: int = deployment.pid        # type: ignore[assignment]
         try:
-            _terminate(pid, Deadline(timeout), progress,
-                       Path(deployment.log_path) if deployment.log_path else None, prefix)
+            stopped = _terminate(pid, Deadline(timeout), progress,
+                                 Path(deployment.log_path) if deployment.log_path else None,
+                                 prefix)
         except PermissionError:          # its record stays: the server still runs
             raise _not_ours_to_signal([pid], Path(deployment.repository)) from None
     elif deployment.pid:                 # crashed or killed: what it left behind
         _clear_leftovers(deployment.pid, prefix)
     clear_deployment(Path(deployment.repository))
-    return was_running
+    return stopped
 
 
 def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: Deadline,
@@ -563,22 +565,61 @@ def _is_tritonserver(argv: list[str], serving: str) -> bool:
     return bool(argv) and "tritonserver" in argv[0] and serving in argv[1:]
 
 
+# How a stop ended (``Stopped.how``).
+EXITED, EXIT_TIMEOUT, KILLED, GONE = "exited", "exit timeout", "killed", "gone"
+
+# What Triton 2.51 logs when its --exit-timeout-secs ends with work still open; it then
+# exits at once, that work abandoned (`down` is not its parent: no exit status to read).
+_EXIT_TIMEOUT_EXPIRED = "Exit timeout expired"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stopped:
+    """How a stopped tritonserver ended: ``how`` is EXITED (on its own after SIGINT),
+    EXIT_TIMEOUT (Triton gave up waiting and exited), KILLED (still running when the
+    deadline ran out) or GONE (it had exited before the SIGINT); ``waited_for`` is, from
+    Triton's log, what held it up (EXIT_TIMEOUT) or what it still waited for (KILLED).
+    Always truthy: a server was there to stop."""
+
+    pid: int
+    how: str
+    seconds: float
+    timeout: float
+    waited_for: str | None = None
+
+    def describe(self) -> str:
+        """One clause for a user: how it ended, and after how long."""
+        after = f"{self.seconds:.1f} s after SIGINT"
+        if self.how == KILLED:
+            waiting = f" while Triton waited for {self.waited_for}" if self.waited_for else ""
+            return (f"it was still running when the {self.timeout:g} s timeout ran out, so "
+                    f"it was killed (SIGKILL){waiting}")
+        if self.how == EXIT_TIMEOUT:
+            held = f", held up by {self.waited_for}" if self.waited_for else ""
+            return f"Triton's exit timeout expired and it exited {after}{held}"
+        if self.how == GONE:
+            return "it had exited already"
+        return f"it exited on its own {after}"
+
+
 def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
-               log_path: Path | None = None, prefix: str | None = None) -> None:
+               log_path: Path | None = None, prefix: str | None = None) -> Stopped:
     """SIGINT the server, wait, then SIGKILL its process group: all within ``deadline``;
     then what it left behind (``_clear_leftovers``: stubs, shared memory under ``prefix``,
-    else the one its command line names).
+    else the one its command line names). Returns how it ended.
 
     The last tenth of it (at most 1 s) is kept for the kill, so a server that ignores
     SIGINT (Triton waits for requests in flight) is still gone when the deadline ends.
     While it waits, ``progress`` hears what Triton's log says it waits for. A
     PermissionError (another user's process) is raised before anything is sent."""
     prefix = prefix or shm_prefix(_cmdline(pid))
+    log_from = _log_size(log_path)       # what this stop logs comes after it
+    started = time.monotonic()
     try:
         os.kill(pid, signal.SIGINT)
     except ProcessLookupError:
         _clear_leftovers(pid, prefix)
-        return
+        return Stopped(pid, GONE, 0.0, deadline.seconds)
     kill_at = deadline.end - min(1.0, deadline.seconds / 10)
     told_at = 0.0
     while time.monotonic() < kill_at and _alive(pid):
@@ -588,6 +629,8 @@ def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
             progress(f"stopping tritonserver (pid {pid})"
                      + (f": Triton waits for {what}" if what else ""))
         time.sleep(min(0.05, max(0.0, kill_at - time.monotonic())))
+    killed = _alive(pid)
+    seconds = time.monotonic() - started
     try:
         os.killpg(pid, signal.SIGKILL)  # the stubs too, if any linger
     except (ProcessLookupError, PermissionError):
@@ -596,6 +639,37 @@ def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
         time.sleep(0.01)
     if not _alive(pid):
         _clear_leftovers(pid, prefix)
+    logged = _log_since(log_path, log_from)
+    # Triton's counts with something in them, in order: it drains client connections, then
+    # in-flight work, then unloads, all in one exit timeout. The first is what held the stop
+    # up; the last, what it still waited for when it was killed.
+    waited = [f"{count} {what}" for _left, count, what in _DRAINING.findall(logged)
+              if count != "0"]
+    if killed:
+        return Stopped(pid, KILLED, seconds, deadline.seconds, waited[-1] if waited else None)
+    if _EXIT_TIMEOUT_EXPIRED in logged:
+        return Stopped(pid, EXIT_TIMEOUT, seconds, deadline.seconds,
+                       waited[0] if waited else None)
+    return Stopped(pid, EXITED, seconds, deadline.seconds)
+
+
+def _log_size(log_path: Path | None) -> int:
+    try:
+        return log_path.stat().st_size if log_path else 0
+    except OSError:
+        return 0
+
+
+def _log_since(log_path: Path | None, offset: int) -> str:
+    """What a log holds past ``offset`` ('' without one)."""
+    if not log_path:
+        return ""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(offset)
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 # The python backend's regions of one server: tritonkit_<http port>_<token>_<uuid>.
