@@ -23,7 +23,7 @@ from tritonkit.repository import model_names, refuse_missing_gpu_configs
 from tritonkit.server import compose, k8s
 from tritonkit.server.container import container_spec
 from tritonkit.server.local import (Deadline, Progress, mirror_dir, refuse_if_recorded, server_exited,
-                                    start_local, stop_local, stop_unrecorded)
+                                    Stopped, start_local, stop_local, stop_unrecorded)
 from tritonkit.server.local_repository import build_local_repository
 from tritonkit.server.settings import Ports, load_server_settings
 from tritonkit.server.state import (Deployment, deploy_lock, is_recorded, load_deployment,
@@ -158,16 +158,17 @@ def _add_hint(exc: TritonkitError, note: str) -> None:
 
 
 def down(repository: Path, *, timeout: float = 40.0,
-         progress: Progress | None = None) -> bool | None:
-    """Stop whatever deployment is recorded for ``repository``: True if its server was
-    running, False if it had gone already (the record is cleared all the same), None if
+         progress: Progress | None = None) -> Stopped | bool | None:
+    """Stop whatever deployment is recorded for ``repository``: how its local server ended
+    (``Stopped``; compose: True) if it was running, False if it had gone already (the
+    record is cleared all the same), None if
     nothing was recorded — a second ``down`` (a teardown script's) is no error, as a second
     ``docker compose down`` is not. With no record, a local server still serving the
     repository is stopped all the same. ``progress`` hears what a stopping local server
     waits for (Triton drains open client connections for up to its exit timeout)."""
     if not is_recorded(repository):
-        if stop_unrecorded(repository, timeout, progress):
-            return True
+        if stopped := stop_unrecorded(repository, timeout, progress):
+            return stopped[-1]
         require_repository_folder(repository)      # a typo is not "nothing to stop"
         return None
     deployment = load_deployment(repository)

@@ -194,22 +194,23 @@ def refuse_if_running(repository: Path) -> None:
 
 
 def stop_unrecorded(repository: Path, timeout: float = 40.0,
-                    progress: Progress | None = None) -> bool:
-    """Stop the servers ``unrecorded_servers`` finds, all within ``timeout``; True if any.
+                    progress: Progress | None = None) -> list[Stopped]:
+    """Stop the servers ``unrecorded_servers`` finds, all within ``timeout``; how each ended.
     ``progress`` hears what each waits for (from the repository's server log). A server
     this user may not signal (another user's) is left running and named in a ServerError,
     once the others are stopped."""
     strays = unrecorded_servers(repository)
     deadline = Deadline(timeout)
-    refused = []
+    refused, stopped = [], []
     for pid in strays:
         try:
-            _terminate(pid, Deadline(deadline.left()), progress, server_log(repository))
+            stopped.append(_terminate(pid, Deadline(deadline.left()), progress,
+                                      server_log(repository)))
         except PermissionError:
             refused.append(pid)
     if refused:
         raise _not_ours_to_signal(refused, repository)
-    return bool(strays)
+    return stopped
 
 
 def _not_ours_to_signal(pids: list[int], repository: Path) -> ServerError:
