@@ -736,3 +736,29 @@ def test_reproduce_script_records_a_profile_file_by_its_absolute_path_and_a_name
                                   repository="repo", gpu=gpu, exporters=("torchscript",),
                                   force=True)
         assert reproduce_options(result.path)["--gpu"] == recorded
+
+
+def test_a_forced_export_of_a_model_a_compose_deployment_serves_says_how_to_serve_it(tmp_path,
+                                                                                       capsys):
+    """The compose server reads the folder itself: a reload serves the new model. A model
+    the deployment does not serve, or an export without --force, warns of nothing."""
+    from tritonkit.server.state import Deployment, save_deployment
+
+    repo, mlp = tmp_path / "repo", f"{EXAMPLES / 'mlp.py'}:build"
+    assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify") == 0
+    save_deployment(Deployment(target="compose", repository=str(repo), host="127.0.0.1",
+                               http_port=8000, grpc_port=8001, metrics_port=8002,
+                               secret_header="tritonkit-repository-key", models=["mlp"],
+                               started_at=time.time()))
+    capsys.readouterr()
+    assert run_cli("export", mlp, "--name", "other", "--repository", repo, "--no-verify") == 0
+    assert run_cli("export", mlp, "--name", "other", "--repository", repo, "--no-verify",
+                   "--force") == 0
+    assert "warning" not in capsys.readouterr().err
+    assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify",
+                   "--force") == 0
+    assert (f"warning: the compose server deployed from {repo} keeps serving the 'mlp' it "
+            f"loaded, not this export; to serve this one, reload it (tritonkit warmup "
+            f"--repository {repo} --model mlp --reload) or redeploy: tritonkit down "
+            f"--repository {repo} && tritonkit deploy --repository {repo} --target compose ..."
+            ) in capsys.readouterr().err

@@ -185,3 +185,33 @@ def test_an_onnx_model_whose_output_has_a_label_file_serves_its_labels(tmp_path)
     finally:
         client.close()
         run_cli("down", "--repository", tmp_path)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (('name: "INPUT__0"', 'name: "image"'),
+     "the config's input 'image' is not in the graph (its inputs: 'INPUT__0'); "
+     "the graph's input 'INPUT__0' is not in the config"),
+    (('  name: "OUTPUT__0"\n  data_type: TYPE_FP32', '  name: "OUTPUT__0"\n  data_type: TYPE_FP16'),
+     "output 'OUTPUT__0' is TYPE_FP16 in the config, TYPE_FP32 in the graph"),
+])
+def test_a_graph_that_does_not_match_its_config_fails_its_load_naming_the_difference(
+        tmp_path, capsys, edit, says):
+    """Not at the warm-up sample with "'NoneType' object has no attribute 'as_numpy'"."""
+    onnx_graphs.mlp(tmp_path / "mlp")
+    (tmp_path / "mlp" / "export-report.json").write_text(json.dumps(
+        {"max_batch_size": 8, "inputs": [{"name": "INPUT__0", "example_shape": [4, 16]}]}))
+    configure(tmp_path, "mlp", gpu="a10")
+    config = tmp_path / "mlp" / "config.pbtxt"
+    assert edit[0] in config.read_text()
+    config.write_text(config.read_text().replace(edit[0], edit[1]))
+    code = run_cli("deploy", "--repository", tmp_path, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--timeout", "90")
+    if code == 0:                             # served a model it should have refused
+        run_cli("down", "--repository", tmp_path)
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "failed to load 'mlp'" in err
+    assert says in err
+    assert "tritonkit config mlp --force, or export it again) and redeploy" in err
+    assert "as_numpy" not in err
+    assert not (state_dir(tmp_path) / "server.json").exists()

@@ -885,7 +885,9 @@ def test_a_server_whose_state_file_was_removed_blocks_a_second_server_and_down_s
         assert _no_server_for(repo)
     finally:
         assert run_cli("down", "--repository", repo) == 0
-    assert "stopped the Triton server" in capsys.readouterr().out
+    # how it ended, as for a recorded one
+    assert re.search(r"stopped the Triton server for .*: it exited on its own [\d.]+ s after "
+                     "SIGINT", " ".join(capsys.readouterr().out.split()))
     assert not _alive(deployed.pid)
 
 
@@ -1033,3 +1035,98 @@ def test_a_python_backend_model_is_served_locally_with_the_gpus_own_config(examp
             client.close()
     finally:
         run_cli("down", "--repository", example_repository)
+
+
+def _deploy_with_exit_timeout(repo: Path, tmp_path: Path, seconds: int) -> Deployment:
+    """The example repository served with Triton's --exit-timeout-secs at ``seconds``."""
+    settings = tmp_path / "server.toml"
+    settings.write_text((ROOT / "configs" / "server.toml").read_text().replace(
+        "exit_timeout_secs = 30", f"exit_timeout_secs = {seconds}"))
+    return _deploy(repo, "--server-config", settings, "--no-warmup")
+
+
+def _down_piped(repo: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`tritonkit down` with its output to pipes, as in a CI log."""
+    return subprocess.run(
+        [sys.executable, "-m", "tritonkit", "down", "--repository", str(repo), *extra],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, preexec_fn=default_signals)
+
+
+@pytest.mark.parametrize("timeout, ended", [
+    ("20", "Triton's exit timeout expired and it exited"),
+    ("7", "it was still running when the 7 s timeout ran out, so it was killed (SIGKILL)"),
+])
+def test_a_piped_down_that_waits_says_once_what_for_and_how_the_server_ended(
+        example_repository, tmp_path, timeout, ended):
+    """Off a terminal there is no spinner: a `down` held up by a client's open connection
+    (Triton drains it for its whole exit timeout, 8 s here) says once on stderr what it
+    waits for, after a few seconds — not a line per poll — and its last line says whether
+    Triton gave up on its own or `down` had to kill it when --timeout ran out."""
+    deployment = _deploy_with_exit_timeout(example_repository, tmp_path, 8)
+    client = httpclient.InferenceServerClient(deployment.http_url)
+    try:
+        assert client.is_server_ready()          # a keep-alive connection, left open
+        done = _down_piped(example_repository, "--timeout", timeout)
+    finally:
+        client.close()
+        run_cli("down", "--repository", example_repository)
+    assert done.returncode == 0, done.stderr
+    waiting = done.stderr.splitlines()
+    assert len(waiting) == 1, done.stderr
+    assert re.fullmatch(rf"stopping tritonserver \(pid {deployment.pid}\): Triton waits for 1 "
+                        r"HTTP service connections \(\d+ s left of its exit timeout\)",
+                        waiting[0]), waiting
+    said = done.stdout.strip()
+    assert said.startswith(f"stopped the Triton server for {example_repository}: {ended}"), said
+    assert said.endswith(" 1 HTTP service connections"), said
+    assert not _alive(deployment.pid)
+
+
+def test_a_piped_down_that_stops_at_once_prints_no_waiting_line(deployed):
+    done = _down_piped(Path(deployed.repository))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    said = done.stdout.strip()
+    assert re.fullmatch(rf"stopped the Triton server for {re.escape(deployed.repository)}: it "
+                        r"exited on its own \d+\.\d s after SIGINT", said), said
+
+
+def test_a_model_exported_again_is_served_as_deployed_until_the_next_deploy(tmp_path, capsys):
+    """A re-export renames a new model folder into place: the local server keeps the graph
+    and the config it was deployed with (a reload included), `export` warns that it does,
+    and the next deploy serves the new model, nothing of the old one left in its mirror."""
+    repo, mlp = tmp_path / "repo", f"{ROOT / 'examples' / 'mlp.py'}:build"
+    assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify") == 0
+    deployment = _deploy(repo)
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    try:
+        capsys.readouterr()
+        assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify",
+                       "--input-names", "features", "--force") == 0
+        err = capsys.readouterr().err
+        assert (f"warning: the local server deployed from {repo} keeps serving the 'mlp' it "
+                f"loaded, not this export; to serve this one, redeploy: tritonkit down "
+                f"--repository {repo} && tritonkit deploy --repository {repo}") in err
+        assert run_cli("warmup", "--repository", repo, "--model", "mlp", "--reload") == 0
+        client = httpclient.InferenceServerClient(deployment.http_url)
+        try:
+            assert [i["name"] for i in client.get_model_config("mlp")["input"]] == ["INPUT__0"]
+            inp = httpclient.InferInput("INPUT__0", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            assert client.infer("mlp", [inp]).as_numpy("OUTPUT__0").shape == (2, 10)
+        finally:
+            client.close()
+    finally:
+        started = time.monotonic()
+        assert run_cli("down", "--repository", repo) == 0
+        assert time.monotonic() - started < 15          # no model stuck in a failed load
+    redeployed = _deploy(repo)
+    client = httpclient.InferenceServerClient(redeployed.http_url)
+    try:
+        assert [i["name"] for i in client.get_model_config("mlp")["input"]] == ["features"]
+        # the new graph itself, hard-linked: the snapshot costs no disk
+        mirrored = state_dir(repo) / "local" / "mlp" / "1" / "model.onnx"
+        assert mirrored.stat().st_ino == (repo / "mlp" / "1" / "model.onnx").stat().st_ino
+    finally:
+        client.close()
+        run_cli("down", "--repository", repo)
+    assert _no_server_for(repo)

@@ -37,6 +37,7 @@ from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME, check_model_name
+from tritonkit.server.state import is_recorded, load_deployment
 
 FORMATS = ("onnx", "tensorrt")
 VERSION = "1"
@@ -133,7 +134,29 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
         for note in cleared if hasattr(exc, "add_note") else ():    # Python 3.11+
             exc.add_note(note)
         raise
-    return dataclasses.replace(result, notes=cleared + result.notes)
+    return dataclasses.replace(result, notes=cleared + result.notes,
+                               warnings=result.warnings + _still_served(options))
+
+
+def _still_served(options: ExportOptions) -> list[str]:
+    """A warning when a running deployment of the repository serves the model just
+    replaced: it keeps the model it loaded (the local one, its mirror's snapshot)."""
+    repository = Path(options.repository)
+    if not options.force or not is_recorded(repository):
+        return []
+    try:
+        deployment = load_deployment(repository)
+    except UsageError:
+        return []
+    if deployment.target not in ("local", "compose") or options.name not in deployment.models:
+        return []
+    how = (f"redeploy: tritonkit down --repository {repository} && tritonkit deploy "
+           f"--repository {repository} --target {deployment.target} ...")
+    if deployment.target == "compose":      # it reads the folder itself: a reload will do
+        how = (f"reload it (tritonkit warmup --repository {repository} --model {options.name} "
+               f"--reload) or {how}")
+    return [f"the {deployment.target} server deployed from {repository} keeps serving the "
+            f"'{options.name}' it loaded, not this export; to serve this one, {how}"]
 
 
 def _refuse_unloadable_opset(served: GpuProfile, opset: int) -> None:

@@ -7,6 +7,12 @@ ONNX Runtime on the CPU, with the production config's inputs, outputs, batching 
 warm-up and one KIND_CPU instance; python-backend and ensemble models are linked file by
 file as they are at the deploy (a GPU's ``configs/<gpu>.pbtxt`` as their config.pbtxt).
 The production repository is never changed.
+
+An ONNX model is a snapshot of the deploy: its files are hard links (copies across
+filesystems), not links by path. ``tritonkit export --force`` renames a new model folder
+into place; a link by path would follow it, and a reload would pair the new graph with the
+config written at the deploy. The server serves the model as deployed until the next deploy,
+which rebuilds the mirror from scratch.
 """
 
 from __future__ import annotations
@@ -115,11 +121,29 @@ def _mirror_onnx_model(source: Path, target: Path, config: mc.ModelConfig) -> No
     # file (label_filename) is opened from there when the model loads.
     for item in source.iterdir():
         if item.name not in ("config.pbtxt", "configs") and item not in versions:
-            (target / item.name).symlink_to(item.resolve())
+            _snapshot(item, target / item.name)
     for version in servable:
         out = target / version.name
         out.mkdir()
         for item in version.iterdir():        # the model and any external-data files
-            (out / item.name).symlink_to(item.resolve())
+            _snapshot(item, out / item.name)
         shutil.copyfile(ADAPTER, out / "model.py")
     atomic_write(target / "config.pbtxt", config_to_text(local_config(config)))
+
+
+def _snapshot(source: Path, target: Path) -> None:
+    """``source`` (a file or a folder of them) as it is now: hard links, which cost no disk
+    and keep the old file when a re-export replaces it; a copy where the mirror is on
+    another filesystem (or the filesystem has no hard links)."""
+    if source.is_dir():
+        shutil.copytree(source, target, copy_function=_link_or_copy,
+                        ignore_dangling_symlinks=True)
+    elif source.exists():                     # a dangling link the model never reads
+        _link_or_copy(source, target)
+
+
+def _link_or_copy(source: str | Path, target: str | Path) -> None:
+    try:
+        os.link(os.path.realpath(source), target)
+    except OSError:
+        shutil.copy2(source, target)

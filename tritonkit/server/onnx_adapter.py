@@ -4,15 +4,19 @@ The embedded local tritonserver has no ONNX Runtime backend, so ``tritonkit depl
 --target local`` serves each ``onnxruntime_onnx`` model through this file (copied as
 ``<model>/1/model.py`` of the local repository). It keeps the production config's
 inputs, outputs, batching and warm-up; a dynamic batch of requests is run as one
-ONNX Runtime call, like the real backend does.
+ONNX Runtime call, like the real backend does. A graph whose inputs or outputs (names,
+dtypes) differ from the config fails its load, saying how.
 """
 
 import json
 import os
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+
+from tritonkit.model_config import triton_data_type
 
 
 class TritonPythonModel:
@@ -32,8 +36,16 @@ class TritonPythonModel:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(path, sess_options=options,
                                             providers=["CPUExecutionProvider"])
+        # Before any request: a graph its config does not describe would fail each request
+        # (the warm-up sample first) with an error that names neither of them.
+        differences = _differences(config, self.session)
+        if differences:
+            raise ValueError(
+                f"the graph {path} does not match the config of '{args['model_name']}': "
+                f"{'; '.join(differences)}; write its config for this graph (tritonkit "
+                f"config {args['model_name']} --force, or export it again) and redeploy")
         self.inputs = [i.name for i in self.session.get_inputs()]
-        self.outputs = [o.name for o in self.session.get_outputs()]
+        self.outputs = [o["name"] for o in config.get("output", [])]
         self.batching = int(config.get("max_batch_size", 0)) > 0
 
     def execute(self, requests):
@@ -64,3 +76,45 @@ class TritonPythonModel:
             key = tuple((name, feed[name].shape[1:], feed[name].dtype.str) for name in self.inputs)
             groups.setdefault(key, []).append(index)
         return list(groups.values())
+
+
+def _differences(config, session):
+    """How the graph's inputs and outputs differ from the config's: names and dtypes. Every
+    graph input must be configured (a request carries exactly the configured ones); a graph
+    output the config leaves out is not served, as Triton's ONNX Runtime backend does."""
+    found = []
+    for kind, configured, graph, every in (
+            ("input", config.get("input", []), session.get_inputs(), True),
+            ("output", config.get("output", []), session.get_outputs(), False)):
+        in_graph = {arg.name: _data_type(arg.type) for arg in graph}
+        in_config = {tensor["name"]: tensor.get("data_type") for tensor in configured}
+        missing = [name for name in in_config if name not in in_graph]
+        extra = [name for name in in_graph if name not in in_config] if every else []
+        if missing:
+            found.append(f"the config's {_named(kind, missing)} not in the graph "
+                         f"(its {kind}s: {_quoted(in_graph) or 'none'})")
+        if extra:
+            found.append(f"the graph's {_named(kind, extra)} not in the config")
+        for name, data_type in in_config.items():
+            if name in in_graph and in_graph[name] != data_type:
+                found.append(f"{kind} '{name}' is {data_type} in the config, "
+                             f"{in_graph[name]} in the graph")
+    return found
+
+
+def _data_type(ort_type):
+    """ONNX Runtime's "tensor(float)" as a config's data type ("TYPE_FP32")."""
+    element = ort_type[len("tensor("):-1] if ort_type.startswith("tensor(") else ""
+    try:
+        return triton_data_type(onnx.TensorProto.DataType.Value(element.upper()))
+    except (ValueError, TypeError):          # a sequence or map, or a type Triton lacks
+        return ort_type
+
+
+def _named(kind, names):
+    """"input 'a' is", "inputs 'a', 'b' are"."""
+    return f"{kind} {_quoted(names)} is" if len(names) == 1 else f"{kind}s {_quoted(names)} are"
+
+
+def _quoted(names):
+    return ", ".join(f"'{name}'" for name in names)
