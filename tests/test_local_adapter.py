@@ -15,7 +15,7 @@ from tests import onnx_graphs
 from tests.conftest import run_cli
 from tritonkit.model_config import configure
 from tritonkit.profiles import load_profile
-from tritonkit.server.state import load_deployment, state_dir
+from tritonkit.server.state import load_deployment, redeploy_command, state_dir
 
 pytestmark = pytest.mark.server
 
@@ -44,11 +44,14 @@ def _infer(client, model, arrays: dict[str, np.ndarray], output: str) -> np.ndar
 
 
 @pytest.mark.parametrize("gpu", ["a10", "p100"])
-def test_generated_configs_load_ready_and_answer_like_onnx_runtime(exported_repo, gpu):
+def test_generated_configs_load_ready_and_answer_like_onnx_runtime(exported_repo, gpu, capsys):
     before = {p: p.read_bytes() for p in exported_repo.rglob("*") if p.is_file()}
     assert run_cli("deploy", "--repository", exported_repo, "--gpu", gpu, "--http-port", "0",
                    "--grpc-port", "0", "--metrics-port", "0", "--timeout", "90") == 0
     deployment = load_deployment(exported_repo)
+    # the profile served is said, and recorded: a redeploy hint names it again
+    assert f"serving each model's configs/{gpu}.pbtxt" in " ".join(capsys.readouterr().out.split())
+    assert f"--gpu {gpu}" in redeploy_command(exported_repo)
     # Closed before `down`: Triton drains open HTTP connections for up to its exit timeout.
     client = httpclient.InferenceServerClient(deployment.http_url, concurrency=16)
     try:

@@ -63,7 +63,7 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
                                      ports=Ports(http=http_port, grpc=grpc_port,
                                                  metrics=metrics_port),
                                      models=models, timeout=timeout, serve_from=mirror,
-                                     progress=progress)
+                                     progress=progress, gpu=gpu)
             if not warmup:
                 return deployment
             results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,

@@ -142,8 +142,9 @@ def deploy(
     if target == "compose":
         _print_compose(files, running, repository, gpu)
         return
-    console.print(f"[green]Triton is up[/green] ({deployment.target}, pid {deployment.pid}), "
-                  f"models READY: {', '.join(deployment.models)}")
+    served = f", serving each model's configs/{gpu}.pbtxt" if gpu else ""
+    console.print(f"[green]Triton is up[/green] ({deployment.target}, pid {deployment.pid}"
+                  f"{escape(served)}), models READY: {', '.join(deployment.models)}")
     console.print(f"  HTTP     http://{deployment.http_url}")
     console.print(f"  gRPC     {deployment.grpc_url}")
     console.print(f"  metrics  {deployment.metrics_url}")
