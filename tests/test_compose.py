@@ -90,7 +90,7 @@ def test_the_secret_lives_only_in_the_0600_env_file_and_is_never_printed(
     compose_text = (out / "docker-compose.yml").read_text()
     assert secret not in compose_text
     # The restricted model-repository API is in the file (its value comes from .env).
-    restricted = "model-repository:tritonkit-repository-key=${TRITONKIT_REPOSITORY_KEY"
+    restricted = "model-repository,shared-memory,logging,trace:tritonkit-repository-key=${TRITONKIT_REPOSITORY_KEY"
     assert f"--http-restricted-api={restricted}" in compose_text
     assert f"--grpc-restricted-protocol={restricted}" in compose_text
     printed = capsys.readouterr()
@@ -104,7 +104,7 @@ def test_the_compose_file_interpolates_the_secret_from_the_env_file(example_repo
     assert (out / ".env").read_text().startswith("# ")      # comments Compose skips
     command = compose_config(out)["services"]["tritonserver"]["command"]
     secret = read_secret(example_repository)
-    assert f"--http-restricted-api=model-repository:tritonkit-repository-key={secret}" in command
+    assert f"--http-restricted-api=model-repository,shared-memory,logging,trace:tritonkit-repository-key={secret}" in command
 
 
 @needs_compose

@@ -80,7 +80,7 @@ def test_the_deployment_asks_for_a_gpu_probes_live_and_ready_and_reads_the_secre
     secret = parse(directory / "secret.yaml")
     assert env.value_from.secret_key_ref.name == secret.metadata.name
     assert env.value_from.secret_key_ref.key in secret.string_data
-    restricted = f"model-repository:tritonkit-repository-key=$({env.name})"
+    restricted = f"model-repository,shared-memory,logging,trace:tritonkit-repository-key=$({env.name})"
     assert f"--http-restricted-api={restricted}" in server.args
     assert f"--grpc-restricted-protocol={restricted}" in server.args
     assert server.command == ["tritonserver"] and "--model-control-mode=explicit" in server.args

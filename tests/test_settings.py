@@ -18,8 +18,8 @@ def test_the_shipped_settings_deploy_with_explicit_control_and_a_restricted_repo
     assert argv.count("--load-model=a") == 1 and "--load-model=b" in argv
     assert "--strict-readiness=true" in argv
     assert "--min-supported-compute-capability=6.0" in argv
-    assert "--http-restricted-api=model-repository:tritonkit-repository-key=s3cr3t" in argv
-    assert "--grpc-restricted-protocol=model-repository:tritonkit-repository-key=s3cr3t" in argv
+    assert "--http-restricted-api=model-repository,shared-memory,logging,trace:tritonkit-repository-key=s3cr3t" in argv
+    assert "--grpc-restricted-protocol=model-repository,shared-memory,logging,trace:tritonkit-repository-key=s3cr3t" in argv
     assert "--http-address=127.0.0.1" in argv and "--grpc-address=127.0.0.1" in argv
 
 
@@ -129,3 +129,37 @@ def test_ports_that_clash_are_named_in_words_not_as_a_repr():
     with pytest.raises(UsageError, match=r"^the gRPC and metrics ports are both 9000$"):
         Ports(http=0, grpc=9000, metrics=9000).require_distinct()
     Ports(http=0, grpc=0, metrics=0).require_distinct()          # 0: each picks a free one
+
+
+@pytest.mark.server
+def test_shared_memory_and_logging_need_the_secret_like_the_model_repository(deployed):
+    """Registering a shared-memory region is a step of the CVE-2025-23319 chain against the
+    python backend, open in Triton 2.51; changing the log level is the server's to do. Without
+    the header both are refused; inference, health and statistics stay open."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    base = deployed.http_url if deployed.http_url.startswith("http") else \
+        f"http://{deployed.http_url}"
+
+    def post(path: str, body: dict, headers: dict | None = None) -> int:
+        request = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  **(headers or {})}, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            return exc.code
+
+    region = {"key": "/tritonkit-test-absent-region", "offset": 0, "byte_size": 64}
+    assert post("/v2/systemsharedmemory/region/probe/register", region) == 403
+    assert post("/v2/logging", {"log_verbose_level": 1}) == 403
+    # with the deployment's secret, the log settings are the operator's to change
+    assert post("/v2/logging", {"log_verbose_level": 0}, deployed.repository_headers()) == 200
+    with urllib.request.urlopen(base + "/v2/health/ready", timeout=10) as response:
+        assert response.status == 200
+    with urllib.request.urlopen(base + "/v2/models/example/stats", timeout=10) as response:
+        assert response.status == 200

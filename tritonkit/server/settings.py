@@ -32,7 +32,7 @@ class RestrictedApi:
     """Which API categories need the deployment's secret header, and its name."""
 
     header: str
-    categories: tuple[str, ...] = ("model-repository",)
+    categories: tuple[str, ...] = ("model-repository", "shared-memory", "logging", "trace")
 
 
 @dataclass(frozen=True)
