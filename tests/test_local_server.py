@@ -1130,3 +1130,84 @@ def test_a_model_exported_again_is_served_as_deployed_until_the_next_deploy(tmp_
         client.close()
         run_cli("down", "--repository", repo)
     assert _no_server_for(repo)
+
+
+def _files_of(repo: Path) -> dict[str, tuple[bytes, int]]:
+    """Each file of a repository (its state folder aside): its bytes and its inode."""
+    return {str(path.relative_to(repo)): (path.read_bytes(), path.stat().st_ino)
+            for path in sorted(repo.rglob("*"))
+            if path.is_file() and ".tritonkit" not in path.relative_to(repo).parts}
+
+
+def test_down_removes_the_mirror_it_served_and_the_next_deploy_builds_it_again(tmp_path):
+    """The mirror holds hard-linked snapshots of the ONNX models (a re-exported graph's
+    old bytes stay on disk while it does): `down` removes it once the server is stopped,
+    a recorded one or one whose record was deleted, and nothing of the repository itself."""
+    repo, mlp = tmp_path / "repo", f"{ROOT / 'examples' / 'mlp.py'}:build"
+    assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify") == 0
+    before = _files_of(repo)
+    onnx, mirror = repo / "mlp" / "1" / "model.onnx", state_dir(repo) / "local"
+    for stray in (False, True):
+        deployment = _deploy(repo, "--no-warmup")
+        try:
+            assert (mirror / "mlp" / "1" / "model.onnx").stat().st_ino == onnx.stat().st_ino
+            client = httpclient.InferenceServerClient(deployment.http_url)
+            try:
+                assert client.is_model_ready("mlp")
+            finally:
+                client.close()
+            if stray:
+                (state_dir(repo) / "server.json").unlink()   # `down` finds it by its argv
+        finally:
+            assert run_cli("down", "--repository", repo) == 0
+        assert not _alive(deployment.pid)
+        assert not mirror.exists()
+        assert _files_of(repo) == before
+        assert onnx.stat().st_nlink == 1            # the snapshot's link is gone with it
+        assert (state_dir(repo) / "server.log").is_file()    # the log stays, to be read
+    assert _no_server_for(repo)
+
+
+def test_the_mirror_stays_while_a_server_or_a_deploy_may_read_it(deployed):
+    """Never under a live server — recorded, or serving it with no record — nor while a
+    deploy holds the lock (it is building or serving that mirror)."""
+    from tritonkit.server.local import remove_mirror
+    from tritonkit.server.state import deploy_lock
+
+    repo = Path(deployed.repository)
+    mirror = state_dir(repo) / "local"
+    assert remove_mirror(repo) is False
+    record = state_dir(repo) / "server.json"
+    kept = record.read_bytes()
+    record.unlink()
+    try:
+        assert remove_mirror(repo) is False          # it still serves it, unrecorded
+    finally:
+        record.write_bytes(kept)
+    assert (mirror / "example" / "config.pbtxt").exists()
+    client = httpclient.InferenceServerClient(deployed.http_url)
+    try:
+        assert client.is_model_ready("example")
+    finally:
+        client.close()
+    assert run_cli("down", "--repository", repo) == 0
+    (mirror / "example").mkdir(parents=True)           # as a deploy under way builds it
+    with deploy_lock(repo):
+        assert remove_mirror(repo) is False
+    assert (mirror / "example").is_dir()
+    assert remove_mirror(repo) is True and not mirror.exists()
+
+
+def test_a_mirror_that_is_a_link_is_not_followed(tmp_path):
+    """Nothing outside DIR/.tritonkit/local is removed: a mirror replaced by a link to
+    another folder leaves that folder, and the link, as they are."""
+    from tritonkit.server.local import remove_mirror
+
+    repo, elsewhere = tmp_path / "repo", tmp_path / "elsewhere"
+    (elsewhere / "model").mkdir(parents=True)
+    (elsewhere / "model" / "kept.txt").write_text("mine")
+    state_dir(repo).mkdir(parents=True)
+    (state_dir(repo) / "local").symlink_to(elsewhere)
+    assert remove_mirror(repo) is False
+    assert (elsewhere / "model" / "kept.txt").read_text() == "mine"
+    assert (state_dir(repo) / "local").is_symlink()

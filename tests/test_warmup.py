@@ -1768,3 +1768,81 @@ def test_a_refused_load_of_a_recorded_deployment_names_its_server_log(deployed, 
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("error: Triton could not load 'broken_logged'")
     assert deployed.log_path and f"hint: read the server's log: {deployed.log_path}" in err
+
+
+def _slow_to_load(marker: Path) -> str:
+    """An echo model whose initialize sleeps the seconds ``marker`` holds, while it exists
+    (a deploy without it is quick; one with it has a slow phase)."""
+    return _echo_model(init=f"        import pathlib\n"
+                            f"        marker = pathlib.Path({str(marker)!r})\n"
+                            f"        if marker.exists():\n"
+                            f"            time.sleep(float(marker.read_text()))")
+
+
+def _piped(*args: str):
+    """A tritonkit command with its output to pipes, as in a CI log."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, default_signals
+
+    return subprocess.run([sys.executable, "-m", "tritonkit", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          preexec_fn=default_signals)
+
+
+def test_a_piped_deploy_says_what_a_slow_phase_waits_for_and_a_quick_one_says_nothing(
+        example_repository, tmp_path):
+    """Off a terminal there is no spinner: a phase still under way after a few seconds
+    (a model whose initialize takes 7 s) gets one plain line on stderr — not a line per
+    poll, though the deploy polls ten times a second — and a quick deploy prints none."""
+    import re
+
+    marker = tmp_path / "initialize_sleeps"
+    _python_model(example_repository, "slow", ECHO_CONFIG, _slow_to_load(marker))
+    ports = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
+    try:
+        quick = _piped("deploy", "--repository", example_repository, "--no-warmup", *ports)
+        assert quick.returncode == 0, quick.stderr
+        assert quick.stderr == ""
+        assert run_cli("down", "--repository", example_repository) == 0
+        marker.write_text("7")
+        slow = _piped("deploy", "--repository", example_repository, "--no-warmup", *ports)
+        assert slow.returncode == 0, slow.stderr
+        pid = load_deployment(example_repository).pid
+    finally:
+        run_cli("down", "--repository", example_repository)
+    # Triton answers no health check before every model is loaded: 'example' is listed too.
+    lines = slow.stderr.splitlines()
+    assert len(lines) == 1, slow.stderr
+    assert re.fullmatch(rf"starting tritonserver \(pid {pid}\): waiting for (example, )?slow "
+                        r"to be READY", lines[0]), slow.stderr
+    assert "Triton is up" in slow.stdout
+
+
+def test_a_piped_warmup_tells_each_slow_phase_a_few_seconds_apart(example_repository,
+                                                                   tmp_path):
+    """Each slow phase gets its line while it lasts, once the last line is 5 s old: two
+    reloads of 6 s each give 'loading slow_a' at 5 s, 'loading slow_b' at 10 s (a load says
+    nothing while it blocks: a clock, not the next message, tells it). A quick warm-up
+    prints nothing on stderr."""
+    marker = tmp_path / "initialize_sleeps"
+    for name in ("slow_a", "slow_b"):
+        _python_model(example_repository, name, ECHO_CONFIG, _slow_to_load(marker))
+    _deploy(example_repository, "--no-warmup")
+    try:
+        quick = _piped("warmup", "--repository", example_repository, "--model", "example")
+        assert quick.returncode == 0, quick.stderr
+        assert quick.stderr == ""
+        marker.write_text("6")
+        started = time.monotonic()
+        slow = _piped("warmup", "--repository", example_repository, "--model", "slow_a",
+                      "--model", "slow_b", "--reload")
+        took = time.monotonic() - started
+    finally:
+        run_cli("down", "--repository", example_repository)
+    assert slow.returncode == 0, slow.stderr
+    lines = slow.stderr.splitlines()
+    assert lines[:2] == ["loading slow_a", "loading slow_b"], slow.stderr
+    assert len(lines) == len(set(lines)) <= took / 5, slow.stderr   # one a phase, 5 s apart
+    assert all(line.startswith("warming slow_b") for line in lines[2:]), slow.stderr

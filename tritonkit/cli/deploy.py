@@ -11,7 +11,8 @@ import typer
 from rich.markup import escape
 
 from tritonkit.cli import app
-from tritonkit.cli.options import Repository, Timeout, console, progress_status
+from tritonkit.cli.options import (PHASE_LINES_EVERY_S, Repository, Timeout, console,
+                                   progress_status)
 from tritonkit.errors import UsageError
 from tritonkit import deploy as deploy_lib
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
@@ -127,7 +128,9 @@ def deploy(
                           "--metrics-port": metrics_port}, target)
     if timeout is None:
         timeout = float(COMPOSE_STARTUP_S) if target == "compose" else LOCAL_STARTUP_S
-    with signals_interrupt(), progress_status(f"deploying {repository}") as progress:
+    with signals_interrupt(), progress_status(f"deploying {repository}",
+                                              plain_after=PHASE_LINES_EVERY_S,
+                                              plain_every=PHASE_LINES_EVERY_S) as progress:
         if target == "compose":
             files, running = deploy_lib.deploy_compose(
                 repository, gpu=gpu, out=out, up=up, public=public, image=image, force=force,

@@ -15,6 +15,7 @@ from rich.table import Table
 from tritonkit import warmup as warmup_lib
 from tritonkit.cli import app
 from tritonkit.cli.options import (
+    PHASE_LINES_EVERY_S,
     Force,
     JsonOut,
     OptionalRepository,
@@ -212,7 +213,8 @@ def warmup(
     rule = warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance)
     started_at = warmup_lib.utc_now()
     try:
-        with progress_status("warming up") as progress:
+        with progress_status("warming up", plain_after=PHASE_LINES_EVERY_S,
+                             plain_every=PHASE_LINES_EVERY_S) as progress:
             results = warmup_lib.warm_up(
                 repository, url, model, timeout=timeout, requests=requests, reload=reload,
                 secret=secret, grpc_url=grpc_url, progress=progress, notice=notice, rule=rule)

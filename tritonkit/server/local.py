@@ -17,6 +17,7 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +37,7 @@ from tritonkit.server.state import (
     STATE_DIRNAME,
     Deployment,
     clear_deployment,
+    deploy_lock,
     is_recorded,
     load_deployment,
     new_secret,
@@ -208,6 +210,8 @@ def stop_unrecorded(repository: Path, timeout: float = 40.0,
                                       server_log(repository)))
         except PermissionError:
             refused.append(pid)
+    if stopped:
+        remove_mirror(repository)        # kept while a refused one still serves it
     if refused:
         raise _not_ours_to_signal(refused, repository)
     return stopped
@@ -389,7 +393,31 @@ def stop_local(deployment: Deployment, timeout: float = 40.0,
     elif deployment.pid:                 # crashed or killed: what it left behind
         _clear_leftovers(deployment.pid, prefix)
     clear_deployment(Path(deployment.repository))
+    remove_mirror(Path(deployment.repository))
     return stopped
+
+
+def remove_mirror(repository: Path) -> bool:
+    """Remove ``repository``'s mirror (``mirror_dir``) once no server reads it; whether it
+    was removed. Its ONNX models are hard-linked snapshots: left behind, a re-exported
+    model's old graph kept its disk space until the next deploy, which rebuilds the mirror.
+
+    Left alone while a deploy holds the lock (it builds or serves this mirror, or is
+    stopping its own server on a failure), while a deployment is recorded again (a deploy
+    since the stop) or while any tritonserver still serves it. Nothing but that folder is
+    removed: a link in it is unlinked, never followed, and a mirror that is itself a link
+    is left as it is."""
+    mirror = mirror_dir(repository)
+    if mirror.is_symlink() or not mirror.is_dir():
+        return False
+    try:
+        with deploy_lock(repository):
+            if is_recorded(repository) or unrecorded_servers(repository):
+                return False
+            shutil.rmtree(mirror)
+    except UsageError:                   # another deploy holds the lock
+        return False
+    return True
 
 
 def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: Deadline,
