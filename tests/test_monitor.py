@@ -19,7 +19,8 @@ from tests.conftest import ROOT, default_signals, run_cli
 from tritonkit.errors import ProfileError, ServerError
 from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, default_thresholds_path, load_thresholds
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
-from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv, rows_for
+from tritonkit.monitor.recording import (COLUMNS, CsvRecorder, read_models_csv, read_monitor_csv,
+                                         rows_for)
 from tritonkit.monitor.triton_metrics import (ModelCounters, gpu_increase, increase,
                                                model_increase, parse_metrics, rates)
 from tritonkit.monitor.watch import Monitor, record, watch
@@ -279,6 +280,8 @@ def _triton_rows(out: str) -> list[dict[str, str]]:
             header = words
         elif header and len(words) == len(header):
             rows.append(dict(zip(header, words)))
+        elif header and not words and rows:
+            header = None       # the table ends: its caption is no row
     return rows
 
 
@@ -1469,3 +1472,102 @@ def test_a_thresholds_file_copied_before_the_newer_fields_still_loads_with_their
                            .splitlines(keepends=True) if not line.startswith(newer)))
     copied = load_thresholds(old)
     assert copied == current                 # the defaults are the shipped file's values
+
+
+# --- each model's own figures ---------------------------------------------------------------
+
+TWO_MODELS = {("bert", "1", ""): replace(_served(1000, batch=4), request_failure=2),
+              ("vision", "1", ""): _served(40, batch=8),
+              ("vision", "2", ""): replace(_served(60, batch=2), queue_duration_us=60 * 4000)}
+
+
+def test_once_shows_each_models_batch_queue_and_compute_means_since_load_not_dashes(
+        monkeypatch, capsys):
+    """One sample holds the cumulative sums: bert's 4000 inferences in 1000 executions are
+    batches of 4, its 100 ms of queueing over 1000 requests 0.10 ms each. Rates need the
+    time between two samples, so they stay dashes, and the caption says since when."""
+    _scraping(monkeypatch, triton_exposition(TWO_MODELS))
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--once") == 0
+    out = capsys.readouterr().out
+    rows = {r["model"]: r for r in _triton_rows(out)}
+    shown = {name: (r["batch"], r["queue_ms"], r["comp_ms"], r["req/s"], r["fail/s"], r["inf/s"])
+             for name, r in rows.items()}
+    assert shown == {"bert": ("4.00", "0.10", "0.77", "—", "—", "—"),
+                     # its two versions summed: 40 * 8 + 60 * 2 inferences in 100 executions,
+                     # (40 * 0.1 ms + 60 * 4 ms) of queueing over 100 requests
+                     "vision": ("4.40", "2.44", "0.77", "—", "—", "—")}
+    caption = " ".join(out.split())
+    assert "batch, queue ms, comp ms (means): since load" in caption
+    assert "since the last sample" not in caption
+
+
+def test_the_monitor_csv_keeps_its_columns_and_each_model_versions_counters_go_beside_it(
+        monkeypatch, tmp_path, capsys):
+    """The server's totals cannot tell which of two models spiked: mon.models.csv holds
+    one row per sample per model version, and mon.csv reads as before."""
+    _scraping(monkeypatch, triton_exposition(TWO_MODELS))
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    recording = tmp_path / "out" / "mon.csv"
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--once", "--csv", recording) == 0
+    per_model = tmp_path / "out" / "mon.models.csv"
+    assert f"(per model: {per_model})" in " ".join(capsys.readouterr().out.split())
+
+    with recording.open() as handle:
+        assert tuple(next(csv.reader(handle))) == COLUMNS
+    (row,) = read_monitor_csv(recording)
+    assert row.triton.request_success == 1100                        # the server's total
+
+    with per_model.open() as handle:
+        table = list(csv.DictReader(handle))
+    assert [(r["model"], r["version"], r["request_success"], r["inference_count"],
+             r["request_failure"], r["queue_duration_us"]) for r in table] == [
+        ("bert", "1", "1000", "4000", "2", "100000"),
+        ("vision", "1", "40", "320", "0", "4000"),
+        ("vision", "2", "60", "120", "0", "240000")]
+    assert {(r["timestamp"], r["elapsed_s"]) for r in table} == {(row.timestamp, "0")}
+
+
+def test_an_existing_per_model_csv_is_kept_unless_force(monkeypatch, tmp_path, capsys):
+    _scraping(monkeypatch, *[triton_exposition(TWO_MODELS)] * 2)
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    (tmp_path / "mon.models.csv").write_text("yesterday's models\n")
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--once",
+                   "--csv", tmp_path / "mon.csv") == 2
+    err = capsys.readouterr().err
+    assert "mon.models.csv already exists" in err and "--force" in err
+    assert not (tmp_path / "mon.csv").exists()
+    assert (tmp_path / "mon.models.csv").read_text() == "yesterday's models\n"
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--once", "--force",
+                   "--csv", tmp_path / "mon.csv") == 0
+    assert len(read_models_csv(tmp_path / "mon.models.csv")) == 3
+
+
+@pytest.mark.server
+def test_the_real_tritons_models_are_recorded_one_by_one_and_once_shows_their_means(
+        failing_server, tmp_path, capsys):
+    """Against the real server: each model version's row of the sample, summed but the
+    ensemble, is the server's total of the same sample, and --once shows the example's
+    batch, queue and compute time from its lifetime counters."""
+    _infer_failing(failing_server, "example", 1, count=3)
+    _infer_failing(failing_server, "pipeline", 1, count=2)
+    before = _settled(failing_server, {("example", "request_success"): 3,
+                                       ("flaky", "request_success"): 2})
+    recording = tmp_path / "mon.csv"
+    assert run_cli("monitor", "--repository", failing_server.repository, "--once",
+                   "--csv", recording) == 0
+    rows = _triton_rows(capsys.readouterr().out)
+    example = next(r for r in rows if r["model"] == "example")
+    assert example["req/s"] == "—"                      # a rate needs a second sample
+    # deploy's warm-up sent batches of several sizes: a mean batch of 1 or more
+    assert float(example["batch"]) >= 1
+    assert float(example["queue_ms"]) >= 0 and float(example["comp_ms"]) > 0
+
+    (server,) = read_monitor_csv(recording)
+    models = {(r.model, r.version): r.counters for r in read_models_csv(
+        tmp_path / "mon.models.csv")}
+    assert set(models) == {("example", "1"), ("flaky", "1"), ("pipeline", "1")}
+    assert models["example", "1"].request_success >= before.models["example"].request_success
+    assert models["pipeline", "1"].request_success >= 2
+    assert server.triton.request_success == (models["example", "1"].request_success
+                                             + models["flaky", "1"].request_success)

@@ -348,3 +348,34 @@ def test_a_gpu_lost_mid_recording_is_said_in_the_csv_and_by_diagnose(tmp_path):
     assert result.figures.samples == 4
     assert any(n.startswith("NVML could not read this GPU in 2 sample(s)") and
                "GPU is lost (NVML_ERROR_GPU_IS_LOST)" in n for n in result.notes), result.notes
+
+
+def test_each_model_versions_recorded_counters_carry_on_through_a_reload_as_the_servers_do(
+        monkeypatch, tmp_path):
+    """bert serves 30 a sample throughout; vision's version 1 serves 10 and is reloaded
+    at sample 5 (its counters from zero). In the per-model CSV bert's count is its own,
+    and vision's never falls: the reload takes back nothing counted before it (the
+    interval it cut counts none, as the server's totals have it)."""
+    from tritonkit.monitor.recording import read_models_csv
+
+    def series(k):
+        return {("bert", "1", ""): _counters(5_000 + 30 * k),
+                ("vision", "1", "GPU-abc"): _counters(800 + 10 * k if k < 5 else 10 * (k - 5))}
+
+    _exposing(monkeypatch, series, gpu_uuids=("GPU-abc",))
+    clock = _Clock()
+    path = tmp_path / "mon.csv"
+    with Nvml(_fake_pynvml()) as nvml, CsvRecorder(path, models=True) as recorder:
+        monitor = Monitor(nvml, URL, THRESHOLDS.alerts, clock=clock,
+                          wall_clock=lambda: 1_767_225_600.0)
+        for snapshot in watch(monitor, interval=10, duration=90, sleep=clock.sleep):
+            recorder.write(snapshot.rows(), snapshot.model_rows())
+    rows = read_models_csv(tmp_path / "mon.models.csv")
+    counted = {}
+    for row in rows:
+        counted.setdefault((row.model, row.version), []).append(row.counters.request_success)
+    assert counted == {("bert", "1"): [5_000 + 30 * k for k in range(10)],
+                       ("vision", "1"): [800 + 10 * k for k in range(5)]
+                       + [840 + 10 * (k - 5) for k in range(5, 10)]}
+    server = [r.triton.request_success for r in read_monitor_csv(path)]
+    assert server == [a + b for a, b in zip(counted["bert", "1"], counted["vision", "1"])]

@@ -29,7 +29,8 @@ from tritonkit.fileio import atomic_write, check_output
 from tritonkit.monitor import doctor as doctor_lib
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import Diagnosis, choose_profile, diagnose as diagnose_rows
-from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_monitor_csv
+from tritonkit.monitor.recording import (COLUMNS, MODEL_COLUMNS, CsvRecorder, models_csv_path,
+                                         read_monitor_csv)
 from tritonkit.monitor.triton_metrics import DEFAULT_METRICS_PORT, resolve_server_urls
 from tritonkit.monitor.watch import Snapshot, open_monitor, record, watch
 from tritonkit.profiles import load_profile
@@ -54,7 +55,10 @@ def monitor(
         help="Stop after this many seconds (default: until Ctrl-C).", min=0)] = None,
     csv: Annotated[Optional[Path], typer.Option(
         "--csv", help="Write one row per sample per GPU to this CSV (columns: "
-                      + ", ".join(COLUMNS) + ").")] = None,
+                      + ", ".join(COLUMNS) + "); where Triton is watched, one row per sample "
+                      "per model version to <stem>.models.csv beside it (columns: "
+                      + ", ".join(MODEL_COLUMNS) + "; counters carried across restarts "
+                      "as the server's are).")] = None,
     once: Annotated[bool, typer.Option("--once", help="Take one sample and stop.")] = False,
     url: Url = None,
     metrics_port: MetricsPort = DEFAULT_METRICS_PORT,
@@ -68,20 +72,24 @@ def monitor(
         check_output(csv, force=force, what="monitor CSV", suffix=".csv")
     limits = load_thresholds(thresholds)
     metrics_url, http_url = resolve_server_urls(repository, url, metrics_port)
+    models_csv = models_csv_path(csv) if csv and metrics_url else None
+    if models_csv:
+        check_output(models_csv, force=force, what="per-model CSV", suffix=".csv")
     sampler, note = open_monitor(metrics_url, limits.alerts, http_url=http_url)
     if note:
         err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
     samples, said = 0, set()
     with ExitStack() as stack:
         stack.callback(sampler.close)
-        recorder = stack.enter_context(CsvRecorder(csv, force=force)) if csv else None
+        recorder = stack.enter_context(
+            CsvRecorder(csv, force=force, models=bool(models_csv))) if csv else None
         live = None
         if console.is_terminal and not once:
             live = stack.enter_context(Live(console=console, auto_refresh=False))
         try:
             for snapshot in watch(sampler, interval, duration, once=once):
                 if recorder:
-                    recorder.write(snapshot.rows())
+                    recorder.write(snapshot.rows(), snapshot.model_rows())
                 samples += 1
                 view = _snapshot_view(snapshot)
                 if live:
@@ -98,7 +106,9 @@ def monitor(
         except KeyboardInterrupt:
             pass    # Ctrl-C is how a monitor without --duration ends: not an error
     if csv:
-        console.print(f"{samples} samples written to {escape(str(csv))}", highlight=False)
+        console.print(f"{samples} samples written to {escape(str(csv))}"
+                      + (f" (per model: {escape(str(models_csv))})" if models_csv else ""),
+                      highlight=False)
 
 
 def _fmt(value: float | None, spec: str = ".0f") -> str:
@@ -162,7 +172,10 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
         table = _table(f"Triton {at}", (
             "model", "req", "infer", "fail", "req/s", "fail/s", "inf/s", "batch", "queue ms",
             "comp ms", "pend"), rows)
-        table.caption = "req, infer, fail: since the model loaded; the rest: since the last sample"
+        table.caption = ("req, infer, fail, and batch, queue ms, comp ms (means): since load; "
+                         "the rates need a second sample" if snapshot.since_load else
+                         "req, infer, fail: since the model loaded; the rest: since the last "
+                         "sample")
         table.caption_justify = "left"
         parts.append(table)
     if snapshot.triton_error:

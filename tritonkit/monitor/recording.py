@@ -51,6 +51,21 @@ Columns (units in the names; an empty cell is a value the card or server did not
 
 Counters rather than rates: diagnose takes differences over any window it likes and a
 missed sample loses nothing.
+
+Beside it, where Triton is watched, ``<stem>.models.csv`` (``models_csv_path``) holds the
+same counters model by model, so that with two models one can tell which one spiked: one
+row per sample per model version Triton reports (long format; a sample whose scrape
+failed has none). A file of its own, so the GPU CSV keeps its columns and meaning and
+older recordings read as before:
+
+    timestamp, elapsed_s       as in the GPU CSV, the same values for the same sample
+    model, version             as Triton labels them (namespace/model under
+                               --model-namespacing=true); ensembles too, whose requests
+                               their steps count again
+    request_success ...        that version's counters (its GPUs summed), carried on as
+                               the server's are: its lifetime count at its first sample,
+                               then what it counted since, so they never fall across a
+                               restart or a reload; empty where Triton does not report one
 """
 
 from __future__ import annotations
@@ -79,6 +94,13 @@ COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", "uuid", *GPU_COLUMNS, *TRITO
 # What Triton ran on a GPU it runs no model on (its labelled series name other GPUs).
 _NOTHING_ON_GPU = ModelCounters(pending_request_count=None)
 REQUIRED_COLUMNS = ("elapsed_s", "util_pct", "mem_used_mib", "mem_total_mib")
+MODEL_COLUMNS = ("timestamp", "elapsed_s", "model", "version", *TRITON_COLUMNS)
+
+
+def models_csv_path(path: Path) -> Path:
+    """Where the per-model CSV of the GPU CSV ``path`` goes: ``<stem>.models.csv`` beside it."""
+    path = Path(path)
+    return path.with_name(path.stem + ".models.csv")
 
 
 @dataclass(frozen=True)
@@ -118,12 +140,35 @@ class MonitorRow:
         return slowdowns(self.clock_events)
 
 
+@dataclass(frozen=True)
+class ModelRow:
+    """One row of the per-model CSV: a model version's counters at one sample."""
+
+    elapsed_s: float
+    model: str
+    version: str
+    counters: ModelCounters
+    timestamp: str = ""
+
+
+def _stamp(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def model_rows_for(timestamp: float, elapsed_s: float,
+                   models: dict[tuple[str, str], ModelCounters]) -> list[ModelRow]:
+    """The per-model rows of one sample: ``models`` is (model, version) -> counters."""
+    stamp = _stamp(timestamp)
+    return [ModelRow(elapsed_s=elapsed_s, model=model, version=version, counters=counters,
+                     timestamp=stamp) for (model, version), counters in models.items()]
+
+
 def rows_for(timestamp: float, elapsed_s: float, gpus: list[GpuSample],
              triton: ModelCounters | None,
              on_gpus: dict[str, ModelCounters] | None = None) -> list[MonitorRow]:
     """The rows of one sample: one per GPU, or one without a GPU when there is none.
     ``on_gpus``: each GPU's own counters by uuid, None where Triton labels none."""
-    stamp = datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat(timespec="seconds")
+    stamp = _stamp(timestamp)
     if not gpus:
         return [MonitorRow(elapsed_s=elapsed_s, timestamp=stamp, triton=triton)]
     return [MonitorRow(
@@ -147,39 +192,60 @@ def _cell(value: object) -> str:
 
 
 class CsvRecorder:
-    """Writes monitor rows to a CSV file, flushed per sample (a Ctrl-C loses nothing).
+    """Writes monitor rows to a CSV file, flushed per sample (a Ctrl-C loses nothing), and
+    with ``models`` the per-model rows to ``models_csv_path(path)`` the same way.
 
     A file that exists is kept unless ``force``: a day's recording is not replaced by
     mistake."""
 
-    def __init__(self, path: Path, *, force: bool = False) -> None:
+    def __init__(self, path: Path, *, force: bool = False, models: bool = False) -> None:
         self.path = Path(path)
+        self.models_path = models_csv_path(self.path) if models else None
         self.force = force
-        self._file: IO[str] | None = None
+        self._files: list[IO[str]] = []
         self._writer: csv.writer | None = None
+        self._models_writer: csv.writer | None = None
 
     def __enter__(self) -> "CsvRecorder":
+        # both refused before either is created: no stray file beside one that exists
+        refuse_overwrite(self.path, force=self.force, what="monitor CSV")
+        if self.models_path:
+            refuse_overwrite(self.models_path, force=self.force, what="per-model CSV")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:      # a file where a folder must be, no permission
-            raise UsageError(f"cannot write the CSV file {self.path} ({exc.strerror})",
-                             hint="pass --csv with a writable path") from None
-        try:
-            self._file = open(self.path, "w" if self.force else "x", newline="")
-        except FileExistsError:
-            refuse_overwrite(self.path, force=False, what="monitor CSV")   # it raises
-        except OSError as exc:
-            raise UsageError(f"cannot write the CSV file {self.path} ({exc.strerror})",
-                             hint="pass --csv with a writable path") from None
-        self._writer = csv.writer(self._file)
-        self._writer.writerow(COLUMNS)
+            self._writer = self._open(self.path, COLUMNS)
+            if self.models_path:
+                self._models_writer = self._open(self.models_path, MODEL_COLUMNS)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._file:
-            self._file.close()
+    def _open(self, path: Path, columns: tuple[str, ...]) -> csv.writer:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:      # a file where a folder must be, no permission
+            raise UsageError(f"cannot write the CSV file {path} ({exc.strerror})",
+                             hint="pass --csv with a writable path") from None
+        try:
+            file = open(path, "w" if self.force else "x", newline="")
+        except FileExistsError:
+            refuse_overwrite(path, force=False, what="monitor CSV")   # it raises (a race)
+        except OSError as exc:
+            raise UsageError(f"cannot write the CSV file {path} ({exc.strerror})",
+                             hint="pass --csv with a writable path") from None
+        self._files.append(file)
+        writer = csv.writer(file)
+        writer.writerow(columns)
+        file.flush()
+        return writer
 
-    def write(self, rows: list[MonitorRow]) -> None:
+    def __exit__(self, *exc: object) -> None:
+        for file in self._files:
+            file.close()
+        self._files = []
+
+    def write(self, rows: list[MonitorRow], model_rows: list[ModelRow] = ()) -> None:
+        """One sample: its GPU rows, and its per-model rows where this recorder keeps them."""
         for row in rows:
             counters = row.triton
             values = {"timestamp": row.timestamp, "elapsed_s": round(row.elapsed_s, 3),
@@ -190,21 +256,49 @@ class CsvRecorder:
                       **{OWN_PREFIX + c: getattr(row.gpu_triton, c) if row.gpu_triton else None
                          for c in TRITON_COLUMNS}}
             self._writer.writerow([_cell(values[c]) for c in COLUMNS])
-        self._file.flush()
+        if self._models_writer:
+            for row in model_rows:
+                self._models_writer.writerow(
+                    [row.timestamp, _cell(round(row.elapsed_s, 3)), row.model, row.version,
+                     *(_cell(getattr(row.counters, c)) for c in TRITON_COLUMNS)])
+        for file in self._files:
+            file.flush()
 
 
-def read_monitor_csv(path: Path) -> list[MonitorRow]:
-    """Read a monitor CSV; UsageError naming the file, line and column on bad input."""
-    path = Path(path)
+def _read_text(path: Path) -> str:
     try:
         with open(path, newline="") as raw:
-            text = raw.read()
+            return raw.read()
     except OSError as exc:
         raise UsageError(f"cannot read the monitor CSV {path} ({exc.strerror})",
                          hint="record one: tritonkit monitor --csv FILE") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not a text CSV (it is not UTF-8)",
                          hint="give a file recorded by tritonkit monitor --csv FILE") from None
+
+
+def read_models_csv(path: Path) -> list[ModelRow]:
+    """Read a per-model CSV (``<stem>.models.csv``); UsageError naming the file, line and
+    column on bad input."""
+    path = Path(path)
+    with io.StringIO(_read_text(path), newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in MODEL_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UsageError(f"{path} has no column '{missing[0]}': it is no per-model CSV",
+                             hint="give the <stem>.models.csv tritonkit monitor --csv wrote")
+        return [ModelRow(elapsed_s=_number(record["elapsed_s"], path, line, "elapsed_s") or 0.0,
+                         model=record["model"], version=record["version"],
+                         counters=ModelCounters(**{c: _number(record[c], path, line, c)
+                                                   for c in TRITON_COLUMNS}),
+                         timestamp=record["timestamp"])
+                for line, record in enumerate(reader, start=2)]
+
+
+def read_monitor_csv(path: Path) -> list[MonitorRow]:
+    """Read a monitor CSV; UsageError naming the file, line and column on bad input."""
+    path = Path(path)
+    text = _read_text(path)
     with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []

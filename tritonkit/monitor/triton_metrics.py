@@ -378,6 +378,22 @@ def model_increase(before: TritonMetrics, after: TritonMetrics, name: str) -> Mo
                 for version, counters in now.items()), ModelCounters())
 
 
+def version_increase(before: TritonMetrics, after: TritonMetrics, name: str,
+                     version: str) -> ModelCounters:
+    """What version ``version`` of model ``name`` counted between two scrapes, GPU by GPU
+    as ``model_increase`` takes them; version "" of a model parsed without its versions
+    is the whole model."""
+    series = {key: c for key, c in after.series.get(name, {}).items() if key[0] == version}
+    if series and name in before.series:
+        was = before.series[name]
+        return sum((increase(was.get(key, ModelCounters()), counters)
+                    for key, counters in series.items()), ModelCounters())
+    now = after.versions.get(name, {}).get(version)
+    if now is None:
+        return increase(before.models.get(name, ModelCounters()), after.models[name])
+    return increase(before.versions.get(name, {}).get(version, ModelCounters()), now)
+
+
 def gpu_increase(before: TritonMetrics, after: TritonMetrics) -> dict[str, ModelCounters] | None:
     """What each GPU ran between two scrapes, by Triton's ``gpu_uuid`` label, series by
     series (a model version's series on one GPU: new in ``after``, counted from zero; one
@@ -413,6 +429,13 @@ def rates_of(counted: ModelCounters, seconds: float) -> ModelRates:
         compute_input_us=ratio(counted.compute_input_duration_us, requests),
         pending=counted.pending_request_count,
     )
+
+
+def since_load(counters: ModelCounters) -> ModelRates:
+    """The per-request means of a model's cumulative counters: its batch, queue and compute
+    time since it loaded. No rates: a rate needs the time between two scrapes."""
+    return replace(rates_of(counters, 1.0), requests_per_s=None, inferences_per_s=None,
+                   executions_per_s=None, failures_per_s=None)
 
 
 def server_gpus(metrics: TritonMetrics) -> list[GpuSample]:

@@ -27,6 +27,8 @@ an ensemble's request again in each model it runs, and its steps are the work th
 server did. Which models are ensembles is asked of the server's HTTP address
 (``EnsembleCheck``); where it cannot be asked they count as before, said in a note. The
 per-model figures keep them: an ensemble's requests per second are what clients sent.
+Each model version's own counters (``Snapshot.model_totals``, the per-model CSV) are
+carried on the same way, version by version.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ from typing import Callable, Iterator
 from tritonkit.errors import ServerError, TritonkitError, UsageError
 from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
-from tritonkit.monitor.recording import MonitorRow, rows_for
+from tritonkit.monitor.recording import ModelRow, MonitorRow, model_rows_for, rows_for
 from tritonkit.monitor.triton_metrics import (EnsembleCheck, ModelCounters, ModelRates,
                                                TritonMetrics, gpu_increase, model_increase,
-                                               plus, rates_of, scrape, server_gpus)
+                                               plus, rates_of, scrape, server_gpus,
+                                               since_load, version_increase)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,8 @@ class Snapshot:
     triton: TritonMetrics | None = None
     # Per model only: Triton counts an ensemble's request again in each model it runs
     # (measured: 5 requests to an ensemble of one step count 5 in each), so a sum over
-    # models is no rate of what clients asked for.
+    # models is no rate of what clients asked for. On the first sample (``since_load``)
+    # there is no interval: they hold each model's means since it loaded, and no rates.
     model_rates: dict[str, ModelRates] = field(default_factory=dict)
     triton_error: str | None = None
     alerts: list[Alert] = field(default_factory=list)
@@ -67,10 +71,17 @@ class Snapshot:
     gpu_totals: dict[str, ModelCounters] | None = None
     # what Triton ran since the last sample, ensembles left out (ModelCounters.served)
     served: float | None = None
+    # each (model, version)'s counters, ensembles too, carried on as triton_totals are
+    model_totals: dict[tuple[str, str], ModelCounters] = field(default_factory=dict)
+    since_load: bool = False         # the first sample: model_rates are means since load
 
     def rows(self) -> list[MonitorRow]:
         return rows_for(self.timestamp, self.elapsed_s, self.gpus, self.triton_totals,
                         self.gpu_totals)
+
+    def model_rows(self) -> list[ModelRow]:
+        """The per-model CSV's rows of this sample (none where the scrape failed)."""
+        return model_rows_for(self.timestamp, self.elapsed_s, self.model_totals)
 
 
 class Monitor:
@@ -99,6 +110,7 @@ class Monitor:
         self._server_uuids: set[str] = set()
         self._totals: ModelCounters | None = None
         self._gpu_totals: dict[str, ModelCounters] = {}
+        self._model_totals: dict[tuple[str, str], ModelCounters] = {}
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
@@ -148,7 +160,9 @@ class Monitor:
             on_gpus = gpu_increase(before, work)
         elif triton:
             self._totals = work.total()
+            model_rates = {name: since_load(c) for name, c in triton.models.items()}
         gpu_totals = self._carry_gpu_totals(work, on_gpus)
+        model_totals = self._carry_model_totals(previous, triton)
         if triton:
             self._previous = triton
         alerts = [a for g in gpus
@@ -158,7 +172,23 @@ class Monitor:
                         triton=triton, model_rates=model_rates,
                         triton_error=error, alerts=alerts, notes=tuple(notes),
                         triton_totals=self._totals if triton else None,
-                        gpu_totals=gpu_totals, served=served)
+                        gpu_totals=gpu_totals, served=served, model_totals=model_totals,
+                        since_load=triton is not None and previous is None)
+
+    def _carry_model_totals(self, previous: TritonMetrics | None,
+                            triton: TritonMetrics | None) -> dict[tuple[str, str], ModelCounters]:
+        """Each model version's recorded counters, carried on as the server's are
+        (``carry_counters``): a reload or restart takes nothing back. Empty for a sample
+        whose scrape failed."""
+        if triton is None:
+            return {}
+        now = {}
+        for name, version in triton.model_versions():
+            counters = triton.versions.get(name, {}).get(version, triton.models[name])
+            counted = version_increase(previous, triton, name, version) if previous else counters
+            now[(name, version)] = self._model_totals[(name, version)] = carry_counters(
+                self._model_totals.get((name, version)), counted, counters)
+        return now
 
     def _carry_gpu_totals(self, triton: TritonMetrics | None,
                           counted: dict[str, ModelCounters] | None
