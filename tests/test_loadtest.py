@@ -1651,13 +1651,27 @@ class TritonPythonModel:
 """
 
 
+_CRASH_CONFIG = """name: "crash"
+backend: "python"
+max_batch_size: 0
+input { name: "X" data_type: TYPE_FP32 dims: 4 }
+output { name: "Y" data_type: TYPE_FP32 dims: 4 }
+"""
+
+_CRASH_MODEL = """class TritonPythonModel:
+    def execute(self, requests):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+"""
+
+
 @pytest.fixture(scope="module")
 def encoder_served(tmp_path_factory):
     """examples/encoder.py exported (input_ids and attention_mask: [batch, sequence]; its
     model_warmup holds the lengths the export verified) and served by the real Triton
-    beside a copy without model_warmup ("bare"), the example model (fixed dims) and
+    beside a copy without model_warmup ("bare"), the example model (fixed dims),
     "pair": the encoder's two inputs, checked as a careful model checks them (sequences of
-    different lengths are refused, INVALID_ARG: HTTP 400)."""
+    different lengths are refused, INVALID_ARG: HTTP 400), and "crash", a model that fails
+    on every request whatever it holds (HTTP 500, as a model crashing does)."""
     from google.protobuf import text_format
 
     from tritonkit.model_config import read_config
@@ -1674,6 +1688,9 @@ def encoder_served(tmp_path_factory):
     (repo / "pair" / "1").mkdir(parents=True)
     (repo / "pair" / "config.pbtxt").write_text(_PAIR_CONFIG)
     (repo / "pair" / "1" / "model.py").write_text(_PAIR_MODEL)
+    (repo / "crash" / "1").mkdir(parents=True)
+    (repo / "crash" / "config.pbtxt").write_text(_CRASH_CONFIG)
+    (repo / "crash" / "1" / "model.py").write_text(_CRASH_MODEL)
     deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120, warmup=False)
     yield deployment
     down(repo)
@@ -1808,20 +1825,25 @@ def test_one_answer_of_the_server_is_read_alike_over_http_and_grpc(encoder_serve
 
 
 @pytest.mark.server
-def test_a_model_that_fails_on_the_first_request_is_still_a_run_error_with_the_servers_whole_words(
+def test_inputs_onnx_runtime_cannot_run_are_a_usage_error_with_the_sizes_the_model_was_warmed_at(
         encoder_served, capsys):
-    """The encoder itself does not check its inputs: ONNX Runtime fails on them, an HTTP 500
-    — the model's failure, a run error (exit 4) as before, now naming what was sent and all of
-    the server's first line (ONNX Runtime's reason is past the 140 characters a report keeps)."""
+    """The encoder itself does not check its inputs: ONNX Runtime fails on two sizes for one
+    axis (the local target's python-backend adapter answers HTTP 500 with its words). The
+    input is wrong, nothing was measured: a usage error (exit 2), ONNX Runtime's reason
+    without its source location, and the sizes the export verified and warmed."""
+    before = _requests_seen(encoder_served, "enc")
     code = _loadtest_model(encoder_served, "enc", "--shape", "input_ids:12", "--shape", "attention_mask:6")
     err = capsys.readouterr().err
-    assert code == EXIT_RUN_ERRORS, err
-    first, hint = err.splitlines()[:2]
-    assert first.startswith("error: the first request to model 'enc' (input_ids INT64[1, 12], "
-                            "attention_mask INT64[1, 6]) failed: HTTP 500: ")
-    assert first.endswith("6 by 12") or first.endswith("12 by 6"), first    # ONNX Runtime's reason
-    assert hint.startswith("hint: check the model's inputs (--shape, --input-data, --batch-size)")
-    assert "Traceback" not in err and "At:" not in err      # the model's traceback: debug only
+    assert code == EXIT_USAGE, err
+    first, hint = err.splitlines()
+    assert re.fullmatch(re.escape("error: model 'enc' (input_ids INT64[1, 12], attention_mask INT64[1, 6]) "
+                                  "refused the request: HTTP 500: ONNX Runtime FAIL in Add node '")
+                        + r"[^']+': Attempting to broadcast an axis by a dimension other than 1\. 6 by 12",
+                        first), first
+    assert hint == ("hint: its model_warmup warms it at --shape input_ids:18 --shape attention_mask:18, "
+                    "also at 6, 12 (a tritonkit export's: the sizes it verified); check --shape and "
+                    "--input-data (inputs that share a dynamic axis take the same size) and --batch-size")
+    assert _requests_seen(encoder_served, "enc") - before == 1      # the probe alone: no level ran
 
 
 @pytest.mark.parametrize("flag, says", [
@@ -3082,7 +3104,7 @@ def test_each_dynamic_dimension_is_compared_with_the_sizes_model_warmup_sends_fo
 
 @pytest.mark.server
 def test_a_first_request_the_model_fails_on_names_the_servers_log_file(encoder_served, capsys):
-    code = _loadtest_model(encoder_served, "enc", "--shape", "input_ids:12", "--shape", "attention_mask:6")
+    code = _loadtest_model(encoder_served, "crash")
     assert code == EXIT_RUN_ERRORS
     hint = capsys.readouterr().err.splitlines()[1]
     assert hint.endswith(f"the server's log says more: {encoder_served.log_path}"), hint
@@ -3119,3 +3141,69 @@ def test_the_plot_draws_each_windows_slowest_request_so_a_lone_outlier_shows(tmp
     drawn = {line.get_label(): list(line.get_ydata()) for line in kept[0].axes[0].get_lines()}
     assert drawn["concurrency 2 max"] == [7.9, 7.9, 7.9, 178.0, 7.9, 7.9]
     assert max(max(ys) for label, ys in drawn.items() if label != "concurrency 2 max") < 178.0
+
+
+# -- a probe the model refuses: the user's input (exit 2), or the model's failure (exit 4) --
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("ids, mask, why", [
+    (300, 300, "128 by 300"),           # past the encoder's position table
+    (16, 17, "16 by 17"),               # two sizes for the axis the inputs share
+], ids=["past the position table", "two sizes"])
+def test_a_shape_the_onnx_graph_refuses_is_a_usage_error_in_one_line_and_nothing_more_is_sent(
+        encoder_served, capsys, protocol, ids, mask, why):
+    """A shape the exported graph cannot run, over either protocol (gRPC: INTERNAL): one line
+    with what was sent and ONNX Runtime's reason, a hint with the sizes the export verified
+    and warmed, exit 2 — and the run never starts."""
+    before = _requests_seen(encoder_served, "enc")
+    code = _loadtest_model(encoder_served, "enc", "--protocol", protocol, "--duration", "30",
+                           "--shape", f"input_ids:{ids}", "--shape", f"attention_mask:{mask}")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    first, hint = err.splitlines()
+    word = "HTTP 500" if protocol == "http" else "gRPC INTERNAL"
+    assert first.startswith(f"error: model 'enc' (input_ids INT64[1, {ids}], attention_mask "
+                            f"INT64[1, {mask}]) refused the request: {word}: ONNX Runtime FAIL in "), first
+    assert first.endswith(f": Attempting to broadcast an axis by a dimension other than 1. {why}"), first
+    assert "onnxruntime_src" not in first and "was false" not in first
+    assert hint.startswith("hint: its model_warmup warms it at --shape input_ids:18 --shape "
+                           "attention_mask:18, also at 6, 12 (a tritonkit export's: the sizes it "
+                           "verified); check --shape")
+    assert _requests_seen(encoder_served, "enc") - before == 1      # the probe alone
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_model_that_crashes_on_the_first_request_is_still_a_run_error(encoder_served, capsys, protocol):
+    """A model failing on whatever it is sent is not the user's input: exit 4 with the
+    server's words, as before."""
+    code = _loadtest_model(encoder_served, "crash", "--protocol", protocol)
+    err = capsys.readouterr().err
+    assert code == EXIT_RUN_ERRORS, err
+    word = "HTTP 500" if protocol == "http" else "gRPC INTERNAL"
+    first, hint = err.splitlines()[:2]
+    assert first.startswith(f"error: the first request to model 'crash' (X FP32[4]) failed: {word}: ")
+    assert first.endswith("CUDA error: an illegal memory access was encountered"), first
+    assert hint.startswith("hint: check the model's inputs")
+
+
+@pytest.mark.parametrize("said, reads", [
+    ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: input_ids for "
+     "the following indices\n index: 1 Got: 300 Expected: 128\n Please fix either the inputs or the model.",
+     "ONNX Runtime INVALID_ARGUMENT: Got invalid dimensions for input: input_ids for the following indices"),
+    ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while running Gather "
+     "node. Name:'/embed/Gather' Status Message: indices element out of data bounds, idx=300 must be "
+     "within the inclusive range [-128,127]",
+     "ONNX Runtime INVALID_ARGUMENT in Gather node '/embed/Gather': indices element out of data "
+     "bounds, idx=300 must be within the inclusive range [-128,127]"),
+    ("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running MatMul "
+     "node. Name:'/mm' Status Message: Failed to allocate memory for requested buffer of size 4194304", None),
+    ("[ONNXRuntimeError] : 1 : FAIL : Load model from /m/model.onnx failed: Protobuf parsing failed.", None),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", None),
+], ids=["invalid dimensions", "index past a table", "out of memory", "unreadable graph", "no ORT"])
+def test_onnx_runtime_refusing_the_inputs_is_told_from_its_other_failures(said, reads):
+    from tritonkit.loadtest._inputs import input_refusal
+
+    assert input_refusal(said) == reads

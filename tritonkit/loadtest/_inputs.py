@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,9 +30,24 @@ class RequestTemplate:
     model_version: str | None = None
     # Sizes of dynamic dimensions the model's model_warmup never sent (see ``unwarmed_sizes``).
     unwarmed: tuple[UnwarmedSize, ...] = ()
+    # What the model's model_warmup sends at its dynamic dimensions (a tritonkit export's:
+    # the sizes it verified): the --shape flags of the largest, and the other sizes, short
+    # ("6, 12"); None: no dynamic input, or no warm-up for them.
+    warmed: tuple[str, str] | None = None
 
     def describe(self) -> str:
         return ", ".join(f"{name} {dtype}{list(data.shape)}" for name, dtype, data in self.inputs)
+
+    def refusal_hint(self) -> str:
+        """What to send instead, for a request the model refused: the sizes it was
+        exported and warmed for where its config says, else the flags to check."""
+        check = ("check --shape and --input-data (inputs that share a dynamic axis take the same "
+                 "size) and --batch-size")
+        if self.warmed is None:
+            return f"send what the model takes: {check}"
+        flags, others = self.warmed
+        return (f"its model_warmup warms it at {flags}" + (f", also at {others}" if others else "")
+                + f" (a tritonkit export's: the sizes it verified); {check}")
 
 
 @dataclass(frozen=True)
@@ -168,7 +184,9 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
     sent = {name: list(data.shape)[1 if max_batch else 0:] for name, _, data in inputs}
     return RequestTemplate(model=model, inputs=tuple(inputs), outputs=outputs, batch_size=batch_size,
                            sequencing=stateful, model_version=_served_version(metadata),
-                           unwarmed=unwarmed_sizes(dynamic, sent, config.get("model_warmup", [])))
+                           unwarmed=unwarmed_sizes(dynamic, sent, config.get("model_warmup", [])),
+                           warmed=_warmed_flags({name: dims for name, dims in dynamic.items() if -1 in dims},
+                                                config.get("model_warmup", [])))
 
 
 def unwarmed_sizes(dims: Mapping[str, Sequence[int]], sent: Mapping[str, Sequence[int]],
@@ -190,6 +208,35 @@ def unwarmed_sizes(dims: Mapping[str, Sequence[int]], sent: Mapping[str, Sequenc
             if wanted == -1 and sizes and size[axis] not in sizes:
                 unwarmed.append(UnwarmedSize(name, axis, int(size[axis]), sizes))
     return tuple(unwarmed)
+
+
+# ONNX Runtime's errors as its Python API raises them, in the message of a python-backend
+# model that runs it (the local target's ONNX adapter): Triton answers HTTP 500 / INTERNAL.
+_ORT_ERROR = re.compile(r"\[ONNXRuntimeError\] : (\d+) : (\w+) : (.*)")
+_ORT_INVALID_ARGUMENT = 2
+# Shape errors ONNX Runtime's kernels raise as a plain FAIL (their ORT_ENFORCE checks): the
+# inputs' sizes do not fit the graph (a sequence past a position table, two inputs that
+# should share an axis given two sizes).
+_ORT_SHAPE_FAILURES = ("Attempting to broadcast an axis", "cannot be reshaped", "dimension mismatch",
+                       "Incompatible dimensions", "Invalid input shape", "Got invalid dimensions")
+# Where ORT_ENFORCE failed, before its message: "/path/file.h:583 void f(args) cond was false. "
+_ORT_CHECK = re.compile(r"^\S+:\d+ [^(]*\([^)]*\)\s*(?:.*? was false\.\s*)?")
+
+
+def input_refusal(said: str) -> str | None:
+    """ONNX Runtime's refusal of a request's inputs in a server's error answer, short: its
+    reason, the node that gave it, without the source location (``ONNX Runtime FAIL in Add
+    node 'n': Attempting to broadcast ... 128 by 300``). None: the error is not one (ONNX
+    Runtime out of memory, a model that raised an error of its own, no ONNX Runtime)."""
+    found = _ORT_ERROR.search(said.strip().partition("\n")[0])
+    if found is None:
+        return None
+    code, status, text = int(found[1]), found[2], found[3].strip()
+    if code != _ORT_INVALID_ARGUMENT and not any(words in text for words in _ORT_SHAPE_FAILURES):
+        return None
+    node = re.search(r"running (\w+) node\. Name:'([^']*)'", text)
+    text = _ORT_CHECK.sub("", text.partition("Status Message: ")[2].strip() or text)
+    return f"ONNX Runtime {status}" + (f" in {node[1]} node '{node[2]}'" if node else "") + f": {text}"
 
 
 def _served_version(metadata: dict) -> str | None:
@@ -222,25 +269,35 @@ def _shape_hint(unsized: dict[str, list[int]], warmup: list[dict]) -> str:
     """The --shape flags to pass for ``unsized`` inputs: the sizes of the model's
     ``model_warmup`` entries — for a tritonkit export the lengths it verified — the largest
     spelled out, else a placeholder."""
-    choices = []
-    for entry in warmup:
-        listed = entry.get("inputs", {})
-        choice = {}
-        for name, dims in unsized.items():
-            got = [int(d) for d in listed.get(name, {}).get("dims", [])]
-            if len(got) == len(dims) and all(d in (-1, g) for d, g in zip(dims, got)):
-                choice[name] = got
-        if len(choice) == len(unsized) and choice not in choices:
-            choices.append(choice)
-    if not choices:
+    warmed = _warmed_flags(unsized, warmup)
+    if warmed is None:
         return ("pass " + " ".join(f"--shape {_spell_flag(name, dims)}" for name, dims in unsized.items())
                 + ", N the size your clients send")
-    choices.sort(key=lambda c: sum(int(np.prod(dims)) for dims in c.values()))
-    flags = " ".join(f"--shape {_spell_flag(name, dims)}" for name, dims in choices[-1].items())
-    others = ", ".join(_sizes(choice, unsized) for choice in choices[:-1])
+    flags, others = warmed
     return (f"pass {flags} (the largest size the model's model_warmup holds; a tritonkit "
             "export's are sizes it verified" + (f"; it also warms {others}: a run each shows what "
                                                 "size costs" if others else "") + ")")
+
+
+def _warmed_flags(dynamic: dict[str, list[int]], warmup: list[dict]) -> tuple[str, str] | None:
+    """The sizes the ``model_warmup`` entries send for the ``dynamic`` inputs (dims without
+    the batch axis, -1 the dynamic ones): the --shape flags of the largest entry, and the
+    others' sizes, short ("6, 12"; "" if none). None: no entry sizes all of them."""
+    choices = []
+    for entry in warmup if dynamic else []:
+        listed = entry.get("inputs", {})
+        choice = {}
+        for name, dims in dynamic.items():
+            got = [int(d) for d in listed.get(name, {}).get("dims", [])]
+            if len(got) == len(dims) and all(d in (-1, g) for d, g in zip(dims, got)):
+                choice[name] = got
+        if len(choice) == len(dynamic) and choice not in choices:
+            choices.append(choice)
+    if not choices:
+        return None
+    choices.sort(key=lambda c: sum(int(np.prod(dims)) for dims in c.values()))
+    flags = " ".join(f"--shape {_spell_flag(name, dims)}" for name, dims in choices[-1].items())
+    return flags, ", ".join(_sizes(choice, dynamic) for choice in choices[:-1])
 
 
 def _sizes(choice: dict[str, list[int]], unsized: dict[str, list[int]]) -> str:

@@ -23,7 +23,7 @@ from tritonkit.client import Endpoint, server_version
 from tritonkit.errors import LoadTestError, ServerError, UsageError
 from tritonkit.loadtest._deployment import refuse_gone_server, server_hint, server_log
 from tritonkit.loadtest._inputs import (
-    RequestTemplate, Shapes, check_shapes, request_template, unwarmed_warning)
+    RequestTemplate, Shapes, check_shapes, input_refusal, request_template, unwarmed_warning)
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._sequences import (
     DEFAULT_LENGTH, DEFAULT_OPEN_SEQUENCES, DEFAULT_VARIATION_PCT, MAX_LENGTH, SequencePlan,
@@ -53,6 +53,7 @@ MAX_SECONDS = 86_400.0              # --warmup-s, --request-timeout
 MAX_DURATION_S = 3_600.0            # per level: every request's record is held in memory...
 MAX_WINDOWS = 1_000                 # ...and a histogram per timeline window (~0.2 MB each)
 _SPARE_FILES = 64                   # descriptors a worker needs besides its sockets
+_REFUSAL_CHARS = 200                # of the server's reason in a refused probe's one line
 # A spawned worker imports the main script again: one with no ``if __name__ == "__main__":``
 # guard calls run_loadtest in it, and says so by its exit code. It knows itself by its
 # process name, which spawn sets before that import: a mark in os.environ would be
@@ -369,10 +370,13 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
     latency in ms (the connection made before it). A stateful model's is a whole sequence
     of one request (``step``: its ID, START and END).
 
-    A refusal (HTTP 400 or its gRPC codes, ``RequestFailed.refused``: the server judged
-    the request itself invalid) is the user's to fix, a usage error; any other error
-    answer — the model failing on it (5xx), or gone (404) — a run error. No answer at all
-    is a server error, with ``hint`` (what to check, ``server_hint``). ``log``: the
+    A refusal is the user's to fix, a usage error: Triton's (HTTP 400 or its gRPC codes,
+    ``RequestFailed.refused``: the server judged the request itself invalid), or ONNX
+    Runtime's of the inputs in a model's failure (``input_refusal``: a shape past what the
+    graph takes, which a python backend running it answers with a 500). Its one line is
+    the server's first, shortened; its hint the sizes the model was warmed at. Any other
+    error answer — the model failing on it (5xx), or gone (404) — is a run error. No answer
+    at all is a server error, with ``hint`` (what to check, ``server_hint``). ``log``: the
     server's log file, where known (a recorded local deployment's).
     """
     try:
@@ -387,13 +391,15 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
         finally:
             send.__self__.close()           # the probe's own connection
     except RequestFailed as exc:
-        said, _, rest = exc.said.partition("\n")
+        said, _, rest = exc.said.strip().partition("\n")
         sent = f"model '{template.model}' ({template.describe()})"
-        if exc.refused:
-            raise UsageError(f"{sent} refused the request: {said}",
-                             hint="send what the model takes: check --shape and --input-data (inputs "
-                                  "that share a dynamic axis take the same size) and --batch-size",
-                             detail=rest.strip() or None) from None
+        refusal = said if exc.refused else input_refusal(said)
+        if refusal is not None:
+            if not exc.refused:             # the answer's status ("HTTP 500"), then ONNX Runtime's words
+                refusal = f"{said.partition(': ')[0]}: {refusal}"
+            short = _shortened(refusal, _REFUSAL_CHARS)
+            raise UsageError(f"{sent} refused the request: {short}", hint=template.refusal_hint(),
+                             detail=(rest.strip() if short == said else exc.said.strip()) or None) from None
         log_says = "the server's log says more" + (f": {log}" if log else "")
         raise LoadTestError(f"the first request to {sent} failed: {said}",
                             hint=f"check the model's inputs (--shape, --input-data, --batch-size); {log_says}",
@@ -402,6 +408,11 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
         # Nothing was run: a server that cannot be reached (exit 1), as when its model could
         # not be read — not a run whose requests failed (exit 4).
         raise ServerError(f"could not reach {url} over {protocol}: {exc}", hint=hint) from None
+
+
+def _shortened(text: str, most: int) -> str:
+    """``text`` cut to ``most`` characters, an ellipsis saying so."""
+    return text if len(text) <= most else text[:most - 1].rstrip() + "…"
 
 
 def plan_slots(spec: LoadSpec, level: float, workers: int | None = None,
