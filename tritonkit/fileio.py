@@ -8,7 +8,7 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tritonkit.errors import UsageError
@@ -134,3 +134,20 @@ def read_stamp(text: str, label: str) -> tuple[str | None, str, str]:
     if recorded[1] != stamp_digest(body):
         return "edited", header, body
     return None, header, body
+
+
+def ensure_ignored(folder: Path, patterns: Sequence[str], *, why: str) -> Path | None:
+    """Add each of ``patterns`` that ``folder/.gitignore`` lacks (the file made if need be,
+    the user's lines kept as they are); the .gitignore if it changed, else None.
+
+    Deployment files that hold a secret go wherever ``--out`` says, often inside the
+    user's own repository, where a ``git add -A`` would commit them.
+    """
+    path = Path(folder) / ".gitignore"
+    text = path.read_text() if path.exists() else ""
+    present = {line.strip() for line in text.splitlines()}
+    missing = [pattern for pattern in patterns if pattern not in present]
+    if not missing:
+        return None
+    lead = text if not text or text.endswith("\n") else text + "\n"
+    return atomic_write(path, lead + f"# {why}\n" + "".join(f"{p}\n" for p in missing))
