@@ -470,3 +470,84 @@ def test_the_interval_after_a_failed_scrape_is_as_long_as_it_was(own):
     assert result.figures.queue_depth == pytest.approx(0.8)
     assert result.wall != "scheduling"
     assert any("(~40 s)" in line for line in result.evidence)
+
+
+def record_server(path: Path, *, per_s: float, batch: float, queue_us: float,
+                  compute_us: float, samples: int = 9, pending: float = 0) -> Path:
+    """Write a monitor CSV as `tritonkit monitor --csv --url` does against a CPU server:
+    NVML finds no GPU, so each sample is one row of Triton's counters alone. ``batch``:
+    inferences per execution; ``queue_us``, ``compute_us``: per request."""
+    counters = ModelCounters()
+    with CsvRecorder(path) as recorder:
+        for i in range(samples):
+            recorder.write(rows_for(1_767_225_600 + i * INTERVAL, i * INTERVAL, [], counters))
+            requests = per_s * INTERVAL
+            counters = replace(counters + ModelCounters(
+                request_success=requests, inference_count=requests,
+                exec_count=requests / batch, queue_duration_us=requests * queue_us,
+                compute_input_duration_us=requests * 0.1 * compute_us,
+                compute_infer_duration_us=requests * 0.85 * compute_us,
+                compute_output_duration_us=requests * 0.05 * compute_us),
+                pending_request_count=pending)
+    return path
+
+
+# the platform review's recording: a local CPU deployment under load
+CPU_UNDER_LOAD = dict(per_s=3700, batch=2, queue_us=300, compute_us=400)
+
+
+def test_a_cpu_server_recording_gets_triton_s_verdict_without_a_gpu_profile(tmp_path, capsys):
+    csv = record_server(tmp_path / "mon.csv", **CPU_UNDER_LOAD)
+    out = tmp_path / "diagnosis.json"
+    assert run_cli("diagnose", csv, "--json", out) == 0
+    printed = capsys.readouterr().out
+    assert "Triton server (no GPU samples): no scheduling wall" in printed
+    assert "296000 inferences in 148000 executions = 2.00 per execution" in printed
+    assert "compute 0.40 ms, queue 0.30 ms per request" in printed
+    (data,) = json.loads(out.read_text())["diagnoses"]
+    assert (data["gpu"], data["profile"], data["wall"]) == (None, "", "none")
+    assert data["figures"]["loaded_samples"] == 8
+    (nvml,) = [n for n in data["notes"] if "need NVML samples" in n]
+    assert "the memory, bandwidth and I/O walls need NVML samples" in nvml
+    assert "the memory, bandwidth and I/O walls need NVML samples" in " ".join(printed.split())
+
+
+def test_a_cpu_server_recording_with_gpu_given_is_judged_and_says_the_profile_is_unused(
+        tmp_path, capsys):
+    csv = record_server(tmp_path / "mon.csv", **CPU_UNDER_LOAD)
+    assert run_cli("diagnose", csv, "--gpu", "p100", "--json", "-") == 0
+    (data,) = json.loads(capsys.readouterr().out)["diagnoses"]
+    assert data["wall"] == "none"
+    assert any("--gpu p100 is not used" in n for n in data["notes"])
+
+
+def test_a_cpu_server_running_one_inference_per_execution_while_requests_wait_is_the_scheduling_wall(
+        tmp_path):
+    # 3,700 requests/s, none batched, each queued 2 ms: 7.4 waiting on average
+    csv = record_server(tmp_path / "mon.csv", per_s=3700, batch=1, queue_us=2000, compute_us=250)
+    (result,) = diagnose(read_monitor_csv(csv), None, load_thresholds())
+    assert (result.gpu, result.wall, result.title) == (None, "scheduling", "scheduling wall")
+    assert result.figures.queue_depth == pytest.approx(7.4)
+    advice = " ".join(result.advice)
+    assert "dynamic_batching { }" in advice and "CUDA graphs" not in advice
+
+
+def test_a_recording_with_neither_gpu_samples_nor_triton_counters_is_refused(tmp_path, capsys):
+    path = tmp_path / "empty.csv"
+    with CsvRecorder(path) as recorder:
+        for i in range(3):
+            recorder.write(rows_for(1_767_225_600 + i * INTERVAL, i * INTERVAL, [], None))
+    assert run_cli("diagnose", path) == 2
+    error, hint = capsys.readouterr().err.splitlines()
+    assert error == ("error: the recording has neither GPU samples (no util_pct values) nor "
+                     "Triton's counters (no request_success values)")
+    assert hint.startswith("hint: record on the GPU host") and "--url" in hint
+
+
+def test_a_gpu_recording_whose_card_matches_no_profile_still_asks_for_gpu(tmp_path, capsys):
+    csv = record(tmp_path / "a100.csv", name="NVIDIA A100-SXM4-40GB", total_gib=40, util=50,
+                 mem_pct=50, triton=dict(requests=300, batch=8, queue_us=500, infer_us=25_000))
+    assert run_cli("diagnose", csv) == 2
+    assert "cannot tell which GPU profile" in capsys.readouterr().err
+    assert run_cli("diagnose", csv, "--gpu", "a10") == 0
+    assert "GPU 0 (NVIDIA A100-SXM4-40GB, profile a10)" in capsys.readouterr().out

@@ -238,8 +238,9 @@ def diagnose(
 
 def _print_diagnosis(d: Diagnosis, out=console) -> None:
     color = {"none": "green", "idle": "yellow"}.get(d.wall, "red")
-    out.print(f"GPU {d.gpu} ({escape(d.gpu_name or 'unnamed')}, profile {d.profile}): "
-              f"[bold {color}]{d.title}[/bold {color}]", highlight=False)
+    judged = ("Triton server (no GPU samples)" if d.gpu is None else
+              f"GPU {d.gpu} ({escape(d.gpu_name or 'unnamed')}, profile {d.profile})")
+    out.print(f"{judged}: [bold {color}]{d.title}[/bold {color}]", highlight=False)
     out.print("  evidence:", highlight=False)
     for line in d.evidence:
         out.print(f"    - {escape(line)}", highlight=False)

@@ -34,6 +34,11 @@ it (the traffic was the other's), so a card that served none of it is ``idle``, 
 starved; where every GPU was idle under traffic, each was starved. Nothing fits:
 ``none``. No load at all: ``idle``. Every verdict carries its evidence numbers and
 what to try.
+
+A recording without GPU samples (a CPU server, or NVML unreadable) but with Triton's
+columns gets the server's verdict alone: the scheduling wall or none, judged from Triton's
+counters (batches formed, queue against compute time, requests waiting), with no GPU
+profile needed; the memory, bandwidth and I/O walls need NVML's samples of a GPU.
 """
 
 from __future__ import annotations
@@ -63,6 +68,15 @@ TITLES = {
     "none": "no wall: the GPU is doing the work",
     "idle": "no load recorded",
 }
+# The server's verdict, for a recording without GPU samples: only the scheduling wall shows.
+SERVER_TITLES = {
+    "scheduling": "scheduling wall",
+    "none": "no scheduling wall: Triton forms batches or requests do not wait for them",
+    "idle": "no load recorded",
+}
+NVML_NEEDED = ("no GPU samples in the recording: only Triton's scheduling was judged; the "
+               "memory, bandwidth and I/O walls need NVML samples (record with tritonkit "
+               "monitor --csv FILE on a GPU host)")
 
 
 @dataclass(frozen=True)
@@ -115,7 +129,10 @@ class Figures:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    gpu: int
+    """A GPU's verdict; or, with ``gpu`` None and no profile, the server's (a recording
+    without GPU samples, judged from Triton's counters alone)."""
+
+    gpu: int | None
     gpu_name: str
     profile: str
     wall: str
@@ -130,20 +147,28 @@ class Diagnosis:
         return asdict(self)
 
 
-def diagnose(rows: list[MonitorRow], profile: GpuProfile, thresholds: Thresholds) -> list[Diagnosis]:
-    """One diagnosis per GPU in the recording."""
+def diagnose(rows: list[MonitorRow], profile: GpuProfile | None,
+             thresholds: Thresholds) -> list[Diagnosis]:
+    """One diagnosis per GPU in the recording; without GPU samples, the server's one from
+    Triton's counters. ``profile`` None: the one the recorded GPU name matches."""
     by_gpu: dict[int, list[MonitorRow]] = {}
     lost: dict[int, list[MonitorRow]] = {}      # samples NVML could not read (nvml_error)
     for row in rows:
-        if row.gpu is not None and row.util_pct is not None:
+        if _is_gpu_sample(row):
             by_gpu.setdefault(row.gpu, []).append(row)
         elif row.gpu is not None and row.nvml_error:
             lost.setdefault(row.gpu, []).append(row)
-    if not by_gpu:
-        raise UsageError("the recording has no GPU samples (no util_pct values)",
-                         hint="record on the GPU host: tritonkit monitor --csv FILE "
-                              "(with --url to add Triton's metrics)")
     triton = _triton_intervals(rows)
+    if not by_gpu:
+        if any(r.triton is not None for r in rows):
+            return [_diagnose_server(rows, triton, thresholds, profile,
+                                     lost=[r for gpu_rows in lost.values() for r in gpu_rows])]
+        raise UsageError("the recording has neither GPU samples (no util_pct values) nor "
+                         "Triton's counters (no request_success values)",
+                         hint="record on the GPU host: tritonkit monitor --csv FILE, with "
+                              "--url or --repository for Triton's metrics")
+    if profile is None:
+        profile = choose_profile(rows, None)
     idle = thresholds.alerts.idle_utilization_pct
     busy = {gpu: {r.elapsed_s for r in gpu_rows if r.util_pct > idle}
             for gpu, gpu_rows in by_gpu.items()}
@@ -152,6 +177,10 @@ def diagnose(rows: list[MonitorRow], profile: GpuProfile, thresholds: Thresholds
                           others_busy=frozenset().union(*(b for g, b in busy.items() if g != gpu)),
                           lost=lost.get(gpu, []))
             for gpu, gpu_rows in sorted(by_gpu.items())]
+
+
+def _is_gpu_sample(row: MonitorRow) -> bool:
+    return row.gpu is not None and row.util_pct is not None
 
 
 def guess_profile(rows: list[MonitorRow]) -> str | None:
@@ -201,7 +230,7 @@ def _own_intervals(rows: list[MonitorRow]) -> dict[float, _Interval]:
             for before, after in zip(counted, counted[1:])}
 
 
-def _figures(rows: list[MonitorRow], triton: dict[float, _Interval], profile: GpuProfile,
+def _figures(rows: list[MonitorRow], triton: dict[float, _Interval], profile: GpuProfile | None,
              thresholds: Thresholds, others_busy: frozenset[float] = frozenset()) -> Figures:
     """An interval's load is what the GPU's own counters counted where the recording has
     them. Else the server's: ``others_busy`` says when another GPU of the recording was
@@ -231,14 +260,14 @@ def _figures(rows: list[MonitorRow], triton: dict[float, _Interval], profile: Gp
     mem = [r.mem_pct for r in loaded if r.mem_pct is not None]
     rx = [r.pcie_rx_mb_s / 1000 for r in loaded if r.pcie_rx_mb_s is not None]
     tx = [r.pcie_tx_mb_s / 1000 for r in loaded if r.pcie_tx_mb_s is not None]
-    link = _link(loaded, profile)
+    link = _link(loaded, profile) if profile else dict(link_gb_s=0.0)   # no GPU: no link
     achievable = link["link_gb_s"] * thresholds.walls.pcie_achievable_fraction
     busiest = [max(v for v in (r.pcie_rx_mb_s, r.pcie_tx_mb_s) if v is not None) / 1000
                for r in loaded if (r.pcie_rx_mb_s, r.pcie_tx_mb_s) != (None, None)]
     near = thresholds.walls.pcie_link_fraction * achievable
     figures = dict(
         samples=len(rows), loaded_samples=len(loaded), seconds_under_load=seconds,
-        util_mean_pct=mean([r.util_pct for r in loaded]),
+        util_mean_pct=mean([r.util_pct for r in loaded if r.util_pct is not None]),
         mem_peak_pct=max(mem) if mem else None,
         mem_total_mib=max((r.mem_total_mib or 0.0 for r in rows), default=None) or None,
         pcie_rx_mean_gb_s=mean(rx), pcie_tx_mean_gb_s=mean(tx),
@@ -299,13 +328,54 @@ def _classify(f: Figures, t: Thresholds) -> str:
     share = f.saturated_share
     if share is not None and share >= w.pcie_saturated_share:
         return "bandwidth"
-    if (f.avg_batch is not None and f.avg_batch <= w.small_batch
-            and f.compute_us is not None and f.compute_us <= w.short_compute_us
-            and f.queue_depth is not None and f.queue_depth >= BATCHABLE_QUEUE_DEPTH):
+    if _scheduling(f, t):
         return "scheduling"
     if low_util:
         return "io"
     return "none"
+
+
+def _scheduling(f: Figures, t: Thresholds) -> bool:
+    """About one inference per execution, short compute, and requests waiting to be batched."""
+    w = t.walls
+    return (f.avg_batch is not None and f.avg_batch <= w.small_batch
+            and f.compute_us is not None and f.compute_us <= w.short_compute_us
+            and f.queue_depth is not None and f.queue_depth >= BATCHABLE_QUEUE_DEPTH)
+
+
+def _diagnose_server(rows: list[MonitorRow], triton: dict[float, _Interval],
+                     thresholds: Thresholds, profile: GpuProfile | None = None,
+                     lost: list[MonitorRow] | None = None) -> Diagnosis:
+    """The verdict Triton's counters give alone: the scheduling wall, or none."""
+    figures = _figures(rows, triton, None, thresholds)
+    if not figures.loaded_samples:
+        wall = "idle"
+    else:
+        wall = "scheduling" if _scheduling(figures, thresholds) else "none"
+    notes = [NVML_NEEDED]
+    if lost:
+        notes.append(f"NVML could not read the GPU in any of its {len(lost)} sample(s) (last: "
+                     f"{lost[-1].nvml_error}): the card needs looking at (dmesg for Xid errors)")
+    if profile is not None:
+        notes.append(f"--gpu {profile.name} is not used: without GPU samples there is no "
+                     "link or memory to judge against it")
+    notes += _triton_gaps(figures)
+    return Diagnosis(gpu=None, gpu_name="", profile="", wall=wall, title=SERVER_TITLES[wall],
+                     evidence=[_load_line(figures)] + _triton_evidence(figures),
+                     advice=_server_advice(wall, figures, thresholds), figures=figures,
+                     notes=notes)
+
+
+def _triton_gaps(f: Figures) -> list[str]:
+    """What Triton left uncounted, so that a check could not be made."""
+    notes = []
+    if f.has_triton and f.inferences is None:
+        notes.append("Triton did not count inferences and executions (it runs with "
+                     "--metrics-config counter_latencies=false): batch sizes could not be checked")
+    if f.has_triton and f.compute_us is None:
+        notes.append("Triton reported no queue or compute times (its latency counters and "
+                     "summaries are off): queueing could not be checked")
+    return notes
 
 
 def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, _Interval],
@@ -333,12 +403,7 @@ def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, _Interva
     if not figures.has_triton and wall not in ("idle",):
         notes.append("no Triton columns in the recording: batches and queueing could not be "
                      "checked (record with --url or --repository)")
-    elif figures.has_triton and figures.inferences is None:
-        notes.append("Triton did not count inferences and executions (it runs with "
-                     "--metrics-config counter_latencies=false): batch sizes could not be checked")
-    if figures.has_triton and figures.compute_us is None:
-        notes.append("Triton reported no queue or compute times (its latency counters and "
-                     "summaries are off): queueing could not be checked")
+    notes += _triton_gaps(figures)
     if figures.slowdown_samples:
         held = ", ".join(f"{reason} in {count}" for reason, count in
                          sorted(figures.slowdown_samples.items(), key=lambda kv: -kv[1]))
@@ -362,9 +427,12 @@ def _diagnose_gpu(gpu: int, rows: list[MonitorRow], triton: dict[float, _Interva
                      notes=notes, gpu_uuid=next((r.uuid for r in rows if r.uuid), ""))
 
 
+def _load_line(f: Figures) -> str:
+    return f"{f.loaded_samples} of {f.samples} samples under load (~{f.seconds_under_load:.0f} s)"
+
+
 def _evidence(f: Figures, profile: GpuProfile, t: Thresholds) -> list[str]:
-    lines = [f"{f.loaded_samples} of {f.samples} samples under load "
-             f"(~{f.seconds_under_load:.0f} s)"]
+    lines = [_load_line(f)]
     if f.util_mean_pct is not None:
         lines.append(f"utilization {f.util_mean_pct:.0f} % (mean under load)")
     if f.mem_peak_pct is not None:
@@ -386,6 +454,12 @@ def _evidence(f: Figures, profile: GpuProfile, t: Thresholds) -> list[str]:
         lines.append("PCIe: not recorded (the GPU's figures came without PCIe throughput, as "
                      "Triton's own gauges give them for a server watched from another host), "
                      "so the bandwidth wall is not judged")
+    return lines + _triton_evidence(f)
+
+
+def _triton_evidence(f: Figures) -> list[str]:
+    """Triton's side: batches formed, queue against compute time, requests waiting."""
+    lines = []
     if f.avg_batch is not None:
         lines.append(f"Triton: {f.inferences:.0f} inferences in {f.executions:.0f} executions "
                      f"= {f.avg_batch:.2f} per execution")
@@ -412,6 +486,39 @@ def _other_profiles(profile: GpuProfile) -> list[GpuProfile]:
             except UsageError:
                 continue
     return others
+
+
+BATCHING_ADVICE = (
+    "turn on dynamic batching (dynamic_batching { }) so Triton forms larger batches from "
+    "small requests; if batches stay small under load, allow a queue delay "
+    "(max_queue_delay_microseconds: 100 is a common first step) and check the p99 with "
+    "tritonkit loadtest",
+    "send batches from the client where it can (several inputs per request)")
+
+
+def _server_advice(wall: str, f: Figures, t: Thresholds) -> list[str]:
+    if wall == "scheduling":
+        return [*BATCHING_ADVICE,
+                "a second model instance (instance_group count one more) overlaps one "
+                "execution with another"]
+    if wall == "none":
+        w = t.walls
+        if f.avg_batch is not None and f.avg_batch > w.small_batch:
+            why = f"batches form ({f.avg_batch:.2f} inferences per execution)"
+        elif f.queue_depth is not None and f.queue_depth < BATCHABLE_QUEUE_DEPTH:
+            why = (f"requests do not wait to be batched ({f.queue_depth:.2f} in the queue on "
+                   "average): the client sends too little to batch")
+        elif f.compute_us is not None and f.compute_us > w.short_compute_us:
+            why = f"compute is long ({f.compute_us / 1000:.2f} ms per request)"
+        else:
+            why = "Triton's counters show no small batches waiting"
+        advice = [f"{why}: Triton's scheduling is not what limits this server"]
+        if (f.queue_share or 0) >= t.walls.queue_share or (f.pending_max or 0) > 0:
+            advice.append(f"requests still wait in Triton's queue ({100 * (f.queue_share or 0):.0f} % "
+                          "of server time): more model instances (instance_group count) or "
+                          "more cores for them")
+        return advice
+    return ["record under load: start tritonkit monitor --csv FILE, then run tritonkit loadtest"]
 
 
 def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[str]:
@@ -453,12 +560,7 @@ def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[s
                           f"({best.bus.link_gb_s:g} GB/s vs {profile.bus.link_gb_s:g}) — --gpu {best.name}")
         return advice
     if wall == "scheduling":
-        advice = [
-            "turn on dynamic batching (dynamic_batching { }) so Triton forms larger batches from "
-            "small requests; if batches stay small under load, allow a queue delay "
-            "(max_queue_delay_microseconds: 100 is a common first step) and check the p99 with "
-            "tritonkit loadtest",
-            "send batches from the client where it can (several inputs per request)"]
+        advice = list(BATCHING_ADVICE)
         if serving.cuda_graphs:
             advice.append(f"CUDA graphs (optimization {{ cuda {{ graphs: true }} }}) cut launch "
                           f"overhead; the {profile.name} profile serves TensorRT plans, which honour them")
@@ -492,10 +594,13 @@ def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[s
     return ["record under load: start tritonkit monitor --csv FILE, then run tritonkit loadtest"]
 
 
-def choose_profile(rows: list[MonitorRow], gpu: str | None) -> GpuProfile:
-    """``--gpu`` if given, else the profile the recorded GPU name matches."""
+def choose_profile(rows: list[MonitorRow], gpu: str | None) -> GpuProfile | None:
+    """``--gpu`` if given, else the profile the recorded GPU name matches; None for a
+    recording without GPU samples (the server's verdict needs no profile)."""
     if gpu:
         return load_profile(gpu)
+    if not any(_is_gpu_sample(r) for r in rows):
+        return None
     guessed = guess_profile(rows)
     if guessed is None:
         names = sorted({r.name for r in rows if r.name}) or ["no GPU name recorded"]
