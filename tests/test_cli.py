@@ -322,12 +322,13 @@ FLAGS_A_TARGET_DOES_NOT_USE = [
     ("k8s", ["--up"], "--up"),
     ("k8s", ["--no-warmup"], "--no-warmup"),
     ("k8s", ["--warmup"], "--warmup"),
-    ("k8s", ["--timeout", "5"], "--timeout"),
     ("local", ["--out", "docker"], "--out"),
     ("local", ["--image", "nvcr.io/nvidia/tritonserver:24.10-py3"], "--image"),
     ("local", ["--replicas", "2"], "--replicas"),
     ("local", ["--replicas", "1"], "--replicas"),
     ("local", ["--storage-class", "nfs-client"], "--storage-class"),
+    ("local", ["--cpu", "2"], "--cpu"),
+    ("local", ["--memory", "8Gi"], "--memory"),
     ("local", ["--public"], "--public"),
     ("local", ["--force"], "--force"),
     ("local", ["--no-force"], "--no-force"),
@@ -335,6 +336,8 @@ FLAGS_A_TARGET_DOES_NOT_USE = [
     ("local", ["--no-up"], "--no-up"),
     ("compose", ["--replicas", "2"], "--replicas"),
     ("compose", ["--storage-class", "nfs-client"], "--storage-class"),
+    ("compose", ["--cpu", "2"], "--cpu"),
+    ("compose", ["--memory", "8Gi"], "--memory"),
 ]
 
 
@@ -370,19 +373,20 @@ def test_a_k8s_deploy_with_a_port_and_public_is_refused_and_names_the_others_too
     """The doc audit's case: it exited 0 and service.yaml kept port 8000."""
     out = tmp_path / "O"
     assert run_cli("deploy", "--target", "k8s", "--gpu", "a10", "-r", example_repository,
-                   "--out", out, "--http-port", "9000", "--public", "--timeout", "5") == 2
+                   "--out", out, "--http-port", "9000", "--public", "--no-warmup") == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: --http-port does not apply to --target k8s (the Service publishes Triton's "
         "own ports 8000/8001/8002 inside the cluster)",
         f"hint: drop --http-port: the Service's ports are set in {out / 'k8s' / 'service.yaml'} "
-        "(spec.ports); for a port on this host use --target compose; --public, --timeout do "
+        "(spec.ports); for a port on this host use --target compose; --public, --no-warmup do "
         "not apply either"]
     assert not out.exists()
 
 
 @pytest.mark.parametrize("target,flags", [
     ("k8s", ["--gpu", "a10", "--image", "nvcr.io/nvidia/tritonserver:24.10-py3",
-             "--replicas", "2", "--storage-class", "nfs-client",
+             "--replicas", "2", "--storage-class", "nfs-client", "--cpu", "4",
+             "--memory", "16Gi", "--timeout", "1200",
              "--server-config", "configs/server.toml", "--force"]),
     ("compose", ["--gpu", "a10", "--no-up", "--public",
                  "--image", "nvcr.io/nvidia/tritonserver:24.10-py3", "--device-ids", "0,1",

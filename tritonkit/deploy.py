@@ -137,12 +137,15 @@ def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docke
 def deploy_k8s(repository: Path, *, gpu: str | None, out: Path = Path("docker"),
                image: str | None = None, force: bool = False, replicas: int = 1,
                server_config: Path | None = None,
-               storage_class: str | None = None) -> k8s.K8sFiles:
+               storage_class: str | None = None, cpu: str | None = None,
+               memory: str | None = None,
+               startup_timeout: float | None = None) -> k8s.K8sFiles:
     """Write ``out/k8s/`` manifests for a fleet of ``gpu`` replicas (nothing is applied)."""
     spec = container_spec(Path(repository), _gpu_for("k8s", gpu), image=image,
                           server_config=server_config)
     return k8s.write_k8s(spec, Path(repository), Path(out), replicas=replicas, force=force,
-                         storage_class=storage_class)
+                         storage_class=storage_class, cpu=cpu, memory=memory,
+                         startup_timeout=startup_timeout)
 
 
 def _gpu_for(target: str, gpu: str | None) -> str:

@@ -17,7 +17,7 @@ from tritonkit.errors import UsageError
 from tritonkit import deploy as deploy_lib
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
 from tritonkit.server.container import CONTAINER_PORTS
-from tritonkit.server.k8s import K8S_DIRNAME, STARTUP_FAILURES, STARTUP_PERIOD_S
+from tritonkit.server.k8s import K8S_DIRNAME, PRESTOP_S, STARTUP_S
 from tritonkit.server.local import Stopped, listens_everywhere, signals_interrupt
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import mask
@@ -52,6 +52,10 @@ NOT_USED_BY: dict[str, dict[str, tuple[str, str]]] = {
                      "drop {flag}, or use --target k8s for a fleet of replicas"),
         "storage_class": ("it names the claim --target k8s copies the repository into; the "
                           "local server reads the folder itself", "drop {flag}"),
+        "cpu": ("it sets the CPU request of a --target k8s pod; the local server runs as "
+                "this host's process", "drop {flag}"),
+        "memory": ("it sets the memory request and limit of a --target k8s pod; the local "
+                   "server runs as this host's process", "drop {flag}"),
         "force": ("the local target writes no files to replace",
                   "drop {flag}; to replace a running local server: tritonkit down "
                   "--repository {repository}, then deploy again"),
@@ -62,6 +66,11 @@ NOT_USED_BY: dict[str, dict[str, tuple[str, str]]] = {
                      "runs a fleet of replicas"),
         "storage_class": ("compose mounts the repository folder from this host; it has no "
                           "claim", "drop {flag}"),
+        "cpu": ("it sets the CPU request of a --target k8s pod; compose sets no CPU share",
+                "drop {flag}; limit the container with deploy.resources in the compose file"),
+        "memory": ("it sets the memory request and limit of a --target k8s pod; compose sets "
+                   "no memory limit",
+                   "drop {flag}; limit the container with deploy.resources in the compose file"),
     },
     "k8s": {
         "http_port": _K8S_PORTS, "grpc_port": _K8S_PORTS, "metrics_port": _K8S_PORTS,
@@ -77,10 +86,6 @@ NOT_USED_BY: dict[str, dict[str, tuple[str, str]]] = {
                    "in the model's config",
                    "drop {flag}; to skip the warm-up, remove model_warmup from each "
                    "model's configs/{gpu}.pbtxt"),
-        "timeout": ("deploy waits for nothing there; a replica's startup probe gives it "
-                    f"{STARTUP_PERIOD_S * STARTUP_FAILURES} s to load and warm its models",
-                    "drop {flag}; that limit is the startupProbe's failureThreshold (x "
-                    "periodSeconds) in {k8s}/deployment.yaml"),
     },
 }
 
@@ -105,12 +110,20 @@ def deploy(
     storage_class: Annotated[Optional[str], typer.Option(
         help="k8s: storage class of the model repository's ReadWriteMany claim "
              "(default: the cluster's).")] = None,
+    cpu: Annotated[Optional[str], typer.Option(
+        help="k8s: the Triton container's CPU request, e.g. 4 or 1500m (default 2; no CPU "
+             "limit).")] = None,
+    memory: Annotated[Optional[str], typer.Option(
+        help="k8s: the Triton container's memory request and limit, e.g. 8Gi (default: "
+             "/dev/shm + pinned memory pool + model files + 2Gi for tritonserver).")] = None,
     force: Annotated[bool, typer.Option(help="compose/k8s: replace files written before.")] = False,
     warmup: Annotated[bool, typer.Option(
         "--warmup/--no-warmup", help="Warm every model up until its latency is steady (local, compose).")] = True,
     timeout: Annotated[Optional[float], typer.Option(
         help="One deadline in seconds for the whole wait (default: local 120, compose 600 — a "
-             "first start on a GPU builds TensorRT engines before Triton answers).",
+             "first start on a GPU builds TensorRT engines before Triton answers); k8s: how "
+             f"long a replica's startup probe lets it load and warm its models (default "
+             f"{STARTUP_S}).",
         min=0.1)] = None,
 ) -> None:
     """Start Triton for a model repository, load every model, wait until each is READY, warm it up.
@@ -122,7 +135,8 @@ def deploy(
     if target == "k8s":
         _print_k8s(deploy_lib.deploy_k8s(repository, gpu=gpu, out=out, image=image, force=force,
                                          replicas=replicas, server_config=server_config,
-                                         storage_class=storage_class))
+                                         storage_class=storage_class, cpu=cpu, memory=memory,
+                                         startup_timeout=timeout))
         return
     _refuse_shared_ports({"--http-port": http_port, "--grpc-port": grpc_port,
                           "--metrics-port": metrics_port}, target)
@@ -251,6 +265,29 @@ def _print_k8s(written) -> None:
     else:
         said = "a new secret (no secret.yaml there before)"
     console.print(f"  {escape(said)}", highlight=False, soft_wrap=True)
+    if written.gitignore is not None:
+        did = "wrote" if written.gitignore_created else "added secret.yaml to"
+        console.print(f"  {did} {escape(str(written.gitignore))}: git leaves the secret out",
+                      highlight=False, soft_wrap=True)
+    requests, limits = written.resources["requests"], written.resources["limits"]
+    sized = ("--memory" if written.memory_rule == "--memory"
+             else f"sized as {written.memory_rule}")
+    console.print(f"  each replica: cpu {requests['cpu']} requested (no limit), memory "
+                  f"{limits['memory']} requested and limit ({sized}); {written.startup_s} s to "
+                  f"load and warm its models (--timeout), {PRESTOP_S} s of preStop before "
+                  "Triton stops", highlight=False, soft_wrap=True)
+    if written.pdb:
+        console.print(f"  PodDisruptionBudget {written.pdb}: a node drain evicts one of the "
+                      f"{written.replicas} replicas at a time", highlight=False, soft_wrap=True)
+    else:
+        console.print("  one replica: each rollout or node drain is an outage (maxSurge 0: one "
+                      "GPU a replica, none spare for a second pod); --replicas 2 or more avoids "
+                      "it", highlight=False, soft_wrap=True)
+    if written.pdb_removed:
+        console.print(f"  removed {K8S_DIRNAME}/pod-disruption-budget.yaml of the run with more "
+                      f"replicas: kubectl delete pdb {written.pdb_removed} (apply -k leaves it "
+                      "in the cluster, and with one replica it blocks every drain)",
+                      highlight=False, soft_wrap=True)
     console.print(f"  copy the model repository into the claim {written.claim} "
                   "(ReadWriteMany), then start the replicas:", highlight=False)
     for command in written.fill_commands:

@@ -18,10 +18,17 @@ that must be built on the target GPU are built by init containers into a pod-loc
 copy of the repository. A rollout replaces one pod at a time without a surge pod (one
 GPU per node leaves none for it), and ONNX Runtime's TensorRT engines are cached in a
 pod volume that outlives container restarts.
+
+Every pod runs as the NGC images' ``triton-server`` user (uid 1000), never as root,
+without privilege escalation, capabilities or a service-account token. The server asks
+for CPU and memory (``memory_request``), so it is not the first pod evicted under node
+pressure; on SIGTERM it waits ``PRESTOP_S`` before Triton unloads its models, while the
+Service stops routing to it. More than one replica get a PodDisruptionBudget.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import shlex
@@ -31,7 +38,7 @@ from pathlib import Path
 import yaml
 
 from tritonkit.errors import UsageError
-from tritonkit.fileio import atomic_write, check_folder
+from tritonkit.fileio import atomic_write, check_folder, ensure_ignored
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 from tritonkit.server.container import (
     CONTAINER_PORTS,
@@ -48,12 +55,28 @@ K8S_DIRNAME = "k8s"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_LABELS = "nvidia.com/gpu"        # GPU Feature Discovery's node labels: <prefix>.compute.major ...
 SECRET_KEY = "repository-key"
-SHM_SIZE = "1Gi"
-# How long a replica may take to load (and warm) its models before Kubernetes gives up:
-# startup probe period x failure threshold.
+SHM_BYTES = 1024**3
+SHM_SIZE = f"{SHM_BYTES // 1024**3}Gi"
+# How long a replica may take to load (and warm) its models before Kubernetes gives up
+# (--timeout): the startup probe's period x its failure threshold.
 STARTUP_PERIOD_S = 10
-STARTUP_FAILURES = 60
+STARTUP_S = 600
+# The server's CPU request (--cpu). No CPU limit: CFS throttling at a limit stalls
+# Triton's request and backend threads in bursts, a tail-latency spike, while the request
+# already guarantees the share under contention and keeps the pod out of BestEffort.
+DEFAULT_CPU = "2"
+# tritonserver itself in host memory: the server, its backends' libraries (ONNX Runtime,
+# TensorRT, the python backend's stubs) and the CUDA context's host side.
+TRITON_BASE_MEMORY = 2 * 1024**3
+# preStop: how long a terminating pod keeps serving while the endpoint controllers and
+# kube-proxy take it out of the Service; Triton unloads its models only after SIGTERM.
+PRESTOP_S = 10
+# The NGC tritonserver images' user triton-server (Triton's deploy guide, "Run as a
+# Non-Root User"); the fill pod and the init containers run as it too.
+TRITON_UID = 1000
 FILES = ("secret.yaml", "model-repository-pvc.yaml", "deployment.yaml", "service.yaml")
+# In the kustomization with more than one replica only.
+PDB_FILE = "pod-disruption-budget.yaml"
 # Not in the kustomization: run once to copy the repository into the claim.
 FILL_FILE = "fill-repository-pod.yaml"
 FILL_IMAGE = "busybox:1.36"       # has tar, for `kubectl exec ... tar -x`
@@ -78,6 +101,16 @@ class K8sFiles:
     # Why the secret.yaml that was there did not keep its secret (None: it did, or there was
     # none): after ``kubectl apply -k`` pods started before still run with the old one.
     secret_replaced: str | None = None
+    resources: dict = field(default_factory=dict)   # the server container's requests/limits
+    memory_rule: str = ""          # how the memory was sized (or that --memory set it)
+    startup_s: int = STARTUP_S     # the startup probe's budget
+    replicas: int = 1
+    pdb: str | None = None         # the PodDisruptionBudget's name (more than one replica)
+    # A pod-disruption-budget.yaml of a run with more replicas, removed: the budget already
+    # applied stays in the cluster (apply -k prunes nothing) and blocks every drain.
+    pdb_removed: str | None = None
+    gitignore: Path | None = None  # the .gitignore written or extended to ignore secret.yaml
+    gitignore_created: bool = False
 
 
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -118,9 +151,69 @@ def secret_object_name(name: str) -> str:
     return f"{name}-repository-key"
 
 
+def memory_request(spec: ContainerSpec, repository: Path) -> tuple[str, str]:
+    """The server's memory request and limit (one value), with the rule as words.
+
+    What the pod holds in host memory, each at its most: the ``/dev/shm`` emptyDir
+    (``medium: Memory`` counts against the pod, up to its sizeLimit), Triton's pinned
+    memory pool (server settings), the model files' size on disk (a floor for what the
+    server reads in: weights pass through host memory before they reach the GPU, and
+    ONNX Runtime keeps its session there) and ``TRITON_BASE_MEMORY`` for tritonserver
+    itself, rounded up to whole GiB. The limit equals the request: a node must not promise
+    the same memory to two pods."""
+    pinned = spec.settings.pinned_memory_pool_byte_size
+    models = _repository_bytes(repository)
+    total = SHM_BYTES + pinned + models + TRITON_BASE_MEMORY
+    rule = " + ".join(f"{what} {_binary_size(size)}" for what, size in (
+        ("/dev/shm", SHM_BYTES), ("pinned pool", pinned), ("model files", models),
+        ("tritonserver", TRITON_BASE_MEMORY)))
+    return f"{-(-total // 1024**3)}Gi", rule
+
+
+def _binary_size(size: int) -> str:
+    if size and size % 1024**3 == 0:
+        return f"{size // 1024**3}Gi"
+    return f"{-(-size // 1024**2)}Mi"
+
+
+_CPU = re.compile(r"^(?:\d+(?:\.\d{1,3})?|\d+m)$")
+_MEMORY = re.compile(r"^\d+(?:\.\d+)?(?:Ki|Mi|Gi|Ti|k|M|G|T)?$")
+
+
+def check_quantities(cpu: str | None, memory: str | None) -> None:
+    """Refuse a --cpu or --memory Kubernetes would not take (or one of 0) before a file is
+    written: ``kubectl apply`` would refuse the Deployment only at the end."""
+    if cpu is not None and (not _CPU.match(cpu) or not re.search(r"[1-9]", cpu)):
+        raise UsageError(f"--cpu '{cpu}' is not a CPU quantity Kubernetes takes",
+                         hint="cores, or millicores with m: e.g. --cpu 4 or --cpu 1500m")
+    if memory is not None and (not _MEMORY.match(memory) or not re.search(r"[1-9]", memory)):
+        raise UsageError(f"--memory '{memory}' is not a memory quantity Kubernetes takes",
+                         hint="bytes with a binary suffix: e.g. --memory 8Gi or --memory 6144Mi")
+
+
+def pod_security_context() -> dict:
+    """Every pod: the images' non-root user, and group 1000 on the volumes (fsGroup) so the
+    claim, the TensorRT cache and the pod-local repository copy are theirs to read and
+    write; changed only when the volume's root is not already the group's (a large
+    repository on a block volume is not chown'ed again at every start)."""
+    return {"runAsNonRoot": True, "runAsUser": TRITON_UID, "runAsGroup": TRITON_UID,
+            "fsGroup": TRITON_UID, "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> dict:
+    """Every container: no setuid escalation, no Linux capabilities (Triton needs none)."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int = 1,
-                  storage: str = "10Gi", storage_class: str | None = None) -> dict[str, dict]:
-    """The manifests, keyed by file name: Secret, claim, Deployment, Service.
+                  storage: str = "10Gi", storage_class: str | None = None,
+                  resources: dict | None = None,
+                  startup_s: int = STARTUP_S) -> dict[str, dict]:
+    """The manifests, keyed by file name: Secret, claim, Deployment, Service, and with more
+    than one replica a PodDisruptionBudget. ``resources``: the server container's cpu and
+    memory requests and limits (``memory_request``); ``startup_s``: how long a replica may
+    take to load and warm its models.
 
     The claim is ReadWriteMany: every replica mounts it (read-only) and the fill pod
     writes the repository into it; ``storage_class`` names a class that offers
@@ -134,7 +227,7 @@ def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int 
     selector = {"app.kubernetes.io/name": name}
     secret_name = secret_object_name(name)
     claim = claim_name(name)
-    return {
+    manifests = {
         "secret.yaml": {
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": secret_name, "labels": labels},
@@ -145,7 +238,8 @@ def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int 
             "metadata": {"name": claim, "labels": labels},
             "spec": claim_spec,
         },
-        "deployment.yaml": _deployment(spec, name, labels, selector, secret_name, claim, replicas),
+        "deployment.yaml": _deployment(spec, name, labels, selector, secret_name, claim,
+                                       replicas, resources or {}, startup_s),
         "service.yaml": {
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "labels": labels},
@@ -154,12 +248,24 @@ def k8s_manifests(spec: ContainerSpec, name: str, *, secret: str, replicas: int 
                                for role, port in CONTAINER_PORTS.as_dict().items()]},
         },
     }
+    if replicas > 1:
+        # A node drain (an upgrade, the autoscaler) evicts one replica at a time; the
+        # rollout's maxUnavailable 1 already keeps to the same.
+        manifests[PDB_FILE] = {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"minAvailable": max(1, replicas - 1), "selector": {"matchLabels": selector}},
+        }
+    return manifests
 
 
 def fill_pod(name: str) -> dict:
     """A pod that mounts the claim writable and waits, so the repository can be copied in.
 
-    Its labels are its own: the Service and the Deployment's selector must not match it."""
+    It runs as the server's user (uid 1000): ``tar -x`` as a user other than root makes
+    every file and folder it writes that user's, so the replicas can read them whatever
+    owner and mode the files had on the host. Its labels are its own: the Service and the
+    Deployment's selector must not match it."""
     labels = {"app.kubernetes.io/name": fill_pod_name(name),
               "app.kubernetes.io/managed-by": "tritonkit"}
     return {
@@ -170,9 +276,12 @@ def fill_pod(name: str) -> dict:
             # A shell as PID 1 ignores SIGTERM: exit on it at once, and wait as long as a
             # large copy takes (the printed steps delete the pod when it is done).
             "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(),
             "containers": [{"name": "fill", "image": FILL_IMAGE,
                             "command": ["sh", "-c", "trap 'exit 0' TERM; "
                                         "while :; do sleep 1; done"],
+                            "securityContext": container_security_context(),
                             "volumeMounts": [{"name": "model-repository",
                                               "mountPath": CONTAINER_REPOSITORY}]}],
             "volumes": [{"name": "model-repository",
@@ -197,40 +306,68 @@ def fill_commands(repository: Path, directory: Path, name: str) -> tuple[str, ..
 
 
 def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int = 1,
-              force: bool = False, storage_class: str | None = None) -> K8sFiles:
+              force: bool = False, storage_class: str | None = None,
+              cpu: str | None = None, memory: str | None = None,
+              startup_timeout: float | None = None) -> K8sFiles:
     """Write ``out/k8s/``: the manifests (the Secret 0600), a kustomization, the fill pod,
     each stamped with the sha256 of its text: a rerun replaces them unless one was edited
     by hand since (then only with ``force``). The Secret keeps the value of the
     ``secret.yaml`` it replaces if that was written for this deployment and is unedited
-    (``_kept_secret``); otherwise it gets a new one."""
+    (``_kept_secret``); otherwise it gets a new one, and ``out/k8s/.gitignore`` lists
+    secret.yaml before it is written (``out`` is often inside the user's own git
+    repository). ``cpu``/``memory`` replace the server's CPU request and memory request
+    and limit (default ``DEFAULT_CPU``, ``memory_request``); ``startup_timeout`` (seconds,
+    default ``STARTUP_S``) is how long the startup probe lets a replica load and warm."""
     if replicas < 1:
         raise UsageError(f"--replicas must be at least 1 (got {replicas})", hint="e.g. --replicas 2")
+    check_quantities(cpu, memory)
     if storage_class is not None and not _DNS_SUBDOMAIN.match(storage_class):
         raise UsageError(f"--storage-class '{storage_class}' is not a Kubernetes object name",
                          hint="lower-case letters, digits, '-' and '.', as kubectl get "
                               "storageclass lists them")
     check_folder(out, what="--out")
     directory = Path(out) / K8S_DIRNAME
-    paths = [directory / f for f in (*FILES, "kustomization.yaml", FILL_FILE)]
+    # pod-disruption-budget.yaml too: with one replica a budget written before is removed.
+    paths = [directory / f for f in (*FILES, PDB_FILE, "kustomization.yaml", FILL_FILE)]
     refuse_replacing(paths, force=force, what="Kubernetes manifest",
                      instead="give another --out", written_for=repository)
     name = app_name(repository, spec.gpu)
+    memory_rule = "--memory"
+    if memory is None:
+        memory, memory_rule = memory_request(spec, Path(repository))
+    resources = {"requests": {"cpu": cpu or DEFAULT_CPU, "memory": memory},
+                 "limits": {"memory": memory}}
+    startup_s = STARTUP_PERIOD_S * math.ceil((startup_timeout or STARTUP_S) / STARTUP_PERIOD_S)
     secret_file = directory / "secret.yaml"
     kept, replaced = _kept_secret(secret_file, name, repository)
     secret = kept or secrets.token_urlsafe(24)
     manifests = k8s_manifests(spec, name, secret=secret, replicas=replicas,
                               storage=_storage_request(Path(repository)),
-                              storage_class=storage_class)
+                              storage_class=storage_class, resources=resources,
+                              startup_s=startup_s)
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                     "resources": list(FILES)}
+                     "resources": list(manifests)}
     documents = {**manifests, "kustomization.yaml": kustomization, FILL_FILE: fill_pod(name)}
+    directory.mkdir(parents=True, exist_ok=True)
+    gitignore_created = not (directory / ".gitignore").exists()
+    gitignore = ensure_ignored(directory, ["secret.yaml"],
+                               why="tritonkit deploy --target k8s: secret.yaml holds the "
+                                   "model-repository API's secret")
     for filename, document in documents.items():
         atomic_write(directory / filename, stamped(HEADER, to_yaml(document), repository),
                      mode=0o600 if document["kind"] == "Secret" else 0o644)
-    return K8sFiles(directory=directory, files=tuple(paths), name=name,
-                    claim=claim_name(name), secret=secret,
+    pdb_removed = None
+    if PDB_FILE not in manifests and (directory / PDB_FILE).exists():
+        (directory / PDB_FILE).unlink()
+        pdb_removed = name
+    return K8sFiles(directory=directory, files=tuple(directory / f for f in documents),
+                    name=name, claim=claim_name(name), secret=secret,
                     fill_commands=fill_commands(Path(repository).resolve(), directory, name),
-                    secret_kept=kept is not None, secret_replaced=replaced)
+                    secret_kept=kept is not None, secret_replaced=replaced,
+                    resources=resources, memory_rule=memory_rule, startup_s=startup_s,
+                    replicas=replicas, pdb=name if PDB_FILE in manifests else None,
+                    pdb_removed=pdb_removed, gitignore=gitignore,
+                    gitignore_created=gitignore is not None and gitignore_created)
 
 
 def _kept_secret(secret_file: Path, name: str, repository: Path) -> tuple[str | None, str | None]:
@@ -280,11 +417,13 @@ def post_start_script(spec: ContainerSpec, *, timeout_s: int) -> str:
 
 
 def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
-                secret_name: str, claim: str, replicas: int) -> dict:
+                secret_name: str, claim: str, replicas: int, resources: dict,
+                startup_s: int) -> dict:
     gpu_limits = {"limits": {GPU_RESOURCE: "1"}}     # a quantity: the API types it as a string
+    server_resources = {"requests": dict(resources.get("requests", {})),
+                        "limits": {**resources.get("limits", {}), GPU_RESOURCE: "1"}}
     secret_env = {"name": SECRET_VARIABLE,
                   "valueFrom": {"secretKeyRef": {"name": secret_name, "key": SECRET_KEY}}}
-    startup_s = STARTUP_PERIOD_S * STARTUP_FAILURES
     container = {
         "name": "tritonserver",
         "image": spec.image,
@@ -295,7 +434,8 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         "env": [secret_env],
         "ports": [{"name": role, "containerPort": port, "protocol": "TCP"}
                   for role, port in CONTAINER_PORTS.as_dict().items()],
-        "resources": gpu_limits,
+        "resources": server_resources,
+        "securityContext": container_security_context(),
         "volumeMounts": [{"name": "model-repository", "mountPath": CONTAINER_REPOSITORY,
                           "readOnly": True},
                          {"name": "dshm", "mountPath": "/dev/shm"},
@@ -304,9 +444,14 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
         "readinessProbe": _probe("/v2/health/ready", period=5, failures=3),
         "startupProbe": _probe("/v2/health/ready", period=STARTUP_PERIOD_S,
-                               failures=STARTUP_FAILURES),
-        "lifecycle": {"postStart": {"exec": {"command": [
-            "/bin/sh", "-c", post_start_script(spec, timeout_s=startup_s)]}}},
+                               failures=startup_s // STARTUP_PERIOD_S),
+        "lifecycle": {
+            "postStart": {"exec": {"command": [
+                "/bin/sh", "-c", post_start_script(spec, timeout_s=startup_s)]}},
+            # After SIGTERM Triton unloads its models at once (server#6230: "Request for
+            # unknown model"), while the Service may route to the pod for a few seconds more.
+            "preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {PRESTOP_S}"]}},
+        },
     }
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
                # ONNX Runtime's TensorRT engines: an emptyDir outlives container restarts
@@ -315,8 +460,11 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
     pod_spec: dict = {
         "containers": [container],
         "volumes": volumes,
-        # Triton waits exit_timeout_secs for in-flight requests; Kubernetes must wait longer.
-        "terminationGracePeriodSeconds": spec.settings.exit_timeout_secs + 5,
+        # The preStop sleep, then Triton waits exit_timeout_secs for in-flight requests;
+        # Kubernetes must wait longer than both (the grace period counts from the preStop).
+        "terminationGracePeriodSeconds": PRESTOP_S + spec.settings.exit_timeout_secs + 5,
+        "automountServiceAccountToken": False,      # Triton never calls the API server
+        "securityContext": pod_security_context(),
         "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "nodeSelector": node_selector(spec.compute_capability),
     }
@@ -330,6 +478,7 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
                     {"name": "model-repository", "emptyDir": {}}]
         copy = {"name": "copy-repository", "image": spec.image,
                 "command": ["cp", "-a", "/source/.", f"{CONTAINER_REPOSITORY}/"],
+                "securityContext": container_security_context(),
                 "volumeMounts": [{"name": "model-repository-source", "mountPath": "/source",
                                   "readOnly": True},
                                  {"name": "model-repository", "mountPath": CONTAINER_REPOSITORY}]}
@@ -337,6 +486,7 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
                    "image": recipe.image, "command": list(recipe.argv),
                    "workingDir": f"{CONTAINER_REPOSITORY}/{recipe.model}",
                    "resources": gpu_limits,
+                   "securityContext": container_security_context(),
                    "volumeMounts": [{"name": "model-repository",
                                      "mountPath": CONTAINER_REPOSITORY}]}
                   for recipe in spec.recipes]
@@ -367,10 +517,14 @@ def _dns(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "model"
 
 
+def _repository_bytes(repository: Path) -> int:
+    """The model files' size on disk (``.tritonkit/``, tritonkit's own state, left out)."""
+    return sum(p.stat().st_size for p in repository.rglob("*") if p.is_file()
+               and ".tritonkit" not in p.relative_to(repository).parts)
+
+
 def _storage_request(repository: Path) -> str:
     """Twice the repository's size, in whole GiB (at least 1)."""
-    size = sum(p.stat().st_size for p in repository.rglob("*") if p.is_file()
-               and ".tritonkit" not in p.parts)
-    return f"{max(1, -(-2 * size // 1024**3))}Gi"
+    return f"{max(1, -(-2 * _repository_bytes(repository) // 1024**3))}Gi"
 
 
