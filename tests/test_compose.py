@@ -69,7 +69,6 @@ def test_the_compose_file_passes_docker_compose_config_with_nvidias_container_se
     assert mount["source"] == str(example_repository.resolve())
     assert mount["read_only"] is True
     assert server["restart"] == "unless-stopped"
-    assert server["healthcheck"]["test"][-1].endswith("/v2/health/live")
     assert sorted(p.removesuffix("/tcp") for p in server["ports"]) == [
         "127.0.0.1:8000:8000", "127.0.0.1:8001:8001", "127.0.0.1:8002:8002"]
     command = server["command"]
@@ -125,6 +124,96 @@ def test_onnx_runtimes_tensorrt_engines_are_cached_in_a_named_volume_across_rest
     [cache_26] = [v for v in compose_config(other)["services"]["tritonserver"]["volumes"]
                   if v["target"] == ORT_TRT_CACHE_ROOT]
     assert cache_26["source"] != cache["source"] and "26.01" in cache_26["source"]
+
+
+def healthcheck_probe(server: dict, http_url: str) -> list[str]:
+    """The healthcheck's command as it would run beside ``http_url``'s Triton."""
+    command = server["healthcheck"]["test"]
+    assert command[0] == "CMD" and command[-1].startswith("http://127.0.0.1:8000/")
+    return [*command[1:-1], command[-1].replace("127.0.0.1:8000", http_url)]
+
+
+@pytest.mark.server
+def test_the_healthcheck_fails_while_a_model_triton_was_asked_to_load_is_not_ready(deployed):
+    """Whatever gates on service_healthy routes to Triton only once its models serve: a
+    model that failed to load leaves Triton live, and must leave the container unhealthy."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    from tests.conftest import add_broken_model
+    from tritonkit.server.local import mirror_dir
+
+    repository = Path(deployed.repository)
+    server = compose_dict(container_spec(repository, "a10"), repository)["services"]["tritonserver"]
+    probe = healthcheck_probe(server, deployed.http_url)
+    assert subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+
+    add_broken_model(mirror_dir(repository))        # the folder the local Triton reads
+    client = httpclient.InferenceServerClient(deployed.http_url)
+    try:
+        with pytest.raises(InferenceServerException):
+            client.load_model("broken", headers=deployed.repository_headers())
+        assert client.is_server_live()
+    finally:
+        client.close()
+    assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0
+
+
+@needs_compose
+def test_the_state_folder_with_the_secret_is_masked_inside_every_container(
+        example_repository, tmp_path):
+    """The repository is mounted whole (a model exported later, or replaced by export
+    --force, is served as it is now); its .tritonkit/ (the 0600 secret, server logs, the
+    local mirror) is hidden under an empty read-only tmpfs in Triton's container and in
+    the plan builders', whose mountpoint exists once the files are written."""
+    plan_config(example_repository, example_repository / "example" / "configs" / "a10.pbtxt")
+    (example_repository / "example" / "export-report.json").write_text(json.dumps(
+        {"tensorrt_recipe": "trtexec --onnx=1/model.onnx --saveEngine=1/model_a10.plan"}))
+    out = tmp_path / "docker"
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    config = compose_config(out)
+    assert set(config["services"]) == {"tritonserver", "build-plans-example"}
+    for name, service in config["services"].items():
+        [repository] = [v for v in service["volumes"] if v["target"] == "/models"]
+        assert repository["source"] == str(example_repository.resolve()), name
+        [mask] = [v for v in service["volumes"] if v["target"] == "/models/.tritonkit"]
+        assert mask["type"] == "tmpfs" and mask["read_only"] is True, name
+    assert (example_repository / ".tritonkit").is_dir()
+
+
+def test_the_env_file_is_git_ignored_where_it_is_written_the_users_lines_kept(
+        example_repository, tmp_path):
+    from tritonkit.server.compose import write_compose
+
+    out = tmp_path / "project" / "deploy"
+    out.mkdir(parents=True)
+    (out / ".gitignore").write_text("*.log")        # the user's, no newline at its end
+    spec = container_spec(example_repository, "a10")
+    files = write_compose(spec, example_repository, out, starting=False)
+    assert files.gitignore == out / ".gitignore" and not files.gitignore_created
+    lines = (out / ".gitignore").read_text().splitlines()
+    assert lines[0] == "*.log" and ".env" in lines
+    git = shutil.which("git")
+    if git:
+        subprocess.run([git, "init", "-q", str(tmp_path / "project")], check=True)
+        ignored = subprocess.run([git, "-C", str(tmp_path / "project"), "check-ignore", "-q",
+                                  "deploy/.env"])
+        assert ignored.returncode == 0
+    # once there, a rewrite leaves the .gitignore alone; a fresh folder gets one
+    again = write_compose(spec, example_repository, out, starting=False)
+    assert again.gitignore is None and (out / ".gitignore").read_text().count(".env") == 1
+    fresh = write_compose(spec, example_repository, tmp_path / "fresh", starting=False)
+    assert fresh.gitignore == tmp_path / "fresh" / ".gitignore" and fresh.gitignore_created
+    assert ".env" in fresh.gitignore.read_text().splitlines()
+
+
+def test_the_deploy_says_where_it_git_ignored_the_env_file(example_repository, tmp_path, capsys):
+    out = tmp_path / "deploy"
+    assert write(example_repository, out, "--gpu", "a10") == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"wrote {out / '.gitignore'}: git leaves the secret out" in said
+    assert write(example_repository, out, "--gpu", "a10") == 0      # already there: unsaid
+    assert "git leaves the secret out" not in capsys.readouterr().out
 
 
 @needs_compose

@@ -507,3 +507,30 @@ def test_a_host_whose_every_gpu_is_another_users_is_not_told_to_install_the_driv
                                 load_profile("p100")))
     assert checks["driver"].ok and "gpu" not in checks
     assert [checks[f"gpu {i}"].status for i in (0, 1)] == ["warning", "warning"]
+
+
+def test_doctor_json_names_the_profile_the_image_and_the_driver_it_requires(
+        example_repository, monkeypatch, capsys):
+    """A script reads what the host was judged against from `doctor --json -`, not from
+    the lines' wording: the profile (given, or picked by the GPU found), the image and
+    the driver that image requires (None where the table does not record it)."""
+    from tritonkit.monitor import doctor
+
+    def json_on(facts: HostFacts, *args: str) -> dict:
+        monkeypatch.setattr(doctor, "gather_host_facts", lambda *a, **kw: facts)
+        capsys.readouterr()
+        run_cli("doctor", "--repository", example_repository, *args, "--json", "-")
+        return json.loads(capsys.readouterr().out)
+
+    p100 = load_profile("p100")
+    data = json_on(host(), "--gpu", "p100")
+    assert (data["profile"], data["image"], data["required_driver"]) == (
+        "p100", p100.stack.triton_image, 560)
+    assert data["ok"] and "checks" in data
+    picked = json_on(host(driver="580.65.06", gpus=((0, "NVIDIA A10", 8.6),)))
+    assert picked["profile"] == "a10" and picked["image"] == load_profile("a10").stack.triton_image
+    assert picked["required_driver"] == image_needs(picked["image"], load_profile("a10")).image_driver
+    unrecorded = json_on(host(), "--gpu", "p100", "--image", IMAGE.format("24.09"))
+    assert (unrecorded["image"], unrecorded["required_driver"]) == (IMAGE.format("24.09"), None)
+    nothing = json_on(host(gpus=()))
+    assert (nothing["profile"], nothing["image"], nothing["required_driver"]) == (None, None, None)

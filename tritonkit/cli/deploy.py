@@ -224,6 +224,10 @@ def _refuse_shared_ports(ports: dict[str, int], target: str) -> None:
 
 def _print_compose(files, running, repository: Path, gpu: str | None) -> None:
     console.print(f"wrote {files.compose_file} and {files.env_file}")
+    if files.gitignore is not None:
+        did = "wrote" if files.gitignore_created else "added .env to"
+        console.print(f"  {did} {escape(str(files.gitignore))}: git leaves the secret out",
+                      highlight=False, soft_wrap=True)
     console.print(f"  model-repository API needs header {files.secret_header}: "
                   f"{mask(files.secret)} (full value in {files.env_file}, 0600)")
     if files.public:

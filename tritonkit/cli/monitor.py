@@ -273,7 +273,8 @@ def doctor(
     profile = load_profile(gpu) if gpu else None
     facts = doctor_lib.gather_host_facts(
         host, {"http": http_port, "grpc": grpc_port, "metrics": metrics_port})
-    checks = doctor_lib.run_doctor(profile, facts, image=image, repository=repository)
+    report = doctor_lib.doctor_report(profile, facts, image=image, repository=repository)
+    checks = report.checks
     to_stdout = json_out is not None and str(json_out) == "-"
     width = max(len(c.name) for c in checks)
     for check in [] if to_stdout else checks:
@@ -284,7 +285,7 @@ def doctor(
             line += f" [dim]— fix: {escape(check.fix)}[/dim]"
         console.print(line, highlight=False, soft_wrap=True)
     if json_out:
-        _write_json(json_out, doctor_lib.checks_to_json(checks))
+        _write_json(json_out, report.to_json())
     problems = [c.name for c in checks if not c.ok]
     if problems:
         raise TritonkitError(f"{len(problems)} of {len(checks)} checks found a problem "

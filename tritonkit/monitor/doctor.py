@@ -588,9 +588,26 @@ def check_repository(repository: Path) -> Check:
                                      f"({', '.join(names)}), configs parse")
 
 
-def run_doctor(profile: GpuProfile | None, facts: HostFacts, *, image: str | None = None,
-               repository: Path | None = None) -> list[Check]:
-    """Every check for this host. Without a profile, the GPU found picks one."""
+@dataclass(frozen=True)
+class DoctorReport:
+    """What doctor judged against (the profile, the image and the driver that image
+    requires; None where no profile was given or found) and its checks."""
+
+    profile: str | None
+    image: str | None
+    required_driver: int | None       # None: the image's requirement is not recorded
+    checks: list[Check]
+
+    def to_json(self) -> dict:
+        return {"profile": self.profile, "image": self.image,
+                "required_driver": self.required_driver, **checks_to_json(self.checks)}
+
+
+def doctor_report(profile: GpuProfile | None, facts: HostFacts, *, image: str | None = None,
+                  repository: Path | None = None) -> DoctorReport:
+    """Every check for this host, with the profile and image they judged it against.
+    Without a profile, the GPU found picks one."""
+    extra = [check_repository(repository)] if repository else []
     if profile is None:
         found = next((_matching_profile(g.compute_capability) for g in facts.gpus), None)
         if found is None:
@@ -602,10 +619,18 @@ def run_doctor(profile: GpuProfile | None, facts: HostFacts, *, image: str | Non
                                     "≥ 580 for CUDA 13)"))
             checks += [_check_docker(facts.docker), _check_nvidia_runtime(facts.docker),
                        _check_ports(facts.ports)]
-            return checks + ([check_repository(repository)] if repository else [])
+            return DoctorReport(None, image, None, checks + extra)
         profile = load_profile(found)
-    checks = check_host(facts, profile, image)
-    return checks + ([check_repository(repository)] if repository else [])
+    image = image or profile.stack.triton_image
+    releases = load_image_releases()
+    return DoctorReport(profile.name, image, image_needs(image, profile, releases).image_driver,
+                        check_host(facts, profile, image, releases) + extra)
+
+
+def run_doctor(profile: GpuProfile | None, facts: HostFacts, *, image: str | None = None,
+               repository: Path | None = None) -> list[Check]:
+    """Every check for this host. Without a profile, the GPU found picks one."""
+    return doctor_report(profile, facts, image=image, repository=repository).checks
 
 
 def checks_to_json(checks: list[Check]) -> dict:

@@ -14,9 +14,16 @@ Once started, a compose deployment is left running when a later step fails or is
 interrupted (Docker restarts it; ``tritonkit down`` stops it): errors say so in their
 hint. A ``tritonkit down`` while deploy waits ends the wait (``taken_down``).
 
-Liveness (``/v2/health/live``) is the container's healthcheck; readiness is what
-tritonkit waits for — a model that is still loading must not get the container
-restarted.
+Readiness (``/v2/health/ready``, strict: every model Triton was asked to load is READY)
+is the container's healthcheck, as Triton's deployment guide recommends for orchestration:
+whatever gates on ``service_healthy`` must not route to a Triton whose models are loading
+or failed to load. Nothing restarts an unhealthy container (a restart policy acts on exits
+only), so a slow load costs no restart. tritonkit's own waits do not read the healthcheck:
+they poll Triton's live and ready endpoints themselves.
+
+The repository is mounted whole, with its state folder (``.tritonkit/``: the 0600 secret
+file, the local server's logs, its mirror) masked by an empty read-only tmpfs: the
+containers run as root, and nothing in them needs that folder.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from typing import Iterable, Sequence
 from tritonkit.client import health, wait_until
 from tritonkit.errors import (DeployInterrupted, Interrupted, ModelLoadError, ServerError,
                               UsageError, interrupted_by)
-from tritonkit.fileio import atomic_write, check_folder
+from tritonkit.fileio import atomic_write, check_folder, ensure_ignored
 from tritonkit.server.container import (
     CONTAINER_PORTS,
     CONTAINER_REPOSITORY,
@@ -50,6 +57,7 @@ from tritonkit.server.local import Deadline, Progress, refuse_if_running
 from tritonkit.server.provenance import body_as_written, refuse_replacing, stamped
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import (
+    STATE_DIRNAME,
     Deployment,
     clear_deployment,
     load_deployment,
@@ -63,7 +71,7 @@ ENV_FILENAME = ".env"
 SERVICE = "tritonserver"
 #: Named volume for ONNX Runtime's TensorRT engine cache: engines survive a container restart.
 TRT_CACHE_VOLUME = "trt-engine-cache"
-# Triton answers /v2/health/live only once every --load-model model has loaded and run
+# Triton answers /v2/health/ready only once every --load-model model has loaded and run
 # its model_warmup (the first start on an A10 builds TensorRT engines): minutes, not
 # seconds. The healthcheck does not count failures for this long; deploy waits as long.
 STARTUP_S = 600
@@ -95,6 +103,9 @@ class ComposeFiles:
     # Written, not started, under a recorded compose deployment: its containers keep the
     # settings they started with until redeployed (they share the files' secret).
     not_started_over: bool = False
+    # The .gitignore beside the files, when writing them made it or added .env to it.
+    gitignore: Path | None = None
+    gitignore_created: bool = False
 
     def command(self, compose: Sequence[str], *args: str) -> list[str]:
         return [*compose, "-p", self.project, "-f", str(self.compose_file),
@@ -140,18 +151,26 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
                  for role, port in CONTAINER_PORTS.as_dict().items()]
     mount = {"type": "bind", "source": str(repository), "target": CONTAINER_REPOSITORY,
              "read_only": True}
+    # The whole repository, not one bind mount per model: `export --force` replaces a model
+    # folder by a rename, and a per-model mount would keep serving the folder it replaced
+    # (a reload would load the old model); the repository index must also list a model
+    # exported after the start. So the state folder is masked instead. Its mountpoint must
+    # exist in the read-only mount: write_compose makes or keeps the secret in it first.
+    state_mask = {"type": "tmpfs", "target": f"{CONTAINER_REPOSITORY}/{STATE_DIRNAME}",
+                  "read_only": True}
     reservation = {"resources": {"reservations": gpu_reservation(device_ids)}}
-    live = f"http://127.0.0.1:{CONTAINER_PORTS.http}/v2/health/live"
+    ready = f"http://127.0.0.1:{CONTAINER_PORTS.http}/v2/health/ready"
     server: dict = {
         "image": spec.image,
         "command": spec.argv(secret),
         "deploy": reservation,
         "shm_size": SHM_SIZE,
         "ulimits": dict(ULIMITS),
-        "volumes": [mount, {"type": "volume", "source": cache_volume(spec.image),
-                            "target": ORT_TRT_CACHE_ROOT}],
+        "volumes": [mount, state_mask,
+                    {"type": "volume", "source": cache_volume(spec.image),
+                     "target": ORT_TRT_CACHE_ROOT}],
         "ports": published,
-        "healthcheck": {"test": ["CMD", "curl", "-fsS", "-o", "/dev/null", live],
+        "healthcheck": {"test": ["CMD", "curl", "-fsS", "-o", "/dev/null", ready],
                         "interval": "10s", "timeout": "5s", "retries": 3,
                         "start_period": f"{STARTUP_S}s"},
         # Triton waits exit_timeout_secs for in-flight requests; Docker must wait longer.
@@ -172,7 +191,7 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
             "user": folder_owner(repository / recipe.model),
             # That user has no home in the image; CUDA's kernel cache and friends write there.
             "environment": {"HOME": "/tmp"},
-            "volumes": [{**mount, "read_only": False}],
+            "volumes": [{**mount, "read_only": False}, state_mask],
             "deploy": reservation,
             "shm_size": SHM_SIZE,
             "ulimits": dict(ULIMITS),
@@ -238,16 +257,24 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
                          "change the secret it runs with",
                          hint=f"redeploy with --up, or stop it first: tritonkit down "
                               f"--repository {repository}")
+    # The secret file keeps DIR/.tritonkit/ in being: the compose file masks that folder
+    # inside the container, and Docker cannot make a mountpoint in a read-only mount.
     secret = kept or new_secret(repository)
     body = to_yaml(compose_dict(spec, repository, ports=ports, public=public,
                                 device_ids=device_ids))
+    # Before .env exists: --out is often inside the user's own git repository.
+    gitignore_created = not (out / ".gitignore").exists()
+    gitignore = ensure_ignored(out, [ENV_FILENAME],
+                               why="written by tritonkit deploy: it holds the deployment's "
+                                   "secret header value (0600)")
     atomic_write(compose_file, stamped(HEADER, body, repository))
     env = f"COMPOSE_PROJECT_NAME={project}\n{SECRET_VARIABLE}={secret}\n"
     atomic_write(env_file, stamped(ENV_HEADER, env, repository), mode=0o600)
     return ComposeFiles(compose_file=compose_file, env_file=env_file, project=project,
                         ports=ports, public=public,
                         secret_header=spec.settings.restricted_api.header, secret=secret,
-                        not_started_over=not_started_over)
+                        not_started_over=not_started_over, gitignore=gitignore,
+                        gitignore_created=gitignore is not None and gitignore_created)
 
 
 def _kept_secret(env_file: Path, project: str, repository: Path) -> str | None:
