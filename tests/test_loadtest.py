@@ -1871,8 +1871,11 @@ def test_statistics_the_client_may_not_read_never_fake_an_outage(tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
     settings = tmp_path / "server.toml"
-    settings.write_text((EXAMPLE_REPOSITORY.parent / "configs" / "server.toml").read_text().replace(
-        'categories = ["model-repository"]', 'categories = ["model-repository", "statistics"]'))
+    shipped = (EXAMPLE_REPOSITORY.parent / "configs" / "server.toml").read_text()
+    restricted = re.sub(r"(?m)^categories = \[.*\]$", 'categories = ["model-repository", "statistics"]',
+                        shipped)
+    assert restricted != shipped
+    settings.write_text(restricted)
     deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120,
                               server_config=settings, warmup=False)
     try:
