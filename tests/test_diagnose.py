@@ -551,3 +551,17 @@ def test_a_gpu_recording_whose_card_matches_no_profile_still_asks_for_gpu(tmp_pa
     assert "cannot tell which GPU profile" in capsys.readouterr().err
     assert run_cli("diagnose", csv, "--gpu", "a10") == 0
     assert "GPU 0 (NVIDIA A100-SXM4-40GB, profile a10)" in capsys.readouterr().out
+
+
+def test_a_cpu_servers_compute_input_time_is_input_preparation_not_a_copy_to_a_gpu(tmp_path):
+    """On a CPU server Triton's compute_input time prepares the inputs: there is no card
+    to copy them to. Where GPU rows exist it is the copy over PCIe."""
+    cpu = record_server(tmp_path / "cpu.csv", **CPU_UNDER_LOAD)
+    (server,) = diagnose(read_monitor_csv(cpu), None, load_thresholds())
+    (times,) = [e for e in server.evidence if "compute 0.40 ms" in e]
+    assert "input preparation 10 % of compute" in times and "copy" not in times
+
+    gpu = record(tmp_path / "gpu.csv", **A10, util=25, mem_pct=20,
+                 triton=dict(requests=200, batch=4, queue_us=30_000, infer_us=6_000))
+    (times,) = [e for e in verdict(gpu, "a10").evidence if "queue 30.00 ms" in e]
+    assert "input copy" in times and "preparation" not in times

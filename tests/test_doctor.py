@@ -534,3 +534,49 @@ def test_doctor_json_names_the_profile_the_image_and_the_driver_it_requires(
     assert (unrecorded["image"], unrecorded["required_driver"]) == (IMAGE.format("24.09"), None)
     nothing = json_on(host(gpus=()))
     assert (nothing["profile"], nothing["image"], nothing["required_driver"]) == (None, None, None)
+
+
+def serve_a_plan_on_the_p100(repository):
+    """The example model, given a P100 config that serves a TensorRT plan."""
+    model = repository / "example"
+    (model / "configs").mkdir()
+    (model / "configs" / "p100.pbtxt").write_text((model / "config.pbtxt").read_text().replace(
+        'backend: "python"', 'platform: "tensorrt_plan"'))
+
+
+def test_a_repository_of_tensorrt_plans_is_checked_against_the_image_deploy_runs_them_in(
+        example_repository, monkeypatch, capsys):
+    """The P100's plans run in its TensorRT image (24.04, TensorRT 8.6), not its ONNX one
+    (24.10): a 545 driver runs the first and not the second, so doctor must judge the
+    host by the one deploy picks, and say it is that one."""
+    from tritonkit.monitor import doctor
+
+    serve_a_plan_on_the_p100(example_repository)
+    monkeypatch.setattr(doctor, "gather_host_facts", lambda *a, **kw: host(driver="545.23.08"))
+    capsys.readouterr()
+    assert run_cli("doctor", "--gpu", "p100", "--repository", example_repository,
+                   "--json", "-") == 0
+    data = json.loads(capsys.readouterr().out)
+    p100 = load_profile("p100")
+    assert (data["image"], data["required_driver"]) == (p100.stack.triton_image_tensorrt, 545)
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["driver"]["status"] == "ok"
+    assert checks["image"]["detail"].startswith(p100.stack.triton_image_tensorrt)
+    assert "TensorRT plans" in checks["image"]["detail"]
+
+    # --image still wins, judged as deploy judges it: TensorRT 10 runs no plan on a P100
+    run_cli("doctor", "--gpu", "p100", "--repository", example_repository,
+            "--image", IMAGE.format("24.10"), "--json", "-")
+    image = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["image"]
+    assert image["status"] == "problem" and "ships TensorRT 10" in image["detail"]
+
+
+def test_a_repository_deploy_would_refuse_for_the_card_is_a_problem_doctor_names(
+        example_repository):
+    model = example_repository / "example"
+    (model / "configs").mkdir()
+    (model / "configs" / "a10.pbtxt").write_text((model / "config.pbtxt").read_text())
+    checks = by_name(run_doctor(load_profile("p100"), host(), repository=example_repository))
+    assert checks["repository"].ok
+    assert not checks["deploy"].ok and "has no configs/p100.pbtxt" in checks["deploy"].detail
+    assert checks["image"].detail.startswith(load_profile("p100").stack.triton_image)

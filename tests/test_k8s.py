@@ -253,7 +253,7 @@ def test_a_recorded_tensorrt_recipe_builds_the_plan_on_the_pods_gpu_before_trito
     assert copy.command[0] == "cp"
     assert build.command[0] == "trtexec" and build.working_dir == "/models/example"
     assert build.image == "nvcr.io/nvidia/tensorrt:25.12-py3"
-    assert build.resources.limits == {"nvidia.com/gpu": "1"}
+    assert build.resources.limits["nvidia.com/gpu"] == "1"
     [server] = pod.containers
     assert "--model-config-name=a10" in server.args
     [volume] = [v for v in pod.volumes if v.name == "model-repository"]
@@ -573,3 +573,30 @@ def test_git_ignores_the_secret_manifest_in_the_users_own_repository(
     assert "secret.yaml" in (directory / ".gitignore").read_text().splitlines()
     assert run_cli(*deploy) == 0
     assert ".gitignore" not in capsys.readouterr().out      # nothing to add: nothing said
+
+
+def test_the_fill_pod_and_the_plan_building_init_containers_ask_for_cpu_and_memory(
+        example_repository, manifests):
+    """A namespace whose ResourceQuota covers cpu and memory refuses a pod that does not
+    ask for them, and a trtexec build with no memory of its own is the first OOM kill on a
+    full node. The init containers ask for the server's figures: they run before it, one at
+    a time, so the pod asks for no more than the server alone."""
+    record_tensorrt_recipe(example_repository)
+    directory = manifests("a10")
+    fill = parse(directory / "fill-repository-pod.yaml").spec
+    [tar] = fill.containers
+    assert tar.resources.requests == {"cpu": "100m", "memory": "256Mi"}
+    assert tar.resources.limits == {"memory": "256Mi"}
+    pod = parse(directory / "deployment.yaml").spec.template.spec
+    [server] = pod.containers
+    copy, build = pod.init_containers
+    assert build.resources.requests == server.resources.requests == {"cpu": "2", "memory": "4Gi"}
+    assert build.resources.limits == server.resources.limits == {"memory": "4Gi",
+                                                                 "nvidia.com/gpu": "1"}
+    assert copy.resources.requests == server.resources.requests
+    assert copy.resources.limits == {"memory": "4Gi"}     # cp needs no GPU
+
+    # --memory sizes them as it sizes the server
+    pod = parse(manifests("a10", "--memory", "12Gi")
+                / "deployment.yaml").spec.template.spec
+    assert pod.init_containers[1].resources.limits == {"memory": "12Gi", "nvidia.com/gpu": "1"}

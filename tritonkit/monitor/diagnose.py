@@ -361,7 +361,8 @@ def _diagnose_server(rows: list[MonitorRow], triton: dict[float, _Interval],
                      "link or memory to judge against it")
     notes += _triton_gaps(figures)
     return Diagnosis(gpu=None, gpu_name="", profile="", wall=wall, title=SERVER_TITLES[wall],
-                     evidence=[_load_line(figures)] + _triton_evidence(figures),
+                     evidence=[_load_line(figures)]
+                     + _triton_evidence(figures, input_time="input preparation"),
                      advice=_server_advice(wall, figures, thresholds), figures=figures,
                      notes=notes)
 
@@ -457,8 +458,12 @@ def _evidence(f: Figures, profile: GpuProfile, t: Thresholds) -> list[str]:
     return lines + _triton_evidence(f)
 
 
-def _triton_evidence(f: Figures) -> list[str]:
-    """Triton's side: batches formed, queue against compute time, requests waiting."""
+def _triton_evidence(f: Figures, input_time: str = "input copy") -> list[str]:
+    """Triton's side: batches formed, queue against compute time, requests waiting.
+
+    ``input_time`` names Triton's compute_input time: on a GPU it is the copy of the
+    inputs to the card; a CPU server (the server-side verdict) copies nothing over PCIe,
+    its compute_input is input preparation."""
     lines = []
     if f.avg_batch is not None:
         lines.append(f"Triton: {f.inferences:.0f} inferences in {f.executions:.0f} executions "
@@ -468,7 +473,7 @@ def _triton_evidence(f: Figures) -> list[str]:
     if f.compute_us is not None:
         lines.append(f"Triton: compute {f.compute_us / 1000:.2f} ms, queue "
                      f"{(f.queue_us or 0) / 1000:.2f} ms per request "
-                     f"(queue {100 * (f.queue_share or 0):.0f} % of server time, input copy "
+                     f"(queue {100 * (f.queue_share or 0):.0f} % of server time, {input_time} "
                      f"{100 * (f.input_share or 0):.0f} % of compute)")
     if f.queue_depth is not None:
         lines.append(f"Triton: {f.queue_depth:.2f} requests waiting in its queue on average")

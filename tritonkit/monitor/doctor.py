@@ -288,12 +288,14 @@ def image_needs(image: str, profile: GpuProfile,
 
 
 def check_host(facts: HostFacts, profile: GpuProfile, image: str | None = None,
-               releases: dict[str, ImageRelease] | None = None) -> list[Check]:
-    """Judge the facts against the profile and image: one Check per line of the report."""
+               releases: dict[str, ImageRelease] | None = None, *,
+               tensorrt: bool = False) -> list[Check]:
+    """Judge the facts against the profile and image: one Check per line of the report.
+    ``tensorrt``: the repository serves TensorRT plans (the image must run them)."""
     image = image or profile.stack.triton_image
     releases = load_image_releases() if releases is None else releases
     needs = image_needs(image, profile, releases)
-    return [_check_driver(facts, needs, releases), _check_image(profile, image),
+    return [_check_driver(facts, needs, releases), _check_image(profile, image, tensorrt),
             *_check_gpus(facts, profile, needs), _check_docker(facts.docker),
             _check_nvidia_runtime(facts.docker), _check_ports(facts.ports)]
 
@@ -417,15 +419,16 @@ def _unknown_driver(facts: HostFacts, needs: ImageNeeds) -> Check:
                  f"{facts.driver_version})", fix, warning=True)
 
 
-def _check_image(profile: GpuProfile, image: str) -> Check:
+def _check_image(profile: GpuProfile, image: str, tensorrt: bool = False) -> Check:
     from tritonkit.server.container import check_image
 
     try:
-        check_image(profile, image, tensorrt=False)
+        check_image(profile, image, tensorrt=tensorrt)
     except UsageError as exc:
         return Check("image", False, exc.message, exc.hint or "")
+    plans = ", with the repository's TensorRT plans" if tensorrt else ""
     return Check("image", True, f"{image} runs on the {profile.display_name} "
-                                f"(compute capability {profile.cc_key})")
+                                f"(compute capability {profile.cc_key}){plans}")
 
 
 def _matching_profile(cc: float) -> str | None:
@@ -606,7 +609,8 @@ class DoctorReport:
 def doctor_report(profile: GpuProfile | None, facts: HostFacts, *, image: str | None = None,
                   repository: Path | None = None) -> DoctorReport:
     """Every check for this host, with the profile and image they judged it against.
-    Without a profile, the GPU found picks one."""
+    Without a profile, the GPU found picks one; without an image, the one deploy would run
+    the repository in (``deploy_image``), else the profile's."""
     extra = [check_repository(repository)] if repository else []
     if profile is None:
         found = next((_matching_profile(g.compute_capability) for g in facts.gpus), None)
@@ -621,10 +625,25 @@ def doctor_report(profile: GpuProfile | None, facts: HostFacts, *, image: str | 
                        _check_ports(facts.ports)]
             return DoctorReport(None, image, None, checks + extra)
         profile = load_profile(found)
-    image = image or profile.stack.triton_image
+    deploys, tensorrt = profile.stack.triton_image, False
+    if repository and extra[0].ok:
+        try:
+            deploys, tensorrt = deploy_image(profile, repository)
+        except UsageError as exc:             # deploy would refuse the repository as well
+            extra.append(Check("deploy", False, exc.message, exc.hint or ""))
+    image = image or deploys
     releases = load_image_releases()
     return DoctorReport(profile.name, image, image_needs(image, profile, releases).image_driver,
-                        check_host(facts, profile, image, releases) + extra)
+                        check_host(facts, profile, image, releases, tensorrt=tensorrt) + extra)
+
+
+def deploy_image(profile: GpuProfile, repository: Path) -> tuple[str, bool]:
+    """The image ``deploy`` runs ``repository`` in on the profile's card (the TensorRT image
+    where it serves plans), and whether it serves plans: deploy's own choice."""
+    from tritonkit.server.container import container_spec
+
+    spec = container_spec(repository, profile.name)
+    return spec.image, spec.tensorrt
 
 
 def run_doctor(profile: GpuProfile | None, facts: HostFacts, *, image: str | None = None,

@@ -22,7 +22,9 @@ pod volume that outlives container restarts.
 Every pod runs as the NGC images' ``triton-server`` user (uid 1000), never as root,
 without privilege escalation, capabilities or a service-account token. The server asks
 for CPU and memory (``memory_request``), so it is not the first pod evicted under node
-pressure; on SIGTERM it waits ``PRESTOP_S`` before Triton unloads its models, while the
+pressure; the init containers that copy the repository and build plans ask for the same
+(and the same memory limit), the fill pod for a little (``FILL_RESOURCES``), so a
+namespace whose quota requires requests admits them all; on SIGTERM it waits ``PRESTOP_S`` before Triton unloads its models, while the
 Service stops routing to it. More than one replica get a PodDisruptionBudget.
 """
 
@@ -80,6 +82,11 @@ PDB_FILE = "pod-disruption-budget.yaml"
 # Not in the kustomization: run once to copy the repository into the claim.
 FILL_FILE = "fill-repository-pod.yaml"
 FILL_IMAGE = "busybox:1.36"       # has tar, for `kubectl exec ... tar -x`
+# The fill pod's requests (and memory limit): one tar reading a stream into the claim
+# needs a fraction of a core and a few MiB; the page cache it fills is reclaimable. A
+# namespace whose ResourceQuota covers cpu and memory refuses a pod without them.
+FILL_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"},
+                  "limits": {"memory": "256Mi"}}
 # The longest name app_name gives: the claim and the fill pod add "-models" and "-fill" to
 # it, and both the name and the fill pod's are label values too (63 characters at most).
 NAME_LIMIT = 53
@@ -281,6 +288,7 @@ def fill_pod(name: str) -> dict:
             "containers": [{"name": "fill", "image": FILL_IMAGE,
                             "command": ["sh", "-c", "trap 'exit 0' TERM; "
                                         "while :; do sleep 1; done"],
+                            "resources": FILL_RESOURCES,
                             "securityContext": container_security_context(),
                             "volumeMounts": [{"name": "model-repository",
                                               "mountPath": CONTAINER_REPOSITORY}]}],
@@ -419,9 +427,15 @@ def post_start_script(spec: ContainerSpec, *, timeout_s: int) -> str:
 def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
                 secret_name: str, claim: str, replicas: int, resources: dict,
                 startup_s: int) -> dict:
-    gpu_limits = {"limits": {GPU_RESOURCE: "1"}}     # a quantity: the API types it as a string
+    # nvidia.com/gpu: a quantity, which the API types as a string
     server_resources = {"requests": dict(resources.get("requests", {})),
                         "limits": {**resources.get("limits", {}), GPU_RESOURCE: "1"}}
+    # The init containers ask for the server's own cpu and memory: they run one at a time
+    # before it, so the pod's request (the larger of any init container's and the
+    # containers' sum) grows by nothing, and a trtexec build, which holds the model and
+    # the builder's host buffers as the server holds its weights, gets the server's limit
+    # rather than none (OOM-killed on a full node) or a namespace quota's refusal.
+    copy_resources = {key: dict(value) for key, value in resources.items() if value}
     secret_env = {"name": SECRET_VARIABLE,
                   "valueFrom": {"secretKeyRef": {"name": secret_name, "key": SECRET_KEY}}}
     container = {
@@ -478,6 +492,7 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
                     {"name": "model-repository", "emptyDir": {}}]
         copy = {"name": "copy-repository", "image": spec.image,
                 "command": ["cp", "-a", "/source/.", f"{CONTAINER_REPOSITORY}/"],
+                "resources": copy_resources,
                 "securityContext": container_security_context(),
                 "volumeMounts": [{"name": "model-repository-source", "mountPath": "/source",
                                   "readOnly": True},
@@ -485,7 +500,7 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         builds = [{"name": f"build-plans-{_dns(recipe.model)}"[:63].rstrip("-"),
                    "image": recipe.image, "command": list(recipe.argv),
                    "workingDir": f"{CONTAINER_REPOSITORY}/{recipe.model}",
-                   "resources": gpu_limits,
+                   "resources": server_resources,
                    "securityContext": container_security_context(),
                    "volumeMounts": [{"name": "model-repository",
                                      "mountPath": CONTAINER_REPOSITORY}]}
