@@ -255,7 +255,7 @@ def _print_diagnosis(d: Diagnosis, out=console) -> None:
 def doctor(
     gpu: Gpu = None,
     image: Annotated[Optional[str], typer.Option(
-        help="Triton image to check for (default: the profile's).")] = None,
+        help="Triton image to check for (default: the one deploy runs --repository in, else the profile's).")] = None,
     repository: Annotated[Optional[Path], typer.Option(
         "--repository", "-r", help="Model repository to check (default: ./model_repository "
         "if there is one; a host prepared before its models came is not a problem).")] = None,
