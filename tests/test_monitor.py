@@ -1571,3 +1571,47 @@ def test_the_real_tritons_models_are_recorded_one_by_one_and_once_shows_their_me
     assert models["pipeline", "1"].request_success >= 2
     assert server.triton.request_success == (models["example", "1"].request_success
                                              + models["flaky", "1"].request_success)
+
+
+def test_a_server_too_slow_to_answer_once_is_asked_again_later_not_never(monkeypatch):
+    """A monitor starts under load: one config request past its timeout made the check give
+    up for the whole session, and an ensemble loaded later was counted twice for hours. The
+    address is asked again after a pause, and meanwhile a sample waits no timeout at all."""
+    import http.server
+    import threading
+
+    from tritonkit.monitor.triton_metrics import EnsembleCheck
+
+    answered = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if not answered:
+                answered.append("stalled")
+                time.sleep(0.6)                  # past the client's timeout
+            body = b'{"platform": "ensemble"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        check = EnsembleCheck(f"127.0.0.1:{server.server_port}", timeout=0.2)
+        metrics = parse_metrics(_versions({"1": 5}))
+        left, note = check.left_out(metrics)
+        assert left == frozenset() and "did not answer" in note and "asked again" in note
+        started = time.monotonic()
+        assert check.left_out(metrics)[0] == frozenset()       # waiting: not asked
+        assert time.monotonic() - started < 0.1
+        monkeypatch.setattr(EnsembleCheck, "ASK_AGAIN_S", 0.0)
+        check._ask_again_at = 0.0                               # the pause is over
+        left, note = check.left_out(metrics)
+        assert left == frozenset({("example", "1")}) and note is None
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -498,18 +499,24 @@ class EnsembleCheck:
 
     What cannot be asked is counted as any model is, and ``left_out`` says so in a note:
     without an HTTP address (``http_url`` None) nothing is asked, and nothing said. An
-    address that does not answer as Triton's HTTP API (down, firewalled, the metrics port
-    given for it) is asked no more.
+    address that answers, but not as Triton's HTTP API (the metrics port given for it), is
+    asked no more; one that does not answer (down, or too busy to within ``timeout``: a
+    monitor is started under load) is asked again ASK_AGAIN_S later, and meanwhile not at
+    all, so a sample waits one timeout at most.
     """
+
+    ASK_AGAIN_S = 30.0
 
     def __init__(self, http_url: str | None, timeout: float = 2.0) -> None:
         self.http_url = http_url.removeprefix("http://").rstrip("/") if http_url else None
         self.timeout = timeout
         self._ensemble: dict[tuple[str, str], bool] = {}
         self._gone: dict[tuple[str, str], ModelCounters] = {}   # not served, its counters then
-        self._untold: set[tuple[str, str]] = set()
-        self._unreachable = False
-        self._failure: str | None = None     # the first reason one could not be told
+        self._untold: set[tuple[str, str]] = set()      # for good (403; not Triton's port)
+        self._waiting: set[tuple[str, str]] = set()     # asked again at _ask_again_at
+        self._ask_again_at = 0.0                        # time.monotonic()
+        self._not_triton = False
+        self._failure: str | None = None     # the latest reason one could not be told
 
     def left_out(self, metrics: TritonMetrics) -> tuple[frozenset[tuple[str, str]], str | None]:
         """The model versions of ``metrics`` to leave out of the server's totals (its
@@ -523,16 +530,20 @@ class EnsembleCheck:
             if pair in self._ensemble or pair in self._untold or self._gone.get(pair) == counters:
                 continue
             self._gone.pop(pair, None)
+            self._waiting.discard(pair)
             self._ask(pair, counters)
-        untold = any(pair in self._untold for pair in pairs)
+        untold = any(pair in self._untold or pair in self._waiting for pair in pairs)
         note = (f"could not ask Triton which models are ensembles ({self._failure}): the "
                 "server's totals count every model, an ensemble's requests again in each "
                 "model it runs") if untold else None
         return frozenset(p for p in pairs if self._ensemble.get(p) or p in self._gone), note
 
     def _ask(self, pair: tuple[str, str], counters: ModelCounters) -> None:
-        if self._unreachable:
+        if self._not_triton:
             self._untold.add(pair)
+            return
+        if time.monotonic() < self._ask_again_at:
+            self._waiting.add(pair)
             return
         name, version = pair
         # Triton's model label: a namespaced name's namespace is its repository's path
@@ -555,18 +566,18 @@ class EnsembleCheck:
             return
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-            self._fail(pair, f"{self.http_url} did not answer ({reason})")
+            self._ask_again_at = time.monotonic() + self.ASK_AGAIN_S
+            self._waiting.add(pair)
+            self._failure = (f"{self.http_url} did not answer ({reason}); asked again in "
+                             f"{self.ASK_AGAIN_S:g} s")
             return
         except ValueError:      # the metrics port answers any path, with no JSON
-            self._fail(pair, f"{self.http_url} answered {path} with no model config: it is "
+            self._not_triton = True
+            self._untold.add(pair)
+            self._failure = (f"{self.http_url} answered {path} with no model config: it is "
                              "not Triton's HTTP port")
             return
         self._ensemble[pair] = config.get("platform") == "ensemble"
-
-    def _fail(self, pair: tuple[str, str], reason: str) -> None:
-        self._unreachable = True
-        self._untold.add(pair)
-        self._failure = self._failure or reason
 
 
 def resolve_server_urls(repository=None, url: str | None = None,
