@@ -27,6 +27,7 @@ import pytest
 import torch
 
 import tritonkit
+from tritonkit.server.state import redeploy_command
 from tests.conftest import ROOT, run_cli
 from tritonkit.export import onnx_export, staging
 from tritonkit.export.spec import load_factory
@@ -759,6 +760,5 @@ def test_a_forced_export_of_a_model_a_compose_deployment_serves_says_how_to_serv
                    "--force") == 0
     assert (f"warning: the compose server deployed from {repo} keeps serving the 'mlp' it "
             f"loaded, not this export; to serve this one, reload it (tritonkit warmup "
-            f"--repository {repo} --model mlp --reload) or redeploy: tritonkit down "
-            f"--repository {repo} && tritonkit deploy --repository {repo} --target compose ..."
+            f"--repository {repo} --model mlp --reload) or redeploy: {redeploy_command(repo)}"
             ) in capsys.readouterr().err

@@ -25,6 +25,7 @@ from tritonkit.server.local import _alive, check_port_free, free_port, signals_i
 from tritonkit.server.state import (
     Deployment,
     load_deployment,
+    redeploy_command,
     new_secret,
     read_secret,
     save_deployment,
@@ -1104,8 +1105,9 @@ def test_a_model_exported_again_is_served_as_deployed_until_the_next_deploy(tmp_
                        "--input-names", "features", "--force") == 0
         err = capsys.readouterr().err
         assert (f"warning: the local server deployed from {repo} keeps serving the 'mlp' it "
-                f"loaded, not this export; to serve this one, redeploy: tritonkit down "
-                f"--repository {repo} && tritonkit deploy --repository {repo}") in err
+                f"loaded, not this export; to serve this one, redeploy: "
+                f"{redeploy_command(repo)}") in err
+        assert f"--http-port {deployment.http_port}" in err      # as it was deployed
         assert run_cli("warmup", "--repository", repo, "--model", "mlp", "--reload") == 0
         client = httpclient.InferenceServerClient(deployment.http_url)
         try:

@@ -37,7 +37,7 @@ from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME, check_model_name
-from tritonkit.server.state import is_recorded, load_deployment
+from tritonkit.server.state import is_recorded, load_deployment, redeploy_command
 
 FORMATS = ("onnx", "tensorrt")
 VERSION = "1"
@@ -150,8 +150,7 @@ def _still_served(options: ExportOptions) -> list[str]:
         return []
     if deployment.target not in ("local", "compose") or options.name not in deployment.models:
         return []
-    how = (f"redeploy: tritonkit down --repository {repository} && tritonkit deploy "
-           f"--repository {repository} --target {deployment.target} ...")
+    how = f"redeploy: {redeploy_command(repository)}"
     if deployment.target == "compose":      # it reads the folder itself: a reload will do
         how = (f"reload it (tritonkit warmup --repository {repository} --model {options.name} "
                f"--reload) or {how}")

@@ -10,7 +10,7 @@ from pathlib import Path
 from tritonkit.client import Endpoint
 from tritonkit.errors import UsageError
 from tritonkit.repository import is_model_dir
-from tritonkit.server.state import load_deployment, redeploy_command  # noqa: F401
+from tritonkit.server.state import load_deployment, redeploy_command
 
 
 def refuse_gone_server(repository: Path | None) -> None:
