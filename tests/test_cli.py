@@ -441,3 +441,16 @@ def test_a_table_written_to_a_pipe_keeps_every_number_whole():
     narrow = subprocess.run([sys.executable, "-c", WIDE_TABLE], capture_output=True, text=True,
                             env={**env, "COLUMNS": "60"}, timeout=60)
     assert "…" in narrow.stdout and max(map(len, narrow.stdout.splitlines())) <= 60
+
+
+def test_a_progress_line_asked_for_after_its_wait_ended_is_not_printed(capsys):
+    """Off a terminal, a wait's phase lines go to stderr; one asked for once the command's
+    own output has begun (a callback kept past its block) would land after it."""
+    from tritonkit.cli.options import progress_status
+
+    with progress_status("first", plain_after=0.0, plain_every=0.0) as tell:
+        tell("during the wait")
+    kept = tell
+    kept("after the wait")
+    err = capsys.readouterr().err
+    assert "during the wait" in err and "after the wait" not in err

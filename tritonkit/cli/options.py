@@ -94,6 +94,8 @@ class _PlainProgress:
         self.ticker.start()
 
     def update(self, message: str) -> None:
+        if self.stopped.is_set():       # the command's own output has begun: say nothing
+            return
         with self.lock:
             self.message = message
             self._tell_if_due()
