@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, default_signals, run_cli
-from tritonkit.errors import ProfileError, ServerError
+from tritonkit.errors import ProfileError, ServerError, UsageError
 from tritonkit.monitor.alerts import AlertThresholds, AlertTracker, default_thresholds_path, load_thresholds
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import (COLUMNS, CsvRecorder, read_models_csv, read_monitor_csv,
@@ -1615,3 +1615,16 @@ def test_a_server_too_slow_to_answer_once_is_asked_again_later_not_never(monkeyp
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_recording_that_cannot_open_its_per_model_file_leaves_no_header_only_csv(tmp_path):
+    """The main CSV was opened first: left with its header alone, the next run without
+    --force refused it."""
+    from tritonkit.monitor.recording import CsvRecorder, models_csv_path
+
+    path = tmp_path / "mon.csv"
+    models_csv_path(path).mkdir()           # where the per-model file must go: a folder
+    with pytest.raises(UsageError, match="cannot write the CSV file"):
+        with CsvRecorder(path, force=True, models=True):
+            pass
+    assert not path.exists()

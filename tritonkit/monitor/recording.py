@@ -216,7 +216,12 @@ class CsvRecorder:
             if self.models_path:
                 self._models_writer = self._open(self.models_path, MODEL_COLUMNS)
         except BaseException:
+            # the one opened before the other failed goes too: a header-only CSV left
+            # behind would be refused by the next run without --force
+            opened = [Path(file.name) for file in self._files]
             self.__exit__()
+            for path in opened:
+                path.unlink(missing_ok=True)
             raise
         return self
 
