@@ -519,8 +519,9 @@ def _move_into_place(stage: Path, target: Path, previous: Path, *, force: bool) 
 
     Without ``force`` the name is checked again: it was free when the export began,
     minutes ago, and another export of it (a second CI job on a shared repository) may
-    have moved its model in since. The rename itself refuses a folder that appears in
-    the instant between (it is not empty).
+    have moved its model in since. The rename itself refuses a folder that appears, with
+    files in it, in the instant between; an empty one (another export that has made its
+    folder but not filled it) rename(2) would replace, a window of microseconds.
     """
     if not force:
         refuse_overwrite(target, force=False, what="model", instead="choose another --name")
