@@ -3114,21 +3114,6 @@ def test_a_first_request_the_model_fails_on_names_the_servers_log_file(encoder_s
     assert Path(encoder_served.log_path).is_file()
 
 
-@pytest.mark.server
-def test_the_redeploy_hint_keeps_the_ports_the_deployment_serves_on(served, capsys):
-    """Deployed with --http-port 0 --grpc-port 0 --metrics-port 0: a bare `tritonkit deploy`
-    would take 8000-8002, which may be another server's."""
-    repo = Path(served.repository)
-    shutil.copytree(repo / "example", repo / "vision2", ignore=shutil.ignore_patterns("__pycache__"))
-    try:
-        assert run_cli("loadtest", "-r", repo, "-m", "vision2", "-c", "1") == EXIT_USAGE
-    finally:
-        shutil.rmtree(repo / "vision2")
-    assert capsys.readouterr().err.splitlines()[1] == (
-        f"hint: redeploy: tritonkit down -r {repo} && tritonkit deploy -r {repo} --http-port "
-        f"{served.http_port} --grpc-port {served.grpc_port} --metrics-port {served.metrics_port}")
-
-
 def test_the_plot_draws_each_windows_slowest_request_so_a_lone_outlier_shows(tmp_path, monkeypatch):
     """One request of 178 ms among ~7 ms ones: 24x the p99, too few to move a percentile
     or make a spike; only each window's max line shows it."""
