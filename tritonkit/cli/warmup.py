@@ -43,10 +43,9 @@ def _ratio(value: float | None) -> str:
 def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
     """One row per model: load, the cold first request and steady p50 of its first shape,
     the worst shape's ratio, and a user's first after."""
-    table = Table(title=f"warm-up (1st, p50: the model's first shape; worst: the 1st ms of "
-                        f"the shape whose 1st stood the most ms above its own p50, and its "
-                        f"1st/p50, named below; after: the median first "
-                        f"of {warmup_lib.CHECK_CLIENTS} fresh clients, once warm)",
+    table = Table(title=f"warm-up (1st, p50: the first shape's; worst: the 1st ms and 1st/p50 "
+                        f"of the shape most above its own p50, named below; after: a fresh "
+                        f"client's first, median of {warmup_lib.CHECK_CLIENTS}, once warm)",
                   title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
     table.add_column("model", overflow="fold")      # the one column that folds when narrow
     for column in ("load s", "1st ms", "p50 ms", "1st/p50", "worst", "reqs", "after ms",
