@@ -38,6 +38,7 @@ from tritonkit.loadtest._transport import Send, error_kind, grpc_sender, http_se
 LOWEST_US, DIGITS = 1, 3
 # prctl(2): how late the kernel may end this process's sleeps (50 µs unless asked)
 _PR_SET_TIMERSLACK, _TIMER_SLACK_NS = 29, 1_000
+_PR_SET_PDEATHSIG = 1                # prctl(2): a signal for when the parent dies
 _ORPHANED_EXIT = 87                 # the parent was gone: no one reads this code, or the figures
 
 
@@ -99,19 +100,25 @@ def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
 def _leave_with_the_parent() -> None:
     """This process ends the moment its parent does, however the parent ended (SIGKILL
     included): no one is left to read its figures, and a load generator no one watches
-    must not go on loading the server until its level ends. The pipe to the parent says
-    so only when read, which a running worker does not do; multiprocessing's sentinel of
-    the parent (a pipe the parent holds open while it lives) is waited on by a thread that
-    costs the requests nothing."""
+    must not go on loading the server until its level ends.
+
+    Linux's parent-death signal (prctl PR_SET_PDEATHSIG) does it at no cost to the
+    requests; a thread waiting on the parent's sentinel instead made an open-loop request
+    cost 6-7x a closed-loop one's CPU, against 3x without it. Where prctl is not there, a
+    parent that dies by a signal leaves its workers to end with their level."""
     parent = multiprocessing.parent_process()
     if parent is None:          # not a spawned worker (a test calling this in-process)
         return
+    try:
+        import ctypes
 
-    def leave_when_gone() -> None:
-        parent.join()
-        os._exit(_ORPHANED_EXIT)    # at once: a request out may wait its whole timeout
-
-    threading.Thread(target=leave_when_gone, name="tritonkit-parent-watch", daemon=True).start()
+        if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL,
+                                                    0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent.pid:      # the parent died before the signal was asked for
+        os._exit(_ORPHANED_EXIT)
 
 
 def _raise_open_files() -> None:
