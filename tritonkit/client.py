@@ -36,12 +36,15 @@ class Endpoint:
     grpc_url: str | None = None
     metrics_url: str | None = None
     repository_headers: dict[str, str] = field(default_factory=dict)
+    # The server's log, where it is a file here (a recorded local deployment's): hints name it.
+    log_path: str | None = None
 
     @classmethod
     def from_deployment(cls, deployment: Deployment) -> "Endpoint":
         return cls(http_url=deployment.http_url, grpc_url=deployment.grpc_url,
                    metrics_url=deployment.metrics_url,
-                   repository_headers=deployment.repository_headers())
+                   repository_headers=deployment.repository_headers(),
+                   log_path=deployment.log_path)
 
     def http(self, **kwargs: Any):
         import tritonclient.http as httpclient

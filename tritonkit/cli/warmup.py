@@ -28,8 +28,6 @@ from tritonkit.cli.options import (
 from tritonkit.client import SECRET_ENV, read_secret_file
 from tritonkit.errors import TritonkitError
 from tritonkit.fileio import atomic_write, check_outputs
-from tritonkit.server.state import load_deployment
-from tritonkit.warmup._server import name_the_log
 
 
 def _ms(value: float | None) -> str:
@@ -218,8 +216,6 @@ def warmup(
                 repository, url, model, timeout=timeout, requests=requests, reload=reload,
                 secret=secret, grpc_url=grpc_url, progress=progress, notice=notice, rule=rule)
     except warmup_lib.LoadFailed as failed:   # the models that loaded were warmed: say how
-        if url is None:
-            name_the_log(failed, _recorded_log(repository))
         if failed.results:
             print_results(failed.results)
             write_outputs(failed.results, json_out, plot,
@@ -229,14 +225,6 @@ def warmup(
     write_outputs(results, json_out, plot, _context(json_out, repository, url, started_at, secret))
     if error := unsteady_error(results, rule):
         raise error
-
-
-def _recorded_log(repository: Path) -> str | None:
-    """The server log of the deployment recorded in ``repository``; None without one."""
-    try:
-        return load_deployment(repository).log_path
-    except TritonkitError:
-        return None
 
 
 def _context(json_out: Path | None, repository: Path | None, url: str | None,

@@ -65,17 +65,6 @@ def unknown_model(client, endpoint: Endpoint, model: str, message: str,
                            + ("" if known is not None else "; or check the name"))
 
 
-def server_log(repository: Path | None) -> str | None:
-    """The log file of the local server recorded in ``repository`` (None: no folder, no
-    record, or a server whose log is not a file here: compose, Kubernetes)."""
-    if repository is None:
-        return None
-    try:
-        return load_deployment(repository).log_path
-    except UsageError:
-        return None
-
-
 def _index(client, endpoint: Endpoint) -> set[str] | None:
     """The names the server's model repository holds, loaded or not; None when they cannot
     be read (no secret, or a server that restricts the API to another one)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from tritonkit.client import Endpoint, server_version
 from tritonkit.errors import LoadTestError, ServerError, UsageError
-from tritonkit.loadtest._deployment import refuse_gone_server, server_hint, server_log
+from tritonkit.loadtest._deployment import refuse_gone_server, server_hint
 from tritonkit.loadtest._inputs import (
     RequestTemplate, Shapes, check_shapes, input_refusal, request_template, unwarmed_warning)
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
@@ -311,7 +311,7 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     cold = never_ran(endpoint, spec.model)
     probe_ms = _probe(url, spec.protocol, template, spec.timeout_s,
                       probe_step(template.sequencing, spec.sequence_id_range) if stateful else None,
-                      hint=server_hint(endpoint, repository, spec.protocol), log=server_log(repository))
+                      hint=server_hint(endpoint, repository, spec.protocol), log=endpoint.log_path)
     # Said once the model took the request (one it refuses is the error, alone), before the levels.
     if template.unwarmed and warn is not None:
         warn(unwarmed_warning(spec.model, template.unwarmed))

@@ -176,7 +176,7 @@ def load_model(endpoint: Endpoint, name: str, deadline: Deadline) -> float:
                 hint="start it with --model-control-mode=explicit (tritonkit deploy does), or "
                      "warm only the models it has loaded already, without --reload") from None
         raise ModelLoadError(f"Triton could not load '{name}': {message}",
-                             hint=read_the_log(),
+                             hint=read_the_log(endpoint.log_path),
                              detail=detail) from None
     except Exception as exc:
         if _timed_out(exc):
@@ -192,13 +192,6 @@ def read_the_log(log_path: str | None = None) -> str:
     if log_path:
         return f"read the server's log: {log_path}"
     return "read the server's log (tritonkit deploy prints where it is)"
-
-
-def name_the_log(error: ModelLoadError, log_path: str | None) -> None:
-    """A refused load's hint names ``log_path`` (the recorded deployment's log) instead
-    of saying where to find it (a load sent without the deployment at hand)."""
-    if log_path and error.hint:
-        error.hint = error.hint.replace(read_the_log(), read_the_log(log_path))
 
 
 def _timed_out(exc: BaseException) -> bool:
