@@ -174,6 +174,10 @@ class TritonMetrics:
         return [(name, version) for name in self.models
                 for version in (self.versions.get(name) or {"": None})]
 
+    def version_counters(self, name: str, version: str) -> ModelCounters:
+        """The counters of one of ``model_versions``: the whole model's for version ""."""
+        return self.versions.get(name, {}).get(version, self.models[name])
+
     def without(self, left_out: Collection[tuple[str, str]]) -> "TritonMetrics":
         """This scrape less the (model, version) pairs ``left_out`` (the ensembles, whose
         requests their steps count again); a model left with no version is gone."""
@@ -526,7 +530,7 @@ class EnsembleCheck:
         if self.http_url is None:
             return frozenset(), None
         for pair in pairs:
-            counters = metrics.versions.get(pair[0], {}).get(pair[1], metrics.models[pair[0]])
+            counters = metrics.version_counters(*pair)
             if pair in self._ensemble or pair in self._untold or self._gone.get(pair) == counters:
                 continue
             self._gone.pop(pair, None)

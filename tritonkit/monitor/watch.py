@@ -184,7 +184,7 @@ class Monitor:
             return {}
         now = {}
         for name, version in triton.model_versions():
-            counters = triton.versions.get(name, {}).get(version, triton.models[name])
+            counters = triton.version_counters(name, version)
             counted = version_increase(previous, triton, name, version) if previous else counters
             now[(name, version)] = self._model_totals[(name, version)] = carry_counters(
                 self._model_totals.get((name, version)), counted, counters)
