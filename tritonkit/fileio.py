@@ -136,9 +136,11 @@ def read_stamp(text: str, label: str) -> tuple[str | None, str, str]:
     return None, header, body
 
 
-def ensure_ignored(folder: Path, patterns: Sequence[str], *, why: str) -> Path | None:
+def ensure_ignored(folder: Path, patterns: Sequence[str], *,
+                   why: str) -> tuple[Path, bool] | None:
     """Add each of ``patterns`` that ``folder/.gitignore`` lacks (the file made if need be,
-    the user's lines kept as they are); the .gitignore if it changed, else None.
+    the user's lines kept as they are); if it changed, the .gitignore and whether it was
+    made, else None.
 
     Deployment files that hold a secret go wherever ``--out`` says, often inside the
     user's own repository, where a ``git add -A`` would commit them.
@@ -150,4 +152,6 @@ def ensure_ignored(folder: Path, patterns: Sequence[str], *, why: str) -> Path |
     if not missing:
         return None
     lead = text if not text or text.endswith("\n") else text + "\n"
-    return atomic_write(path, lead + f"# {why}\n" + "".join(f"{p}\n" for p in missing))
+    made = not path.exists()
+    atomic_write(path, lead + f"# {why}\n" + "".join(f"{p}\n" for p in missing))
+    return path, made

@@ -222,12 +222,17 @@ def _refuse_shared_ports(ports: dict[str, int], target: str) -> None:
                                   (" (0 picks a free one)" if target == "local" else ""))
 
 
+def _print_ignored(gitignore: Path | None, created: bool, secret_file: str) -> None:
+    """The .gitignore a deploy wrote, or added the file holding its secret to (if any)."""
+    if gitignore is not None:
+        did = "wrote" if created else f"added {secret_file} to"
+        console.print(f"  {did} {escape(str(gitignore))}: git leaves the secret out",
+                      highlight=False, soft_wrap=True)
+
+
 def _print_compose(files, running, repository: Path, gpu: str | None) -> None:
     console.print(f"wrote {files.compose_file} and {files.env_file}")
-    if files.gitignore is not None:
-        did = "wrote" if files.gitignore_created else "added .env to"
-        console.print(f"  {did} {escape(str(files.gitignore))}: git leaves the secret out",
-                      highlight=False, soft_wrap=True)
+    _print_ignored(files.gitignore, files.gitignore_created, ".env")
     console.print(f"  model-repository API needs header {files.secret_header}: "
                   f"{mask(files.secret)} (full value in {files.env_file}, 0600)")
     if files.public:
@@ -269,10 +274,7 @@ def _print_k8s(written) -> None:
     else:
         said = "a new secret (no secret.yaml there before)"
     console.print(f"  {escape(said)}", highlight=False, soft_wrap=True)
-    if written.gitignore is not None:
-        did = "wrote" if written.gitignore_created else "added secret.yaml to"
-        console.print(f"  {did} {escape(str(written.gitignore))}: git leaves the secret out",
-                      highlight=False, soft_wrap=True)
+    _print_ignored(written.gitignore, written.gitignore_created, "secret.yaml")
     requests, limits = written.resources["requests"], written.resources["limits"]
     sized = ("--memory" if written.memory_rule == "--memory"
              else f"sized as {written.memory_rule}")

@@ -263,18 +263,17 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
     body = to_yaml(compose_dict(spec, repository, ports=ports, public=public,
                                 device_ids=device_ids))
     # Before .env exists: --out is often inside the user's own git repository.
-    gitignore_created = not (out / ".gitignore").exists()
-    gitignore = ensure_ignored(out, [ENV_FILENAME],
-                               why="written by tritonkit deploy: it holds the deployment's "
-                                   "secret header value (0600)")
+    gitignore, gitignore_made = ensure_ignored(
+        out, [ENV_FILENAME], why="written by tritonkit deploy: it holds the deployment's "
+                                 "secret header value (0600)") or (None, False)
     atomic_write(compose_file, stamped(HEADER, body, repository))
     env = f"COMPOSE_PROJECT_NAME={project}\n{SECRET_VARIABLE}={secret}\n"
     atomic_write(env_file, stamped(ENV_HEADER, env, repository), mode=0o600)
     return ComposeFiles(compose_file=compose_file, env_file=env_file, project=project,
                         ports=ports, public=public,
                         secret_header=spec.settings.restricted_api.header, secret=secret,
-                        not_started_over=not_started_over, gitignore=gitignore,
-                        gitignore_created=gitignore is not None and gitignore_created)
+                        not_started_over=not_started_over,
+                        gitignore=gitignore, gitignore_created=gitignore_made)
 
 
 def _kept_secret(env_file: Path, project: str, repository: Path) -> str | None:

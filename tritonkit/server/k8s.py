@@ -357,10 +357,9 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
                      "resources": list(manifests)}
     documents = {**manifests, "kustomization.yaml": kustomization, FILL_FILE: fill_pod(name)}
     directory.mkdir(parents=True, exist_ok=True)
-    gitignore_created = not (directory / ".gitignore").exists()
-    gitignore = ensure_ignored(directory, ["secret.yaml"],
-                               why="tritonkit deploy --target k8s: secret.yaml holds the "
-                                   "model-repository API's secret")
+    gitignore, gitignore_made = ensure_ignored(
+        directory, ["secret.yaml"], why="tritonkit deploy --target k8s: secret.yaml holds "
+                                        "the model-repository API's secret") or (None, False)
     for filename, document in documents.items():
         atomic_write(directory / filename, stamped(HEADER, to_yaml(document), repository),
                      mode=0o600 if document["kind"] == "Secret" else 0o644)
@@ -375,7 +374,7 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
                     resources=resources, memory_rule=memory_rule, startup_s=startup_s,
                     replicas=replicas, pdb=name if PDB_FILE in manifests else None,
                     pdb_removed=pdb_removed, gitignore=gitignore,
-                    gitignore_created=gitignore is not None and gitignore_created)
+                    gitignore_created=gitignore_made)
 
 
 def _kept_secret(secret_file: Path, name: str, repository: Path) -> tuple[str | None, str | None]:
