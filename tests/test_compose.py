@@ -593,9 +593,10 @@ def test_an_up_that_fails_or_is_interrupted_half_way_is_recorded_so_down_removes
 
 def deploy_up(repository: Path, out: Path, *args: str) -> int:
     """`tritonkit deploy --target compose` with the up, on ports nobody listens on."""
-    from tritonkit.server.local import free_port
+    from tritonkit.server.local import free_ports
 
-    ports = [a for role in ("http", "grpc", "metrics") for a in (f"--{role}-port", free_port())]
+    ports = [a for role, port in zip(("http", "grpc", "metrics"), free_ports(3))
+             for a in (f"--{role}-port", port)]
     return run_cli("deploy", "--target", "compose", "--gpu", "a10", "--repository", repository,
                    "--out", out, *ports, *args)
 
@@ -878,11 +879,12 @@ def test_a_gpu_the_model_has_no_config_for_is_refused_not_served_with_another_ca
 def test_a_wait_for_triton_in_compose_that_times_out_says_the_last_answer(tmp_path):
     from tritonkit.errors import ServerError
     from tritonkit.server.compose import _wait_for
-    from tritonkit.server.local import Deadline, free_port
+    from tritonkit.server.local import Deadline, free_ports
     from tritonkit.server.state import Deployment
 
+    http, grpc, metrics = free_ports(3)
     nobody = Deployment(target="compose", repository=str(tmp_path), host="127.0.0.1",
-                        http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                        http_port=http, grpc_port=grpc, metrics_port=metrics,
                         secret_header="x", models=[], started_at=0.0, argv=[])
     save_deployment(nobody)
     with pytest.raises(ServerError) as caught:

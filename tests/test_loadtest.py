@@ -2879,13 +2879,14 @@ def test_the_json_says_when_where_and_against_what_the_run_ran(tmp_path):
 def _stale_record(repo: Path) -> None:
     """A local deployment recorded in ``repo`` whose server is gone (its pid is no
     tritonserver: this test process)."""
-    from tritonkit.server.local import free_port
+    from tritonkit.server.local import free_ports
     from tritonkit.server.state import Deployment, new_secret, save_deployment
 
     repo.mkdir(parents=True, exist_ok=True)
     new_secret(repo)
+    http, grpc, metrics = free_ports(3)
     save_deployment(Deployment(target="local", repository=str(repo.resolve()), host="127.0.0.1",
-                               http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                               http_port=http, grpc_port=grpc, metrics_port=metrics,
                                secret_header="x-tritonkit-secret", models=["mlp"], started_at=0.0,
                                pid=os.getpid(), log_path=str(repo / "missing.log")))
 

@@ -21,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ROOT, add_broken_model, default_signals, load_example_forward, run_cli
 from tritonkit.errors import Interrupted, UsageError
+from tritonkit.server import local
 from tritonkit.server.local import _alive, check_port_free, free_port, signals_interrupt
 from tritonkit.server.state import (
     Deployment,
@@ -662,6 +663,52 @@ def test_connections_in_time_wait_do_not_make_a_port_in_use():
     check_port_free("127.0.0.1", port, "http")
 
 
+class _KernelPorts:
+    """socket.socket as Linux hands out port 0: the lowest port no open socket holds, so a
+    port released is the next one given (ephemeral picks do repeat, less often)."""
+
+    held: set[int] = set()
+
+    def __init__(self, *args) -> None:
+        self.port = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.held.discard(self.port)
+
+    def setsockopt(self, *args) -> None:
+        pass
+
+    def bind(self, address) -> None:
+        port = address[1] or min(set(range(40000, 40010)) - self.held)
+        if port in self.held:
+            raise OSError(98, "Address already in use")
+        self.held.add(port)
+        self.port = port
+
+    def getsockname(self):
+        return ("127.0.0.1", self.port)
+
+
+def test_ports_left_to_pick_are_distinct_even_where_the_os_gives_a_released_port_again(
+        monkeypatch):
+    """Every port given as 0 is picked while the others picked are still held, and none is
+    a port given outright. Each pick closed before the next let one port be given for two
+    roles, and `deploy` refused its own choice ("the HTTP and metrics ports are both …")."""
+    kernel = {name: getattr(socket, name) for name in dir(socket) if not name.startswith("__")}
+    monkeypatch.setattr(local, "socket", type(socket)("fake_socket"))
+    vars(local.socket).update(kernel, socket=_KernelPorts)
+    monkeypatch.setattr(_KernelPorts, "held", set())
+    from tritonkit.server.settings import Ports
+
+    chosen = local.resolve_ports("127.0.0.1", Ports(http=0, grpc=0, metrics=0))
+    assert sorted(chosen.as_dict().values()) == [40000, 40001, 40002]
+    chosen = local.resolve_ports("127.0.0.1", Ports(http=0, grpc=40000, metrics=0))
+    assert chosen.grpc == 40000 and {chosen.http, chosen.metrics} == {40001, 40002}
+
+
 def test_a_port_that_cannot_be_bound_says_why_instead_of_in_use():
     with pytest.raises(UsageError) as raised:
         check_port_free("192.0.2.1", free_port(), "http")   # TEST-NET-1: not this host's
@@ -670,11 +717,7 @@ def test_a_port_that_cannot_be_bound_says_why_instead_of_in_use():
 
 
 def test_a_redeploy_on_the_same_fixed_ports_right_after_down_succeeds(example_repository):
-    ports = []
-    while len(ports) < 3:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
+    ports = local.free_ports(3)
     flags = ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
     for _ in range(2):
         assert run_cli("deploy", "--repository", example_repository, *flags,

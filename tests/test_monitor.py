@@ -24,6 +24,7 @@ from tritonkit.monitor.recording import (COLUMNS, CsvRecorder, read_models_csv, 
 from tritonkit.monitor.triton_metrics import (ModelCounters, gpu_increase, increase,
                                                model_increase, parse_metrics, rates)
 from tritonkit.monitor.watch import Monitor, record, watch
+from tritonkit.server.local import free_port
 
 # As tritonserver 2.51.0 (CPU build) serves it, after 5 requests of batch 2.
 TRITON_2_51_METRICS = """\
@@ -805,14 +806,6 @@ def _pipeline_served(deployment, count: int, before) -> None:
                           for model in ("pipeline", "flaky")})
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.server
 def test_an_ensembles_requests_count_once_in_the_server_totals_and_whole_in_its_own_row(
         failing_server):
@@ -878,7 +871,7 @@ def test_where_the_http_port_cannot_be_asked_ensembles_count_as_before_and_it_is
     answers with no model config; or an HTTP port nothing listens on): monitoring goes on,
     the totals count the ensemble's requests again in its step, and a note says so."""
     address = (failing_server.metrics_url.removeprefix("http://").removesuffix("/metrics")
-               if where == "metrics port" else f"127.0.0.1:{_free_port()}")
+               if where == "metrics port" else f"127.0.0.1:{free_port()}")
     monitor = Monitor(None, failing_server.metrics_url, LIMITS, http_url=address)
     first = monitor.snapshot()
     _pipeline_served(failing_server, 5, first.triton)
@@ -955,8 +948,6 @@ def test_ctrl_c_is_how_monitor_ends_so_it_exits_0_and_says_what_it_wrote(deploye
 
 
 def test_an_existing_csv_is_kept_unless_force(tmp_path, capsys):
-    from tritonkit.server.local import free_port
-
     recording = tmp_path / "gpu.csv"
     recording.write_text("a day of samples\n")
     assert run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", free_port(), "--once",
@@ -979,8 +970,6 @@ def test_without_a_driver_monitor_says_so_in_one_line_and_fails(capsys):
 
 
 def test_a_wrong_metrics_address_is_named(capsys, tmp_path):
-    from tritonkit.server.local import free_port
-
     port = free_port("127.0.0.1")
     assert run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", port, "--once") == 1
     assert f"http://127.0.0.1:{port}/metrics did not answer" in capsys.readouterr().err

@@ -26,7 +26,7 @@ from tritonkit.cli.warmup import print_results, print_warmup, unsteady_error, wr
 from tritonkit.client import Endpoint, example_input, triton_message
 from tritonkit.deploy import deploy_local
 from tritonkit.errors import ServerError, UsageError
-from tritonkit.server.local import Deadline, _alive, free_port
+from tritonkit.server.local import Deadline, _alive, free_port, free_ports
 from tritonkit.server.state import (Deployment, load_deployment, redeploy_command,
                                     save_deployment, state_dir)
 from tritonkit.warmup import (
@@ -570,10 +570,10 @@ def test_a_recorded_deployments_server_is_waited_for_though_its_port_refuses(
     from tritonkit.server.state import new_secret
 
     monkeypatch.setattr("tritonkit.warmup._run.REFUSED_GRACE_S", 0.3)
-    port = free_port()
+    port, grpc, metrics = free_ports(3)
     new_secret(tmp_path)
     save_deployment(Deployment(target="compose", repository=str(tmp_path), host="127.0.0.1",
-                               http_port=port, grpc_port=free_port(), metrics_port=free_port(),
+                               http_port=port, grpc_port=grpc, metrics_port=metrics,
                                secret_header="x-key", models=["example"], started_at=0.0))
     for url in ((), ("--url", f"127.0.0.1:{port}")):
         started = time.monotonic()
@@ -754,7 +754,7 @@ def test_a_load_on_a_server_not_in_explicit_model_control_says_so_and_how_to_sta
     from tritonkit.server.settings import Ports, load_server_settings, tritonserver_argv
 
     install = find_install()
-    ports = Ports(http=free_port(), grpc=free_port(), metrics=free_port())
+    ports = Ports(*free_ports(3))
     argv = tritonserver_argv(
         dataclasses.replace(load_server_settings(), model_control_mode="none"),
         binary=str(install.binary), model_repository=str(example_repository), ports=ports,

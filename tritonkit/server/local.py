@@ -12,6 +12,7 @@ backend's stubs included), all within one deadline.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -67,9 +68,24 @@ class Deadline:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free now (racy by nature; good enough for tests and auto-pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1", avoid: Sequence[int] = ()) -> list[int]:
+    """``count`` distinct ports the OS says are free now, none of them in ``avoid``.
+
+    Every socket stays bound until all are picked: one closed before the next is asked for
+    leaves its port free to be handed out again, and three picks in a row then, now and
+    again, name one port twice (two deploys in one CI run were refused so).
+    """
+    picked: list[int] = []
+    with contextlib.ExitStack() as held:
+        while len(picked) < count:
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            if (port := sock.getsockname()[1]) not in avoid:
+                picked.append(port)
+    return picked
 
 
 IN_USE = "in use"
@@ -128,8 +144,10 @@ def resolve_ports(host: str, ports: Ports) -> Ports:
     """Replace 0 with a free port, then check every port is free."""
     check_bind_address(host)
     ports.require_distinct()
-    chosen = Ports(**{role: port or free_port(host) for role, port in ports.as_dict().items()})
-    chosen.require_distinct()          # free_port twice may, rarely, pick one port twice
+    given = ports.as_dict()
+    picked = iter(free_ports(sum(not port for port in given.values()), host,
+                             avoid=[port for port in given.values() if port]))
+    chosen = Ports(**{role: port or next(picked) for role, port in given.items()})
     for role, port in chosen.as_dict().items():
         check_port_free(host, port, role)
     return chosen
