@@ -219,6 +219,35 @@ def test_the_pytorch_reference_runs_in_full_fp32_and_the_users_tf32_settings_com
         torch.set_float32_matmul_precision(before[1])
 
 
+def test_a_user_of_pytorchs_per_backend_precision_settings_gets_a_full_fp32_reference_too():
+    """A user who set TF32 matmuls and bf16 oneDNN matmuls through PyTorch's newer settings
+    (``torch.backends.cuda.matmul.fp32_precision``): the legacy calls raise then, and the
+    export failed, blaming forward(). The reference runs with every kernel at "ieee" and
+    the user's settings come back."""
+    from tritonkit.export.verify import torch_outputs
+
+    matmul, onednn = torch.backends.cuda.matmul, torch.backends.mkldnn.matmul
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen.append((matmul.fp32_precision, onednn.fp32_precision))
+            return x @ x.T
+
+    before = (matmul.fp32_precision, onednn.fp32_precision)
+    matmul.fp32_precision, onednn.fp32_precision = "tf32", "bf16"
+    try:
+        with pytest.raises(RuntimeError, match="legacy and new"):
+            torch.get_float32_matmul_precision()          # what the export used to call
+        x = torch.randn(3, 5)
+        [out] = torch_outputs(Probe(), (x,))
+        assert seen == [("ieee", "ieee")]
+        np.testing.assert_allclose(out, (x.double() @ x.double().T).numpy(), rtol=1e-6)
+        assert (matmul.fp32_precision, onednn.fp32_precision) == ("tf32", "bf16")
+    finally:
+        matmul.fp32_precision, onednn.fp32_precision = before
+
+
 def test_random_inputs_stay_finite_when_the_example_holds_a_nan():
     # NaN matches NaN: inputs made all-NaN by one NaN in the example would check nothing.
     example = torch.tensor([[1.0, float("nan"), 3.0], [2.0, float("inf"), 4.0]])

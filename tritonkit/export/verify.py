@@ -175,21 +175,64 @@ def reference_mode():
     asked, matrix products) round their inputs to TF32 on Ampere and newer cards, 10
     mantissa bits, so a correct FP32 graph would differ from the reference by ~1e-3 and
     fail FP32 tolerances. The user's settings are put back after.
+
+    A user who set PyTorch's per-backend ``fp32_precision`` settings (2.9 and later) has
+    them set instead: after those, the older switches raise ("a mix of the legacy and new
+    APIs"). They reach oneDNN on the CPU as well, where ``bf16`` would round a CPU
+    reference too.
     """
     enabled = torch.backends.mha.get_fastpath_enabled()
-    cudnn_tf32 = torch.backends.cudnn.allow_tf32
-    matmul_precision = torch.get_float32_matmul_precision()
     torch.backends.mha.set_fastpath_enabled(False)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with _full_fp32(), torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
             yield
     finally:
         torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+# The kernels' own FP32 precision settings in PyTorch 2.9 and later: "ieee" is full FP32,
+# "none" takes the backend's (and then the global) setting.
+_PRECISION_SETTINGS = ("cuda.matmul", "cudnn.conv", "cudnn.rnn",
+                       "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")
+
+
+@contextlib.contextmanager
+def _full_fp32():
+    """Every FP32 kernel of the reference in full FP32, the user's settings put back after.
+
+    The legacy switches where they still answer: PyTorch 2.9's own reading of them raises
+    while a new-style setting is in force, inside the model's forward() as well.
+    """
+    try:
+        cudnn_tf32 = torch.backends.cudnn.allow_tf32
+        matmul_precision = torch.get_float32_matmul_precision()
+    except RuntimeError:                 # the user set the new per-backend settings
+        settings = [found for found in map(_precision_setting, _PRECISION_SETTINGS) if found]
+        before = [setting.fp32_precision for setting in settings]
+        try:
+            for setting in settings:
+                setting.fp32_precision = "ieee"
+            yield
+        finally:
+            for setting, value in zip(settings, before):
+                setting.fp32_precision = value
+        return
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
         torch.backends.cudnn.allow_tf32 = cudnn_tf32
         torch.set_float32_matmul_precision(matmul_precision)
+
+
+def _precision_setting(name: str):
+    """``torch.backends.<name>`` if it has the ``fp32_precision`` setting, else None."""
+    found = torch.backends
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    return found if found is not None and hasattr(found, "fp32_precision") else None
 
 
 def torch_outputs(module: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
