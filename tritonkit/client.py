@@ -168,7 +168,7 @@ def health(http_url: str, path: str = "/v2/health/live", timeout: float = 1.0) -
     """
     url = f"http://{http_url.removeprefix('http://')}{path}"
     try:
-        with _DIRECT.open(url, timeout=max(timeout, 0.05)) as response:
+        with open_direct(url, timeout=max(timeout, 0.05)) as response:
             return None if response.status == 200 else f"HTTP {response.status} from {path}"
     except urllib.error.HTTPError as exc:
         return f"HTTP {exc.code} from {path}"
@@ -180,6 +180,13 @@ def health(http_url: str, path: str = "/v2/health/live", timeout: float = 1.0) -
 
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def open_direct(url: str, timeout: float):
+    """``urllib.request.urlopen`` that ignores ``http_proxy``: Triton's ports are reached
+    directly, as tritonclient reaches them. A corporate or CI proxy would otherwise answer
+    for the server (refused, or its own error page)."""
+    return _DIRECT.open(url, timeout=timeout)
 
 
 def wait_until(check: Callable[[], str | None], deadline: "Deadline",

@@ -62,7 +62,6 @@ import json
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field, fields, replace
 from itertools import groupby
 from operator import itemgetter
@@ -70,6 +69,7 @@ from typing import Collection
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tritonkit import client
 from tritonkit.errors import ServerError
 from tritonkit.monitor.nvml import GpuSample
 
@@ -479,7 +479,7 @@ def metrics_url_for(http_url: str, metrics_port: int = DEFAULT_METRICS_PORT) -> 
 def scrape(url: str, at: float, timeout: float = 5.0) -> TritonMetrics:
     """Fetch and parse Triton's metrics; ServerError naming the URL if it does not answer."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with client.open_direct(url, timeout=timeout) as response:
             text = response.read().decode("utf-8", errors="replace")
     # A server restarting mid-response gives http.client's own errors (IncompleteRead,
     # BadStatusLine): not OSErrors, and urllib lets them through.
@@ -556,7 +556,7 @@ class EnsembleCheck:
                 + (f"/versions/{quote(version)}" if version else "") + "/config")
         url = f"http://{self.http_url}{path}"
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+            with client.open_direct(url, timeout=self.timeout) as response:
                 config = json.loads(response.read())
             if not isinstance(config, dict):
                 raise ValueError(config)
