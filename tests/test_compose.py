@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLE_REPOSITORY, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, ROOT, run_cli
 from tritonkit.errors import DeployInterrupted, ServerError, UsageError
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 from tritonkit.server.compose import compose_dict, engine_problem, project_name
@@ -589,6 +590,36 @@ def test_an_up_that_fails_or_is_interrupted_half_way_is_recorded_so_down_removes
     assert calls.read_text().splitlines()[-1].endswith("down --timeout 40")
     with pytest.raises(UsageError):
         load_deployment(example_repository)
+
+
+def test_the_redeploy_hint_of_a_compose_deployment_writes_the_same_files_again(
+        example_repository, tmp_path, monkeypatch, capsys):
+    """The hint loadtest, warmup and export give ("redeploy: tritonkit down … && tritonkit
+    deploy …") names how the deployment was made: its files' folder, image, GPUs, public
+    ports and settings file. Without them it wrote new files into ./docker, published on
+    loopback only and went back to the profile's image and settings."""
+    from tritonkit.server.state import redeploy_command
+
+    bindir, _ = gpu_docker(tmp_path, "exit 1")        # recorded, then `up` fails: no wait
+    monkeypatch.setenv("PATH", str(bindir))
+    settings = tmp_path / "server.toml"
+    settings.write_text((ROOT / "configs" / "server.toml").read_text()
+                        .replace("log_verbose = 0", "log_verbose = 1"))
+    out = tmp_path / "deploy-files"
+    made = ("--image", "registry.example/triton:24.09-custom", "--device-ids", "0,1",
+            "--public", "--server-config", str(settings))
+    assert deploy_up(example_repository, out, *made) == 1
+    before = (out / "docker-compose.yml").read_text()
+    hint = redeploy_command(example_repository)
+    down, deploy = (shlex.split(part) for part in hint.split(" && "))
+    for flag in ("--out", str(out), *made):
+        assert flag in deploy, (flag, hint)
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(*down[1:]) == 0
+    assert run_cli(*deploy[1:], "--no-up") == 0
+    assert (out / "docker-compose.yml").read_text() == before
+    assert not (tmp_path / "docker").exists()
 
 
 def deploy_up(repository: Path, out: Path, *args: str) -> int:

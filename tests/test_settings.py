@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import EXAMPLE_REPOSITORY, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, ROOT, run_cli
 from tritonkit.errors import ProfileError
 from tritonkit.server.settings import Ports, load_server_settings, tritonserver_argv
 
@@ -163,3 +163,22 @@ def test_shared_memory_and_logging_need_the_secret_like_the_model_repository(dep
         assert response.status == 200
     with urllib.request.urlopen(base + "/v2/models/example/stats", timeout=10) as response:
         assert response.status == 200
+
+
+@pytest.mark.server
+def test_a_local_deploy_from_a_settings_file_is_redeployed_from_it(example_repository, tmp_path):
+    """The redeploy hint names the settings file a local server was started from: without
+    it, following the hint started the server on configs/server.toml's settings instead."""
+    from tritonkit.server.state import load_deployment, redeploy_command
+
+    settings = tmp_path / "verbose.toml"
+    settings.write_text((ROOT / "configs" / "server.toml").read_text()
+                        .replace("log_verbose = 0", "log_verbose = 1"))
+    assert run_cli("deploy", "--repository", example_repository, "--server-config", settings,
+                   "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+                   "--no-warmup", "--timeout", "60") == 0
+    try:
+        assert "--log-verbose=1" in load_deployment(example_repository).argv
+        assert f"--server-config {settings.resolve()}" in redeploy_command(example_repository)
+    finally:
+        assert run_cli("down", "--repository", example_repository) == 0

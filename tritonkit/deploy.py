@@ -63,7 +63,7 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
                                      ports=Ports(http=http_port, grpc=grpc_port,
                                                  metrics=metrics_port),
                                      models=models, timeout=timeout, serve_from=mirror,
-                                     progress=progress, gpu=gpu)
+                                     progress=progress, gpu=gpu, server_config=server_config)
             if not warmup:
                 return deployment
             results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
@@ -105,7 +105,7 @@ def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docke
                                       device_ids=device_ids, force=force, starting=up)
         if not up:
             return files, None
-        deployment = compose.compose_up(files, spec, repository)
+        deployment = compose.compose_up(files, spec, repository, server_config=server_config)
         deadline = Deadline(timeout)       # from the containers' start, not the image pull
         try:
             compose.wait_live(deployment, deadline, progress)

@@ -100,6 +100,7 @@ class ComposeFiles:
     public: bool
     secret_header: str
     secret: str = field(repr=False)
+    device_ids: tuple[str, ...] = ("0",)
     # Written, not started, under a recorded compose deployment: its containers keep the
     # settings they started with until redeployed (they share the files' secret).
     not_started_over: bool = False
@@ -270,7 +271,7 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
     env = f"COMPOSE_PROJECT_NAME={project}\n{SECRET_VARIABLE}={secret}\n"
     atomic_write(env_file, stamped(ENV_HEADER, env, repository), mode=0o600)
     return ComposeFiles(compose_file=compose_file, env_file=env_file, project=project,
-                        ports=ports, public=public,
+                        ports=ports, public=public, device_ids=tuple(device_ids),
                         secret_header=spec.settings.restricted_api.header, secret=secret,
                         not_started_over=not_started_over,
                         gitignore=gitignore, gitignore_created=gitignore_made)
@@ -340,10 +341,13 @@ def engine_problem() -> str | None:
     return None
 
 
-def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path) -> Deployment:
+def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
+               server_config: Path | None = None) -> Deployment:
     """Record the deployment, ``docker compose up -d``; ``started_at`` says when Compose
     had started the containers. The caller's deadline starts there: pulling an image of
-    several GB is not a wait on Triton (Compose shows its progress itself)."""
+    several GB is not a wait on Triton (Compose shows its progress itself). The record
+    keeps what a redeploy must name again: the files' folder, the image, the GPUs, whether
+    public, and ``server_config``, the settings file ``spec`` was made with."""
     repository = Path(repository).resolve()
     problem = engine_problem()
     if problem:
@@ -361,7 +365,10 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path) -> De
                # absolute: `tritonkit down` may run from another folder
                "compose_file": str(files.compose_file.resolve()),
                "env_file": str(files.env_file.resolve()),
-               "image": spec.image, "gpu": spec.gpu, "public": files.public})
+               "image": spec.image, "gpu": spec.gpu, "public": files.public,
+               "device_ids": list(files.device_ids),
+               **({"server_config": str(Path(server_config).resolve())}
+                  if server_config else {})})
     try:
         # Recorded before `up`: one that fails or is interrupted half-way (Ctrl-C while an
         # image pulls) may have made containers already, and `tritonkit down` must find them.

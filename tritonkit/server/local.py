@@ -324,11 +324,13 @@ def start_local(
     serve_from: Path | None = None,
     progress: Progress | None = None,
     gpu: str | None = None,
+    server_config: Path | None = None,
 ) -> Deployment:
     """Start the embedded tritonserver for ``repository`` and wait until ``models`` are READY.
 
     ``host`` is the address to bind (default: the settings' ``bind_address``). ``gpu``, the
-    profile whose configs the mirror serves, is recorded (a redeploy names it again).
+    profile whose configs the mirror serves, is recorded (a redeploy names it again), as
+    is ``server_config``, the settings file ``settings`` came from.
     ``serve_from`` is the folder the server actually reads (the CPU mirror of
     ``repository``); the deployment's state always lives in ``repository``. The caller
     holds ``deploy_lock``; an exception of any kind (Ctrl-C too) stops the server and
@@ -370,7 +372,9 @@ def start_local(
             argv=[a if "restricted" not in a else a.split("=", 1)[0] + "=<secret>" for a in argv],
             extra={"served_repository": str(serve_from or repository),
                    "model_config_name": model_config_name, "bind_address": host,
-                   **({"gpu": gpu} if gpu else {})},
+                   **({"gpu": gpu} if gpu else {}),
+                   **({"server_config": str(Path(server_config).resolve())}
+                      if server_config else {})},
             status=STARTING)
         save_deployment(deployment)          # from here on `tritonkit down` can stop it
         _wait_until_ready(proc, deployment, deadline, progress)

@@ -190,7 +190,10 @@ def mask(secret: str) -> str:
 def redeploy_command(repository: Path) -> str:
     """``tritonkit down`` then ``tritonkit deploy`` of ``repository`` as it was deployed: its
     target, the ports it serves on (a bare deploy takes 8000-8002, which may be another
-    server's) and its GPU profile, from its record (none readable: the bare commands)."""
+    server's), its GPU profile and server settings file, and for compose the folder of its
+    files, its image, its GPUs and whether it is public (a bare redeploy would write new
+    files into ./docker and stop publishing on every interface), from its record (none
+    readable: the bare commands)."""
     deploy = ["tritonkit", "deploy", "-r", str(repository)]
     try:
         deployment = load_deployment(repository)
@@ -206,6 +209,18 @@ def redeploy_command(repository: Path) -> str:
                                     ("--metrics-port", deployment.metrics_port, 8002)):
             if port != default:
                 deploy += [flag, str(port)]
-        if deployment.extra.get("gpu"):          # the profile, where the record keeps it
-            deploy += ["--gpu", str(deployment.extra["gpu"])]
+        extra = deployment.extra
+        if extra.get("gpu"):                     # the profile, where the record keeps it
+            deploy += ["--gpu", str(extra["gpu"])]
+        if deployment.target == "compose":
+            if extra.get("compose_file"):
+                deploy += ["--out", str(Path(extra["compose_file"]).parent)]
+            if extra.get("image"):
+                deploy += ["--image", str(extra["image"])]
+            if extra.get("device_ids") and list(extra["device_ids"]) != ["0"]:
+                deploy += ["--device-ids", ",".join(map(str, extra["device_ids"]))]
+            if extra.get("public"):
+                deploy += ["--public"]
+        if extra.get("server_config"):
+            deploy += ["--server-config", str(extra["server_config"])]
     return f"{shlex.join(['tritonkit', 'down', '-r', str(repository)])} && {shlex.join(deploy)}"
