@@ -208,6 +208,26 @@ def test_the_env_file_is_git_ignored_where_it_is_written_the_users_lines_kept(
     assert ".env" in fresh.gitignore.read_text().splitlines()
 
 
+def test_a_linked_gitignore_is_added_to_where_it_lives_and_keeps_its_mode(
+        example_repository, tmp_path):
+    """A .gitignore shared between folders by a symbolic link gets the line in the file it
+    links to, and keeps its mode. A rename onto the link put a new 0644 file in its place:
+    the shared file never learned of .env, and the user's link was gone."""
+    from tritonkit.server.compose import write_compose
+
+    shared, out = tmp_path / "shared", tmp_path / "deploy"
+    shared.mkdir(), out.mkdir()
+    (shared / ".gitignore").write_text("node_modules\n")
+    (shared / ".gitignore").chmod(0o664)
+    (out / ".gitignore").symlink_to("../shared/.gitignore")
+    write_compose(container_spec(example_repository, "a10"), example_repository, out,
+                  starting=False)
+    assert (out / ".gitignore").is_symlink()
+    assert (shared / ".gitignore").read_text().splitlines()[0] == "node_modules"
+    assert ".env" in (shared / ".gitignore").read_text().splitlines()
+    assert stat.S_IMODE((shared / ".gitignore").stat().st_mode) == 0o664
+
+
 def test_the_deploy_says_where_it_git_ignored_the_env_file(example_repository, tmp_path, capsys):
     out = tmp_path / "deploy"
     assert write(example_repository, out, "--gpu", "a10") == 0

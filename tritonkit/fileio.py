@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -153,5 +154,9 @@ def ensure_ignored(folder: Path, patterns: Sequence[str], *,
         return None
     lead = text if not text or text.endswith("\n") else text + "\n"
     made = not path.exists()
-    atomic_write(path, lead + f"# {why}\n" + "".join(f"{p}\n" for p in missing))
+    # A .gitignore kept elsewhere and linked here is written where it lives, with the mode
+    # it has: a rename onto the link would put a new 0644 file in its place.
+    target = path if made else path.resolve()
+    atomic_write(target, lead + f"# {why}\n" + "".join(f"{p}\n" for p in missing),
+                 mode=0o644 if made else stat.S_IMODE(target.stat().st_mode))
     return path, made
