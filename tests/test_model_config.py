@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -153,6 +154,38 @@ def test_max_batch_size_is_bounded_by_what_fits_the_card(mlp_repo, tmp_path):
     config, tuning = build_config("mlp", graph, profile, max_batch_size=32)
     assert config.max_batch_size == bound
     assert any("lowered to" in note for note in tuning.notes)
+
+
+def test_the_lowered_batch_limit_says_the_sum_it_bounds_and_a_plan_has_no_arena_to_double(
+        mlp_repo, tmp_path):
+    """ONNX Runtime's arena may reserve twice a batch's live activations; a TensorRT plan's
+    context holds them exactly, so a plan's limit is not halved for an arena it does not
+    have. The note gives the sum it bounds, instances and arena included: a user adding
+    up "weights + activations" by the old note got a batch twice to 2x instances too big."""
+    from tritonkit.model_config import build_config, read_graph
+
+    small = (Path(load_profile("a10").path).read_text()
+             .replace("gib = 24", "gib = 0.0001").replace('name = "a10"', 'name = "small"'))
+    (tmp_path / "small.toml").write_text(small)
+    profile = load_profile(tmp_path / "small.toml")
+    graph = read_graph(mlp_repo / "mlp" / "1" / "model.onnx")
+    onnx_config, onnx_tuning = build_config("mlp", graph, profile, max_batch_size=100_000)
+    plan_config, _ = build_config("mlp", graph, profile, max_batch_size=100_000,
+                                  plans={profile.cc_key: f"model.{profile.cc_key}.plan"})
+    assert plan_config.platform == "tensorrt_plan"
+    assert 1 < onnx_config.max_batch_size < plan_config.max_batch_size < 100_000
+    assert plan_config.max_batch_size in (2 * onnx_config.max_batch_size,
+                                          2 * onnx_config.max_batch_size + 1)
+    [note] = [n for n in onnx_tuning.notes if "lowered to" in n]
+    instances = profile.serving.instance_count
+    weights = float(re.search(r"weights ([\d.e+-]+) MiB", note)[1])
+    batch, per_sample = re.search(r"\+ (\d+) x ([\d.e+-]+) MiB of activations", note).groups()
+    assert int(batch) == onnx_config.max_batch_size
+    assert f"x 2 for ONNX Runtime's memory arena){' x %d instances' % instances}" in note \
+        if instances > 1 else "x 2 for ONNX Runtime's memory arena)" in note
+    usable = profile.memory.bytes * (1 - profile.serving.memory_headroom) / 2**20
+    assert (weights + int(batch) * float(per_sample) * 2) * instances == \
+        pytest.approx(usable, rel=0.05)
 
 
 def test_the_weights_are_not_counted_as_each_samples_activations(tmp_path):

@@ -293,18 +293,34 @@ def _names_read(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-def memory_bound_batch(graph: GraphSpec, profile: GpuProfile, instances: int) -> int:
+def memory_bound_batch(graph: GraphSpec, profile: GpuProfile, instances: int, *,
+                       growth: int = ARENA_GROWTH) -> int:
     """The largest batch whose weights and activations fit the card with headroom, each
-    instance holding its own weights and its batch's activations (ARENA_GROWTH times their
-    live peak)."""
+    instance holding its own weights and its batch's activations (``growth`` times their
+    live peak: ONNX Runtime's arena, ARENA_GROWTH; a TensorRT plan's context holds its
+    activations exactly, 1)."""
     usable = profile.memory.bytes * (1.0 - profile.serving.memory_headroom)
-    half = profile.serving.precision in ("fp16", "bf16")
-    weights = graph.half_weight_bytes if half else graph.weight_bytes
-    free_for_activations = usable - instances * weights
+    free_for_activations = usable - instances * _served_weight_bytes(graph, profile)
     if free_for_activations <= 0:
         return 0
-    return int(free_for_activations
-               // (instances * ARENA_GROWTH * graph.activation_bytes_per_sample))
+    return int(free_for_activations // (instances * growth * graph.activation_bytes_per_sample))
+
+
+def _served_weight_bytes(graph: GraphSpec, profile: GpuProfile) -> int:
+    """The weights as the card holds them: halved in an FP16 or BF16 engine."""
+    half = profile.serving.precision in ("fp16", "bf16")
+    return graph.half_weight_bytes if half else graph.weight_bytes
+
+
+def _memory_sum(graph: GraphSpec, profile: GpuProfile, instances: int, growth: int,
+                batch: int) -> str:
+    """The sum memory_bound_batch bounds, in words and MiB, for ``batch`` samples."""
+    per = "" if instances == 1 else f" x {instances} instances"
+    arena = "" if growth == 1 else f", x {growth} for ONNX Runtime's memory arena"
+    return (f"(weights {_served_weight_bytes(graph, profile) / 2**20:.3g} MiB + {batch} x "
+            f"{graph.activation_bytes_per_sample / 2**20:.3g} MiB of activations a "
+            f"sample{arena}){per} must fit {(1 - profile.serving.memory_headroom) * 100:.0f}% "
+            f"of {profile.memory.gib:g} GiB")
 
 
 def warmup_batch_sizes(max_batch_size: int) -> list[int]:
@@ -367,18 +383,17 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
     batching = graph.inputs and all(len(t.dims) > 0 and t.dims[0] == -1
                                     for t in graph.inputs + graph.outputs)
     if batching and max_batch_size > 0:
-        bound = memory_bound_batch(graph, profile, instances)
+        growth = 1 if config.platform == "tensorrt_plan" else ARENA_GROWTH
+        bound = memory_bound_batch(graph, profile, instances, growth=growth)
         if bound < 1:
             raise UsageError(
-                f"model '{name}' does not fit on the {profile.display_name}: weights "
-                f"{graph.weight_bytes / 2**20:.1f} MiB x {instances} instance(s) + one sample's "
-                f"activations exceed {(1 - profile.serving.memory_headroom) * 100:.0f}% of "
-                f"{profile.memory.gib:g} GiB", hint="use a card with more memory, or fewer instances")
+                f"model '{name}' does not fit on the {profile.display_name}: "
+                + _memory_sum(graph, profile, instances, growth, 1).replace(" must fit ",
+                                                                            " exceeds "),
+                hint="use a card with more memory, or fewer instances")
         if bound < max_batch_size:
             notes.append(f"max_batch_size {max_batch_size} lowered to {bound}: "
-                         f"weights {graph.weight_bytes / 2**20:.1f} MiB + activations "
-                         f"{graph.activation_bytes_per_sample / 2**20:.2f} MiB/sample must fit "
-                         f"{(1 - profile.serving.memory_headroom) * 100:.0f}% of the card")
+                         + _memory_sum(graph, profile, instances, growth, bound))
             max_batch_size = bound
         config.max_batch_size = max_batch_size
     else:
