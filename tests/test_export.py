@@ -739,6 +739,25 @@ def test_reproduce_script_records_a_profile_file_by_its_absolute_path_and_a_name
         assert reproduce_options(result.path)["--gpu"] == recorded
 
 
+def test_a_forced_export_under_a_dead_local_servers_record_warns_of_nothing(tmp_path, capsys):
+    """A local deployment recorded but gone (the host rebooted, the server was killed)
+    serves nothing: no warning that it "keeps serving" the old model."""
+    import os
+
+    from tritonkit.server.state import Deployment, save_deployment
+
+    repo, mlp = tmp_path / "repo", f"{EXAMPLES / 'mlp.py'}:build"
+    assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify") == 0
+    save_deployment(Deployment(target="local", repository=str(repo.resolve()), host="127.0.0.1",
+                               http_port=8000, grpc_port=8001, metrics_port=8002,
+                               secret_header="tritonkit-repository-key", models=["mlp"],
+                               started_at=time.time(), pid=os.getpid()))    # no tritonserver
+    capsys.readouterr()
+    assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify",
+                   "--force") == 0
+    assert "keeps serving" not in capsys.readouterr().err
+
+
 def test_a_forced_export_of_a_model_a_compose_deployment_serves_says_how_to_serve_it(tmp_path,
                                                                                        capsys):
     """The compose server reads the folder itself: a reload serves the new model. A model

@@ -37,6 +37,7 @@ from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME, check_model_name
+from tritonkit.server.local import running_deployment
 from tritonkit.server.state import is_recorded, load_deployment, redeploy_command
 
 FORMATS = ("onnx", "tensorrt")
@@ -140,7 +141,8 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
 
 def _still_served(options: ExportOptions) -> list[str]:
     """A warning when a running deployment of the repository serves the model just
-    replaced: it keeps the model it loaded (the local one, its mirror's snapshot)."""
+    replaced: it keeps the model it loaded (the local one, its mirror's snapshot). A
+    compose deployment is taken at its record's word: asking Docker is not worth it here."""
     repository = Path(options.repository)
     if not options.force or not is_recorded(repository):
         return []
@@ -150,6 +152,8 @@ def _still_served(options: ExportOptions) -> list[str]:
         return []
     if deployment.target not in ("local", "compose") or options.name not in deployment.models:
         return []
+    if deployment.target == "local" and running_deployment(repository) is None:
+        return []                # a record its server did not outlive: nothing serves it
     how = f"redeploy: {redeploy_command(repository)}"
     if deployment.target == "compose":      # it reads the folder itself: a reload will do
         how = (f"reload it (tritonkit warmup --repository {repository} --model {options.name} "
