@@ -12,7 +12,9 @@ An ONNX model is a snapshot of the deploy: its files are hard links (copies acro
 filesystems), not links by path. ``tritonkit export --force`` renames a new model folder
 into place; a link by path would follow it, and a reload would pair the new graph with the
 config written at the deploy. The server serves the model as deployed until the next deploy,
-which rebuilds the mirror from scratch.
+which rebuilds the mirror from scratch. A snapshot against replacement, not against writes:
+a file overwritten in place (``cp new.onnx repo/m/1/model.onnx``) is the same inode, and
+the hard link sees the new bytes as a link by path would.
 """
 
 from __future__ import annotations
