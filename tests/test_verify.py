@@ -163,6 +163,27 @@ def test_bfloat16_refusal_is_one_line_from_the_cli(tmp_path, capsys):
     assert "Traceback" not in "\n".join(err)
 
 
+def test_a_bfloat16_convolution_the_onnx_checker_refuses_is_told_the_float32_way_out(
+        tmp_path, capsys):
+    """A bf16 CNN's graph fails the ONNX checker before any verification (Conv takes no
+    bfloat16 before opset 22), with or without --no-verify: the hint is the float32 way out,
+    not "try another --opset", and the repository is untouched."""
+    source = tmp_path / "bf16_cnn.py"
+    source.write_text("import torch\n"
+                      "def build():\n"
+                      "    return (torch.nn.Conv2d(3, 4, 3).to(torch.bfloat16),\n"
+                      "            torch.randn(2, 3, 8, 8, dtype=torch.bfloat16))\n")
+    for verify in ((), ("--no-verify",)):
+        code = run_cli("export", f"{source}:build", "--name", "bf", "--repository",
+                       tmp_path / "repo", *verify)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code != 0 and "fails the ONNX checker" in err[0] and "bfloat16" in err[0]
+        assert err[-1].startswith("hint: export the model in float32 (module.float()): the A10 "
+                                  "profile serves it in FP16 through TensorRT")
+        assert "--opset" not in err[-1]
+        assert not (tmp_path / "repo" / "bf").exists()
+
+
 class PaddedEncoder(torch.nn.Module):
     """A stock nn.TransformerEncoder (nested tensors on, the default) fed a padding mask,
     as users write it."""

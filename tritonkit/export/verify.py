@@ -63,8 +63,11 @@ def check_graph(path: Path) -> None:
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except Exception as exc:
+        hint = "rerun with TRITONKIT_DEBUG=1; try another --opset"
+        if "bfloat16" in str(exc):      # Conv, LSTM, ConstantOfShape… take none before opset 22
+            hint = BFLOAT16_HINT.removesuffix("; or pass --no-verify")
         raise ExportError(f"the exported graph fails the ONNX checker: {one_line(exc)}",
-                          hint="rerun with TRITONKIT_DEBUG=1; try another --opset") from exc
+                          hint=hint) from exc
 
 
 def verification_cases(inputs: ModelInputs, max_batch_size: int, *, seed: int = 0) -> list[Case]:
@@ -505,8 +508,11 @@ def _refuse_bfloat16(path: Path) -> None:
     if bf16:
         raise UsageError(f"{', '.join(bf16)} {'is' if len(bf16) == 1 else 'are'} bfloat16, which "
                          "ONNX Runtime's CPU provider cannot verify (no NumPy type, few kernels)",
-                         hint="export the model in float32 (module.float()): the A10 profile serves "
-                              "it in FP16 through TensorRT; or pass --no-verify")
+                         hint=BFLOAT16_HINT)
+
+
+BFLOAT16_HINT = ("export the model in float32 (module.float()): the A10 profile serves it in "
+                 "FP16 through TensorRT; or pass --no-verify")
 
 
 def scaled_atol(want: np.ndarray, atol: float) -> float:
