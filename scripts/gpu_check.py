@@ -1,8 +1,8 @@
 """The checks that need a CUDA GPU, in one run; run by scripts/gpu_check.sh.
 
-1. Export each example model with its weights and example inputs on the GPU, as a user
-   who trains there hands it over: the verification compares ONNX Runtime with PyTorch
-   running on CUDA (TF32 off), and the report records it.
+1. Export each example model with its weights and example inputs on the GPU, in FP32 and
+   in FP16, as a user who trains there hands it over: the verification compares ONNX
+   Runtime with PyTorch running on CUDA (TF32 off), and the report records it.
 2. NVML on a real card: monitor's sampler read while the GPU is idle and while a matrix
    product keeps it busy; utilization, clocks, power and memory must move.
 3. What the TensorRT path says on this GPU (the plan build where TensorRT is installed).
@@ -31,26 +31,28 @@ from tritonkit.export.spec import load_factory  # noqa: E402
 EXAMPLES = ("mlp", "cnn", "encoder", "multi_output", "recurrent", "sequence")
 
 
-def to_device(value, device: str):
+def to_device(value, device: str, dtype: torch.dtype):
+    """``value``'s tensors on ``device``, its floating ones in ``dtype``."""
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return value.to(device, dtype) if value.is_floating_point() else value.to(device)
     if isinstance(value, dict):
-        return {key: to_device(item, device) for key, item in value.items()}
+        return {key: to_device(item, device, dtype) for key, item in value.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(to_device(item, device) for item in value)
+        return type(value)(to_device(item, device, dtype) for item in value)
     return value
 
 
-def export_on(device: str, repository: Path) -> list[dict]:
+def export_on(device: str, repository: Path, dtype: torch.dtype) -> list[dict]:
+    """Each example exported from ``device`` in ``dtype``, as a user there hands it over."""
     rows = []
     for name in EXAMPLES:
-        row: dict = {"model": name, "device": device}
+        row: dict = {"model": name, "device": device, "dtype": str(dtype).removeprefix("torch.")}
         try:
             module, inputs, declared = load_factory(f"{ROOT / 'examples' / name}.py:build")
-            module, inputs = module.to(device), to_device(inputs, device)
+            module, inputs = module.to(device, dtype), to_device(inputs, device, dtype)
             started = time.perf_counter()
-            result = export(module, inputs, name=f"{name}_{device}", repository=repository,
-                            dynamic_axes=declared or None, gpu="a10")
+            result = export(module, inputs, name=f"{name}_{device}_{row['dtype']}",
+                            repository=repository, dynamic_axes=declared or None, gpu="a10")
             report = result.report
             row.update(ok=True, seconds=round(time.perf_counter() - started, 1),
                        exporter=report.get("exporter"),
@@ -60,7 +62,8 @@ def export_on(device: str, repository: Path) -> list[dict]:
         except Exception as exc:  # one model's failure must not hide the others'
             row.update(ok=False, error=f"{type(exc).__name__}: {exc}",
                        traceback=traceback.format_exc(limit=8))
-        print(f"export {name} on {device}: {'ok' if row['ok'] else row['error']}", flush=True)
+        print(f"export {name} on {device} in {row['dtype']}: "
+              f"{'ok' if row['ok'] else row['error']}", flush=True)
         rows.append(row)
     return rows
 
@@ -114,15 +117,27 @@ def main() -> int:
     cuda = torch.cuda.is_available()
     result: dict = {"torch": torch.__version__, "cuda": torch.version.cuda,
                     "gpu": torch.cuda.get_device_name() if cuda else None}
+    device = "cuda" if cuda else "cpu"
     with tempfile.TemporaryDirectory() as repository:
-        result["export"] = export_on("cuda" if cuda else "cpu", Path(repository))
+        result["export"] = [row for dtype in (torch.float32, torch.float16)
+                            for row in export_on(device, Path(repository), dtype)]
+        # A user who asked for TF32 through PyTorch's per-backend settings: the reference
+        # must still be full FP32 (on this card TF32 misses FP32 tolerances by ~1e-3).
+        matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+        before = (matmul.fp32_precision, conv.fp32_precision)
+        matmul.fp32_precision = conv.fp32_precision = "tf32"
+        try:
+            tf32 = export_on(device, Path(repository) / "tf32", torch.float32)
+        finally:
+            matmul.fp32_precision, conv.fp32_precision = before
+        result["export"] += [{**row, "dtype": "float32, tf32 asked"} for row in tf32]
     result["nvml"] = nvml_idle_and_busy() if cuda else {"ok": None, "why": "no CUDA GPU"}
     try:
         result["tensorrt"] = tensorrt_path()
     except Exception as exc:
         result["tensorrt"] = {"error": f"{type(exc).__name__}: {exc}"}
     (out / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    failed = [row["model"] for row in result["export"] if not row["ok"]]
+    failed = [f"{row['model']} {row['dtype']}" for row in result["export"] if not row["ok"]]
     if result["nvml"]["ok"] is False:
         failed.append("nvml")
     print(json.dumps({"failed": failed, "gpu": result["gpu"]}), flush=True)
