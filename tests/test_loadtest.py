@@ -1479,7 +1479,8 @@ def test_a_model_out_when_the_watch_begins_is_an_outage_from_then_and_read_once_
     client.unload_model("example", headers=endpoint.repository_headers)
     try:
         began = time.perf_counter_ns()
-        watcher = ServerWatcher(endpoint, "example").start()
+        watcher = ServerWatcher(endpoint, "example").start()        # returns after its first poll
+        polled = (time.perf_counter_ns() - began) / 1e9
         time.sleep(0.3)
         client.load_model("example", headers=endpoint.repository_headers)
         send = http_sender(served.http_url, request_template(endpoint, "example"), 5.0)
@@ -1493,7 +1494,8 @@ def test_a_model_out_when_the_watch_begins_is_an_outage_from_then_and_read_once_
         client.close()
     (model, version, left, ready), = model_outages(watcher.events, began)
     assert (model, version) == ("example", "1")
-    assert left < 0.2 and ready > 0.3, (left, ready)
+    # from the first poll (however long a busy host took to make it), not from the load
+    assert left <= polled and ready > polled + 0.3, (left, polled, ready)
     # the watcher bounds when the load finished: after the last poll that saw the model out,
     # by the answer of the one that saw it READY
     back = [e for e in watcher.events if e.kind == "state" and e.state == "READY"]
@@ -2090,8 +2092,9 @@ def test_a_worker_that_cannot_start_stops_the_ready_ones_at_once(served, monkeyp
         run_loadtest(Endpoint.from_deployment(served),
                      LoadSpec(model="example", concurrency=(4,), workers=4, duration_s=1, warmup_s=0))
     # timed from the failure, not from the spawn (seconds of imports on a busy machine):
-    # three ready workers kept 5 s each took 15 s
-    assert time.monotonic() - failed_at[0] < 4
+    # three ready workers kept 5 s each took 15 s; stopping them takes well under a second
+    # (8 s: a busy 2-core host's start of the clean-up, not a worker's timeout)
+    assert time.monotonic() - failed_at[0] < 8
     assert multiprocessing.active_children() == []
 
 
@@ -2979,7 +2982,8 @@ def _kill_what_is_left(sid: int) -> None:
 def _signalled_mid_run(deployment, signum: int) -> tuple[subprocess.Popen, str, list[int], int]:
     """A run loading the server, sent ``signum`` (the command alone, not its process group,
     as a CI runner stops its job): the run once ended, its stderr, what of it still runs
-    3 s later at the most, and the requests the server answered in the second after that."""
+    10 s later at the most (a worker leaves within a poll; the level had 60 s to run), and
+    the requests the server answered in the second after that."""
     client = Endpoint.from_deployment(deployment).http()
     run = _loadtest_process(deployment, "--concurrency", "2", "--workers", "2", "--duration", "60",
                             "--warmup-s", "0")
@@ -2991,7 +2995,7 @@ def _signalled_mid_run(deployment, signum: int) -> tuple[subprocess.Popen, str, 
         assert _answered(client) >= before + 300, "the run did not load the server"
         os.kill(run.pid, signum)
         _, err = run.communicate(timeout=30)    # (a worker left holding its stderr keeps it open)
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 10
         while _left_in_session(run.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         left, answered = _left_in_session(run.pid), _answered(client)

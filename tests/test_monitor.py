@@ -444,8 +444,9 @@ def test_a_summaries_only_servers_note_names_the_models_whose_counters_count_not
 def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch, capsys):
     _scraping(monkeypatch, SUMMARIES_BEFORE, SUMMARIES_AFTER, SUMMARIES_AFTER)
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
-    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.05",
-                   "--duration", "0.1") == 0
+    # a slot a slow sample ran past is skipped: 0.25 s apart, a busy host still takes two
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.25",
+                   "--duration", "0.5") == 0
     out = capsys.readouterr()
     assert out.err.count("counter_latencies=false") == 1          # one warning, not per sample
     example = [line.split() for line in out.out.splitlines() if line.split()[:1] == ["example"]]
@@ -603,7 +604,7 @@ def test_monitor_shows_real_triton_counters_without_a_gpu(deployed, tmp_path, ca
     _send_requests(deployed, count=2, batch=4)
     by_url = tmp_path / "url.csv"
     assert run_cli("monitor", "--url", deployed.http_url, "--metrics-port", deployed.metrics_port,
-                   "--interval", "0.2", "--duration", "0.2", "--csv", by_url) == 0
+                   "--interval", "0.5", "--duration", "0.5", "--csv", by_url) == 0   # (see 0.25 above)
     samples = read_monitor_csv(by_url)
     assert len(samples) == 2
     assert samples[-1].triton.request_success - before.request_success == 5
@@ -907,10 +908,12 @@ def test_monitor_watched_through_the_metrics_port_alone_says_once_it_cannot_tell
         failing_server, capsys):
     metrics = failing_server.metrics_url.removeprefix("http://").removesuffix("/metrics")
     assert run_cli("monitor", "--url", metrics, "--metrics-port", failing_server.metrics_port,
-                   "--interval", "0.1", "--duration", "0.2") == 0
+                   "--interval", "0.25", "--duration", "0.5") == 0
     out = capsys.readouterr()
     assert out.err.count("could not ask Triton which models are ensembles") == 1
-    assert len(_triton_rows(out.out)) == 3 * 3          # three samples, three models
+    # three models a sample; three samples, or two where a busy host's sample ran past a
+    # slot (skipped, not caught up on)
+    assert len(_triton_rows(out.out)) in (2 * 3, 3 * 3)
 
 
 @pytest.mark.server
@@ -1277,14 +1280,16 @@ def test_monitor_with_a_gpu_prints_the_table_and_writes_one_row_per_gpu(monkeypa
                                                                         capsys):
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
     out = tmp_path / "gpu.csv"
-    assert run_cli("monitor", "--interval", "0.05", "--duration", "0.1", "--csv", out) == 0
+    assert run_cli("monitor", "--interval", "0.25", "--duration", "0.5", "--csv", out) == 0
     printed = capsys.readouterr().out
     assert "Tesla P100-PCIE-16GB (PCIe Gen3 x16)" in printed and "12288/16384" in printed
     with out.open() as handle:
         header = next(csv.reader(handle))
     assert tuple(header) == COLUMNS
     rows = read_monitor_csv(out)
-    assert len(rows) == 3 and {r.gpu for r in rows} == {0}
+    # one row a sample: three, or two where a busy host's sample ran past a slot (skipped)
+    assert len(rows) in (2, 3) and len({r.elapsed_s for r in rows}) == len(rows)
+    assert {r.gpu for r in rows} == {0}
     assert rows[0].util_pct == 93 and rows[0].triton is None
 
 
@@ -1619,6 +1624,7 @@ def test_a_server_too_slow_to_answer_once_is_asked_again_later_not_never(monkeyp
         assert time.monotonic() - started < 0.1
         monkeypatch.setattr(EnsembleCheck, "ASK_AGAIN_S", 0.0)
         check._ask_again_at = 0.0                               # the pause is over
+        check.timeout = 10.0                # the answer now comes at once; a busy host's "at once"
         left, note = check.left_out(metrics)
         assert left == frozenset({("example", "1")}) and note is None
     finally:

@@ -1139,9 +1139,10 @@ def test_with_only_an_http_url_a_decoupled_model_is_skipped_and_told_to_add_grpc
     assert "over gRPC streaming only" in records["streaming"]["note"]
     assert "add --grpc-url HOST:PORT" in capsys.readouterr().out
     # With the server's gRPC address it is warmed.
+    # (steady within 100 %: a busy host's streams are too noisy for 25 % within 500 requests)
     code = run_cli("warmup", "--url", stateful_and_decoupled.http_url, "--grpc-url",
                    stateful_and_decoupled.grpc_url, "--secret-file", secret_file,
-                   "--model", "streaming", "--json", out, "--force")
+                   "--model", "streaming", "--json", out, "--force", "--steady-tolerance", "1.0")
     assert code == 0, capsys.readouterr().err
     [record] = json.loads(out.read_text())["models"]
     assert record["warmed"] and record["steady"] and record["requests"] > 0
@@ -1268,7 +1269,9 @@ def test_loads_one_after_another_share_the_one_deadline(tmp_path):
     """Each load is bounded by the time left when it is sent, not when warm-up began: ten
     models that take 30 s each to load must not stretch a 120 s timeout to 300 s."""
     repo = tmp_path / "repo"
-    for name, load_s in (("a_slow", 2), ("b_slower", 6)):        # loaded in name order
+    # a's load (2 s, and its stub's start: 2 s more on a busy 2-core host) ends well within
+    # the timeout, b's (7 s) cannot end in what is left of it (6 s at most)
+    for name, load_s in (("a_slow", 2), ("b_slower", 7)):        # loaded in name order
         _python_model(repo, name, ECHO_CONFIG, _echo_model(init=f"        time.sleep({load_s})"))
     deployment = _deploy(repo, "--no-warmup")
     try:
@@ -1282,17 +1285,32 @@ def test_loads_one_after_another_share_the_one_deadline(tmp_path):
             client.close()
         started = time.monotonic()
         with pytest.raises(ServerError, match="loading 'b_slower' did not finish within"):
-            warm_up(repo, timeout=4)
-        # Without the bound: b's load waited 4 s more after a's, from its start.
-        assert time.monotonic() - started < 5.5
+            warm_up(repo, timeout=8)
+        # Without the bound: b's load waited 8 s more after a's, from its start (10 s and more).
+        assert time.monotonic() - started < 9.5
     finally:
         run_cli("down", "--repository", repo)
 
 
+def _until_warming(deployment: Deployment, model: str = "slow") -> None:
+    """Until the server has answered ``model`` a request (warm-up's: nothing else sends
+    any), within 30 s: what the test does next lands in the warm-up, however late a busy
+    host started it."""
+    client = httpclient.InferenceServerClient(deployment.http_url)
+    try:
+        deadline = time.monotonic() + 30
+        while not sum(int(m["inference_stats"]["success"]["count"])
+                      for m in client.get_inference_statistics(model)["model_stats"]):
+            assert time.monotonic() < deadline, "the warm-up sent no request"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
 def _warming_in_a_thread(repo: Path) -> tuple[threading.Thread, dict]:
     """warm_up of ``repo``'s slow model, started in a thread: 4 shapes x 80 requests x 20 ms,
-    about 6 s, so what the test does a second in lands in the middle. The outcome dict
-    gets its results or its error, and when it ended."""
+    about 6 s, so what the test does once the first is answered (``_until_warming``) lands
+    in the middle. The outcome dict gets its results or its error, and when it ended."""
     outcome: dict = {}
 
     def warm() -> None:
@@ -1322,7 +1340,7 @@ def test_a_recorded_local_server_that_dies_mid_warmup_and_is_not_restarted_fails
     first = _deploy(repo, "--no-warmup")
     thread, outcome = _warming_in_a_thread(repo)
     try:
-        time.sleep(1.0)
+        _until_warming(first)
         os.killpg(first.pid, signal.SIGKILL)
         killed = time.monotonic()
         thread.join(timeout=60)
@@ -1350,7 +1368,7 @@ def test_a_server_restarted_mid_warmup_is_waited_for_and_warmed_again(tmp_path):
     first = _deploy(repo, "--no-warmup")
     thread, outcome = _warming_in_a_thread(repo)
     try:
-        time.sleep(1.0)
+        _until_warming(first)
         os.killpg(first.pid, signal.SIGKILL)                 # a crash...
         while _alive(first.pid):
             time.sleep(0.05)
@@ -1791,6 +1809,19 @@ def _piped(*args: str):
                           preexec_fn=default_signals)
 
 
+def _said_nothing_if_quick(run, took: float) -> None:
+    """A run that ended before its phase could be told (``PHASE_LINES_EVERY_S``) says
+    nothing on stderr. ``took`` is the whole command's time, its interpreter's start
+    included, so a run shorter than that had no phase that long. A busy host (a 2-core CI
+    runner) can make even a quick deploy pass the mark: then a line at most every 5 s."""
+    from tritonkit.cli.options import PHASE_LINES_EVERY_S
+
+    if took < PHASE_LINES_EVERY_S:
+        assert run.stderr == ""
+    else:
+        assert len(run.stderr.splitlines()) <= took / PHASE_LINES_EVERY_S, run.stderr
+
+
 def test_a_piped_deploy_says_what_a_slow_phase_waits_for_and_a_quick_one_says_nothing(
         example_repository, tmp_path):
     """Off a terminal there is no spinner: a phase still under way after a few seconds
@@ -1802,21 +1833,29 @@ def test_a_piped_deploy_says_what_a_slow_phase_waits_for_and_a_quick_one_says_no
     _python_model(example_repository, "slow", ECHO_CONFIG, _slow_to_load(marker))
     ports = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
     try:
+        started = time.monotonic()
         quick = _piped("deploy", "--repository", example_repository, "--no-warmup", *ports)
         assert quick.returncode == 0, quick.stderr
-        assert quick.stderr == ""
+        _said_nothing_if_quick(quick, time.monotonic() - started)
         assert run_cli("down", "--repository", example_repository) == 0
         marker.write_text("7")
+        started = time.monotonic()
         slow = _piped("deploy", "--repository", example_repository, "--no-warmup", *ports)
+        took = time.monotonic() - started
         assert slow.returncode == 0, slow.stderr
         pid = load_deployment(example_repository).pid
     finally:
         run_cli("down", "--repository", example_repository)
     # Triton answers no health check before every model is loaded: 'example' is listed too.
+    # One line for the wait; a host slow enough to make it last past a second mark may tell
+    # the wait once more where what it waits for changed (example READY first), never a
+    # line per poll.
     lines = slow.stderr.splitlines()
-    assert len(lines) == 1, slow.stderr
-    assert re.fullmatch(rf"starting tritonserver \(pid {pid}\): waiting for (example, )?slow "
-                        r"to be READY", lines[0]), slow.stderr
+    assert 1 <= len(lines) == len(set(lines)) <= took / 5, slow.stderr
+    assert all(re.fullmatch(rf"starting tritonserver \(pid {pid}\): waiting for "
+                            r"((example, )?slow|the server) to be READY", line)
+               for line in lines), slow.stderr
+    assert "slow" in lines[0], slow.stderr
     assert "Triton is up" in slow.stdout
 
 
@@ -1831,9 +1870,10 @@ def test_a_piped_warmup_tells_each_slow_phase_a_few_seconds_apart(example_reposi
         _python_model(example_repository, name, ECHO_CONFIG, _slow_to_load(marker))
     _deploy(example_repository, "--no-warmup")
     try:
+        started = time.monotonic()
         quick = _piped("warmup", "--repository", example_repository, "--model", "example")
         assert quick.returncode == 0, quick.stderr
-        assert quick.stderr == ""
+        _said_nothing_if_quick(quick, time.monotonic() - started)
         marker.write_text("6")
         started = time.monotonic()
         slow = _piped("warmup", "--repository", example_repository, "--model", "slow_a",
@@ -1845,4 +1885,7 @@ def test_a_piped_warmup_tells_each_slow_phase_a_few_seconds_apart(example_reposi
     lines = slow.stderr.splitlines()
     assert lines[:2] == ["loading slow_a", "loading slow_b"], slow.stderr
     assert len(lines) == len(set(lines)) <= took / 5, slow.stderr   # one a phase, 5 s apart
-    assert all(line.startswith("warming slow_b") for line in lines[2:]), slow.stderr
+    # then warming, a model's told only where it lasts 5 s past the last line: slow_b's
+    # here, and on a busy host slow_a's too (its warm-up follows slow_b's slower load)
+    assert all(line.startswith(("warming slow_a", "warming slow_b")) for line in lines[2:]), \
+        slow.stderr
