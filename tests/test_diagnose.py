@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
+import numpy as np
 import pytest
 
 from tests.conftest import run_cli
@@ -16,6 +18,8 @@ from tritonkit.monitor.diagnose import choose_profile, diagnose, guess_profile
 from tritonkit.monitor.nvml import GpuSample
 from tritonkit.monitor.recording import CsvRecorder, MonitorRow, read_monitor_csv, rows_for
 from tritonkit.monitor.triton_metrics import ModelCounters
+from tritonkit.monitor.watch import Monitor
+from tritonkit.monitor.watch import record as record_live
 from tritonkit.profiles import load_profile
 
 SAMPLES = 30          # 5 minutes at the field notes' 10 s
@@ -565,3 +569,70 @@ def test_a_cpu_servers_compute_input_time_is_input_preparation_not_a_copy_to_a_g
                  triton=dict(requests=200, batch=4, queue_us=30_000, infer_us=6_000))
     (times,) = [e for e in verdict(gpu, "a10").evidence if "queue 30.00 ms" in e]
     assert "input copy" in times and "preparation" not in times
+
+
+# --- diagnose --live without a GPU ------------------------------------------------------------
+
+
+def _no_driver(monkeypatch) -> None:
+    """This host as one without an NVIDIA driver, whatever the machine running the test:
+    pynvml imports, and NVML does not start (as here: no libnvidia-ml)."""
+    class NVMLError(Exception):
+        pass
+
+    def init():
+        raise NVMLError("NVML Shared Library Not Found")
+
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml",
+                        lambda: SimpleNamespace(NVMLError=NVMLError, nvmlInit=init))
+
+
+def _infer(http_url: str, count: int) -> None:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(http_url)
+    for _ in range(count):
+        tensor = httpclient.InferInput("INPUT__0", [2, 4], "FP32")
+        tensor.set_data_from_numpy(np.ones((2, 4), dtype=np.float32))
+        client.infer("example", [tensor])
+
+
+@pytest.mark.server
+def test_diagnose_live_on_a_cpu_server_gives_triton_s_verdict_as_a_recording_does(
+        deployed, monkeypatch, tmp_path, capsys):
+    """No GPU here, but Triton is watched: the server's verdict from its counters (as
+    `diagnose FILE` gives for monitor's CSV of it), not 'no GPU to record'."""
+    from tritonkit.monitor.triton_metrics import scrape
+
+    if scrape(deployed.metrics_url, at=0).gpus:
+        pytest.skip("this server reports GPUs: it is no CPU server")
+    _no_driver(monkeypatch)
+    _infer(deployed.http_url, 20)
+    out = tmp_path / "live.json"
+    assert run_cli("diagnose", "--live", "--repository", deployed.repository,
+                   "--duration", "1", "--interval", "0.5", "--json", out) == 0
+    printed = capsys.readouterr()
+    assert "Triton server (no GPU samples)" in printed.out
+    assert "no NVIDIA driver" in printed.err          # why there is no GPU to judge
+    (verdict,) = json.loads(out.read_text())["diagnoses"]
+    assert verdict["gpu"] is None and verdict["profile"] == ""
+    assert verdict["wall"] in ("scheduling", "none", "idle")
+    assert any("need NVML samples" in note for note in verdict["notes"])
+
+
+class _NoGpus:
+    """NVML open on a host whose GPUs it cannot reach: it samples none."""
+
+    def sample(self) -> list:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_live_recording_with_neither_a_gpu_nor_triton_is_refused_naming_both():
+    monitor = Monitor(_NoGpus(), None, load_thresholds(None).alerts)
+    with pytest.raises(UsageError) as refused:
+        record_live(monitor, interval=1, duration=1, sleep=lambda s: None)
+    assert "no GPU" in refused.value.message and "no Triton server" in refused.value.message
+    assert "--repository" in refused.value.hint and "allow-gpu-metrics" not in refused.value.hint

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import shutil
 import socket
 import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.conftest import ROOT, run_cli
-from tritonkit.monitor.doctor import (DockerFacts, HostFacts, PortFact, check_host,
+from tritonkit.monitor.doctor import (DockerFacts, HostFacts, PortFact, _check_ports, check_host,
                                       check_repository, checks_to_json, gather_host_facts,
                                       image_needs, image_releases_path, load_image_releases,
-                                      run_doctor)
+                                      onnx_file_problem, run_doctor)
 from tritonkit.monitor.nvml import GpuIdentity, Nvml
 from tritonkit.profiles import load_profile
 
@@ -580,3 +585,119 @@ def test_a_repository_deploy_would_refuse_for_the_card_is_a_problem_doctor_names
     assert checks["repository"].ok
     assert not checks["deploy"].ok and "has no configs/p100.pbtxt" in checks["deploy"].detail
     assert checks["image"].detail.startswith(load_profile("p100").stack.triton_image)
+
+
+# --- doctor: the repository's ONNX files ------------------------------------------------------
+
+def _onnx_model(weights: int = 4096) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("INPUT__0", TensorProto.FLOAT, [-1, weights])
+    y = helper.make_tensor_value_info("OUTPUT__0", TensorProto.FLOAT, [-1, weights])
+    w = numpy_helper.from_array(np.arange(weights, dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Add", ["INPUT__0", "w"], ["OUTPUT__0"])],
+                              "g", [x], [y], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _onnx_repository(root: Path, *names: str, **config) -> Path:
+    for name in names:
+        (root / name / "1").mkdir(parents=True)
+        onnx.save(_onnx_model(), root / name / "1" / "model.onnx")
+        (root / name / "config.pbtxt").write_text(
+            f'name: "{name}"\n'
+            + "".join(f'{key}: "{value}"\n' for key, value in
+                      (config or {"backend": "onnxruntime"}).items())
+            + "max_batch_size: 8\n")
+    return root
+
+
+def test_doctor_names_a_truncated_onnx_model_in_the_repository(tmp_path):
+    repo = _onnx_repository(tmp_path / "repo", "broken", "mlp")
+    model = repo / "broken" / "1" / "model.onnx"
+    with model.open("r+b") as f:
+        f.truncate(1000)
+    out = tmp_path / "doctor.json"
+    assert run_cli("doctor", "--gpu", "a10", "--repository", repo, "--json", out) == 1
+    checks = {c["name"]: c for c in json.loads(out.read_text())["checks"]}
+    repository = checks["repository"]
+    assert repository["status"] == "problem"
+    assert f"{model} cannot be read as ONNX" in repository["detail"]
+    assert "truncated" in repository["detail"] and "--name broken" in repository["fix"]
+
+
+def test_an_intact_onnx_repository_passes_and_says_its_files_read(tmp_path):
+    repo = _onnx_repository(tmp_path / "repo", "mlp", platform="onnxruntime_onnx")
+    check = check_repository(repo)
+    assert check.ok and "1 ONNX file(s) read" in check.detail
+
+
+def test_a_model_with_its_weights_in_external_data_is_not_refused(tmp_path):
+    """The weights beside the model (onnx's external data) are neither opened nor read."""
+    repo = _onnx_repository(tmp_path / "repo", "big")
+    path = repo / "big" / "1" / "model.onnx"
+    onnx.save(_onnx_model(), path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    assert (path.parent / "weights.bin").stat().st_size > path.stat().st_size
+    assert onnx_file_problem(path) is None and check_repository(repo).ok
+
+
+def test_onnx_files_that_are_not_models_are_named_with_why(tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 9\n")
+    assert "Git LFS pointer" in onnx_file_problem(path)
+    path.write_text('name: "mlp"\nbackend: "onnxruntime"\n')      # a config, not a model
+    assert "not an ONNX file" in onnx_file_problem(path)
+    path.write_bytes(b"")
+    assert "no graph" in onnx_file_problem(path)
+    model = _onnx_model()
+    data = model.SerializeToString()
+    opset = 2 + len(model.opset_import[0].SerializeToString())   # the last field, and its header
+    path.write_bytes(data[:-2])                                   # cut inside it
+    assert "inside field 8" in onnx_file_problem(path)
+    path.write_bytes(data[:-opset])                               # cut just before it
+    assert "no opset_import" in onnx_file_problem(path)
+    path.write_bytes(data[:-opset - 1])                           # the graph's last byte
+    assert "inside its graph" in onnx_file_problem(path)
+
+
+def test_a_model_without_an_onnx_backend_is_not_read_as_onnx(example_repository):
+    """The example is a python model: no model.onnx to read, and the check passes."""
+    (example_repository / "example" / "1" / "model.onnx").write_bytes(b"\xff\xff not onnx")
+    check = check_repository(example_repository)
+    assert check.ok and "ONNX" not in check.detail
+
+
+# --- doctor: the ports of the repository's own deployment -------------------------------------
+
+def test_ports_held_by_the_repository_s_deployment_are_a_warning_and_others_a_problem():
+    ours = PortFact("http", 8000, free=False, problem="in use", held_by_deployment="/srv/repo")
+    check = _check_ports((ours, PortFact("grpc", 8001, free=True)))
+    assert check.ok and check.warning
+    assert "running deployment (/srv/repo): 8000 (http)" in check.detail
+    assert "tritonkit down --repository /srv/repo" in check.fix
+    foreign = PortFact("metrics", 8002, free=False, problem="in use")
+    mixed = _check_ports((ours, foreign))
+    assert not mixed.ok and "8002 (metrics) in use" in mixed.detail
+    assert "8000 (http)" in mixed.detail and "--metrics-port N" in mixed.fix
+
+
+@pytest.mark.server
+def test_doctor_tells_its_own_running_deployment_from_a_port_conflict(deployed, tmp_path):
+    ports = ["--http-port", deployed.http_port, "--grpc-port", deployed.grpc_port,
+             "--metrics-port", deployed.metrics_port]
+    repository = Path(deployed.repository)
+    out = tmp_path / "doctor.json"
+    run_cli("doctor", "--gpu", "a10", "--repository", repository, *ports, "--json", out)
+    checks = {c["name"]: c for c in json.loads(out.read_text())["checks"]}
+    assert checks["ports"]["status"] == "warning"
+    assert f"in use by this repository's running deployment ({repository})" in \
+        checks["ports"]["detail"]
+    assert f"tritonkit down --repository {repository}" in checks["ports"]["fix"]
+
+    # another repository on the same ports: what holds them is not its deployment
+    other = tmp_path / "other"
+    shutil.copytree(repository / "example", other / "example")
+    run_cli("doctor", "--gpu", "a10", "--repository", other, *ports, "--json", out,
+            "--force")
+    checks = {c["name"]: c for c in json.loads(out.read_text())["checks"]}
+    assert checks["ports"]["status"] == "problem"
+    assert f"{deployed.http_port} (http) in use" in checks["ports"]["detail"]

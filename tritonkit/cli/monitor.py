@@ -215,7 +215,9 @@ def diagnose(
     limits = load_thresholds(thresholds)
     if live:
         metrics_url, http_url = resolve_server_urls(repository, url, metrics_port)
-        sampler, _ = open_monitor(metrics_url, limits.alerts, http_url=http_url)
+        sampler, note = open_monitor(metrics_url, limits.alerts, http_url=http_url)
+        if note:        # why there is no GPU to judge (a CPU host), or one is not watched
+            err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
         try:
             recording = record(sampler, interval, duration)
         finally:
@@ -272,7 +274,8 @@ def doctor(
         repository = Path("model_repository")
     profile = load_profile(gpu) if gpu else None
     facts = doctor_lib.gather_host_facts(
-        host, {"http": http_port, "grpc": grpc_port, "metrics": metrics_port})
+        host, {"http": http_port, "grpc": grpc_port, "metrics": metrics_port},
+        repository=repository)
     report = doctor_lib.doctor_report(profile, facts, image=image, repository=repository)
     checks = report.checks
     to_stdout = json_out is not None and str(json_out) == "-"

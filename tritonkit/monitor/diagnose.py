@@ -36,9 +36,10 @@ starved; where every GPU was idle under traffic, each was starved. Nothing fits:
 what to try.
 
 A recording without GPU samples (a CPU server, or NVML unreadable) but with Triton's
-columns gets the server's verdict alone: the scheduling wall or none, judged from Triton's
-counters (batches formed, queue against compute time, requests waiting), with no GPU
-profile needed; the memory, bandwidth and I/O walls need NVML's samples of a GPU.
+columns, read from monitor's CSV or sampled by ``diagnose --live``, gets the server's
+verdict alone: the scheduling wall or none, judged from Triton's counters (batches
+formed, queue against compute time, requests waiting), with no GPU profile needed; the
+memory, bandwidth and I/O walls need NVML's samples of a GPU.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ SERVER_TITLES = {
     "idle": "no load recorded",
 }
 NVML_NEEDED = ("no GPU samples in the recording: only Triton's scheduling was judged; the "
-               "memory, bandwidth and I/O walls need NVML samples (record with tritonkit "
-               "monitor --csv FILE on a GPU host)")
+               "memory, bandwidth and I/O walls need NVML samples (record on a GPU host: "
+               "tritonkit monitor --csv FILE, or diagnose --live there)")
 
 
 @dataclass(frozen=True)

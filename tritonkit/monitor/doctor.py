@@ -22,6 +22,7 @@ from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml, sh
 from tritonkit.errors import ProfileError, UsageError
 from tritonkit.monitor.nvml import GpuFault, GpuIdentity, GpuUnavailableError, Nvml
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
+from tritonkit.repository import ONNX_FILENAME
 from tritonkit.server.compose import NVIDIA_HOOK, docker_gives_gpus
 
 # Triton containers are CUDA 13 from 25.08 (2.60.0) and CUDA 12 from 23.01 before it
@@ -65,6 +66,8 @@ class PortFact:
     port: int
     free: bool
     problem: str = ""        # what the OS said when it was not: "in use", "permission denied"...
+    # in use by the repository's own local deployment, recorded and alive: its repository
+    held_by_deployment: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,10 @@ Runner = Callable[..., subprocess.CompletedProcess]
 
 def gather_host_facts(host: str = "127.0.0.1", ports: dict[str, int] | None = None, *,
                       nvml: Nvml | None = None, run: Runner = subprocess.run,
-                      which: Callable[[str], str | None] = shutil.which) -> HostFacts:
-    """Ask NVML, docker and the sockets what this host has (nothing here raises)."""
+                      which: Callable[[str], str | None] = shutil.which,
+                      repository: Path | None = None) -> HostFacts:
+    """Ask NVML, docker and the sockets what this host has (nothing here raises). A port
+    in use that ``repository``'s running local deployment listens on is told as its."""
     driver, driver_error, gpus, faults = None, None, (), ()
     nvml = nvml or Nvml()
     try:
@@ -155,8 +160,7 @@ def gather_host_facts(host: str = "127.0.0.1", ports: dict[str, int] | None = No
     return HostFacts(driver_version=driver, driver_error=driver_error, gpus=gpus,
                      gpu_faults=faults,
                      docker=_docker_facts(run, which),
-                     ports=tuple(_port_fact(host, role, port)
-                                 for role, port in (ports or DEFAULT_PORTS).items()))
+                     ports=_port_facts(host, ports or DEFAULT_PORTS, repository))
 
 
 def _docker_facts(run: Runner, which: Callable[[str], str | None]) -> DockerFacts:
@@ -182,11 +186,24 @@ def _docker_facts(run: Runner, which: Callable[[str], str | None]) -> DockerFact
                        runtimes=tuple(sorted(info.get("Runtimes") or {})), nvidia_tools=tools)
 
 
-def _port_fact(host: str, role: str, port: int) -> PortFact:
-    from tritonkit.server.local import port_problem
+def _port_facts(host: str, ports: dict[str, int], repository: Path | None) -> tuple[PortFact, ...]:
+    from tritonkit.server.local import IN_USE, port_problem, running_deployment
 
-    problem = port_problem(host, port)
-    return PortFact(role, port, free=problem is None, problem=problem or "")
+    facts = []
+    for role, port in ports.items():
+        problem = port_problem(host, port)
+        facts.append(PortFact(role, port, free=problem is None, problem=problem or ""))
+    if repository is None or all(p.problem != IN_USE for p in facts):
+        return tuple(facts)
+    # The deployment's record says which ports it listens on, and running_deployment that
+    # its pid is still that tritonserver. Whatever address it bound, a port of the same
+    # number doctor finds in use is its (sockets on two addresses of a host do not clash).
+    deployment = running_deployment(Path(repository))
+    if deployment is None:
+        return tuple(facts)
+    held = {deployment.http_port, deployment.grpc_port, deployment.metrics_port}
+    return tuple(replace(p, held_by_deployment=deployment.repository)
+                 if p.problem == IN_USE and p.port in held else p for p in facts)
 
 
 # --- the image table ------------------------------------------------------------------------
@@ -553,18 +570,33 @@ def _check_nvidia_runtime(docker: DockerFacts) -> Check:
 
 
 def _check_ports(ports: tuple[PortFact, ...]) -> Check:
-    busy = [p for p in ports if not p.free]
+    """Free ports are ok; ports the repository's own running deployment holds are a
+    warning (doctor knows what holds them, and deploy asks for it to be stopped first);
+    any other port in use, or unusable, is a problem."""
+    busy = [p for p in ports if not p.free and not p.held_by_deployment]
+    ours = [p for p in ports if p.held_by_deployment]
+    held = down = ""
+    if ours:
+        repository = ours[0].held_by_deployment
+        held = (f"in use by this repository's running deployment ({repository}): "
+                + ", ".join(f"{p.port} ({p.role})" for p in ours))
+        down = f"tritonkit down --repository {repository} first to redeploy on them"
     if busy:
         listed = ", ".join(f"{p.port} ({p.role}) {p.problem or 'in use'}" for p in busy)
         flags = " ".join(f"--{p.role}-port N" for p in busy)
-        return Check("ports", False, f"not usable: {listed}",
+        return Check("ports", False, f"not usable: {listed}" + (f"; {held}" if held else ""),
                      f"stop what listens there (or use an address of this host), or deploy "
-                     f"with {flags}")
-    return Check("ports", True, "free: " + ", ".join(f"{p.port} ({p.role})" for p in ports))
+                     f"with {flags}" + (f"; {down}" if down else ""))
+    free = ", ".join(f"{p.port} ({p.role})" for p in ports if p.free)
+    if held:
+        return Check("ports", True, held + (f"; free: {free}" if free else ""), down,
+                     warning=True)
+    return Check("ports", True, f"free: {free}")
 
 
 def check_repository(repository: Path) -> Check:
-    """The repository lays out models Triton can load: configs parse, names match, versions."""
+    """The repository lays out models Triton can load: configs parse, names match, versions,
+    and each ONNX model file reads as ONNX (``onnx_file_problem``: its fields' headers only)."""
     from tritonkit.model_config import read_config
     from tritonkit.repository import model_names
 
@@ -572,9 +604,11 @@ def check_repository(repository: Path) -> Check:
         names = model_names(repository)
     except UsageError as exc:
         return Check("repository", False, exc.message, exc.hint or "")
+    onnx_read = 0
     for name in names:
         model_dir = Path(repository) / name
         config_path = model_dir / "config.pbtxt"
+        config = None
         if config_path.is_file():
             try:
                 config = read_config(config_path)
@@ -584,11 +618,106 @@ def check_repository(repository: Path) -> Check:
                 return Check("repository", False,
                              f"{config_path} names the model '{config.name}' in folder '{name}'",
                              "make the config's name match its folder (Triton refuses it)")
-        if not any(p.is_dir() and p.name.isdigit() for p in model_dir.iterdir()):
+        versions = sorted(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+        if not versions:
             return Check("repository", False, f"model '{name}' has no version folder",
                          f"put the model file in {model_dir}/1/")
+        for model_file in _onnx_files(versions, config):
+            problem = onnx_file_problem(model_file)
+            if problem:
+                return Check("repository", False,
+                             f"{model_file} cannot be read as ONNX: {problem}",
+                             f"copy the model file again, or export it again: tritonkit "
+                             f"export SPEC --name {name} --force")
+            onnx_read += 1
     return Check("repository", True, f"{repository}: {len(names)} model(s) "
-                                     f"({', '.join(names)}), configs parse")
+                                     f"({', '.join(names)}), configs parse"
+                                     + (f", {onnx_read} ONNX file(s) read" if onnx_read else ""))
+
+
+ONNX_BACKEND, ONNX_PLATFORM = "onnxruntime", "onnxruntime_onnx"
+
+
+def _onnx_files(versions: list[Path], config) -> list[Path]:
+    """The ONNX model files Triton's onnxruntime backend would load from these version
+    folders: the config's default_model_filename (else model.onnx) of an ONNX model; of a
+    model whose config names no backend (or that has none), its model.onnx. A model.onnx
+    folder holds its model.onnx."""
+    named = config is not None and (config.backend or config.platform)
+    if named and ONNX_BACKEND != config.backend and ONNX_PLATFORM != config.platform:
+        return []
+    filename = (config.default_model_filename if config is not None else "") or ONNX_FILENAME
+    files = []
+    for version in versions:
+        path = version / filename
+        if path.is_dir():
+            path = path / ONNX_FILENAME
+        if path.is_file():
+            files.append(path)
+    return files
+
+
+# ModelProto's fields whose wire type is known (onnx.proto): ir_version is a varint, the
+# graph and opset_import are messages. A file whose first bytes are a Git LFS pointer is
+# the pointer, not the model: the clone was made without `git lfs pull`.
+_MODEL_FIELDS = {1: 0, 7: 2, 8: 2}
+_GRAPH_FIELD, _OPSET_FIELD = 7, 8
+_LFS_POINTER = b"version https://git-lfs"
+
+
+def onnx_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be an ONNX model (a ModelProto), or None.
+
+    Cheap for a model of gigabytes: it walks the top-level protobuf fields by their headers
+    and seeks past their contents (the graph, weights and all), so a truncated copy shows
+    as a field running past the end of the file. The contents themselves are not parsed;
+    external data files are neither opened nor required."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            if f.read(len(_LFS_POINTER)) == _LFS_POINTER:
+                return "it is a Git LFS pointer, not the model (git lfs pull fetches it)"
+            f.seek(0)
+            fields = set()
+            while f.tell() < size:
+                at = f.tell()
+                key = _varint(f)
+                field_number, wire_type = (key >> 3, key & 7) if key is not None else (0, 0)
+                if (key is None or field_number == 0 or wire_type not in (0, 1, 2, 5)
+                        or _MODEL_FIELDS.get(field_number, wire_type) != wire_type):
+                    return f"no ONNX model field at byte {at} (not an ONNX file, or a damaged one)"
+                what = "its graph" if field_number == _GRAPH_FIELD else f"field {field_number}"
+                length = 0 if wire_type == 0 else {1: 8, 5: 4}.get(wire_type) or _varint(f)
+                if length is None or (wire_type == 0 and _varint(f) is None):
+                    return (f"the file ends at byte {size}, inside {what}: it is truncated "
+                            "(an interrupted copy or download)")
+                end = f.tell() + length
+                if end > size:
+                    return (f"the file ends at byte {size}, inside {what}, which runs to byte "
+                            f"{end}: it is truncated (an interrupted copy or download)")
+                f.seek(end)
+                fields.add(field_number)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if _GRAPH_FIELD not in fields:
+        return "it has no graph (an empty or truncated file)"
+    if _OPSET_FIELD not in fields:      # ONNX Runtime refuses a model without one
+        return "it has no opset_import after its graph (a truncated file)"
+    return None
+
+
+def _varint(f) -> int | None:
+    """A protobuf varint read from ``f``, or None where the file ends inside it or it is
+    longer than 10 bytes."""
+    value = 0
+    for shift in range(0, 70, 7):
+        byte = f.read(1)
+        if not byte:
+            return None
+        value |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return value
+    return None
 
 
 @dataclass(frozen=True)

@@ -312,13 +312,15 @@ def record(monitor: Monitor, interval: float, duration: float,
     recording = Recording()
     try:
         for snapshot in watch(monitor, interval, duration, sleep=sleep):
-            # Only the first sample can tell there is no GPU: a later one without any is a
-            # failed scrape of the server whose gauges give them (a restart), not the end.
-            if not snapshot.gpus and not recording.rows:
-                raise UsageError("no GPU to record: NVML is unavailable on this host and "
-                                 "Triton reports no GPU metrics",
-                                 hint="run it on the GPU host, or let tritonserver report its "
-                                      "GPUs (--allow-gpu-metrics=true, the default)")
+            # Only the first sample can tell there is nothing to record: a later one
+            # without a GPU is a failed scrape of the server whose gauges give them (a
+            # restart), not the end. Without a GPU but with Triton's counters (a CPU
+            # server) there is the server's verdict to give, as from a monitor CSV.
+            if not snapshot.gpus and snapshot.triton is None and not recording.rows:
+                raise UsageError("nothing to record: NVML reaches no GPU on this host and "
+                                 "no Triton server is watched",
+                                 hint="pass --repository DIR or --url host:port for Triton's "
+                                      "counters, or run it on the GPU host")
             recording.rows += snapshot.rows()
             recording.notes += [n for n in snapshot.notes if n not in recording.notes]
     except KeyboardInterrupt:
