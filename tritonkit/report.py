@@ -8,6 +8,8 @@ The verdict is an exit code: 0 the SLA held, ``EXIT_SLA_MISS`` a limit was misse
 ``EXIT_RUN_ERRORS`` the run itself went wrong (requests failed beyond the error budget —
 with none given, any failure — or the server stopped answering). A failed request is
 never silently tolerated: errors are only acceptable up to ``--sla-max-error-rate``.
+A run a signal cut short is no verdict at all: 128 + the signal (130 for Ctrl-C), its
+finished levels reported all the same.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tritonkit import __version__
-from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError
+from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError, interrupted_by
 from tritonkit.fileio import atomic_write
 from tritonkit.loadtest import (
     ERROR_WINDOW_SHARE, PERCENTILES, LevelResult, LoadTestResult, Spike, Window)
@@ -46,7 +48,7 @@ __all__ = [
     "write_plot",
 ]
 
-PASS, MISS, ERRORS = "pass", "sla-miss", "errors"
+PASS, MISS, ERRORS, INTERRUPTED = "pass", "sla-miss", "errors", "interrupted"
 LATE_SEND_MS = 1.0      # open loop: a p99 send lag above this is worth a warning
 CLIENT_CPU_BOUND = 0.8  # open loop: a process busy this share of a core may itself send late
 
@@ -109,14 +111,17 @@ class Check:
 class Verdict:
     """The outcome of a run against its SLA, and the exit code that carries it."""
 
-    outcome: str                       # PASS | MISS | ERRORS
+    outcome: str                       # PASS | MISS | ERRORS | INTERRUPTED
     checks: tuple[Check, ...]
     reasons: tuple[str, ...]           # why it is not a pass, one line each
     warnings: tuple[str, ...] = field(default_factory=tuple)
     sla: Sla = field(default_factory=Sla)
+    signum: int | None = None          # INTERRUPTED: the signal that ended the run
 
     @property
     def exit_code(self) -> int:
+        if self.outcome == INTERRUPTED:
+            return 128 + (self.signum or 0)
         return {PASS: EXIT_OK, MISS: EXIT_SLA_MISS, ERRORS: EXIT_RUN_ERRORS}[self.outcome]
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,6 +138,10 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
     the same as none; otherwise any failed check is a MISS.
     Cold-start spikes never pass silently: they are listed as warnings even when the
     SLA holds, since the next restart brings them back.
+    A run a signal cut short (``result.interrupted``) is INTERRUPTED, exit 128 + the
+    signal, whatever its finished levels show: an SLA is judged at every level, and one
+    level was not measured. Their checks are still listed, and their errors and misses
+    follow the interruption in ``reasons``.
     """
     checks: list[Check] = []
     errors: list[str] = []
@@ -161,17 +170,35 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
     if result.cold_first_request_ms is not None:
         warnings.insert(0, _cold_first_request(result))
     missed = [c.describe() for c in checks if not c.passed]
+    if result.interrupted is not None:
+        return Verdict(outcome=INTERRUPTED, checks=tuple(checks),
+                       reasons=(_interruption(result), *errors, *missed), warnings=tuple(warnings),
+                       sla=sla, signum=result.interrupted.signum)
     outcome = ERRORS if errors else MISS if missed else PASS
     return Verdict(outcome=outcome, checks=tuple(checks), reasons=tuple(errors or missed),
                    warnings=tuple(warnings), sla=sla)
 
 
+def _interruption(result: LoadTestResult) -> str:
+    """What a signal left of the run: the levels that finished, the one cut short, the rest."""
+    cut = result.interrupted
+    done = ", ".join(lv.label for lv in result.levels)
+    not_run = f"; not run: {', '.join(cut.not_run)}" if cut.not_run else ""
+    if cut.level is None:
+        return (f"{interrupted_by(cut.signum)} after {result.levels[-1].label}, so no SLA verdict: the "
+                f"figures are those of the levels that finished ({done}){not_run}")
+    return (f"{interrupted_by(cut.signum)} during {cut.level}, so no SLA verdict: the figures are "
+            f"those of the levels that finished ({done}); {cut.level}, cut short, is left out{not_run}")
+
+
 def _cold_first_request(result: LoadTestResult) -> str:
-    """The model had served nothing since its load: its first request, sent before the
-    levels and not counted in them, was its cold start."""
+    """The model had served nothing since its load (its model_warmup, which Triton runs at
+    load, aside): its first request, sent before the levels and not counted in them, was
+    its cold start."""
     p50 = next((lv.latency_ms["p50"] for lv in result.levels if lv.latency_ms.get("p50")), None)
     against = f" against a p50 of {p50:.2f} ms" if p50 else ""
-    return (f"cold start: model '{result.spec.model}' had run no inference since it was loaded: its first "
+    return (f"cold start: model '{result.spec.model}' had run no inference since it was loaded (its "
+            f"config's model_warmup aside): its first "
             f"request (tritonkit's check before the run, not in the figures) took "
             f"{result.cold_first_request_ms:.2f} ms{against}; every restart brings that back "
             "(tritonkit warmup sends it before users do)")
@@ -287,11 +314,20 @@ def levels_table(result: LoadTestResult) -> Table:
     if batched:
         table.caption += (f"; QPS: requests/s, each a batch of {result.spec.batch_size}; "
                           "infer/s: inferences/s (perf_analyzer's figure)")
+    if result.interrupted is not None:
+        table.caption += f"; {_cut_short(result)}"
     seq = next((lv.sequences for lv in result.levels if lv.sequences), None)
     if seq:
         table.caption += (f"; stateful: each {'user' if result.spec.mode == 'closed' else 'of the live sequences'}"
                           f" sends whole sequences (START ... END) of {_sequence_length(seq)} requests")
     return table
+
+
+def _cut_short(result: LoadTestResult) -> str:
+    cut = result.interrupted
+    said = interrupted_by(cut.signum)
+    first = f"{said} during {cut.level}: not shown" if cut.level else f"{said} after {result.levels[-1].label}"
+    return first + (f", {', '.join(cut.not_run)} not run" if cut.not_run else "")
 
 
 def _sequences_line(lv: LevelResult) -> str:
@@ -363,6 +399,8 @@ def print_report(console: Console, result: LoadTestResult, verdict: Verdict) -> 
                       else "no SLA given (--sla-p99-ms, --sla-min-qps, --sla-max-error-rate): nothing to fail")
     elif verdict.outcome == MISS:
         console.print(f"[bold red]SLA missed[/bold red]: {escape('; '.join(verdict.reasons))}")
+    elif verdict.outcome == INTERRUPTED:
+        console.print(f"[bold red]run cut short[/bold red]: {escape('; '.join(verdict.reasons))}")
     else:
         console.print(f"[bold red]run failed[/bold red]: {escape('; '.join(verdict.reasons))}")
 
@@ -395,6 +433,11 @@ def result_dict(result: LoadTestResult, verdict: Verdict) -> dict[str, Any]:
             "server_version": result.server_version, "model_version": result.model_version,
             "spec": spec, "verdict": verdict.as_dict(),
             "cold_first_request_ms": result.cold_first_request_ms, "unwarmed": result.unwarmed,
+            # A signal ended the run: "levels" holds the levels that finished only.
+            "interrupted": result.interrupted is not None,
+            "interruption": None if result.interrupted is None else {
+                "signal": result.interrupted.signal_name, "level_cut_short": result.interrupted.level,
+                "not_run": list(result.interrupted.not_run)},
             "levels": [_level_dict(lv) for lv in result.levels]}
 
 
@@ -491,7 +534,8 @@ def write_plot(path: Path, result: LoadTestResult) -> Path:
     top.set_xlabel("seconds into the measurement")
     top.set_ylabel("latency per window (ms)")
     top.set_title(f"{result.spec.model}: latency timeline ({result.spec.protocol}, "
-                  f"{result.spec.window_s:g} s windows)")
+                  f"{result.spec.window_s:g} s windows)"
+                  + ("" if result.interrupted is None else f"\n{_cut_short(result)}"))
     _legend(top)
     top.grid(True, which="both", alpha=0.3)
     bottom.set_xscale("log")

@@ -14,7 +14,7 @@ from tritonkit import report
 from tritonkit.cli import app
 from tritonkit.cli.options import JsonOut, Url, console, err_console
 from tritonkit.client import resolve_endpoint
-from tritonkit.errors import EXIT_ERROR, EXIT_OK, UsageError
+from tritonkit.errors import EXIT_ERROR, EXIT_OK, Interrupted, UsageError
 from tritonkit.fileio import check_outputs
 from tritonkit.server.local import signals_interrupt
 
@@ -119,7 +119,8 @@ def loadtest(
 
     Exit code: 0 the SLA held, 3 it was missed, 4 requests failed (beyond --sla-max-error-rate)
     or the server went away;
-    1 when the SLA held but a --json/--csv/--plot file could not be written.
+    1 when the SLA held but a --json/--csv/--plot file could not be written;
+    130 on Ctrl-C (128 + the signal): the levels that finished are reported and written, no verdict.
     """
     check_outputs({"--json": json_out, "--csv": csv_out, "--plot": plot}, force=force)
     if repository is None and url is None:
@@ -165,4 +166,8 @@ def loadtest(
         err_console.print(f"error: {result.ended_early}")
     for line in unwritten:
         err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if result.interrupted is not None:
+        # The finished levels are reported; the last line and the exit code stay the
+        # signal's (the CLI's error boundary says it: "error: interrupted", 130).
+        raise Interrupted(result.interrupted.signum)
     raise typer.Exit(verdict.exit_code or (EXIT_ERROR if unwritten else EXIT_OK))

@@ -16,6 +16,7 @@ requests with correlation IDs, as perf_analyzer sends them (``_sequences``).
 from tritonkit.loadtest._inputs import RequestTemplate, parse_shapes, request_template
 from tritonkit.loadtest._run import (
     PERCENTILES,
+    Interruption,
     LevelResult,
     LoadSpec,
     LoadTestResult,
@@ -37,6 +38,7 @@ __all__ = [
     "ARRIVALS",
     "ERROR_WINDOW_SHARE",
     "PERCENTILES",
+    "Interruption",
     "LevelResult",
     "LoadSpec",
     "LoadTestResult",

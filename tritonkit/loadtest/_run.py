@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tritonkit.client import Endpoint, server_version
-from tritonkit.errors import LoadTestError, ServerError, UsageError
+from tritonkit.errors import Interrupted, LoadTestError, ServerError, UsageError
 from tritonkit.loadtest._deployment import refuse_gone_server, server_hint
 from tritonkit.loadtest._inputs import (
     RequestTemplate, Shapes, check_shapes, input_refusal, request_template, unwarmed_warning)
@@ -28,7 +28,7 @@ from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedu
 from tritonkit.loadtest._sequences import (
     DEFAULT_LENGTH, DEFAULT_OPEN_SEQUENCES, DEFAULT_VARIATION_PCT, MAX_LENGTH, SequencePlan,
     plan_sequences, probe_step)
-from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot, never_ran
+from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
 from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main
@@ -244,6 +244,24 @@ class LevelResult:
         return self.error_count / self.sent if self.sent else 0.0
 
 
+@dataclass(frozen=True)
+class Interruption:
+    """A run a signal ended before its last level had finished, as perf_analyzer's Ctrl-C
+    does: the levels that finished are its result; the one it cut short is dropped, not
+    reported (a measurement cut off at an arbitrary point, its warm-up perhaps not over,
+    its slowest requests still out and its workers' records not gathered, is no figure to
+    judge or compare), and the levels after it never ran."""
+
+    signum: int
+    level: str | None               # the level cut short, as ``level_label`` names it (None:
+                                    # the signal came between two levels)
+    not_run: tuple[str, ...] = ()   # the levels after it
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
 @dataclass
 class LoadTestResult:
     """Every level of one `tritonkit loadtest`, with what was run."""
@@ -252,8 +270,9 @@ class LoadTestResult:
     server: str
     request: str
     levels: list[LevelResult]
-    # The model had run no inference since its load (a restart): what its first request,
-    # the probe before the first level (not counted), took. None: it had run before.
+    # The model had served no request since its load (a restart; its model_warmup aside):
+    # what its first request, the probe before the first level (not counted), took.
+    # None: it had served requests before.
     cold_first_request_ms: float | None = None
     # What tells one run from another: when it began (ISO 8601, UTC), the client's host,
     # the server's version and the model version the requests reached (None: not said).
@@ -264,6 +283,9 @@ class LoadTestResult:
     # Dynamic sizes sent that the model's model_warmup never sent: {"input", "axis", "size",
     # "warmed"} each (``_inputs.UnwarmedSize``); their first requests were cold.
     unwarmed: list[dict] = field(default_factory=list)
+    # A signal (Ctrl-C, SIGTERM, SIGHUP) ended the run after one level or more had finished:
+    # ``levels`` holds those only. None: every level ran (or the server ended the run).
+    interrupted: Interruption | None = None
 
     @property
     def ended_early(self) -> str | None:
@@ -289,7 +311,11 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     address given, ``--url``). A local server it records that is gone is said at once, and
     errors name the folder in the commands that fix them (and its server's log).
     ``warn``: told, before the levels, what the run will measure that its user may not
-    mean to (a size the model never warmed: its first requests cold); the run goes on."""
+    mean to (a size the model never warmed: its first requests cold); the run goes on.
+
+    A signal (``Interrupted``, or KeyboardInterrupt) after one level or more had finished
+    returns those levels, ``interrupted`` saying which level it cut short (dropped) and
+    which never ran; one before any level finished is raised."""
     if multiprocessing.current_process().name.startswith(_WORKER_NAME):
         raise SystemExit(_UNGUARDED_EXIT)   # a worker importing an unguarded script: the parent says why
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -306,9 +332,10 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     planned = [(level, plan_slots(spec, level, n, stateful)) for level, n in workers]
     if stateful:            # open loop: the live sequences are the slots
         _check_plans(spec, planned)
-    # The probe is the model's first request since its load when it has run none: its cold
-    # start, which no level would see (each starts after the probe, and its warm-up).
-    cold = never_ran(endpoint, spec.model)
+    # The probe is the model's first request since its load when it has served none (its
+    # model_warmup aside): its cold start, which no level would see (each starts after the
+    # probe, and its warm-up).
+    cold = served_nothing_since_load(endpoint, spec.model)
     probe_ms = _probe(url, spec.protocol, template, spec.timeout_s,
                       probe_step(template.sequencing, spec.sequence_id_range) if stateful else None,
                       hint=server_hint(endpoint, repository, spec.protocol), log=endpoint.log_path)
@@ -316,17 +343,79 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     if template.unwarmed and warn is not None:
         warn(unwarmed_warning(spec.model, template.unwarmed))
     version = server_version(endpoint)
-    levels = []
-    for level, slots in planned:
-        result = _run_level(endpoint, url, spec, template, level, slots, progress)
-        levels.append(result)
-        if result.ended_early:
-            break
+    levels: list[LevelResult] = []
+    interrupted = None
+    labels = [level_label(spec.mode, level) for level, _ in planned]
+    running = None                  # the level whose workers run now
+    try:
+        for level, slots in planned:
+            running = level_label(spec.mode, level)
+            result = _run_level(endpoint, url, spec, template, level, slots, progress)
+            levels.append(result)
+            running = None
+            if result.ended_early:
+                labels = labels[:len(levels)]       # the rest are not run, and not for a signal
+                break
+    except (Interrupted, KeyboardInterrupt) as exc:
+        if not levels:              # nothing finished: nothing to report
+            raise
+        interrupted = Interruption(signum=getattr(exc, "signum", signal.SIGINT), level=running,
+                                   not_run=tuple(labels[len(levels) + (running is not None):]))
     return LoadTestResult(spec=spec, server=url, request=template.describe(), levels=levels,
+                          interrupted=interrupted,
                           cold_first_request_ms=probe_ms if cold else None, started_at=started_at,
                           host=socket.gethostname(), server_version=version,
                           model_version=template.model_version,
                           unwarmed=[u.as_dict() for u in template.unwarmed])
+
+
+def served_nothing_since_load(endpoint: Endpoint, model: str) -> bool:
+    """Whether ``model`` has served no request since it was loaded (a restart, a reload):
+    every version's counts are what its config's ``model_warmup`` alone explains, or 0.
+
+    Triton runs the warm-up at load, once per instance, and counts it in the statistics:
+    each entry ``count`` times (default 1) as one execution of ``batch_size`` inferences
+    (an exported model right after its load shows 5 executions, 61 inferences). Checking
+    for 0 executions, as before, never held for a model with warm-up: its cold first
+    request went unsaid. False when it cannot be told (statistics restricted, or not answered).
+    """
+    client = endpoint.http(connection_timeout=2.0, network_timeout=2.0)
+    headers = dict(endpoint.repository_headers) or None
+    try:
+        stats = client.get_inference_statistics(model, headers=headers)
+        config = client.get_model_config(model, headers=headers)
+    except Exception:       # restricted, or the model is out: no claim either way
+        return False
+    finally:
+        client.close()      # an open connection holds a stopping Triton for its exit timeout
+    entries = stats.get("model_stats", [])
+    warm_up = _warmup_counts(config)
+    return bool(entries) and all(_counts(entry) in ((0, 0, 0), warm_up) for entry in entries)
+
+
+def _counts(entry: dict) -> tuple[int, int, int]:
+    """A version's executions, inferences and successful requests, from its statistics."""
+    success = (entry.get("inference_stats") or {}).get("success") or {}
+    return (int(entry.get("execution_count", 0)), int(entry.get("inference_count", 0)),
+            int(success.get("count", 0)))
+
+
+def _warmup_counts(config: dict) -> tuple[int, int, int]:
+    """What a config's ``model_warmup`` leaves in a version's statistics at load: each
+    instance runs each entry ``count`` times (0: once), an execution of ``batch_size``
+    inferences, each counted as a request of its own (a model without batching: 1)."""
+    instances = 0
+    for group in config.get("instance_group") or [{}]:
+        count = int(group.get("count") or 1)
+        gpus = group.get("gpus") or []
+        instances += count * (len(gpus) if group.get("kind") == "KIND_GPU" and gpus else 1)
+    batching = int(config.get("max_batch_size", 0)) > 0
+    executions = inferences = 0
+    for entry in config.get("model_warmup") or []:
+        times = int(entry.get("count") or 1)
+        executions += times
+        inferences += times * (max(1, int(entry.get("batch_size") or 1)) if batching else 1)
+    return instances * executions, instances * inferences, instances * inferences
 
 
 def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]]) -> None:
