@@ -395,6 +395,27 @@ def test_a_model_that_fails_to_load_reports_tritons_message_and_leaves_no_server
     assert "weights file is corrupt" in log
 
 
+def test_a_model_file_that_fails_to_load_is_named_where_the_user_keeps_it(tmp_path, capsys):
+    """A truncated model.onnx: Triton names the file it read, in the mirror under
+    .tritonkit/local; the error names the user's own file, the one to replace."""
+    import torch
+
+    import tritonkit
+
+    repo = tmp_path / "repo"
+    tritonkit.export(torch.nn.Linear(4, 2).eval(), torch.randn(2, 4), name="cut", repository=repo)
+    model = repo / "cut" / "1" / "model.onnx"
+    with model.open("r+b") as f:
+        f.truncate(model.stat().st_size // 2)
+    code = run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--timeout", "60")
+    err = capsys.readouterr().err
+    assert code != 0
+    assert str(model.resolve()) in err, err
+    assert "/.tritonkit/local/" not in err.split("hint:")[0]
+    assert _no_server_for(repo)
+
+
 def test_a_second_deploy_of_the_same_repository_is_refused(deployed, capsys):
     code = run_cli("deploy", "--repository", deployed.repository, "--http-port", "0",
                    "--grpc-port", "0", "--metrics-port", "0")

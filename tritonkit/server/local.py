@@ -515,10 +515,20 @@ def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     server_errors = _SERVER_ERROR.findall(log)
     hint = f"full server log: {deployment.log_path}"
     if model_errors:
-        return ModelLoadError(f"Triton could not load a model: {model_errors[0]}", hint=hint)
+        return ModelLoadError(f"Triton could not load a model: "
+                              f"{_in_repository_terms(model_errors[0], deployment)}", hint=hint)
     if server_errors:
         return ServerError(f"tritonserver exited ({code}): {server_errors[-1]}", hint=hint)
     return ServerError(f"tritonserver exited with code {code}: {_tail(log)}", hint=hint)
+
+
+def _in_repository_terms(message: str, deployment: Deployment) -> str:
+    """Triton's message with the mirror it read named as the repository the user gave: a
+    model file there is the user's file under the same path (a hard link, or a copy)."""
+    served = deployment.extra.get("served_repository")
+    if not served or Path(served) == Path(deployment.repository):
+        return message
+    return message.replace(str(served).rstrip("/") + "/", str(deployment.repository).rstrip("/") + "/")
 
 
 _SIGNALLED = re.compile(r"^Signal \((\d+)\) received\.", re.MULTILINE)
