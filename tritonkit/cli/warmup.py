@@ -57,7 +57,8 @@ def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
             _ms(r.after.first_ms if r.after else None),
             _ratio(r.after.ratio if r.after else None),
             _steady(r))
-    legend = {"start": "start = loaded as the server started",
+    legend = {"start": "start = loaded as the server started (or since), no request "
+                       "served before warm-up: its 1st was the cold start",
               "ready": "ready = READY before warm-up (no load, no cold start)"}
     shown = [legend[label] for label in legend if label in {_load(r) for r in results}]
     if shown:
@@ -72,7 +73,8 @@ def _worst(r: warmup_lib.ModelWarmup) -> str:
 
 def _load(r: warmup_lib.ModelWarmup) -> str:
     """The load's seconds, or why there was none: the server loaded the model as it started
-    (a deploy's warm-up: its first request is still a cold start), or it was READY already."""
+    (a deploy's warm-up, or one after a restart: its statistics showed no request served,
+    so its first request is still a cold start), or it was READY and warm already."""
     if r.load_s is not None:
         return f"{r.load_s:.2f}"
     return "start" if r.cold else "ready"
@@ -191,7 +193,8 @@ def warmup(
         help="... each within this fraction of their median, and that median within it of "
              "the N before.", min=0.001)] = warmup_lib.SteadyRule.tolerance,
     reload: Annotated[bool, typer.Option(
-        "--reload", help="Reload models that are READY too (their cold start comes back).")] = False,
+        "--reload", help="Reload models that are READY too, their files changed or not (their "
+                         "cold start comes back; the old copy serves until the new one is READY).")] = False,
     secret_file: Annotated[Optional[Path], typer.Option(
         help="A file holding the server's restricted-API secret, for a server no deployment "
              f"here records (Kubernetes); or set {SECRET_ENV}.")] = None,

@@ -9,8 +9,15 @@ sees that as P99 jitter. ``load_and_warm`` removes it before traffic arrives:
 2. check every name against the server's model repository (this needs the deployment's
    secret header, so a wrong secret is caught before anything is touched);
 3. load each model that is not READY (steps before the ensembles that use them). A READY
-   model is left alone unless ``reload`` is asked for: Triton reloads a model on every
-   load request, which would bring its cold start back. The steps Triton loaded with an
+   model is left alone unless ``reload`` is asked for, which brings its cold start back.
+   Triton (2.51) reloads a model on a load request only when its files changed (else the
+   request does nothing), or when the request carries a config that differs from the
+   one loaded: a reload sends a plain load first (changed files are read), then, if the
+   model's statistics show it was not reloaded, its served config with one parameter
+   changed (``RELOAD_PARAMETER``); the old copy serves until the new one is READY.
+   A READY model that no request has reached since its load (the server's statistics:
+   nothing run, or only its config's ``model_warmup``) is as cold as a loaded one: a
+   restarted server that nothing has warmed yet. The steps Triton loaded with an
    ensemble whose config was not here to read (a ``--url`` server) are read from the
    server after the loads, nested ensembles too, and warmed as models of their own;
 4. send requests for every batch size and dynamic-shape bucket of the model's config
@@ -48,7 +55,8 @@ from tritonkit.warmup._errors import InputRefused, LoadFailed
 from tritonkit.warmup._model import CHECK_CLIENTS, CHECK_REQUESTS, cold_start_figures
 from tritonkit.warmup._results import ColdStart, ModelWarmup, SteadyRule
 from tritonkit.warmup._run import DEFAULT_REQUESTS, REFUSED_GRACE_S, load_and_warm, warm_up
-from tritonkit.warmup._server import wait_live
+from tritonkit.warmup._server import (RELOAD_PARAMETER, never_served, served_counts, wait_live,
+                                     warmup_counts)
 
 __all__ = [
     "ABOUT",
@@ -56,6 +64,7 @@ __all__ = [
     "CHECK_REQUESTS",
     "DEFAULT_REQUESTS",
     "REFUSED_GRACE_S",
+    "RELOAD_PARAMETER",
     "ColdStart",
     "InputRefused",
     "LoadFailed",
@@ -65,6 +74,8 @@ __all__ = [
     "load_and_warm",
     "load_order",
     "model_instances",
+    "never_served",
+    "served_counts",
     "not_warmable",
     "run_context",
     "sequence_ids",
@@ -72,5 +83,6 @@ __all__ = [
     "utc_now",
     "wait_live",
     "warm_up",
+    "warmup_counts",
     "warmup_shapes",
 ]

@@ -102,8 +102,9 @@ class ModelWarmup:
     after: ColdStart | None = None      # a fresh client's first request, after warm-up
     shapes: list[str] = field(default_factory=list)
     note: str = ""
-    # The first request was the model's first since it loaded (this call loaded it, or the
-    # server had just started): only then is ``first_ms`` a cold start.
+    # The first request was the model's first since it loaded (this call loaded it, the
+    # server had just started, or its statistics showed no request served since its load
+    # but its model_warmup): only then is ``first_ms`` a cold start.
     cold: bool = True
     # False: a model warm-up cannot send requests to (decoupled, with no gRPC address known);
     # ``note`` says why.

@@ -26,7 +26,10 @@ from tritonkit.warmup._server import (
     http_client,
     load_model,
     model_ready,
+    never_served,
+    quiet_interrupts,
     repository_index,
+    served_counts,
     server_config,
     wait_live,
 )
@@ -67,14 +70,17 @@ def load_and_warm(
     ``server_exited``, for a server the caller started, tells a crash (raised at once,
     with what the server said) from a restart (waited for, then warmed again). ``fresh``
     says the server has just started, so each model's first request is its cold one even
-    though this call did not load it (``ModelWarmup.cold``). ``notice`` is told, always
-    (a progress line shows only on a terminal), what the first wait for the server waits
-    for; ``refused_grace_s`` ends that wait early for an address that refuses every
+    though this call did not load it (``ModelWarmup.cold``); without it, a READY model is
+    cold when the server's statistics show no request since its load but what its
+    config's ``model_warmup`` ran (a restarted server that nothing has warmed yet).
+    ``notice`` is told, always (a progress line shows only on a terminal), what the first
+    wait for the server waits for; ``refused_grace_s`` ends that wait early for an address that refuses every
     connection (``wait_live``: a restart in the middle is always waited for).
     """
     if requests < 1:
         raise UsageError(f"--requests must be at least 1 (got {requests})")
     deadline = deadline or Deadline(120.0)
+    quiet_interrupts()
     restarts = 0
     while True:
         endpoint = wait_live(endpoint, deadline, rediscover, progress, server_exited, notice,
@@ -124,6 +130,10 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
         ready = {n for n in index if model_ready(client, n)}
         configs = {n: (server_config(client, n) if n in ready else file_config(config_dir, n))
                    for n in names}
+        # Before any request: a READY model no request has reached since its load is as
+        # cold as one this call loads.
+        unserved = {n for n in names if n in ready and not fresh
+                    and never_served(served_counts(client, endpoint, n), configs[n])}
         order = load_order(names, configs)
         load_s: dict[str, float] = {}
         failed: dict[str, ModelLoadError] = {}
@@ -133,7 +143,7 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
             if name not in ready or reload:
                 progress(f"loading {name}")
                 try:
-                    load_s[name] = load_model(endpoint, name, deadline)
+                    load_s[name] = load_model(endpoint, name, deadline, reload=name in ready)
                 except ModelLoadError as error:
                     failed[name] = error
         brought = _steps_loaded_along(client, order, configs, failed)
@@ -151,7 +161,8 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
             continue
         result = warm_model(endpoint, name, load_s.get(name), requests=requests,
                             deadline=deadline, rule=rule, check=check,
-                            cold=fresh or name in load_s or name in brought, progress=progress)
+                            cold=fresh or name in load_s or name in brought or name in unserved,
+                            progress=progress)
         note = f"loaded by Triton with ensemble '{brought[name]}'" if name in brought else ""
         results.append(replace(result, was_ready=name in ready,
                                note="; ".join(filter(None, [note, result.note]))))

@@ -6,8 +6,10 @@ Every call is bounded by what is left of the caller's one deadline."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import time
+from datetime import datetime, timezone
 from typing import Callable
 
 from tritonkit.client import SECRET_ENV, Endpoint, health, split_message, triton_message, wait_until
@@ -25,6 +27,29 @@ _NOT_EXPLICIT = "explicit model load / unload is not allowed"
 
 #: A one-line message for the user, always shown (a progress line is shown only on a terminal).
 Notice = Callable[[str], None]
+
+#: The parameter a reload adds to the model's config, its value the reload's time: Triton
+#: (2.51 measured here) answers a load request for a model whose files did not change with
+#: nothing at all, and one carrying the model's own config unchanged with an update in
+#: place (no new instance, no cold start). A changed parameter is a changed config, which
+#: it loads anew beside the old model and swaps in once READY (no gap in availability).
+RELOAD_PARAMETER = "tritonkit_reloaded_at"
+
+#: One version's counts from the server's statistics: (executions, inferences, the last
+#: inference's time in ms since the epoch).
+Counts = tuple[int, int, int]
+
+
+def quiet_interrupts() -> None:
+    """Ctrl-C in the middle of a request: gevent's hub (tritonclient.http's event loop) prints
+    the KeyboardInterrupt and a timestamp on stderr before passing it on, two stray lines
+    above the command's one-line error. Still raised, no longer printed (this thread's hub:
+    the signal comes to the main thread only)."""
+    from gevent import get_hub
+
+    hub = get_hub()
+    if not issubclass(KeyboardInterrupt, hub.NOT_ERROR):
+        hub.NOT_ERROR = (*hub.NOT_ERROR, KeyboardInterrupt)
 
 
 def http_client(endpoint: Endpoint, deadline: Deadline):
@@ -152,16 +177,80 @@ def ready_versions(client, name: str) -> list[str]:
         raise ServerGone(triton_message(exc)) from None
 
 
-def load_model(endpoint: Endpoint, name: str, deadline: Deadline) -> float:
+def served_counts(client, endpoint: Endpoint, name: str) -> dict[str, Counts] | None:
+    """Each loaded version's counts since its load (the server's inference statistics), by
+    version; None when the server does not say (statistics restricted, or not answered)."""
+    try:
+        stats = client.get_inference_statistics(name, headers=endpoint.repository_headers)
+    except Exception:
+        return None
+    entries = stats.get("model_stats") or []
+    return {str(e.get("version", "")): (int(e.get("execution_count", 0)),
+                                       int(e.get("inference_count", 0)),
+                                       int(e.get("last_inference", 0)))
+            for e in entries} or None
+
+
+def warmup_counts(config: dict) -> tuple[int, int]:
+    """The executions and inferences a model's config's ``model_warmup`` runs at each load:
+    every entry ``count`` times (0: once) on every instance, each of ``batch_size``
+    inferences (0: one); Triton counts them in the model's statistics (2.51 measured here)."""
+    from tritonkit.warmup._config import model_instances
+
+    entries = config.get("model_warmup") or []
+    runs = [max(1, int(e.get("count", 0) or 0)) for e in entries]
+    sizes = [max(1, int(e.get("batch_size", 0) or 0)) for e in entries]
+    instances = model_instances(config)
+    return (instances * sum(runs), instances * sum(r * b for r, b in zip(runs, sizes)))
+
+
+def never_served(counts: dict[str, Counts] | None, config: dict) -> bool:
+    """Whether no request has reached the model since its load: every version has run
+    nothing, or exactly what its config's ``model_warmup`` runs at load. Its next request
+    is then its cold start. False when the server does not say."""
+    at_load = {(0, 0), warmup_counts(config)}
+    return bool(counts) and all(c[:2] in at_load for c in counts.values())
+
+
+def load_model(endpoint: Endpoint, name: str, deadline: Deadline, *,
+               reload: bool = False) -> float:
     """Load ``name`` explicitly; the seconds it took. On a client of its own, bounded by
     what is left of the deadline now: loads one after another (a TensorRT engine can take
-    minutes each) must not each get the time that was left before the first."""
-    from tritonclient.utils import InferenceServerException
+    minutes each) must not each get the time that was left before the first.
 
+    ``reload``, for a model READY now: a new copy of it loaded, whatever its files. A
+    plain load first, which reloads files that changed (a new config.pbtxt included);
+    Triton answers it with nothing when none did, which the model's statistics tell (a
+    reloaded model's start again from what its ``model_warmup`` runs). Then a second,
+    carrying the model's config as the server serves it with ``RELOAD_PARAMETER`` set to
+    now: a config Triton has not loaded, so it loads the model anew, the old copy serving
+    until the new one is READY."""
     started = time.perf_counter()
     client = http_client(endpoint, deadline)
     try:
-        client.load_model(name, headers=endpoint.repository_headers)
+        before = served_counts(client, endpoint, name) if reload else None
+        _load(client, endpoint, name, deadline, started)
+        if reload:
+            after = served_counts(client, endpoint, name)
+            config = server_config(client, name)
+            if not (after != before and never_served(after, config)):
+                config.setdefault("parameters", {})[RELOAD_PARAMETER] = {
+                    "string_value": datetime.now(timezone.utc).isoformat(
+                        timespec="microseconds").replace("+00:00", "Z")}
+                _load(client, endpoint, name, deadline, started, config)
+    finally:
+        client.close()
+    return time.perf_counter() - started
+
+
+def _load(client, endpoint: Endpoint, name: str, deadline: Deadline, started: float,
+          config: dict | None = None) -> None:
+    """One load request (``config``: the config to load it with), Triton's refusal said."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        client.load_model(name, headers=endpoint.repository_headers,
+                          config=None if config is None else json.dumps(config))
     except InferenceServerException as exc:
         if exc.status() == "403":
             raise UsageError(f"the server refused to load '{name}': {triton_message(exc)}",
@@ -182,9 +271,6 @@ def load_model(endpoint: Endpoint, name: str, deadline: Deadline) -> float:
         if _timed_out(exc):
             raise _out_of_time(f"loading '{name}' did not finish", started) from None
         raise ServerGone(triton_message(exc)) from None
-    finally:
-        client.close()
-    return time.perf_counter() - started
 
 
 def read_the_log(log_path: str | None = None) -> str:
