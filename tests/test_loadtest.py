@@ -554,7 +554,8 @@ def test_a_window_after_a_load_the_watcher_saw_end_only_when_its_blocked_poll_an
     spikes = {s.window: s for s in cold_start_windows(timeline, reload, 0, 1.0)}
     assert sorted(spikes) == [3, 5]
     assert spikes[3].cold_start
-    assert spikes[3].cause == "cold start: model 'mlp' version 1 reloaded, not READY 0.90–1.00 s"
+    assert spikes[3].cause == ("cold start: model 'mlp' version 1 reloaded, not READY from 0.90 s, "
+                               "READY again between 0.90 and 2.80 s")
     assert not spikes[5].cold_start and spikes[5].cause == "a latency spike no server event explains"
 
 
@@ -3074,13 +3075,14 @@ def test_a_shape_the_model_never_warmed_is_warned_of_before_the_run_and_kept_in_
     assert _loadtest_model(encoder_served, "enc", *long, "--json", tmp_path / "run.json") == 0
     warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert warned == [
-        "warning: model 'enc' was never warmed at the size sent: input input_ids dim 0 at 24 "
-        "(warmed: 6, 12, 18); input attention_mask dim 0 at 24 (warmed: 6, 12, 18); its first "
-        "requests at it are cold. Export it with an example at the serving size (so it is "
+        "warning: model 'enc' was never warmed at the size sent: input input_ids, sent as [1, 24]: "
+        "dim 1 at 24 (warmed: 6, 12, 18); input attention_mask, sent as [1, 24]: dim 1 at 24 "
+        "(warmed: 6, 12, 18); its first requests at it are cold. Export it with an example at the serving size (so it is "
         "verified and warmed), or add model_warmup entries at that size"]
     data = json.loads((tmp_path / "run.json").read_text())
-    assert data["unwarmed"] == [{"input": "input_ids", "axis": 0, "size": 24, "warmed": [6, 12, 18]},
-                                {"input": "attention_mask", "axis": 0, "size": 24, "warmed": [6, 12, 18]}]
+    assert data["unwarmed"] == [
+        {"input": "input_ids", "axis": 1, "size": 24, "warmed": [6, 12, 18], "shape": [1, 24]},
+        {"input": "attention_mask", "axis": 1, "size": 24, "warmed": [6, 12, 18], "shape": [1, 24]}]
     assert data["levels"][0]["ok"] > 0
 
     assert _loadtest_model(encoder_served, "enc", "--shape", "input_ids:12", "--shape",

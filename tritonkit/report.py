@@ -167,6 +167,10 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
                 f"{s.typical_p99_ms:.2f} ms)" for lv in result.levels for s in lv.spikes]
     warnings += [w for lv in result.levels for w in _open_loop_warnings(lv)]
     warnings += [w for lv in result.levels for w in _sequence_warnings(lv)]
+    warnings += [f"{lv.label}: the server began shutting down {e['t_s']:.2f} s into the measurement "
+                 "(it refused new connections, answering only those already open): what came after "
+                 "measures a server on its way out"
+                 for lv in result.levels for e in lv.events if e["kind"] == "draining"]
     if result.cold_first_request_ms is not None:
         warnings.insert(0, _cold_first_request(result))
     missed = [c.describe() for c in checks if not c.passed]

@@ -6,7 +6,7 @@ import json
 import re
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,17 +57,23 @@ class UnwarmedSize:
     Runtime's included, builds an engine for it mid-traffic)."""
 
     input: str
-    axis: int                       # without the batch axis
+    # the axis of the tensor sent, the batch axis counted (dim 0) when the model batches: a
+    # --shape's dims leave the batch axis out, so "dim 0" of them read as the batch axis
+    axis: int
     size: int
     warmed: tuple[int, ...]         # the sizes model_warmup sends at that axis
+    # the shape of the tensor sent (the batch axis first when the model batches)
+    shape: tuple[int, ...] = field(default=(), compare=False)
 
     def as_dict(self) -> dict:
-        return {"input": self.input, "axis": self.axis, "size": self.size, "warmed": list(self.warmed)}
+        return {"input": self.input, "axis": self.axis, "size": self.size, "warmed": list(self.warmed),
+                "shape": list(self.shape)}
 
 
 def unwarmed_warning(model: str, unwarmed: Sequence[UnwarmedSize]) -> str:
-    """One line for all of ``unwarmed``: what was never warmed and what to do about it."""
-    said = "; ".join(f"input {u.input} dim {u.axis} at {u.size} (warmed: "
+    """One line for all of ``unwarmed``: what was never warmed and what to do about it. A
+    dim is counted in the tensor sent, whose shape is said with it (the batch axis is dim 0)."""
+    said = "; ".join(f"input {u.input}, sent as {list(u.shape)}: dim {u.axis} at {u.size} (warmed: "
                      f"{', '.join(map(str, u.warmed))})" for u in unwarmed)
     return (f"model '{model}' was never warmed at the size sent: {said}; its first requests at it "
             "are cold. Export it with an example at the serving size (so it is verified and "
@@ -184,17 +190,21 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
     sent = {name: list(data.shape)[1 if max_batch else 0:] for name, _, data in inputs}
     return RequestTemplate(model=model, inputs=tuple(inputs), outputs=outputs, batch_size=batch_size,
                            sequencing=stateful, model_version=_served_version(metadata),
-                           unwarmed=unwarmed_sizes(dynamic, sent, config.get("model_warmup", [])),
+                           unwarmed=unwarmed_sizes(dynamic, sent, config.get("model_warmup", []),
+                                                   batch_size if max_batch else None),
                            warmed=_warmed_flags({name: dims for name, dims in dynamic.items() if -1 in dims},
                                                 config.get("model_warmup", [])))
 
 
 def unwarmed_sizes(dims: Mapping[str, Sequence[int]], sent: Mapping[str, Sequence[int]],
-                   warmup: list[dict]) -> tuple[UnwarmedSize, ...]:
+                   warmup: list[dict], batch_size: int | None = None) -> tuple[UnwarmedSize, ...]:
     """Each dynamic dimension (-1 in ``dims``, the model's, without the batch axis) that
-    ``sent`` (the request's dims) gives a size no ``model_warmup`` entry (the config as the
-    server reports it) sends for that input. A model with no model_warmup, or none for an
-    input, says nothing: there is nothing warmed to compare with."""
+    ``sent`` (the request's dims, without it too) gives a size no ``model_warmup`` entry (the
+    config as the server reports it) sends for that input. A model with no model_warmup, or
+    none for an input, says nothing: there is nothing warmed to compare with. Each is named
+    by its axis in the tensor sent: with ``batch_size`` (a model that batches) the batch
+    axis is its dim 0; None, the model does not batch and ``sent`` is the whole tensor."""
+    lead = () if batch_size is None else (batch_size,)
     unwarmed = []
     for name, model_dims in dims.items():
         size = sent.get(name)
@@ -206,7 +216,8 @@ def unwarmed_sizes(dims: Mapping[str, Sequence[int]], sent: Mapping[str, Sequenc
         for axis, wanted in enumerate(model_dims):
             sizes = tuple(sorted({w[axis] for w in warmed}))
             if wanted == -1 and sizes and size[axis] not in sizes:
-                unwarmed.append(UnwarmedSize(name, axis, int(size[axis]), sizes))
+                unwarmed.append(UnwarmedSize(name, axis + len(lead), int(size[axis]), sizes,
+                                             (*lead, *map(int, size))))
     return tuple(unwarmed)
 
 

@@ -28,7 +28,8 @@ from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedu
 from tritonkit.loadtest._sequences import (
     DEFAULT_LENGTH, DEFAULT_OPEN_SEQUENCES, DEFAULT_VARIATION_PCT, MAX_LENGTH, SequencePlan,
     plan_sequences, probe_step)
-from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
+from tritonkit.loadtest._server import (
+    ServerEvent, ServerWatcher, StatsSnapshot, served_nothing_since_load)
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
 from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main
@@ -367,55 +368,6 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
                           host=socket.gethostname(), server_version=version,
                           model_version=template.model_version,
                           unwarmed=[u.as_dict() for u in template.unwarmed])
-
-
-def served_nothing_since_load(endpoint: Endpoint, model: str) -> bool:
-    """Whether ``model`` has served no request since it was loaded (a restart, a reload):
-    every version's counts are what its config's ``model_warmup`` alone explains, or 0.
-
-    Triton runs the warm-up at load, once per instance, and counts it in the statistics:
-    each entry ``count`` times (default 1) as one execution of ``batch_size`` inferences
-    (an exported model right after its load shows 5 executions, 61 inferences). Checking
-    for 0 executions, as before, never held for a model with warm-up: its cold first
-    request went unsaid. False when it cannot be told (statistics restricted, or not answered).
-    """
-    client = endpoint.http(connection_timeout=2.0, network_timeout=2.0)
-    headers = dict(endpoint.repository_headers) or None
-    try:
-        stats = client.get_inference_statistics(model, headers=headers)
-        config = client.get_model_config(model, headers=headers)
-    except Exception:       # restricted, or the model is out: no claim either way
-        return False
-    finally:
-        client.close()      # an open connection holds a stopping Triton for its exit timeout
-    entries = stats.get("model_stats", [])
-    warm_up = _warmup_counts(config)
-    return bool(entries) and all(_counts(entry) in ((0, 0, 0), warm_up) for entry in entries)
-
-
-def _counts(entry: dict) -> tuple[int, int, int]:
-    """A version's executions, inferences and successful requests, from its statistics."""
-    success = (entry.get("inference_stats") or {}).get("success") or {}
-    return (int(entry.get("execution_count", 0)), int(entry.get("inference_count", 0)),
-            int(success.get("count", 0)))
-
-
-def _warmup_counts(config: dict) -> tuple[int, int, int]:
-    """What a config's ``model_warmup`` leaves in a version's statistics at load: each
-    instance runs each entry ``count`` times (0: once), an execution of ``batch_size``
-    inferences, each counted as a request of its own (a model without batching: 1)."""
-    instances = 0
-    for group in config.get("instance_group") or [{}]:
-        count = int(group.get("count") or 1)
-        gpus = group.get("gpus") or []
-        instances += count * (len(gpus) if group.get("kind") == "KIND_GPU" and gpus else 1)
-    batching = int(config.get("max_batch_size", 0)) > 0
-    executions = inferences = 0
-    for entry in config.get("model_warmup") or []:
-        times = int(entry.get("count") or 1)
-        executions += times
-        inferences += times * (max(1, int(entry.get("batch_size") or 1)) if batching else 1)
-    return instances * executions, instances * inferences, instances * inferences
 
 
 def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]]) -> None:

@@ -16,10 +16,19 @@ may have left just after the one before, and a poll that blocks while the model 
 says READY only once it is answered. Each state change it records carries both ends
 (``after_ns``, ``by_ns``), so the timeline can name a window cut by the outage before
 the watcher saw it begin.
+
+A server told to stop (``tritonkit down``, SIGINT or SIGTERM) drains first: measured on
+2.51.0, it refuses every new HTTP connection at once, yet answers on the ones already
+open — liveness, readiness, the index (every model READY) and inference alike — until
+they close or its exit timeout ends. A poll on the watcher's kept-alive connection sees
+nothing, so the watcher also opens a fresh connection now and then: refused while the
+kept one answers, the server is shutting down (a "draining" event). A load generator whose
+connection was reset gets only refusals from then on.
 """
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -29,6 +38,7 @@ from tritonkit.client import Endpoint, triton_message
 
 _STAT_FIELDS = ("success", "queue", "compute_input", "compute_infer", "compute_output")
 _DOWN_AFTER = 3      # consecutive failed polls before the server counts as gone
+_DRAINING_AFTER = 2  # consecutive fresh connections refused (the kept one answering) before it drains
 POLL_INTERVAL_S = 0.05   # how often the watcher asks the server for its models' states
 
 
@@ -42,19 +52,23 @@ def _restricted(exc: BaseException) -> bool:
     return "restricted" in triton_message(exc).lower()
 
 
-def never_ran(endpoint: Endpoint, model: str) -> bool:
-    """Whether ``model`` has run no inference since it was loaded (a restart, a reload):
-    every version's execution count 0. Its next request is then its cold start. False
-    when that cannot be told (statistics restricted, or not answered)."""
+def served_nothing_since_load(endpoint: Endpoint, model: str) -> bool:
+    """Whether ``model`` has served no request since it was loaded (a restart, a reload):
+    every version's counts are what its config's ``model_warmup`` alone explains, or 0
+    (``tritonkit.warmup.never_served``; an exported model right after its load shows 5
+    executions, 61 inferences). Its next request is then its cold start. False when that
+    cannot be told (statistics restricted, or not answered)."""
+    from tritonkit.warmup import never_served, served_counts
+
     client = endpoint.http(connection_timeout=2.0, network_timeout=2.0)
     try:
-        stats = client.get_inference_statistics(model, headers=dict(endpoint.repository_headers) or None)
+        counts = served_counts(client, endpoint, model)
+        config = client.get_model_config(model, headers=dict(endpoint.repository_headers) or None)
     except Exception:       # restricted, or the model is out: no claim either way
         return False
     finally:
         client.close()      # an open connection holds a stopping Triton for its exit timeout
-    entries = stats.get("model_stats", [])
-    return bool(entries) and all(int(e.get("execution_count", 0)) == 0 for e in entries)
+    return never_served(counts, config)
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,7 @@ class ServerEvent:
 
     t_ns: int
     kind: str        # "state" (a model changed state) | "down" (server stopped answering) | "up"
+                     # | "draining" (it refuses new connections, answers open ones: shutting down)
                      # | "serving" (a version READY at the first poll: no change, a fact to start from)
     model: str = ""
     version: str = ""
@@ -126,9 +141,11 @@ class Liveness:
         self.failures = 0
         self.down = False
         self.down_at_ns: int | None = None
+        self.answered_ns: int | None = None     # the last poll that answered
 
     def answered(self, now_ns: int) -> list[ServerEvent]:
         self.failures = 0
+        self.answered_ns = now_ns
         if not self.down:
             return []
         self.down = False
@@ -141,7 +158,56 @@ class Liveness:
         self.down = True
         if self.down_at_ns is None:
             self.down_at_ns = now_ns
-        return [ServerEvent(now_ns, "down")]
+        # it stopped answering after the last poll that answered, and by now
+        return [ServerEvent(now_ns, "down", after_ns=self.answered_ns, by_ns=now_ns)]
+
+
+class Draining:
+    """Whether the server is shutting down, from fresh connections while the kept one answers.
+
+    ``_DRAINING_AFTER`` fresh connections in a row refused or reset (a timeout is a busy
+    host, no evidence either way): a "draining" event, when the first of them was opened,
+    bounded by the last fresh connection that answered and the answer of the one that
+    confirmed it. Said once: a server that drains does not come back from it.
+    """
+
+    def __init__(self) -> None:
+        self.refused: list[int] = []          # when the fresh connections refused in a row were opened
+        self.answered_ns: int | None = None   # when the last fresh connection that answered was opened
+        self.draining = False
+
+    def probed(self, opened_ns: int, outcome: bool | None, done_ns: int) -> list[ServerEvent]:
+        """``outcome``: True answered, False refused or reset, None timed out."""
+        if self.draining or outcome is None:
+            return []
+        if outcome:
+            self.refused, self.answered_ns = [], opened_ns
+            return []
+        self.refused.append(opened_ns)
+        if len(self.refused) < _DRAINING_AFTER:
+            return []
+        self.draining = True
+        return [ServerEvent(self.refused[0], "draining", reason="it refuses new connections, "
+                            "answering only those already open", after_ns=self.answered_ns,
+                            by_ns=done_ns)]
+
+
+def _fresh_connection(http_url: str, timeout_s: float = 2.0) -> tuple[int, bool | None, int]:
+    """(opened at, whether a new HTTP connection to ``http_url`` got an answer — None: it
+    timed out —, done at), perf_counter_ns. Any HTTP answer counts: a refusal is of the
+    connection, not of the request."""
+    host, _, port = http_url.removeprefix("http://").removesuffix("/").rpartition(":")
+    opened = time.perf_counter_ns()
+    connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
+    try:
+        connection.request("GET", "/v2/health/live")
+        connection.getresponse().read()
+        outcome: bool | None = True
+    except Exception as exc:            # refused, reset, closed without an answer, timed out
+        outcome = None if _timed_out(exc) else False
+    finally:
+        connection.close()
+    return opened, outcome, time.perf_counter_ns()
 
 
 class ServerWatcher:
@@ -176,6 +242,7 @@ class ServerWatcher:
         self._thread = threading.Thread(target=self._loop, name="tritonkit-watcher", daemon=True)
         self.events: list[ServerEvent] = []
         self._liveness = Liveness()
+        self._drain = Draining()
         self.index_used = self._use_index
 
     @property
@@ -239,6 +306,8 @@ class ServerWatcher:
                 if tick % self._stats_every == 0:
                     self._poll_stats(self._client)
                 self.events += self._liveness.answered(time.perf_counter_ns())
+                if tick % self._stats_every == 0:     # the kept connection answers: a fresh one?
+                    self.events += self._drain.probed(*_fresh_connection(self._endpoint.http_url))
             except Exception as exc:  # refused, reset, timeout: tritonclient wraps them variously
                 if _timed_out(exc):
                     continue          # busy (Triton blocks while it loads a model), not gone

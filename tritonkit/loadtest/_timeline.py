@@ -17,7 +17,10 @@ noise, yet a level's error count does not say when they came. A spike that overl
 outage (from leaving READY until ``reach_s`` after it is READY again) is named a cold
 start — the outage as long as it may have been: the watcher polls, so it sees a model
 leave only after the poll that last saw it READY, and back only when the poll that saw
-it READY was answered. A lone slow request that no outage explains is reported only beyond
+it READY was answered (Triton may hold that poll while it loads, as it holds the clients'
+requests: a wide bracket is said as one, "READY again between A and B s"). A spike while
+the server itself stopped answering, or was shutting down (refusing new connections),
+is named after that instead. A lone slow request that no outage explains is reported only beyond
 ``SPIKE_LONE_MAX_FACTOR``: a busy host's scheduler makes single 8x outliers every few
 seconds, and a report that cries wolf on each gets ignored. A stall is no lone request:
 nothing at all came back for it; nor is an error window: its requests failed.
@@ -41,6 +44,10 @@ SPIKE_LONE_MAX_FACTOR = 25.0   # a single slow request with no server event to e
 # The cause of a spike that shows nothing but its latency, with no server event near it
 LONE_SPIKE = "a latency spike no server event explains"
 COLD_START_REACH_S = 1.5
+# A model seen READY again within this long of the last poll that saw it out is said to be
+# back at that poll's answer; a wider bracket (a poll Triton held while it loaded) is said
+# as one: "READY again between A and B s".
+READY_BRACKET_S = 0.25
 # The share of a window's requests (of those that reached the server) that failing flags
 # it: a reload 50 ms into a 1 s window, not a server's rare stray error in every window.
 ERROR_WINDOW_SHARE = 0.05
@@ -134,14 +141,17 @@ def spike_windows(timeline: list[Window], factor: float = SPIKE_FACTOR,
     return flagged
 
 
-Outage = tuple[str, str, float, float | None]     # model, version, left READY at, READY again at
+Outage = tuple[str, str, float, float | None]     # model, version, left READY at, READY again by
 
 
 def model_outages(events: list[ServerEvent], start_ns: int) -> list[Outage]:
-    """(model, version, left READY at, READY again at or None) in seconds from ``start_ns``.
+    """(model, version, left READY at, READY again by or None) in seconds from ``start_ns``.
 
     A model that became READY without having been seen leaving it (a fresh load) has
-    an outage that starts at its first non-READY state, or at its READY event. The
+    an outage that starts at its first non-READY state, or at its READY event. It ends
+    when the poll that saw it READY was answered (``by_ns``, else the poll's time): Triton
+    blocks HTTP while it loads a model, so that poll, sent just after the last one that
+    saw it out, answers when the load is done — and so do the clients' requests. The
     outages of one model that overlap are one (see ``_merged``).
     """
     outages = []
@@ -164,12 +174,13 @@ def model_outages(events: list[ServerEvent], start_ns: int) -> list[Outage]:
                 open_since.setdefault(key, at)
         elif event.previous != "READY":
             serving.add(event.version)
+            back = at if event.by_ns is None else max(at, (event.by_ns - start_ns) / 1e9)
             # Any version READY again: the model serves, whichever version left (the
             # statistics' own outage, no version, ends with their own event).
             for other in [k for k in open_since
                           if k[0] == event.model and k != key and k[1] and event.version]:
-                outages.append((*other, open_since.pop(other), at))
-            outages.append((*key, open_since.pop(key, at), at))
+                outages.append((*other, open_since.pop(other), back))
+            outages.append((*key, open_since.pop(key, at), back))
         else:
             serving.add(event.version)
     outages.extend((*key, since, None) for key, since in open_since.items())
@@ -226,13 +237,15 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
             return back_by
         return end_s if model is None or outage[0] == model else left_by
 
+    gone = _server_gone(events, start_ns, poll_s)
     spikes = []
     for window in spike_windows(timeline):
         lo, hi = window.start_s, window.start_s + window_s + (window.max_ms or 0.0) / 1000
         near = [o for o, span in zip(outages, spans) if span[0] < hi and lo <= until(o, span) + reach_s]
+        server = [(e, began) for e, began, back in gone if began < hi and (back is None or lo <= back + reach_s)]
         lone = (not window.stall and not window.failed and not window.partly_failed
                 and window.p99_ms <= max(SPIKE_FACTOR * typical, typical + SPIKE_FLOOR_MS))
-        if lone and not near and window.max_ms <= SPIKE_LONE_MAX_FACTOR * typical:
+        if lone and not near and not server and window.max_ms <= SPIKE_LONE_MAX_FACTOR * typical:
             window.spike = False
             continue
         # what the window shows besides its latency (which may tell nothing): a stall, else
@@ -246,25 +259,69 @@ def cold_start_windows(timeline: list[Window], events: list[ServerEvent], start_
         elif window.partly_failed:
             seen, kind = (f"{window.server_errors} of {window.ok + window.server_errors} requests "
                           f"failed ({_percent(window.error_share)})"), "errors"
-        if near:
+        if server:              # the server itself going away explains more than a model's outage
+            event, _ = server[-1]
+            at = (event.t_ns - start_ns) / 1e9
+            window.cause = (f"server shutting down from {at:.2f} s (it refused new connections, "
+                            "answering only those already open)" if event.kind == "draining"
+                            else f"server stopped answering at {at:.2f} s")
+            window.cause += f"; {seen}" if seen else ""
+        elif near:
             name, version, left, ready = near[-1]
             what = f"model '{name}'{' version ' + version if version else ''}"
-            window.cause = (f"cold start: {what} reloaded, not READY {left:.2f}–{ready:.2f} s"
-                            if ready is not None else f"{what} unavailable from {left:.2f} s")
+            if ready is None:
+                window.cause = f"{what} unavailable from {left:.2f} s"
+            else:
+                back_after = _back_after(near[-1], events, start_ns)
+                window.cause = (f"cold start: {what} reloaded, not READY {left:.2f}–{ready:.2f} s"
+                                if ready - back_after <= READY_BRACKET_S else
+                                f"cold start: {what} reloaded, not READY from {left:.2f} s, READY "
+                                f"again between {back_after:.2f} and {ready:.2f} s")
             window.cause += f"; {seen}" if seen else ""
         else:
             window.cause = f"{kind}: {seen}; no server event explains it" if seen else ""
         spikes.append(Spike(
             window=window.index, start_s=window.start_s, p99_ms=window.p99_ms,
             max_ms=window.max_ms, typical_p99_ms=typical,
-            cold_start=bool(near) and near[-1][3] is not None,
+            cold_start=not server and bool(near) and near[-1][3] is not None,
             cause=window.cause or LONE_SPIKE,
             events=tuple(e.as_dict(start_ns) for e in events
-                         if e.kind == "state" and any(_during(e, o, start_ns) for o in near)),
+                         if any(e is s for s, _ in server) or
+                         e.kind == "state" and not server and any(_during(e, o, start_ns) for o in near)),
             stall=window.stall, waiting_ms=window.waiting_ms if window.stall else None,
             failed=window.failed, partly_failed=window.partly_failed,
             errors=window.server_errors if window.failed or window.partly_failed else 0))
     return spikes
+
+
+def _back_after(outage: Outage, events: list[ServerEvent], start_ns: int) -> float:
+    """When ``outage``'s model was last seen still out before the poll that saw it READY
+    again (the start of the bracket whose end is the outage's end)."""
+    _, _, left, ready = outage
+    latest = left
+    for event in events:
+        at = (event.t_ns - start_ns) / 1e9
+        if (event.kind == "state" and event.state == "READY" and event.previous != "READY"
+                and _during(event, outage, start_ns)):
+            latest = max(latest, at if event.after_ns is None else (event.after_ns - start_ns) / 1e9)
+    return min(latest, ready)
+
+
+def _server_gone(events: list[ServerEvent], start_ns: int,
+                 poll_s: float) -> list[tuple[ServerEvent, float, float | None]]:
+    """(event, may have begun at, answering again by or None) for each time the server
+    stopped answering ("down") or began shutting down ("draining"), in seconds from
+    ``start_ns``; it began after the last poll that saw it answer (``after_ns``)."""
+    gone = []
+    for event in sorted(events, key=lambda e: e.t_ns):
+        at = (event.t_ns - start_ns) / 1e9
+        if event.kind in ("down", "draining"):
+            began = at - poll_s if event.after_ns is None else (event.after_ns - start_ns) / 1e9
+            gone.append((event, began, None))
+        elif event.kind == "up":            # back after a "down" (a draining server never is)
+            gone = [(e, began, at if back is None and e.kind == "down" else back)
+                    for e, began, back in gone]
+    return gone
 
 
 def _percent(share: float) -> str:
