@@ -73,6 +73,33 @@ def test_a_reload_seen_back_at_once_is_said_as_one_span_to_the_answer_that_saw_i
                            "every request failed (40 errors)")
 
 
+def _once_load_flows(deployed, action, *, requests: int = 300, after_s: float = 1.0):
+    """A thread that runs ``action`` once the load test's workers are sending (``requests``
+    more answered than when it began) and ``after_s`` more have passed: past the run's
+    warm-up and inside its measurement whatever the host's speed, where a fixed delay from
+    the test's start lands before the workers on a slow host (they are spawned, each
+    importing tritonkit). Its connection is closed first: an open one holds a stopping
+    Triton for its exit timeout."""
+    def answered(client) -> int:
+        stats = client.get_inference_statistics("example")["model_stats"]
+        return sum(int(m["inference_stats"]["success"]["count"]) for m in stats)
+
+    def watch() -> None:
+        client = Endpoint.from_deployment(deployed).http(network_timeout=10.0)
+        try:
+            start, deadline = answered(client), time.monotonic() + 60
+            while answered(client) < start + requests and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            client.close()
+        time.sleep(after_s)
+        action()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 @pytest.mark.server
 def test_a_model_reloaded_mid_run_is_out_in_the_report_until_triton_answered_it_ready(deployed, tmp_path):
     """The real Triton may block HTTP while it loads the python model (whether a poll is
@@ -91,8 +118,7 @@ def test_a_model_reloaded_mid_run_is_out_in_the_report_until_triton_answered_it_
         finally:
             client.close()
 
-    timer = threading.Timer(4.0, reload)
-    timer.start()
+    timer = _once_load_flows(deployed, reload)
     try:
         run_cli("loadtest", "--repository", deployed.repository, "--model", "example",
                 "--concurrency", "2", "--warmup-s", "0.5", "--duration", "7",
@@ -200,8 +226,7 @@ def test_a_load_test_through_a_shutdown_keeps_the_drain_in_its_events(deployed, 
                                           str(deployed.repository)], stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, preexec_fn=default_signals))
 
-    timer = threading.Timer(3.0, stop)
-    timer.start()
+    timer = _once_load_flows(deployed, stop)
     try:
         run_cli("loadtest", "--repository", deployed.repository, "--model", "example",
                 "--concurrency", "2", "--warmup-s", "0.5", "--duration", "5", "--json", tmp_path / "run.json")
