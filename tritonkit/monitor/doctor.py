@@ -635,16 +635,15 @@ def check_repository(repository: Path) -> Check:
                                      + (f", {onnx_read} ONNX file(s) read" if onnx_read else ""))
 
 
-ONNX_BACKEND, ONNX_PLATFORM = "onnxruntime", "onnxruntime_onnx"
-
-
 def _onnx_files(versions: list[Path], config) -> list[Path]:
     """The ONNX model files Triton's onnxruntime backend would load from these version
     folders: the config's default_model_filename (else model.onnx) of an ONNX model; of a
     model whose config names no backend (or that has none), its model.onnx. A model.onnx
     folder holds its model.onnx."""
+    from tritonkit.server.local_repository import is_onnx
+
     named = config is not None and (config.backend or config.platform)
-    if named and ONNX_BACKEND != config.backend and ONNX_PLATFORM != config.platform:
+    if named and not is_onnx(config):
         return []
     filename = (config.default_model_filename if config is not None else "") or ONNX_FILENAME
     files = []

@@ -60,7 +60,7 @@ def build_local_repository(repository: Path, dest: Path, models: Sequence[str], 
             _link_tree(source, dest / name)
             continue
         config = read_config(config_path)
-        if _is_onnx(config) or config.platform == "tensorrt_plan":
+        if is_onnx(config) or config.platform == "tensorrt_plan":
             _mirror_onnx_model(source, dest / name, config)
         elif config.backend == "python" or config.platform == "ensemble":
             _link_tree(source, dest / name)
@@ -87,7 +87,8 @@ def _link_tree(source: Path, target: Path) -> None:
                     ignore_dangling_symlinks=True)
 
 
-def _is_onnx(config: mc.ModelConfig) -> bool:
+def is_onnx(config: mc.ModelConfig) -> bool:
+    """Whether Triton's ONNX Runtime backend serves the model ``config`` describes."""
     return config.platform in ONNX_PLATFORMS or config.backend in ONNX_BACKENDS
 
 
