@@ -188,11 +188,16 @@ def _interruption(result: LoadTestResult) -> str:
     cut = result.interrupted
     done = ", ".join(lv.label for lv in result.levels)
     not_run = f"; not run: {', '.join(cut.not_run)}" if cut.not_run else ""
-    if cut.level is None:
-        return (f"{interrupted_by(cut.signum)} after {result.levels[-1].label}, so no SLA verdict: the "
-                f"figures are those of the levels that finished ({done}){not_run}")
-    return (f"{interrupted_by(cut.signum)} during {cut.level}, so no SLA verdict: the figures are "
-            f"those of the levels that finished ({done}); {cut.level}, cut short, is left out{not_run}")
+    left_out = f"; {cut.level}, cut short, is left out" if cut.level else ""
+    return (f"{_when_cut(result)}, so no SLA verdict: the figures are those of the levels that "
+            f"finished ({done}){left_out}{not_run}")
+
+
+def _when_cut(result: LoadTestResult) -> str:
+    """The signal and when it came: during the level it cut short, or between two levels."""
+    cut = result.interrupted
+    said = interrupted_by(cut.signum)
+    return f"{said} during {cut.level}" if cut.level else f"{said} after {result.levels[-1].label}"
 
 
 def _cold_first_request(result: LoadTestResult) -> str:
@@ -329,8 +334,7 @@ def levels_table(result: LoadTestResult) -> Table:
 
 def _cut_short(result: LoadTestResult) -> str:
     cut = result.interrupted
-    said = interrupted_by(cut.signum)
-    first = f"{said} during {cut.level}: not shown" if cut.level else f"{said} after {result.levels[-1].label}"
+    first = _when_cut(result) + (": not shown" if cut.level else "")
     return first + (f", {', '.join(cut.not_run)} not run" if cut.not_run else "")
 
 
