@@ -37,7 +37,7 @@ from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME, check_model_name
-from tritonkit.server.local import running_deployment
+from tritonkit.server.local import is_our_server
 from tritonkit.server.state import is_recorded, load_deployment, redeploy_command
 
 FORMATS = ("onnx", "tensorrt")
@@ -152,7 +152,7 @@ def _still_served(options: ExportOptions) -> list[str]:
         return []
     if deployment.target not in ("local", "compose") or options.name not in deployment.models:
         return []
-    if deployment.target == "local" and running_deployment(repository) is None:
+    if deployment.target == "local" and not is_our_server(deployment):
         return []                # a record its server did not outlive: nothing serves it
     how = f"redeploy: {redeploy_command(repository)}"
     if deployment.target == "compose":      # it reads the folder itself: a reload will do
