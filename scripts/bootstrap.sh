@@ -15,7 +15,7 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   # torch first and pinned: 2.13.0 is the CPU build on our machines' disk (a plain
   # `torch` would pull gigabytes of CUDA wheels).
   "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[dev,bench,docs]"
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[dev,bench,docs,export-gpu]"
   # The embedded tritonserver 2.51.0 (python backend). --no-deps: the wheel pins
   # numpy<2 and Python packages the server binary does not need.
   "$VENV/bin/python" -m pip install -q --no-deps "nvidia-pytriton==0.7.0"

@@ -31,6 +31,35 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+
+
+def installed_version() -> str:
+    """The installed distribution's version (package metadata); the package's own where it
+    runs from a checkout that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tritonkit")
+    except PackageNotFoundError:
+        from tritonkit import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"tritonkit {installed_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.",
+                                 callback=_print_version, is_eager=True),
+) -> None:
+    """PyTorch model → warmed-up, SLA-verified NVIDIA Triton deployment."""
+
+
 # Registration order is the order `tritonkit --help` lists the commands in.
 from tritonkit.cli import export as _export  # noqa: E402,F401
 from tritonkit.cli import config as _config  # noqa: E402,F401
@@ -38,6 +67,7 @@ from tritonkit.cli import deploy as _deploy  # noqa: E402,F401
 from tritonkit.cli import warmup as _warmup  # noqa: E402,F401
 from tritonkit.cli import loadtest as _loadtest  # noqa: E402,F401
 from tritonkit.cli import monitor as _monitor  # noqa: E402,F401
+from tritonkit.cli import install as _install  # noqa: E402,F401
 
 
 def _summaries_in_full() -> None:

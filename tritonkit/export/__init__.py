@@ -20,8 +20,12 @@ import types
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tritonkit.export.onnx_export import EXPORTERS
-from tritonkit.export.pipeline import ExportOptions, ExportResult, export_model, export_spec
+from tritonkit.extras import EXPORT_MODULES, require
+
+require("export", EXPORT_MODULES, needed_by="tritonkit export")   # before torch is imported
+
+from tritonkit.export.onnx_export import EXPORTERS  # noqa: E402
+from tritonkit.export.pipeline import ExportOptions, ExportResult, export_model, export_spec  # noqa: E402
 
 __all__ = ["ExportOptions", "ExportResult", "export", "export_model", "export_spec"]
 

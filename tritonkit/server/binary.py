@@ -19,7 +19,9 @@ from tritonkit.errors import ServerError
 
 BINARY_ENV = "TRITONKIT_TRITONSERVER_HOME"
 PYTRITON_PIN = "nvidia-pytriton==0.7.0"
-INSTALL_HINT = f"run: pip install --no-deps {PYTRITON_PIN}  (the README's set-up does this)"
+INSTALL_HINT = f"run: tritonkit install-server  (it runs pip install --no-deps {PYTRITON_PIN})"
+# ONNX Runtime for the local target's adapter, as the `local` extra pins it.
+ONNXRUNTIME_REQUIREMENT = "onnxruntime>=1.22"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,21 @@ def find_install() -> TritonInstall:
     if not install.binary.is_file():
         raise ServerError(f"no tritonserver binary at {install.binary}", hint=INSTALL_HINT)
     return install
+
+
+def install_commands(python: str = sys.executable) -> list[list[str]]:
+    """The pip commands that give ``python`` what the local target runs, each only when
+    it is missing: the embedded server, with ``--no-deps`` (the wheel pins numpy<2 and
+    Python packages the server binary does not need), and ONNX Runtime for the adapter
+    that serves ONNX models (any build: the CUDA one imports as onnxruntime too)."""
+    commands = []
+    try:
+        find_install()
+    except ServerError:
+        commands.append([python, "-m", "pip", "install", "--no-deps", PYTRITON_PIN])
+    if importlib.util.find_spec("onnxruntime") is None:
+        commands.append([python, "-m", "pip", "install", ONNXRUNTIME_REQUIREMENT])
+    return commands
 
 
 def prepare_backends(install: TritonInstall, backends_dir: Path) -> Path:

@@ -27,6 +27,7 @@ from typing import Sequence
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tritonkit.errors import UsageError
+from tritonkit.extras import LOCAL_MODULES, require
 from tritonkit.fileio import atomic_write
 from tritonkit.model_config import config_to_text, read_config
 from tritonkit.repository import ONNX_FILENAME
@@ -119,6 +120,9 @@ def _mirror_onnx_model(source: Path, target: Path, config: mc.ModelConfig) -> No
         raise UsageError(f"model '{source.name}' has no {ONNX_FILENAME} to serve locally "
                          f"(looked in {', '.join(str(v) for v in versions) or source})",
                          hint="a TensorRT-only model needs a GPU host: deploy --target compose")
+    # The adapter runs ONNX Runtime in the server's python backend, on this interpreter's
+    # packages: said now, not as a load failure inside Triton.
+    require("local", LOCAL_MODULES, needed_by=f"serving ONNX model '{source.name}' locally")
     target.mkdir(parents=True)
     # What else the model's folder holds is read beside the config: an output's label
     # file (label_filename) is opened from there when the model loads.
