@@ -71,6 +71,15 @@ def test_the_readme_is_short_and_links_the_docs():
     assert all((ROOT / path).exists() for path in linked), linked
 
 
+def test_the_changelog_has_a_section_for_the_version_being_made():
+    """Keep a Changelog's form: what is not released yet, then each version, newest first."""
+    from tritonkit import __version__
+
+    headings = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"),
+                          flags=re.MULTILINE)
+    assert headings[0] == "Unreleased" and __version__ in headings, headings
+
+
 def test_the_docs_extra_carries_what_the_site_is_built_with():
     extras = load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
     names = {re.split(r"[\[<>=~!; ]", req, maxsplit=1)[0] for req in extras["docs"]}
