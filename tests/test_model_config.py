@@ -54,8 +54,9 @@ def encoder_repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("model,gpu", [("mlp", "a10"), ("mlp", "p100"),
-                                       ("encoder", "a10"), ("encoder", "p100")])
+@pytest.mark.parametrize("model,gpu", [("mlp", "a10"), ("mlp", "p100"), ("mlp", "cpu"),
+                                       ("encoder", "a10"), ("encoder", "p100"),
+                                       ("encoder", "cpu")])
 def test_generated_configs_match_the_golden_files(model, gpu, mlp_repo, encoder_repo, request):
     repo = mlp_repo if model == "mlp" else encoder_repo
     configure(repo, model, gpu=gpu)
@@ -482,9 +483,10 @@ def test_a_card_whose_onnx_runtime_cannot_load_the_model_gets_no_config_saying_w
     the embedded server here, on this machine's newer ONNX Runtime, serves it."""
     _stamped(mlp_repo, opset=22, ir_version=10)
     configured = configure(mlp_repo, "mlp", force=True)          # the A10's 1.23.2 takes 23
-    assert configured.skipped == {"p100": (
-        "model 'mlp' is ONNX opset 22, IR version 10: ONNX Runtime 1.19.2 in the p100 "
-        "profile's Triton (nvcr.io/nvidia/tritonserver:24.10-py3) loads opset 21 at most")}
+    assert configured.skipped == {gpu: (
+        f"model 'mlp' is ONNX opset 22, IR version 10: ONNX Runtime 1.19.2 in the {gpu} "
+        "profile's Triton (nvcr.io/nvidia/tritonserver:24.10-py3) loads opset 21 at most")
+        for gpu in ("cpu", "p100")}                              # the same 24.10 image
     assert sorted(p.name for p in configured.written) == ["a10.pbtxt", "config.pbtxt"]
     with pytest.raises(UsageError, match="loads opset 21 at most") as refused:
         configure(mlp_repo, "mlp", gpu="p100", force=True)
@@ -533,7 +535,7 @@ def test_a_profile_the_model_does_not_fit_is_left_out_not_a_failure(mlp_repo, mo
     monkeypatch.setattr(model_config, "build_config", p100_too_small)
     configured = configure(mlp_repo, "mlp", gpu="a10", force=True)
     assert configured.skipped == {"p100": "model 'mlp' does not fit on the Tesla P100 PCIe 16 GB"}
-    assert sorted(p.name for p in configured.written) == ["a10.pbtxt", "config.pbtxt"]
+    assert sorted(p.name for p in configured.written) == ["a10.pbtxt", "config.pbtxt", "cpu.pbtxt"]
     assert not (mlp_repo / "mlp" / "configs" / "p100.pbtxt").exists()  # stale: would mis-serve
     with pytest.raises(UsageError, match="does not fit on the Tesla P100"):
         configure(mlp_repo, "mlp", gpu="p100", force=True)   # the profile asked for

@@ -120,8 +120,9 @@ def dataclass_from_table(cls: type[T], table: dict[str, Any], *, source: str,
             continue
         value = table[name]
         annotation = hints[name]
-        if dataclasses.is_dataclass(annotation) and isinstance(value, dict):
-            values[name] = dataclass_from_table(annotation, value, source=source,
+        table_class = _table_class(annotation)
+        if table_class is not None and isinstance(value, dict):
+            values[name] = dataclass_from_table(table_class, value, source=source,
                                                 prefix=f"{dotted}.")
             continue
         if not _matches(value, annotation):
@@ -134,6 +135,17 @@ def dataclass_from_table(cls: type[T], table: dict[str, Any], *, source: str,
             value = float(value)
         values[name] = value
     return cls(**values)
+
+
+def _table_class(annotation: Any) -> type | None:
+    """The dataclass a field reads from a sub-table: its type, or the one of an optional
+    field (``Compute | None``); None for any other field."""
+    if dataclasses.is_dataclass(annotation):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        found = [a for a in typing.get_args(annotation) if dataclasses.is_dataclass(a)]
+        return found[0] if len(found) == 1 else None
+    return None
 
 
 def _describe(annotation: Any) -> str:

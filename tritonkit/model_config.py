@@ -358,8 +358,9 @@ def _refuse_unloadable(name: str, graph: GraphSpec, profile: GpuProfile) -> None
 def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
                  max_batch_size: int, plans: dict | None = None) -> tuple[mc.ModelConfig, Tuning]:
     """The production ModelConfig for ``profile`` and the reasons for its choices."""
-    notes: list[str] = [f"profile {profile.name}: {profile.display_name}, compute capability "
-                        f"{profile.cc_key}, {profile.memory.gib:g} GiB"]
+    notes: list[str] = [f"profile {profile.name}: {profile.display_name}, " + (
+        f"compute capability {profile.cc_key}, {profile.memory.gib:g} GiB" if profile.has_gpu
+        else f"{profile.memory.gib:g} GiB of host memory for the models")]
     config = mc.ModelConfig(name=name)
     plans = plans or {}
     use_plan = bool(plans) and profile.stack.tensorrt_plans and profile.cc_key in plans
@@ -374,10 +375,11 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
         _refuse_unloadable(name, graph, profile)
         if plans and not profile.stack.tensorrt_plans:
             notes.append("TensorRT plans exist but this card cannot run TensorRT >= 10: "
-                         "served by ONNX Runtime")
+                         "served by ONNX Runtime" if profile.has_gpu else
+                         "TensorRT plans exist but need a GPU: served by ONNX Runtime on the CPU")
 
     instances = profile.serving.instance_count
-    if graph.weight_bytes > 0.25 * profile.memory.bytes:
+    if graph.weight_bytes > 0.25 * profile.memory.bytes and instances > 1:
         instances = 1
         notes.append("one instance: the weights take over a quarter of the card")
     batching = graph.inputs and all(len(t.dims) > 0 and t.dims[0] == -1
@@ -434,10 +436,15 @@ def build_config(name: str, graph: GraphSpec, profile: GpuProfile, *,
                      "statistics show small batches under load and `tritonkit loadtest` shows p99 headroom)")
 
     group = config.instance_group.add()
-    group.kind = mc.ModelInstanceGroup.KIND_GPU
+    group.kind = mc.ModelInstanceGroup.KIND_GPU if profile.has_gpu else \
+        mc.ModelInstanceGroup.KIND_CPU
     group.count = instances
-    notes.append(f"{instances} GPU instance(s)" + (" (no MIG on this card: share it with "
-                                                     "instances)" if not profile.mig else ""))
+    if profile.has_gpu:
+        notes.append(f"{instances} GPU instance(s)" + (" (no MIG on this card: share it with "
+                                                         "instances)" if not profile.mig else ""))
+    else:
+        notes.append(f"{instances} CPU instance(s): ONNX Runtime spreads a run over the "
+                     "cores itself")
 
     _add_acceleration(config, profile, use_plan, notes, graph)
     _add_warmup(config, graph, notes)
@@ -484,6 +491,9 @@ def _add_acceleration(config: mc.ModelConfig, profile: GpuProfile, use_plan: boo
                      "across restarts and keyed by the model file and image (the first load "
                      f"builds engines{shared})")
         _add_trt_profile(accel, config, graph, profile, notes)
+    elif profile.serving.accelerator == "cpu":
+        notes.append(f"ONNX Runtime CPU provider, {precision} (no GPU: no TensorRT, no pinned "
+                     "memory)")
     else:
         why = "" if profile.stack.tensorrt_plans else \
             f"; TensorRT >= 10 cannot target compute capability {profile.cc_key}"

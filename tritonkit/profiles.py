@@ -4,6 +4,11 @@ A profile carries the card's facts (compute capability, memory, precisions, bus,
 MIG), the software stack that runs on it (Triton image, TensorRT, CUDA, driver,
 onnxruntime-gpu) and the serving defaults tritonkit tunes configs with. Users add
 a card by adding a file; ``--gpu <name>`` picks it.
+
+A profile of ``kind = "cpu"`` (``configs/gpus/cpu.toml``) is a host without an NVIDIA
+GPU: KIND_CPU instances on ONNX Runtime's CPU provider, no pinned memory, no GPU
+reservation. It has no card facts (compute capability, compute, bus) and no GPU stack
+(TensorRT, CUDA, driver); its ``memory`` is what the models may take of the host's.
 """
 
 from __future__ import annotations
@@ -16,14 +21,20 @@ from tritonkit.errors import ProfileError
 from tritonkit.server.settings import ServerSettings
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
-ACCELERATORS = ("cuda", "tensorrt")
+KINDS = ("gpu", "cpu")
+# The ONNX Runtime execution provider each kind of profile may serve with.
+ACCELERATORS = {"gpu": ("cuda", "tensorrt"), "cpu": ("cpu",)}
+# What a GPU profile must say and a CPU profile has no use for.
+GPU_FIELDS = ("compute_capability", "compute", "bus")
+GPU_STACK_FIELDS = ("triton_image_tensorrt", "tensorrt_version", "cuda_major", "min_driver",
+                    "onnxruntime_gpu")
 
 
 @dataclass(frozen=True)
 class Memory:
-    gib: float
+    gib: float                       # a CPU profile: what the models may take of the host's
     kind: str
-    bandwidth_gb_s: float
+    bandwidth_gb_s: float | None = None
 
     @property
     def bytes(self) -> int:
@@ -54,11 +65,12 @@ class Stack:
     triton_image: str
     triton_server: str
     tensorrt_plans: bool
-    triton_image_tensorrt: str
-    tensorrt_version: str
-    cuda_major: int
-    min_driver: int                  # the CUDA major's own floor (CUDA toolkit release notes)
-    onnxruntime_gpu: str
+    # GPU profiles only (GPU_STACK_FIELDS):
+    triton_image_tensorrt: str | None = None
+    tensorrt_version: str | None = None
+    cuda_major: int | None = None
+    min_driver: int | None = None    # the CUDA major's own floor (CUDA toolkit release notes)
+    onnxruntime_gpu: str | None = None
     # The driver the profile's Triton image asks for (its release notes' "Driver
     # Requirements"); below it only NGC's forward-compatible branches run the image. Unset:
     # min_driver.
@@ -78,7 +90,7 @@ class Serving:
     instance_count: int
     max_queue_delay_us: int
     memory_headroom: float
-    cuda_graphs: bool
+    cuda_graphs: bool = False
     # accelerator "tensorrt": give ONNX Runtime the served shape range (trt_profile_*_shapes),
     # so it builds one engine for it at load. false: it builds for the shapes it has seen and
     # again, mid-traffic, for each shape outside them (for a graph that loads only so: its
@@ -88,20 +100,28 @@ class Serving:
 
 @dataclass(frozen=True)
 class GpuProfile:
-    """One GPU model and the stack tritonkit deploys on it."""
+    """One GPU model (or, ``kind = "cpu"``, a host without one) and the stack tritonkit
+    deploys on it."""
 
     name: str
     display_name: str
     architecture: str
-    compute_capability: float
-    mig: bool
     memory: Memory
-    compute: Compute
-    bus: Bus
     stack: Stack
     serving: Serving
+    kind: str = "gpu"
+    mig: bool = False
+    # GPU profiles only (GPU_FIELDS):
+    compute_capability: float = 0.0
+    compute: Compute | None = None
+    bus: Bus | None = None
     sources: dict = field(default_factory=dict)
     path: str = ""
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether the profile serves on an NVIDIA GPU (``kind`` "gpu"), not on the CPU."""
+        return self.kind == "gpu"
 
     @property
     def cc_key(self) -> str:
@@ -109,6 +129,8 @@ class GpuProfile:
         return f"{self.compute_capability:.1f}"
 
     def supports(self, precision: str) -> bool:
+        if self.compute is None:          # a CPU profile: ONNX Runtime's CPU provider, FP32
+            return precision == "fp32"
         return {"fp32": True, "fp16": self.compute.fp16, "bf16": self.compute.bf16,
                 "int8": self.compute.int8}[precision]
 
@@ -130,7 +152,11 @@ class GpuProfile:
                 f"{' and '.join(past)} at most")
 
     def server_settings(self, base: ServerSettings) -> ServerSettings:
-        """Server settings for this card: Triton must not ignore it (>= 2.52 defaults to 7.5)."""
+        """Server settings for this card: Triton must not ignore it (>= 2.52 defaults to
+        7.5). Without a GPU, no pinned memory pool: it only stages copies to a GPU (and
+        Triton warns that it cannot allocate it)."""
+        if not self.has_gpu:
+            return base.replace(pinned_memory_pool_byte_size=0)
         return base.replace(min_supported_compute_capability=self.compute_capability)
 
 
@@ -138,8 +164,20 @@ def gpus_dir() -> Path:
     return configs_dir() / "gpus"
 
 
-def available_profiles() -> list[str]:
-    return sorted(p.stem for p in gpus_dir().glob("*.toml"))
+def available_profiles(kind: str | None = None) -> list[str]:
+    """The profiles in ``configs/gpus/``, by name; ``kind`` ("gpu", "cpu") keeps those of
+    that kind (a file that does not load is left out then)."""
+    names = sorted(p.stem for p in gpus_dir().glob("*.toml"))
+    if kind is None:
+        return names
+    kept = []
+    for name in names:
+        try:
+            if load_profile(name).kind == kind:
+                kept.append(name)
+        except ProfileError:
+            continue
+    return kept
 
 
 def load_profile(name_or_path: str | Path) -> GpuProfile:
@@ -162,6 +200,7 @@ def load_profile(name_or_path: str | Path) -> GpuProfile:
 
 def _validate(profile: GpuProfile) -> None:
     where = profile.path
+    _validate_kind(profile)
     if profile.serving.precision not in PRECISIONS:
         raise ProfileError(f"{where}: field 'serving.precision' = '{profile.serving.precision}' "
                            f"is not one of {', '.join(PRECISIONS)}", hint="fix the value")
@@ -169,17 +208,20 @@ def _validate(profile: GpuProfile) -> None:
         raise ProfileError(f"{where}: field 'serving.precision' = '{profile.serving.precision}' "
                            f"but the card has no {profile.serving.precision} support (compute.*)",
                            hint="choose a precision the card has")
-    if profile.serving.accelerator not in ACCELERATORS:
+    accelerators = ACCELERATORS[profile.kind]
+    if profile.serving.accelerator not in accelerators:
         raise ProfileError(f"{where}: field 'serving.accelerator' = "
-                           f"'{profile.serving.accelerator}' is not one of {', '.join(ACCELERATORS)}",
+                           f"'{profile.serving.accelerator}' is not one of "
+                           f"{', '.join(accelerators)} (kind = \"{profile.kind}\")",
                            hint="fix the value")
-    if profile.serving.accelerator == "cuda" and profile.serving.precision != "fp32":
-        # The CUDA provider runs the graph in the precision it was exported in; only the
-        # TensorRT accelerator has a precision to set.
+    if profile.serving.accelerator in ("cuda", "cpu") and profile.serving.precision != "fp32":
+        # The CUDA and CPU providers run the graph in the precision it was exported in;
+        # only the TensorRT accelerator has a precision to set.
         raise ProfileError(f"{where}: field 'serving.precision' = '{profile.serving.precision}' "
-                           "but 'serving.accelerator' = 'cuda' has no precision setting "
-                           "(it runs the exported graph's own)",
-                           hint="use precision = \"fp32\", or accelerator = \"tensorrt\"")
+                           f"but 'serving.accelerator' = '{profile.serving.accelerator}' has no "
+                           "precision setting (it runs the exported graph's own)",
+                           hint="use precision = \"fp32\"" + (", or accelerator = \"tensorrt\""
+                                                              if profile.has_gpu else ""))
     if profile.serving.accelerator == "tensorrt" and not profile.stack.tensorrt_plans:
         raise ProfileError(f"{where}: field 'serving.accelerator' = 'tensorrt' but "
                            "'stack.tensorrt_plans' is false for this card",
@@ -197,12 +239,45 @@ def _validate(profile: GpuProfile) -> None:
     if profile.serving.instance_count < 1:
         raise ProfileError(f"{where}: field 'serving.instance_count' must be >= 1",
                            hint="e.g. 1")
-    if profile.stack.image_driver is not None and profile.stack.image_driver < profile.stack.min_driver:
+    if profile.stack.image_driver is not None and profile.stack.min_driver is not None and \
+            profile.stack.image_driver < profile.stack.min_driver:
         raise ProfileError(f"{where}: field 'stack.image_driver' = {profile.stack.image_driver} "
                            f"is below 'stack.min_driver' = {profile.stack.min_driver}, the "
                            f"floor of CUDA {profile.stack.cuda_major} itself",
                            hint="take image_driver from the image's release notes "
                                 "(\"Driver Requirements\")")
-    if profile.compute_capability < 3.0:
+    if profile.has_gpu and profile.compute_capability < 3.0:
         raise ProfileError(f"{where}: field 'compute_capability' = {profile.compute_capability} "
                            "is not a CUDA compute capability", hint="e.g. 8.6")
+
+
+def _validate_kind(profile: GpuProfile) -> None:
+    """A GPU profile names its card and its GPU stack; a CPU profile has neither (a field
+    of them there would be taken for a GPU it does not describe)."""
+    where = profile.path
+    if profile.kind not in KINDS:
+        raise ProfileError(f"{where}: field 'kind' = '{profile.kind}' is not one of "
+                           f"{', '.join(KINDS)}", hint="\"gpu\" (the default) or \"cpu\"")
+    defaults = GpuProfile.__dataclass_fields__
+    card = [(name, getattr(profile, name) != defaults[name].default) for name in GPU_FIELDS]
+    stack = [(f"stack.{name}", getattr(profile.stack, name) is not None)
+             for name in GPU_STACK_FIELDS]
+    if profile.has_gpu:
+        missing = [name for name, given in card + stack if not given]
+        if missing:
+            raise ProfileError(f"{where}: missing field '{missing[0]}' (a GPU profile needs it)",
+                               hint=f"add it, or kind = \"cpu\" for a host without a GPU")
+        return
+    given = [name for name, present in card + stack if present]
+    if profile.mig:
+        given.insert(0, "mig")
+    if given:
+        raise ProfileError(f"{where}: field '{given[0]}' describes a GPU, and kind = \"cpu\"",
+                           hint=f"remove {', '.join(repr(g) for g in given)}, or make it a GPU "
+                                "profile (kind = \"gpu\")")
+    if profile.stack.tensorrt_plans:
+        raise ProfileError(f"{where}: field 'stack.tensorrt_plans' = true, and kind = \"cpu\": "
+                           "TensorRT plans need a GPU", hint="tensorrt_plans = false")
+    if profile.serving.cuda_graphs:
+        raise ProfileError(f"{where}: field 'serving.cuda_graphs' = true, and kind = \"cpu\"",
+                           hint="cuda_graphs = false (or leave it out)")
