@@ -6,17 +6,18 @@ The embedded local tritonserver has no ONNX Runtime backend, so ``tritonkit depl
 inputs, outputs, batching and warm-up; a dynamic batch of requests is run as one
 ONNX Runtime call, like the real backend does. A graph whose inputs or outputs (names,
 dtypes) differ from the config fails its load, saying how.
+
+It needs only numpy and onnxruntime beside the python backend's own module: a container
+serves it too (``deploy --target compose --onnx-backend python``), whose Python has no
+tritonkit.
 """
 
 import json
 import os
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
-
-from tritonkit.model_config import triton_data_type
 
 
 class TritonPythonModel:
@@ -103,12 +104,26 @@ def _differences(config, session):
 
 
 def _data_type(ort_type):
-    """ONNX Runtime's "tensor(float)" as a config's data type ("TYPE_FP32")."""
-    element = ort_type[len("tensor("):-1] if ort_type.startswith("tensor(") else ""
-    try:
-        return triton_data_type(onnx.TensorProto.DataType.Value(element.upper()))
-    except (ValueError, TypeError):          # a sequence or map, or a type Triton lacks
-        return ort_type
+    """ONNX Runtime's "tensor(float)" as a config's data type ("TYPE_FP32"); a sequence, a
+    map or a type Triton lacks as ONNX Runtime names it."""
+    return _CONFIG_TYPES.get(ort_type, ort_type)
+
+
+def _config_types():
+    """ONNX Runtime's type names, each with the config data type of the same element type:
+    through the numpy type the python backend maps each config type to. Strings and
+    bfloat16 have no OrtValue made from numpy: named as ONNX Runtime names them."""
+    found = {"tensor(string)": "TYPE_STRING", "tensor(bfloat16)": "TYPE_BF16"}
+    for config_type, np_type in pb_utils.TRITON_STRING_TO_NUMPY.items():
+        try:
+            ort_type = ort.OrtValue.ortvalue_from_shape_and_type([0], np_type).data_type()
+        except Exception:  # noqa: BLE001 - ONNX Runtime makes no such OrtValue
+            continue
+        found.setdefault(ort_type, config_type)
+    return found
+
+
+_CONFIG_TYPES = _config_types()
 
 
 def _named(kind, names):
