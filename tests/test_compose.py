@@ -66,9 +66,12 @@ def test_the_compose_file_passes_docker_compose_config_with_nvidias_container_se
     assert devices == [{"driver": "nvidia", "device_ids": ["0"], "capabilities": ["gpu"]}]
     assert server["ulimits"] == {"memlock": -1, "stack": 67108864}
     assert server["shm_size"]
-    [mount] = [v for v in server["volumes"] if v["target"] == "/models"]
+    [mount] = [v for v in server["volumes"] if v["target"] == "/repository"]
     assert mount["source"] == str(example_repository.resolve())
     assert mount["read_only"] is True
+    [served] = [v for v in server["volumes"] if v["target"] == "/models"]
+    assert served["source"] == str(example_repository.resolve() / ".tritonkit" / "compose" / "models")
+    assert served["read_only"] is True
     assert server["restart"] == "unless-stopped"
     assert sorted(p.removesuffix("/tcp") for p in server["ports"]) == [
         "127.0.0.1:8000:8000", "127.0.0.1:8001:8001", "127.0.0.1:8002:8002"]
@@ -163,10 +166,11 @@ def test_the_healthcheck_fails_while_a_model_triton_was_asked_to_load_is_not_rea
 @needs_compose
 def test_the_state_folder_with_the_secret_is_masked_inside_every_container(
         example_repository, tmp_path):
-    """The repository is mounted whole (a model exported later, or replaced by export
-    --force, is served as it is now); its .tritonkit/ (the 0600 secret, server logs, the
-    local mirror) is hidden under an empty read-only tmpfs in Triton's container and in
-    the plan builders', whose mountpoint exists once the files are written."""
+    """The repository is mounted whole (a model replaced by export --force is served as it
+    is now); its .tritonkit/ (the 0600 secret, server logs, the local mirror) is hidden
+    under an empty read-only tmpfs in Triton's container (the repository at /repository,
+    Triton serving the links to its models at /models) and in the plan builders' (the
+    repository at /models, writable), whose mountpoint exists once the files are written."""
     plan_config(example_repository, example_repository / "example" / "configs" / "a10.pbtxt")
     (example_repository / "example" / "export-report.json").write_text(json.dumps(
         {"tensorrt_recipe": "trtexec --onnx=1/model.onnx --saveEngine=1/model_a10.plan"}))
@@ -174,10 +178,11 @@ def test_the_state_folder_with_the_secret_is_masked_inside_every_container(
     assert write(example_repository, out, "--gpu", "a10") == 0
     config = compose_config(out)
     assert set(config["services"]) == {"tritonserver", "build-plans-example"}
-    for name, service in config["services"].items():
-        [repository] = [v for v in service["volumes"] if v["target"] == "/models"]
+    for name, at in (("tritonserver", "/repository"), ("build-plans-example", "/models")):
+        volumes = config["services"][name]["volumes"]
+        [repository] = [v for v in volumes if v["target"] == at]
         assert repository["source"] == str(example_repository.resolve()), name
-        [mask] = [v for v in service["volumes"] if v["target"] == "/models/.tritonkit"]
+        [mask] = [v for v in volumes if v["target"] == f"{at}/.tritonkit"]
         assert mask["type"] == "tmpfs" and mask["read_only"] is True, name
     assert (example_repository / ".tritonkit").is_dir()
 
@@ -823,8 +828,8 @@ def test_down_stops_a_compose_v2_project_by_its_name_once_its_compose_file_is_de
     record_compose(example_repository, tmp_path / "gone" / "docker-compose.yml",
                    tmp_path / "gone" / ".env")
     assert run_cli("down", "--repository", example_repository) == 0
-    assert calls.read_text().split() == ["compose", "-p", "tritonkit-repo",
-                                         "down", "--timeout", "40"]
+    assert calls.read_text().splitlines()[-1].split() == ["compose", "-p", "tritonkit-repo",
+                                                          "down", "--timeout", "40"]
     with pytest.raises(UsageError):
         load_deployment(example_repository)
 

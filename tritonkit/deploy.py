@@ -86,23 +86,30 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
 
 def deploy_compose(repository: Path, *, gpu: str | None, out: Path = Path("docker"), up: bool = True,
                    public: bool = False, image: str | None = None, force: bool = False,
-                   ports: Ports = Ports(), device_ids: tuple[str, ...] = ("0",),
+                   ports: Ports = Ports(), device_ids: tuple[str, ...] | None = None,
                    server_config: Path | None = None, timeout: float = 600.0,
-                   warmup: bool = True,
+                   warmup: bool = True, onnx_backend: str = "onnxruntime",
                    progress: Progress | None = None) -> tuple[compose.ComposeFiles, Deployment | None]:
     """Write the compose file and env file for ``gpu``; with ``up``, start it, load every
     model that is not READY, (``warmup``) warm every model up and wait for readiness, all
-    within ``timeout`` of the containers starting.
+    within ``timeout`` of the containers starting. ``device_ids``: the GPUs to reserve
+    (None: GPU 0; a CPU profile reserves none); ``onnx_backend``: how ONNX models are
+    served (``compose_repository``).
 
-    Without a Docker engine or the NVIDIA runtime, ``up`` raises a ServerError that says
-    what is missing and that the files were written.
+    Without a Docker engine (or, for a GPU profile, the NVIDIA runtime), ``up`` raises a
+    ServerError that says what is missing and that the files were written.
     """
     repository = Path(repository)
     spec = container_spec(repository, _gpu_for("compose", gpu), image=image,
                           server_config=server_config)
+    if device_ids is not None and not spec.uses_gpu:
+        raise UsageError(f"--device-ids does not apply to the {spec.gpu} profile: it reserves "
+                         "no GPU", hint="drop --device-ids, or deploy with a GPU profile")
     with deploy_lock(repository):
         files = compose.write_compose(spec, repository, Path(out), ports=ports, public=public,
-                                      device_ids=device_ids, force=force, starting=up)
+                                      device_ids=("0",) if device_ids is None else device_ids,
+                                      force=force,
+                                      starting=up, onnx_backend=onnx_backend)
         if not up:
             return files, None
         deployment = compose.compose_up(files, spec, repository, server_config=server_config)
@@ -162,9 +169,9 @@ def _add_hint(exc: TritonkitError, note: str) -> None:
 
 def down(repository: Path, *, timeout: float = 40.0,
          progress: Progress | None = None) -> Stopped | bool | None:
-    """Stop whatever deployment is recorded for ``repository``: how its local server ended
-    (``Stopped``; compose: True) if it was running, False if it had gone already (the
-    record is cleared all the same), None if
+    """Stop whatever deployment is recorded for ``repository``: how its server ended
+    (``Stopped``; compose: True where the engine cannot say) if it was running, False if it
+    had gone already (the record is cleared all the same), None if
     nothing was recorded — a second ``down`` (a teardown script's) is no error, as a second
     ``docker compose down`` is not. With no record, a local server still serving the
     repository is stopped all the same. ``progress`` hears what a stopping local server

@@ -59,6 +59,8 @@ NOT_USED_BY: dict[str, dict[str, tuple[str, str]]] = {
         "force": ("the local target writes no files to replace",
                   "drop {flag}; to replace a running local server: tritonkit down "
                   "--repository {repository}, then deploy again"),
+        "onnx_backend": ("the local server always serves ONNX through the python backend "
+                         "(it has no other)", "drop {flag}"),
     },
     "compose": {
         "replicas": ("compose runs one Triton container",
@@ -86,6 +88,8 @@ NOT_USED_BY: dict[str, dict[str, tuple[str, str]]] = {
                    "in the model's config",
                    "drop {flag}; to skip the warm-up, remove model_warmup from each "
                    "model's configs/{gpu}.pbtxt"),
+        "onnx_backend": ("the replicas serve the repository copied into the claim, with the "
+                         "image's own backends", "drop {flag}"),
     },
 }
 
@@ -119,6 +123,10 @@ def deploy(
     force: Annotated[bool, typer.Option(help="compose/k8s: replace files written before.")] = False,
     warmup: Annotated[bool, typer.Option(
         "--warmup/--no-warmup", help="Warm every model up until its latency is steady (local, compose).")] = True,
+    onnx_backend: Annotated[str, typer.Option(
+        help="compose: serve ONNX models with Triton's onnxruntime backend, or with python "
+             "(ONNX Runtime in the python backend: an image without that backend, as "
+             "docker/standin/'s).")] = "onnxruntime",
     timeout: Annotated[Optional[float], typer.Option(
         help="One deadline in seconds for the whole wait (default: local 120, compose 600 — a "
              "first start on a GPU builds TensorRT engines before Triton answers); k8s: how "
@@ -149,8 +157,10 @@ def deploy(
             files, running = deploy_lib.deploy_compose(
                 repository, gpu=gpu, out=out, up=up, public=public, image=image, force=force,
                 ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
-                device_ids=tuple(d.strip() for d in device_ids.split(",") if d.strip()),
-                server_config=server_config, timeout=timeout, warmup=warmup, progress=progress)
+                device_ids=tuple(d.strip() for d in device_ids.split(",") if d.strip())
+                if _given(ctx, "device_ids") else None,
+                server_config=server_config, timeout=timeout, warmup=warmup,
+                onnx_backend=onnx_backend, progress=progress)
         else:
             deployment = deploy_lib.deploy_local(
                 repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
@@ -248,7 +258,8 @@ def _print_compose(files, running, repository: Path, gpu: str | None) -> None:
                       highlight=False, soft_wrap=True)
         return
     if running is None:
-        console.print(f"  start it on a GPU host: docker compose -f {files.compose_file} up -d")
+        where = " on a GPU host" if files.uses_gpu else ""
+        console.print(f"  start it{where}: docker compose -f {files.compose_file} up -d")
         return
     console.print(f"[green]Triton is up[/green] (compose project {files.project}, "
                   f"image {running.extra['image']}), models READY: {', '.join(running.models)}")
@@ -285,6 +296,10 @@ def _print_k8s(written) -> None:
     if written.pdb:
         console.print(f"  PodDisruptionBudget {written.pdb}: a node drain evicts one of the "
                       f"{written.replicas} replicas at a time", highlight=False, soft_wrap=True)
+    elif written.surge:
+        console.print("  one replica: a rollout starts the new pod first (maxSurge 1), but a "
+                      "node drain is an outage; --replicas 2 or more avoids it",
+                      highlight=False, soft_wrap=True)
     else:
         console.print("  one replica: each rollout or node drain is an outage (maxSurge 0: one "
                       "GPU a replica, none spare for a second pod); --replicas 2 or more avoids "

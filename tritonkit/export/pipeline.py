@@ -155,7 +155,10 @@ def _still_served(options: ExportOptions) -> list[str]:
     if deployment.target == "local" and not is_our_server(deployment):
         return []                # a record its server did not outlive: nothing serves it
     how = f"redeploy: {redeploy_command(repository)}"
-    if deployment.target == "compose":      # it reads the folder itself: a reload will do
+    # compose serves links to the model folders: a reload loads the new one (with the
+    # python backend's adapter, a snapshot, as the local target's)
+    if deployment.target == "compose" and \
+            deployment.extra.get("onnx_backend", "onnxruntime") == "onnxruntime":
         how = (f"reload it (tritonkit warmup --repository {repository} --model {options.name} "
                f"--reload) or {how}")
     return [f"the {deployment.target} server deployed from {repository} keeps serving the "

@@ -187,7 +187,7 @@ def _is_gpu_sample(row: MonitorRow) -> bool:
 def guess_profile(rows: list[MonitorRow]) -> str | None:
     """The profile whose name is a word of the recorded GPU name ("NVIDIA A10" -> a10)."""
     names = {r.name.lower() for r in rows if r.name}
-    for profile in available_profiles():
+    for profile in available_profiles("gpu"):
         pattern = re.compile(rf"\b{re.escape(profile.lower())}\b")
         if any(pattern.search(n) for n in names):
             return profile
@@ -485,7 +485,7 @@ def _triton_evidence(f: Figures, input_time: str = "input copy") -> list[str]:
 
 def _other_profiles(profile: GpuProfile) -> list[GpuProfile]:
     others = []
-    for name in available_profiles():
+    for name in available_profiles("gpu"):
         if name != profile.name:
             try:
                 others.append(load_profile(name))
@@ -603,15 +603,24 @@ def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[s
 def choose_profile(rows: list[MonitorRow], gpu: str | None) -> GpuProfile | None:
     """``--gpu`` if given, else the profile the recorded GPU name matches; None for a
     recording without GPU samples (the server's verdict needs no profile)."""
+    gpu_samples = any(_is_gpu_sample(r) for r in rows)
     if gpu:
-        return load_profile(gpu)
-    if not any(_is_gpu_sample(r) for r in rows):
+        profile = load_profile(gpu)
+        if profile.has_gpu:
+            return profile
+        if gpu_samples:
+            raise UsageError(f"--gpu {gpu}: the {profile.name} profile has no GPU to judge the "
+                             "recording's GPU samples against",
+                             hint=f"name the GPU's profile ({', '.join(available_profiles('gpu'))}), "
+                                  "or leave --gpu out to pick it by the GPU's name")
+        return None                # a CPU server's recording: its verdict needs no profile
+    if not gpu_samples:
         return None
     guessed = guess_profile(rows)
     if guessed is None:
         names = sorted({r.name for r in rows if r.name}) or ["no GPU name recorded"]
         raise UsageError(f"cannot tell which GPU profile the recording is from "
                          f"({', '.join(names)})",
-                         hint=f"pass --gpu ({', '.join(available_profiles())}); its PCIe link "
+                         hint=f"pass --gpu ({', '.join(available_profiles('gpu'))}); its PCIe link "
                               "limit decides the bandwidth wall")
     return load_profile(guessed)

@@ -6,11 +6,16 @@ tested with the facts of a host we do not have: a P100 with a 25.01 image, a 470
 driver under a CUDA 13 image. Each check is one line: ok, a warning (doctor cannot
 tell), or a problem and its fix. What an image asks of the driver is data:
 ``configs/triton_images.toml``, one row per NGC release, from its release notes.
+
+A CPU profile (``--gpu cpu``) is judged on what a host without a GPU needs: the image, the
+host's memory against the profile's, Docker and Compose, the ports and the repository;
+no driver, GPU or NVIDIA runtime.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -58,6 +63,7 @@ class DockerFacts:
     runtimes: tuple[str, ...] = ()           # the engine's registered runtimes
     error: str | None = None                 # why the engine could not be asked
     nvidia_tools: tuple[str, ...] = ()       # NVIDIA container toolkit binaries on PATH
+    compose: str | None = None               # "docker compose" or "docker-compose", if any
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class HostFacts:
     gpu_faults: tuple[GpuFault, ...] = ()      # GPUs NVML counts but cannot reach
     docker: DockerFacts = field(default_factory=DockerFacts)
     ports: tuple[PortFact, ...] = ()
+    memory_total_mib: int | None = None        # the host's memory (a CPU profile's check)
+    cpus: int | None = None
 
 
 @dataclass(frozen=True)
@@ -160,19 +168,28 @@ def gather_host_facts(host: str = "127.0.0.1", ports: dict[str, int] | None = No
     return HostFacts(driver_version=driver, driver_error=driver_error, gpus=gpus,
                      gpu_faults=faults,
                      docker=_docker_facts(run, which),
-                     ports=_port_facts(host, ports or DEFAULT_PORTS, repository))
+                     ports=_port_facts(host, ports or DEFAULT_PORTS, repository),
+                     memory_total_mib=_memory_total_mib(), cpus=os.cpu_count())
+
+
+def _memory_total_mib() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    except (ValueError, OSError):
+        return None
 
 
 def _docker_facts(run: Runner, which: Callable[[str], str | None]) -> DockerFacts:
     tools = tuple(t for t in NVIDIA_CONTAINER_TOOLS if which(t))
     cli = which("docker")
+    compose = _compose_found(cli, run, which)
     if not cli:
-        return DockerFacts(nvidia_tools=tools)
+        return DockerFacts(nvidia_tools=tools, compose=compose)
     try:
         done = run([cli, "info", "--format", "{{json .}}"], capture_output=True, text=True,
                    timeout=15)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return DockerFacts(cli=cli, error=str(exc), nvidia_tools=tools)
+        return DockerFacts(cli=cli, error=str(exc), nvidia_tools=tools, compose=compose)
     try:
         info = json.loads(done.stdout or "{}")
     except json.JSONDecodeError:
@@ -181,9 +198,23 @@ def _docker_facts(run: Runner, which: Callable[[str], str | None]) -> DockerFact
                                           [(done.stderr or "docker info failed").strip()])
     if errors or not info.get("ServerVersion"):
         return DockerFacts(cli=cli, error=(errors or ["no engine answered"])[0].splitlines()[0],
-                           nvidia_tools=tools)
+                           nvidia_tools=tools, compose=compose)
     return DockerFacts(cli=cli, server_version=info["ServerVersion"],
-                       runtimes=tuple(sorted(info.get("Runtimes") or {})), nvidia_tools=tools)
+                       runtimes=tuple(sorted(info.get("Runtimes") or {})), nvidia_tools=tools,
+                       compose=compose)
+
+
+def _compose_found(cli: str | None, run: Runner, which: Callable[[str], str | None]) -> str | None:
+    """The Compose deploy would run (``compose.compose_command``'s order): the plugin, else
+    docker-compose."""
+    if cli:
+        try:
+            if run([cli, "compose", "version"], capture_output=True, text=True,
+                   timeout=15).returncode == 0:
+                return "docker compose"
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return "docker-compose" if which("docker-compose") else None
 
 
 def _port_facts(host: str, ports: dict[str, int], repository: Path | None) -> tuple[PortFact, ...]:
@@ -310,6 +341,10 @@ def check_host(facts: HostFacts, profile: GpuProfile, image: str | None = None,
     """Judge the facts against the profile and image: one Check per line of the report.
     ``tensorrt``: the repository serves TensorRT plans (the image must run them)."""
     image = image or profile.stack.triton_image
+    if not profile.has_gpu:
+        return [_check_image(profile, image, tensorrt), _check_host_memory(facts, profile),
+                _check_docker(facts.docker), _check_compose(facts.docker),
+                _check_ports(facts.ports)]
     releases = load_image_releases() if releases is None else releases
     needs = image_needs(image, profile, releases)
     return [_check_driver(facts, needs, releases), _check_image(profile, image, tensorrt),
@@ -443,13 +478,44 @@ def _check_image(profile: GpuProfile, image: str, tensorrt: bool = False) -> Che
         check_image(profile, image, tensorrt=tensorrt)
     except UsageError as exc:
         return Check("image", False, exc.message, exc.hint or "")
+    if not profile.has_gpu:
+        return Check("image", True, f"{image} serves on the CPU: ONNX Runtime's CPU provider, "
+                                    "no GPU, driver or NVIDIA runtime needed")
     plans = ", with the repository's TensorRT plans" if tensorrt else ""
     return Check("image", True, f"{image} runs on the {profile.display_name} "
                                 f"(compute capability {profile.cc_key}){plans}")
 
 
+def _check_host_memory(facts: HostFacts, profile: GpuProfile) -> Check:
+    """A CPU profile's memory is what its configs let the models take (their batch limits
+    are sized for it): the host must have it."""
+    cores = f", {facts.cpus} cores" if facts.cpus else ""
+    if facts.memory_total_mib is None:
+        return Check("memory", True, f"unknown: this host's memory could not be read; the "
+                                     f"{profile.name} profile's configs take up to "
+                                     f"{profile.memory.gib:g} GiB", warning=True)
+    have = facts.memory_total_mib / 1024
+    if have < profile.memory.gib:
+        return Check("memory", False,
+                     f"{have:.1f} GiB{cores}: the {profile.name} profile's configs size batches "
+                     f"for {profile.memory.gib:g} GiB of models",
+                     f"copy configs/gpus/{profile.name}.toml with memory.gib below "
+                     f"{have:.0f}, pass --gpu with it and write the configs again "
+                     "(tritonkit config NAME --gpu FILE --force)")
+    return Check("memory", True, f"{have:.1f} GiB{cores}; the {profile.name} profile's configs "
+                                 f"take up to {profile.memory.gib:g} GiB")
+
+
+def _check_compose(docker: DockerFacts) -> Check:
+    if docker.compose:
+        return Check("compose", True, f"Docker Compose ({docker.compose})")
+    return Check("compose", False, "no Docker Compose (neither 'docker compose' nor "
+                                   "'docker-compose')",
+                 "install the Compose plugin (docker-compose-plugin) or docker-compose")
+
+
 def _matching_profile(cc: float) -> str | None:
-    for name in available_profiles():
+    for name in available_profiles("gpu"):
         try:
             if abs(load_profile(name).compute_capability - cc) < 1e-6:
                 return name
@@ -743,8 +809,11 @@ def doctor_report(profile: GpuProfile | None, facts: HostFacts, *, image: str | 
     if profile is None:
         found = next((_matching_profile(g.compute_capability) for g in facts.gpus), None)
         if found is None:
+            cpu = available_profiles("cpu")
             checks = [Check("profile", False, "no --gpu given and no known GPU found to pick one",
-                            f"pass --gpu ({', '.join(available_profiles())})")]
+                            f"pass --gpu ({', '.join(available_profiles())})"
+                            + (f"; --gpu {cpu[0]} for a host without an NVIDIA GPU"
+                               if cpu else ""))]
             if facts.driver_version is None:
                 checks.append(Check("driver", False, facts.driver_error or "no NVIDIA driver",
                                     "install the NVIDIA driver (≥ 525 for CUDA 12 images, "
@@ -761,7 +830,8 @@ def doctor_report(profile: GpuProfile | None, facts: HostFacts, *, image: str | 
             extra.append(Check("deploy", False, exc.message, exc.hint or ""))
     image = image or deploys
     releases = load_image_releases()
-    return DoctorReport(profile.name, image, image_needs(image, profile, releases).image_driver,
+    driver = image_needs(image, profile, releases).image_driver if profile.has_gpu else None
+    return DoctorReport(profile.name, image, driver,
                         check_host(facts, profile, image, releases, tensorrt=tensorrt) + extra)
 
 

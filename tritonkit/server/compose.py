@@ -21,9 +21,15 @@ or failed to load. Nothing restarts an unhealthy container (a restart policy act
 only), so a slow load costs no restart. tritonkit's own waits do not read the healthcheck:
 they poll Triton's live and ready endpoints themselves.
 
-The repository is mounted whole, with its state folder (``.tritonkit/``: the 0600 secret
-file, the local server's logs, its mirror) masked by an empty read-only tmpfs: the
-containers run as root, and nothing in them needs that folder.
+The repository is mounted whole at ``/repository``, with its state folder (``.tritonkit/``:
+the 0600 secret file, the local server's logs, its mirror) masked by an empty read-only
+tmpfs: the containers run as root, and nothing in them needs that folder. Triton serves
+``/models``, a folder of the models alone (``compose_repository``), so its repository
+index lists no ``.tritonkit``.
+
+A CPU profile (``--gpu cpu``) reserves no GPU and sets no memlock limit (it only serves
+CUDA's pinned memory, and an engine without CAP_SYS_RESOURCE refuses it: rootless
+Docker, many CI runners); its engine needs Docker and Compose, not NVIDIA's runtime.
 """
 
 from __future__ import annotations
@@ -53,7 +59,9 @@ from tritonkit.server.container import (
     to_yaml,
 )
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
-from tritonkit.server.local import Deadline, Progress, refuse_if_running
+from tritonkit.server.compose_repository import SOURCE, build_served, served_dir
+from tritonkit.server.local import (GONE, Deadline, Progress, Stopped, ending_from_log,
+                                    refuse_if_running)
 from tritonkit.server.provenance import body_as_written, refuse_replacing, stamped
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import (
@@ -79,6 +87,8 @@ LOOPBACK = "127.0.0.1"
 # NVIDIA's recommended flags for Triton containers (shared memory, pinned memory, stacks).
 SHM_SIZE = "1gb"
 ULIMITS = {"memlock": -1, "stack": 67108864}
+# memlock serves CUDA's pinned memory alone: a container without a GPU goes without it.
+CPU_ULIMITS = {"stack": 67108864}
 # How long an interrupted `docker compose up` gets to stop on its own before it is killed.
 UP_GRACE_S = 10.0
 # How often a model's load may find the server gone (restarted by Docker) before deploy gives up.
@@ -107,6 +117,10 @@ class ComposeFiles:
     # The .gitignore beside the files, when writing them made it or added .env to it.
     gitignore: Path | None = None
     gitignore_created: bool = False
+    # How ONNX models are served (compose_repository): Triton's onnxruntime backend, or the
+    # python backend's adapter in an image without it.
+    onnx_backend: str = "onnxruntime"
+    uses_gpu: bool = True          # a GPU profile's: reserves GPUs, needs NVIDIA's runtime
 
     def command(self, compose: Sequence[str], *args: str) -> list[str]:
         return [*compose, "-p", self.project, "-f", str(self.compose_file),
@@ -150,26 +164,29 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
     host_ip = "0.0.0.0" if public else LOOPBACK
     published = [f"{host_ip}:{ports.as_dict()[role]}:{port}"
                  for role, port in CONTAINER_PORTS.as_dict().items()]
-    mount = {"type": "bind", "source": str(repository), "target": CONTAINER_REPOSITORY,
-             "read_only": True}
     # The whole repository, not one bind mount per model: `export --force` replaces a model
     # folder by a rename, and a per-model mount would keep serving the folder it replaced
-    # (a reload would load the old model); the repository index must also list a model
-    # exported after the start. So the state folder is masked instead. Its mountpoint must
-    # exist in the read-only mount: write_compose makes or keeps the secret in it first.
-    state_mask = {"type": "tmpfs", "target": f"{CONTAINER_REPOSITORY}/{STATE_DIRNAME}",
-                  "read_only": True}
-    reservation = {"resources": {"reservations": gpu_reservation(device_ids)}}
+    # (a reload would load the old model). So the state folder is masked instead. Its
+    # mountpoint must exist in the read-only mount: write_compose makes or keeps the
+    # secret in it first. Triton serves the links to its models (compose_repository).
+    source = {"type": "bind", "source": str(repository), "target": SOURCE, "read_only": True}
+    served = {"type": "bind", "source": str(served_dir(repository)),
+              "target": CONTAINER_REPOSITORY, "read_only": True}
+    volumes = [source, _state_mask(SOURCE), served]
+    if spec.engine_cache:
+        volumes.append({"type": "volume", "source": cache_volume(spec.image),
+                        "target": ORT_TRT_CACHE_ROOT})
+    gpu = {"deploy": {"resources": {"reservations": gpu_reservation(device_ids)}}} \
+        if spec.uses_gpu else {}
+    ulimits = ULIMITS if spec.uses_gpu else CPU_ULIMITS
     ready = f"http://127.0.0.1:{CONTAINER_PORTS.http}/v2/health/ready"
     server: dict = {
         "image": spec.image,
         "command": spec.argv(secret),
-        "deploy": reservation,
+        **gpu,
         "shm_size": SHM_SIZE,
-        "ulimits": dict(ULIMITS),
-        "volumes": [mount, state_mask,
-                    {"type": "volume", "source": cache_volume(spec.image),
-                     "target": ORT_TRT_CACHE_ROOT}],
+        "ulimits": dict(ulimits),
+        "volumes": volumes,
         "ports": published,
         "healthcheck": {"test": ["CMD", "curl", "-fsS", "-o", "/dev/null", ready],
                         "interval": "10s", "timeout": "5s", "retries": 3,
@@ -192,10 +209,11 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
             "user": folder_owner(repository / recipe.model),
             # That user has no home in the image; CUDA's kernel cache and friends write there.
             "environment": {"HOME": "/tmp"},
-            "volumes": [{**mount, "read_only": False}, state_mask],
-            "deploy": reservation,
+            "volumes": [{**source, "target": CONTAINER_REPOSITORY, "read_only": False},
+                        _state_mask(CONTAINER_REPOSITORY)],
+            **gpu,
             "shm_size": SHM_SIZE,
-            "ulimits": dict(ULIMITS),
+            "ulimits": dict(ulimits),
             "restart": "no",
         }
     if services:
@@ -203,7 +221,14 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
                                 for name in services}
     services[SERVICE] = server
     # No top-level "version": the Compose Specification dropped it (v2 warns about it).
-    return {"services": services, "volumes": {cache_volume(spec.image): {}}}
+    named = {"volumes": {cache_volume(spec.image): {}}} if spec.engine_cache else {}
+    return {"services": services, **named}
+
+
+def _state_mask(repository_at: str) -> dict:
+    """An empty read-only tmpfs over the state folder of the repository mounted at
+    ``repository_at``: the 0600 secret, logs and mirrors stay out of the container."""
+    return {"type": "tmpfs", "target": f"{repository_at}/{STATE_DIRNAME}", "read_only": True}
 
 
 def folder_owner(folder: Path) -> str:
@@ -220,17 +245,20 @@ def folder_owner(folder: Path) -> str:
 def cache_volume(image: str) -> str:
     """The engine cache's volume, one per serving image: the configs key their cache folders
     by the profile's image, and an ``--image`` that differs must not find engines another
-    TensorRT built (ONNX Runtime fails to load them)."""
+    TensorRT built (ONNX Runtime fails to load them). Compose puts the project's name in
+    front (``<project>_trt-engine-cache-...``): one volume per repository and image."""
     tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", image.rsplit("/", 1)[-1]).strip("-.")
     return f"{TRT_CACHE_VOLUME}-{tag}" if tag else TRT_CACHE_VOLUME
 
 
 def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Ports = Ports(),
                   public: bool = False, device_ids: Sequence[str] = ("0",),
-                  force: bool = False, starting: bool = True) -> ComposeFiles:
+                  force: bool = False, starting: bool = True,
+                  onnx_backend: str = "onnxruntime") -> ComposeFiles:
     """Write ``out/docker-compose.yml`` and ``out/.env`` (the secret, 0600), each stamped
     with the sha256 of its text: a rerun replaces them unless one was edited by hand since
-    (then only with ``force``).
+    (then only with ``force``); and the folder Triton serves (``build_served``, with
+    ``onnx_backend``).
 
     ``starting`` says the caller starts the files right after: a recorded compose
     deployment is then recreated with the files' secret. Otherwise files that would give
@@ -243,7 +271,10 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
         raise UsageError("a compose deployment needs fixed ports (0 picks one only locally)",
                          hint="pass --http-port/--grpc-port/--metrics-port with real ports")
     ports.require_distinct()
-    check_device_ids(device_ids)
+    if spec.uses_gpu:
+        check_device_ids(device_ids)
+    else:
+        device_ids = ()
     check_folder(out, what="--out")
     refuse_if_running(repository)  # a new secret would lock its own clients out
     out = Path(out)
@@ -261,6 +292,8 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
     # The secret file keeps DIR/.tritonkit/ in being: the compose file masks that folder
     # inside the container, and Docker cannot make a mountpoint in a read-only mount.
     secret = kept or new_secret(repository)
+    build_served(repository, spec.models, model_config_name=spec.model_config_name,
+                 onnx_backend=onnx_backend)
     body = to_yaml(compose_dict(spec, repository, ports=ports, public=public,
                                 device_ids=device_ids))
     # Before .env exists: --out is often inside the user's own git repository.
@@ -274,7 +307,8 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
                         ports=ports, public=public, device_ids=tuple(device_ids),
                         secret_header=spec.settings.restricted_api.header, secret=secret,
                         not_started_over=not_started_over,
-                        gitignore=gitignore, gitignore_created=gitignore_made)
+                        gitignore=gitignore, gitignore_created=gitignore_made,
+                        onnx_backend=onnx_backend, uses_gpu=spec.uses_gpu)
 
 
 def _kept_secret(env_file: Path, project: str, repository: Path) -> str | None:
@@ -322,8 +356,9 @@ def docker_gives_gpus(runtimes: Iterable[str], *, hook_found: bool) -> bool:
     return "nvidia" in runtimes or hook_found
 
 
-def engine_problem() -> str | None:
-    """What this host lacks to run the compose file on a GPU, or None if nothing."""
+def engine_problem(gpu: bool = True) -> str | None:
+    """What this host lacks to run the compose file, or None if nothing: Docker and Compose,
+    and with ``gpu`` NVIDIA's container runtime."""
     if not shutil.which("docker"):
         return "no Docker CLI on this machine"
     info = _run(["docker", "info", "--format", "{{json .Runtimes}}"])
@@ -334,7 +369,7 @@ def engine_problem() -> str | None:
         runtimes = json.loads(info.stdout or "{}") or {}
     except json.JSONDecodeError:
         runtimes = {}
-    if not docker_gives_gpus(runtimes, hook_found=shutil.which(NVIDIA_HOOK) is not None):
+    if gpu and not docker_gives_gpus(runtimes, hook_found=shutil.which(NVIDIA_HOOK) is not None):
         return "no NVIDIA container runtime in the Docker engine (install nvidia-container-toolkit)"
     if compose_command() is None:
         return "no Docker Compose (neither 'docker compose' nor 'docker-compose')"
@@ -349,12 +384,13 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
     keeps what a redeploy must name again: the files' folder, the image, the GPUs, whether
     public, and ``server_config``, the settings file ``spec`` was made with."""
     repository = Path(repository).resolve()
-    problem = engine_problem()
+    problem = engine_problem(gpu=spec.uses_gpu)
     if problem:
+        where = "on a GPU host with Docker and the NVIDIA runtime" if spec.uses_gpu else \
+            "on a host with Docker and Compose"
         raise ServerError(
             f"{problem}; wrote {files.compose_file} and {files.env_file} but started nothing",
-            hint=f"on a GPU host with Docker and the NVIDIA runtime: "
-                 f"docker compose -f {files.compose_file} up -d")
+            hint=f"{where}: docker compose -f {files.compose_file} up -d")
     compose = compose_command() or []
     deployment = Deployment(
         target="compose", repository=str(repository), host=LOOPBACK,
@@ -366,7 +402,7 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
                "compose_file": str(files.compose_file.resolve()),
                "env_file": str(files.env_file.resolve()),
                "image": spec.image, "gpu": spec.gpu, "public": files.public,
-               "device_ids": list(files.device_ids),
+               "device_ids": list(files.device_ids), "onnx_backend": files.onnx_backend,
                **({"server_config": str(Path(server_config).resolve())}
                   if server_config else {})})
     try:
@@ -502,8 +538,9 @@ def _load_model(deployment: Deployment, model: str, deadline: Deadline) -> bool:
         client.close()
 
 
-def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> bool:
-    """``docker compose down`` for a recorded compose deployment; clears the state.
+def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> Stopped | bool:
+    """``docker compose down`` for a recorded compose deployment; clears the state. Returns
+    how the server ended (``stop_server``).
 
     A compose file deleted since is not needed: Compose v2 stops a project by its name
     alone (it finds the containers by their project label)."""
@@ -512,6 +549,7 @@ def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> bool:
     if compose is None:
         raise ServerError("no Docker Compose on this machine to stop the deployment with",
                           hint=f"stop it where it runs: docker compose -p {extra.get('project')} down")
+    ended = stop_server(extra["project"], timeout)
     command, stdin, env = [*compose, "-p", extra["project"]], None, None
     if Path(extra["compose_file"]).is_file():
         command += ["-f", extra["compose_file"]]
@@ -533,7 +571,47 @@ def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> bool:
         raise ServerError(f"docker compose down failed: {_last_line(result)}",
                           hint=f"run it by hand: {by_hand} down")
     clear_deployment(Path(deployment.repository))
-    return True
+    return ended
+
+
+def stop_server(project: str, timeout: float) -> Stopped | bool:
+    """Stop the project's Triton container as ``docker compose down`` would (its stop
+    signal, SIGINT; a kill at ``timeout``), and say how it ended: on its own, its exit
+    timeout expired, or killed (``ending_from_log``, from what it logged meanwhile); GONE
+    if it had exited already. False when the project has no Triton container; True when
+    the engine cannot be asked (no docker CLI, as beside Compose v1 alone): it stopped,
+    how is unknown. ``down`` removes the container after."""
+    if not shutil.which("docker"):
+        return True
+    found = _run(["docker", "ps", "-a", "-q",
+                  "--filter", f"label=com.docker.compose.project={project}",
+                  "--filter", f"label=com.docker.compose.service={SERVICE}"])
+    if found.returncode != 0:
+        return True
+    if not found.stdout.split():
+        return False
+    container = found.stdout.split()[0]
+    state = _container_state(container)
+    if not state.get("Running"):
+        return Stopped(0, GONE, 0.0, timeout)
+    wait = max(1, int(timeout))
+    since, started = time.time(), time.monotonic()
+    _run(["docker", "stop", "--time", str(wait), container], timeout=wait + 30)
+    seconds = time.monotonic() - started
+    after = _container_state(container)
+    # Docker's kill at the end of the wait is a SIGKILL: exit code 137, not the OOM killer.
+    killed = after.get("ExitCode") == 128 + signal.SIGKILL and not after.get("OOMKilled")
+    logs = _run(["docker", "logs", "--since", f"{since:.3f}", container], timeout=30)
+    return ending_from_log(logs.stdout + logs.stderr, pid=int(state.get("Pid") or 0),
+                           killed=killed, seconds=seconds, timeout=wait)
+
+
+def _container_state(container: str) -> dict:
+    result = _run(["docker", "inspect", "--format", "{{json .State}}", container])
+    try:
+        return json.loads(result.stdout) if result.returncode == 0 else {}
+    except json.JSONDecodeError:
+        return {}
 
 
 def _recorded_target(repository: Path) -> str | None:

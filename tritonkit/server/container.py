@@ -67,6 +67,10 @@ class ContainerSpec:
     tensorrt: bool
     model_config_name: str | None
     recipes: tuple[PlanRecipe, ...]
+    # The profile's kind: a GPU to reserve, GPU metrics to report (False: a CPU profile).
+    uses_gpu: bool = True
+    # ONNX Runtime's TensorRT accelerator builds engines, which a volume keeps across restarts.
+    engine_cache: bool = True
 
     def argv(self, secret: str) -> list[str]:
         """tritonserver's command line inside the container (``secret`` may be a variable)."""
@@ -74,7 +78,7 @@ class ContainerSpec:
             self.settings, binary=TRITON_BINARY, model_repository=CONTAINER_REPOSITORY,
             ports=CONTAINER_PORTS, models=self.models, secret=secret,
             bind_address=CONTAINER_BIND, model_config_name=self.model_config_name,
-            gpu_metrics=True)
+            gpu_metrics=self.uses_gpu)
 
 
 def container_spec(repository: Path, gpu: str, *, image: str | None = None,
@@ -85,7 +89,13 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
     profile = load_profile(gpu)
     refuse_missing_gpu_configs(repository, models, profile.name)
     settings = profile.server_settings(load_server_settings(server_config))
-    tensorrt = any(_serves_plans(repository / m, profile.name) for m in models)
+    plans = [m for m in models if _serves_plans(repository / m, profile.name)]
+    if plans and not profile.has_gpu:
+        raise UsageError(f"model '{plans[0]}' is served from a TensorRT plan, which needs a GPU; "
+                         f"the {profile.name} profile has none",
+                         hint=f"give it an ONNX config for the profile: tritonkit config "
+                              f"{plans[0]} --gpu {profile.name} --force (from its model.onnx)")
+    tensorrt = bool(plans)
     chosen = profile.stack.triton_image_tensorrt if tensorrt else profile.stack.triton_image
     chosen = chosen if image is None else image     # an empty --image is refused, not ignored
     check_image(profile, chosen, tensorrt=tensorrt)
@@ -96,7 +106,8 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
         gpu=profile.name, compute_capability=profile.compute_capability, image=chosen,
         models=tuple(models), settings=settings, tensorrt=tensorrt,
         # Triton falls back to config.pbtxt for a model without configs/<name>.pbtxt.
-        model_config_name=profile.name if per_gpu else None, recipes=recipes)
+        model_config_name=profile.name if per_gpu else None, recipes=recipes,
+        uses_gpu=profile.has_gpu, engine_cache=profile.serving.accelerator == "tensorrt")
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -129,8 +140,8 @@ def check_image(profile: GpuProfile, image: str, *, tensorrt: bool) -> None:
                          hint="e.g. nvcr.io/nvidia/tritonserver:24.10-py3, or leave --image out "
                               "for the profile's")
     release = image_release(image)
-    if release is None:
-        return  # a custom tag: the user knows what is inside
+    if release is None or not profile.has_gpu:
+        return  # a custom tag: the user knows what is inside; a CPU has no capability to match
     fallback = profile.stack.triton_image_tensorrt if tensorrt else profile.stack.triton_image
     if profile.compute_capability < 7.5 and release >= _NEEDS_CC75_FROM:
         raise UsageError(

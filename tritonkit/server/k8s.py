@@ -1,4 +1,4 @@
-"""Kubernetes manifests for a fleet of Triton replicas, one GPU each.
+"""Kubernetes manifests for a fleet of Triton replicas, one GPU each (a CPU profile: none).
 
 ``k8s_manifests`` builds, as dicts, a Deployment (``nvidia.com/gpu`` limits, liveness
 on ``/v2/health/live``, readiness and startup probes on ``/v2/health/ready``), a
@@ -26,6 +26,10 @@ pressure; the init containers that copy the repository and build plans ask for t
 (and the same memory limit), the fill pod for a little (``FILL_RESOURCES``), so a
 namespace whose quota requires requests admits them all; on SIGTERM it waits ``PRESTOP_S`` before Triton unloads its models, while the
 Service stops routing to it. More than one replica get a PodDisruptionBudget.
+
+A CPU profile's replicas ask for no ``nvidia.com/gpu``, tolerate no GPU taint and select
+no GPU nodes; with no GPU to wait for, a rollout starts the new pod before it stops the
+old one (``maxSurge: 1``, ``maxUnavailable: 0``).
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ class K8sFiles:
     pdb_removed: str | None = None
     gitignore: Path | None = None  # the .gitignore written or extended to ignore secret.yaml
     gitignore_created: bool = False
+    surge: bool = False            # a rollout starts the new pod first (``rollout``: CPU)
 
 
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -173,7 +178,7 @@ def memory_request(spec: ContainerSpec, repository: Path) -> tuple[str, str]:
     total = SHM_BYTES + pinned + models + TRITON_BASE_MEMORY
     rule = " + ".join(f"{what} {_binary_size(size)}" for what, size in (
         ("/dev/shm", SHM_BYTES), ("pinned pool", pinned), ("model files", models),
-        ("tritonserver", TRITON_BASE_MEMORY)))
+        ("tritonserver", TRITON_BASE_MEMORY)) if size or what != "pinned pool")
     return f"{-(-total // 1024**3)}Gi", rule
 
 
@@ -374,7 +379,7 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
                     resources=resources, memory_rule=memory_rule, startup_s=startup_s,
                     replicas=replicas, pdb=name if PDB_FILE in manifests else None,
                     pdb_removed=pdb_removed, gitignore=gitignore,
-                    gitignore_created=gitignore_made)
+                    gitignore_created=gitignore_made, surge=rollout(spec)["maxSurge"] > 0)
 
 
 def _kept_secret(secret_file: Path, name: str, repository: Path) -> tuple[str | None, str | None]:
@@ -427,8 +432,9 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
                 secret_name: str, claim: str, replicas: int, resources: dict,
                 startup_s: int) -> dict:
     # nvidia.com/gpu: a quantity, which the API types as a string
+    gpu = {GPU_RESOURCE: "1"} if spec.uses_gpu else {}
     server_resources = {"requests": dict(resources.get("requests", {})),
-                        "limits": {**resources.get("limits", {}), GPU_RESOURCE: "1"}}
+                        "limits": {**resources.get("limits", {}), **gpu}}
     # The init containers ask for the server's own cpu and memory: they run one at a time
     # before it, so the pod's request (the larger of any init container's and the
     # containers' sum) grows by nothing, and a trtexec build, which holds the model and
@@ -452,7 +458,8 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         "volumeMounts": [{"name": "model-repository", "mountPath": CONTAINER_REPOSITORY,
                           "readOnly": True},
                          {"name": "dshm", "mountPath": "/dev/shm"},
-                         {"name": "trt-engine-cache", "mountPath": ORT_TRT_CACHE_ROOT}],
+                         *([{"name": "trt-engine-cache", "mountPath": ORT_TRT_CACHE_ROOT}]
+                           if spec.engine_cache else [])],
         # Liveness on live only: a model that is loading must not get the pod killed.
         "livenessProbe": _probe("/v2/health/live", period=10, failures=3),
         "readinessProbe": _probe("/v2/health/ready", period=5, failures=3),
@@ -466,10 +473,11 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
             "preStop": {"exec": {"command": ["/bin/sh", "-c", f"sleep {PRESTOP_S}"]}},
         },
     }
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
-               # ONNX Runtime's TensorRT engines: an emptyDir outlives container restarts
-               # in the pod, so a restarted server does not build them again.
-               {"name": "trt-engine-cache", "emptyDir": {}}]
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}]
+    if spec.engine_cache:
+        # ONNX Runtime's TensorRT engines: an emptyDir outlives container restarts in the
+        # pod, so a restarted server does not build them again.
+        volumes.append({"name": "trt-engine-cache", "emptyDir": {}})
     pod_spec: dict = {
         "containers": [container],
         "volumes": volumes,
@@ -478,9 +486,11 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         "terminationGracePeriodSeconds": PRESTOP_S + spec.settings.exit_timeout_secs + 5,
         "automountServiceAccountToken": False,      # Triton never calls the API server
         "securityContext": pod_security_context(),
-        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-        "nodeSelector": node_selector(spec.compute_capability),
     }
+    if spec.uses_gpu:
+        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists",
+                                    "effect": "NoSchedule"}]
+        pod_spec["nodeSelector"] = node_selector(spec.compute_capability)
     claim_volume = {"name": "model-repository",
                     "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
     if spec.recipes:
@@ -512,14 +522,20 @@ def _deployment(spec: ContainerSpec, name: str, labels: dict, selector: dict,
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "replicas": replicas,
-            # One pod at a time and no surge pod: with one GPU per node a surge pod
-            # could not be scheduled and the rollout would hang.
-            "strategy": {"type": "RollingUpdate",
-                         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": rollout(spec)},
             "selector": {"matchLabels": selector},
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
+
+
+def rollout(spec: ContainerSpec) -> dict:
+    """How a rollout replaces the replicas. One pod at a time and no surge pod on GPUs: with
+    one GPU per node a surge pod could not be scheduled and the rollout would hang. On
+    CPUs the new pod starts first, so a rollout keeps every replica serving."""
+    if spec.uses_gpu:
+        return {"maxSurge": 0, "maxUnavailable": 1}
+    return {"maxSurge": 1, "maxUnavailable": 0}
 
 
 def _probe(path: str, *, period: int, failures: int) -> dict:

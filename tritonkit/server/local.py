@@ -703,18 +703,24 @@ def _terminate(pid: int, deadline: Deadline, progress: Progress | None = None,
         time.sleep(0.01)
     if not _alive(pid):
         _clear_leftovers(pid, prefix)
-    logged = _log_since(log_path, log_from)
+    return ending_from_log(_log_since(log_path, log_from), pid=pid, killed=killed,
+                           seconds=seconds, timeout=deadline.seconds)
+
+
+def ending_from_log(logged: str, *, pid: int, killed: bool, seconds: float,
+                    timeout: float) -> Stopped:
+    """How a tritonserver told to stop (SIGINT) ended, from what it logged since: killed
+    at the timeout, its exit timeout expired, or on its own; and what held it up."""
     # Triton's counts with something in them, in order: it drains client connections, then
     # in-flight work, then unloads, all in one exit timeout. The first is what held the stop
     # up; the last, what it still waited for when it was killed.
     waited = [f"{count} {what}" for _left, count, what in _DRAINING.findall(logged)
               if count != "0"]
     if killed:
-        return Stopped(pid, KILLED, seconds, deadline.seconds, waited[-1] if waited else None)
+        return Stopped(pid, KILLED, seconds, timeout, waited[-1] if waited else None)
     if _EXIT_TIMEOUT_EXPIRED in logged:
-        return Stopped(pid, EXIT_TIMEOUT, seconds, deadline.seconds,
-                       waited[0] if waited else None)
-    return Stopped(pid, EXITED, seconds, deadline.seconds)
+        return Stopped(pid, EXIT_TIMEOUT, seconds, timeout, waited[0] if waited else None)
+    return Stopped(pid, EXITED, seconds, timeout)
 
 
 def _log_size(log_path: Path | None) -> int:

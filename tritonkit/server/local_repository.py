@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -47,9 +47,18 @@ def model_config_path(model_dir: Path, model_config_name: str | None) -> Path:
 
 
 def build_local_repository(repository: Path, dest: Path, models: Sequence[str], *,
-                           model_config_name: str | None = None) -> Path:
-    """Mirror ``models`` of ``repository`` into ``dest`` for the CPU-only embedded server."""
+                           model_config_name: str | None = None,
+                           links_to: Path | None = None) -> Path:
+    """Mirror ``models`` of ``repository`` into ``dest`` for the CPU-only embedded server.
+
+    ``links_to``: where the mirror's links lead instead of ``repository``, the place a
+    container mounts it at (the links are read there, not on this host)."""
     repository = Path(repository).resolve()
+
+    def link(source: Path | str) -> str:
+        if links_to is None:
+            return os.path.abspath(source)
+        return str(links_to / os.path.relpath(os.path.abspath(source), repository))
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -58,16 +67,17 @@ def build_local_repository(repository: Path, dest: Path, models: Sequence[str], 
         config_path = model_config_path(source, model_config_name)
         if not config_path.is_file():
             # No config: Triton auto-completes python-backend models from model.py.
-            _link_tree(source, dest / name)
+            _link_tree(source, dest / name, link)
             continue
         config = read_config(config_path)
         if is_onnx(config) or config.platform == "tensorrt_plan":
             _mirror_onnx_model(source, dest / name, config)
         elif config.backend == "python" or config.platform == "ensemble":
-            _link_tree(source, dest / name)
+            _link_tree(source, dest / name, link)
             if config_path.parent != source:      # configs/<gpu>.pbtxt, as config.pbtxt
                 (dest / name / "config.pbtxt").unlink(missing_ok=True)
-                (dest / name / "config.pbtxt").symlink_to(config_path.resolve())
+                (dest / name / "config.pbtxt").symlink_to(
+                    config_path.resolve() if links_to is None else link(config_path))
         else:
             kind = config.platform or config.backend or "unknown"
             raise UsageError(f"model '{name}' uses {kind}, which the embedded local Triton "
@@ -77,14 +87,15 @@ def build_local_repository(repository: Path, dest: Path, models: Sequence[str], 
     return dest
 
 
-def _link_tree(source: Path, target: Path) -> None:
-    """``source``'s folders made anew under ``target``, each file a link to its original.
+def _link_tree(source: Path, target: Path, link: Callable[[str], str]) -> None:
+    """``source``'s folders made anew under ``target``, each file a link to its original
+    (``link`` says where it is read).
 
     Not one link to the whole folder: the python backend's stub (an isolated interpreter,
     deaf to PYTHONDONTWRITEBYTECODE) writes ``__pycache__`` beside the model.py it imports,
     which must land in the mirror, not in the production repository."""
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"),
-                    copy_function=lambda src, dst: os.symlink(os.path.abspath(src), dst),
+                    copy_function=lambda src, dst: os.symlink(link(src), dst),
                     ignore_dangling_symlinks=True)
 
 

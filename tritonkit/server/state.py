@@ -221,6 +221,8 @@ def redeploy_command(repository: Path) -> str:
                 deploy += ["--device-ids", ",".join(map(str, extra["device_ids"]))]
             if extra.get("public"):
                 deploy += ["--public"]
+            if extra.get("onnx_backend", "onnxruntime") != "onnxruntime":
+                deploy += ["--onnx-backend", str(extra["onnx_backend"])]
         if extra.get("server_config"):
             deploy += ["--server-config", str(extra["server_config"])]
     return f"{shlex.join(['tritonkit', 'down', '-r', str(repository)])} && {shlex.join(deploy)}"

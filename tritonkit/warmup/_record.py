@@ -89,8 +89,11 @@ def added_after_deploy(deployment: Deployment) -> list[str]:
 
 
 def serves_a_mirror(deployment: Deployment) -> bool:
-    """Whether the server reads a copy made at the deploy (the local target's CPU mirror),
-    not the repository folder itself: a model added to the folder since is not there."""
+    """Whether the server reads a copy made at the deploy (the local target's CPU mirror,
+    compose's folder of the models deployed), not the repository folder itself: a model
+    added to the folder since is not there."""
+    if deployment.target == "compose":
+        return True
     served = deployment.extra.get("served_repository")
     return bool(served) and Path(served) != Path(deployment.repository)
 
