@@ -220,6 +220,10 @@ def test_the_repository_index_lists_the_models_and_not_tritonkits_state(deployed
     assert status == 200
     assert sorted(m["name"] for m in answer) == ["example", "mlp"]     # no ".tritonkit"
     assert (deployed.repo / ".tritonkit").is_dir()
+    # the python model through its link into the repository, the ONNX one the adapter's copy
+    served = deployed.repo / ".tritonkit" / "compose" / "models"
+    assert os.readlink(served / "example") == "/repository/example"
+    assert (served / "mlp" / "1" / "model.py").is_file()
 
 
 def test_a_load_test_of_the_compose_deployment_gives_its_sla_verdict(deployed, tmp_path):
@@ -251,8 +255,11 @@ def test_a_killed_server_is_restarted_by_docker_and_warmup_warms_it_again(deploy
     assert all(m["steady"] and m["cold"] for m in warmed.values()), warmed
 
 
-def test_down_removes_the_containers_and_network_and_says_how_the_server_ended(
+def test_down_after_the_compose_files_were_deleted_removes_everything_and_says_how_it_ended(
         deployed, engine):
+    """The compose folder deleted (git clean, a new checkout): `down` stops the project by
+    its name. The last line says how the server ended, as a local server's does."""
+    shutil.rmtree(deployed.out)
     code, out, err = cli("down", "--repository", deployed.repo)
     assert code == 0, err
     last = out.strip().splitlines()[-1]
@@ -263,21 +270,3 @@ def test_down_removes_the_containers_and_network_and_says_how_the_server_ended(
     assert engine.project_objects(deployed.project) == {"containers": [], "networks": [],
                                                         "volumes": []}
     assert not (deployed.repo / ".tritonkit" / "server.json").exists()
-
-
-def test_down_stops_a_deployment_whose_compose_files_were_deleted(engine, tmp_path):
-    """With the default --onnx-backend (Triton's own image serves the folder of links to
-    the models) and the compose folder deleted after the deploy."""
-    repo = cpu_repository(tmp_path / f"{PREFIX}python-only", onnx=False)
-    project = project_name(repo)
-    engine.projects.append(project)
-    out = tmp_path / "docker"
-    code, stdout, err = cli(*deploy_argv(engine, repo, out, "--no-warmup"))
-    assert code == 0, err
-    assert os.readlink(repo / ".tritonkit" / "compose" / "models" / "example") == \
-        "/repository/example"
-    shutil.rmtree(out)
-    code, stdout, err = cli("down", "--repository", repo)
-    assert code == 0, err
-    assert "stopped the Triton server for" in stdout.strip().splitlines()[-1]
-    assert engine.project_objects(project) == {"containers": [], "networks": [], "volumes": []}

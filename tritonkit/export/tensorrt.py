@@ -29,7 +29,11 @@ def plan_filename(profile: GpuProfile) -> str:
 
 
 def refuse_unsupported(profile: GpuProfile) -> None:
-    """A UsageError for a card TensorRT plans cannot run on (the P100)."""
+    """A UsageError for a card TensorRT plans cannot run on (the P100), or no card."""
+    if not profile.has_gpu:
+        raise UsageError(f"--format tensorrt needs a GPU: the {profile.name} profile has none",
+                         hint=f"export with --format onnx: Triton serves it with ONNX Runtime "
+                              f"on the CPU, the path for --gpu {profile.name}")
     if not profile.stack.tensorrt_plans:
         raise UsageError(
             f"--format tensorrt is not supported on {profile.display_name} (compute capability "

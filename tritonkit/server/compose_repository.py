@@ -6,14 +6,12 @@ named ``.tritonkit`` (and a warm-up of every model in the index tried to load it
 container mounts the repository read-only at ``SOURCE`` (its state folder masked by an
 empty tmpfs) and serves ``DIR/.tritonkit/compose/models/``, kept by ``build_served``:
 
-- ``onnx_backend="onnxruntime"`` (Triton's own image): one link per model,
-  ``NAME -> /repository/NAME``. A link by name follows ``tritonkit export --force``, which
-  renames a new model folder into place, so a reload serves the new export. The links
-  point into the container; on this host they lead nowhere.
-- ``onnx_backend="python"`` (an image without Triton's onnxruntime backend, as the
-  stand-in of ``docker/standin/``): the local target's CPU mirror (``local_repository``),
-  each ONNX model a snapshot served by the python-backend adapter, the other models linked
-  file by file into ``SOURCE``.
+- one link per model, ``NAME -> /repository/NAME``. A link by name follows ``tritonkit
+  export --force``, which renames a new model folder into place, so a reload serves the
+  new export. The links point into the container; on this host they lead nowhere.
+- with ``onnx_backend="python"`` (an image without Triton's onnxruntime backend, as the
+  stand-in of ``docker/standin/``), each ONNX model is instead the local target's CPU
+  mirror of it (``local_repository``): a snapshot served by the python-backend adapter.
 
 A model added to the repository after the deploy is served from the next deploy, as on
 the local target. The folder is updated in place, never replaced: a running container has
@@ -28,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from tritonkit.errors import UsageError
-from tritonkit.server.local_repository import build_local_repository
+from tritonkit.server.local_repository import adapter_serves, build_local_repository
 from tritonkit.server.state import state_dir
 
 #: Where the compose containers mount the repository (read-only, its state folder masked).
@@ -54,24 +52,24 @@ def build_served(repository: Path, models: Sequence[str], *,
     repository = Path(repository).resolve()
     served = served_dir(repository)
     served.mkdir(parents=True, exist_ok=True)
-    if onnx_backend == "python":
+    adapted = [name for name in models if onnx_backend == "python"
+               and adapter_serves(repository / name, model_config_name)]
+    if adapted:
         staged = served.with_name("models.new")
         shutil.rmtree(staged, ignore_errors=True)
-        build_local_repository(repository, staged, models, model_config_name=model_config_name,
-                               links_to=Path(SOURCE))
-        for name in models:
+        build_local_repository(repository, staged, adapted, model_config_name=model_config_name)
+        for name in adapted:
             _put(served / name, staged / name)
         shutil.rmtree(staged)
-    else:
-        for name in models:
-            target = f"{SOURCE}/{name}"
-            entry = served / name
-            if entry.is_symlink() and os.readlink(entry) == target:
-                continue
-            link = served / f".{name}.link"
-            link.unlink(missing_ok=True)
-            link.symlink_to(target)
-            _put(entry, link)
+    for name in models:
+        target = f"{SOURCE}/{name}"
+        entry = served / name
+        if name in adapted or entry.is_symlink() and os.readlink(entry) == target:
+            continue
+        link = served / f".{name}.link"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        _put(entry, link)
     for entry in served.iterdir():
         if entry.name not in models:
             _remove(entry)
@@ -79,9 +77,10 @@ def build_served(repository: Path, models: Sequence[str], *,
 
 
 def _put(entry: Path, new: Path) -> None:
-    """``new`` renamed to ``entry``, whatever ``entry`` was (a link is replaced in one step)."""
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry)
+    """``new`` renamed to ``entry``, whatever ``entry`` was: a link over a link in one step,
+    anything else once the old entry is gone."""
+    if (entry.is_symlink() or entry.exists()) and not (entry.is_symlink() and new.is_symlink()):
+        _remove(entry)
     os.replace(new, entry)
 
 

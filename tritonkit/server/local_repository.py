@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -47,18 +47,9 @@ def model_config_path(model_dir: Path, model_config_name: str | None) -> Path:
 
 
 def build_local_repository(repository: Path, dest: Path, models: Sequence[str], *,
-                           model_config_name: str | None = None,
-                           links_to: Path | None = None) -> Path:
-    """Mirror ``models`` of ``repository`` into ``dest`` for the CPU-only embedded server.
-
-    ``links_to``: where the mirror's links lead instead of ``repository``, the place a
-    container mounts it at (the links are read there, not on this host)."""
+                           model_config_name: str | None = None) -> Path:
+    """Mirror ``models`` of ``repository`` into ``dest`` for the CPU-only embedded server."""
     repository = Path(repository).resolve()
-
-    def link(source: Path | str) -> str:
-        if links_to is None:
-            return os.path.abspath(source)
-        return str(links_to / os.path.relpath(os.path.abspath(source), repository))
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -67,17 +58,16 @@ def build_local_repository(repository: Path, dest: Path, models: Sequence[str], 
         config_path = model_config_path(source, model_config_name)
         if not config_path.is_file():
             # No config: Triton auto-completes python-backend models from model.py.
-            _link_tree(source, dest / name, link)
+            _link_tree(source, dest / name)
             continue
         config = read_config(config_path)
-        if is_onnx(config) or config.platform == "tensorrt_plan":
+        if _adapter_serves(config):
             _mirror_onnx_model(source, dest / name, config)
         elif config.backend == "python" or config.platform == "ensemble":
-            _link_tree(source, dest / name, link)
+            _link_tree(source, dest / name)
             if config_path.parent != source:      # configs/<gpu>.pbtxt, as config.pbtxt
                 (dest / name / "config.pbtxt").unlink(missing_ok=True)
-                (dest / name / "config.pbtxt").symlink_to(
-                    config_path.resolve() if links_to is None else link(config_path))
+                (dest / name / "config.pbtxt").symlink_to(config_path.resolve())
         else:
             kind = config.platform or config.backend or "unknown"
             raise UsageError(f"model '{name}' uses {kind}, which the embedded local Triton "
@@ -87,16 +77,26 @@ def build_local_repository(repository: Path, dest: Path, models: Sequence[str], 
     return dest
 
 
-def _link_tree(source: Path, target: Path, link: Callable[[str], str]) -> None:
-    """``source``'s folders made anew under ``target``, each file a link to its original
-    (``link`` says where it is read).
+def _link_tree(source: Path, target: Path) -> None:
+    """``source``'s folders made anew under ``target``, each file a link to its original.
 
     Not one link to the whole folder: the python backend's stub (an isolated interpreter,
     deaf to PYTHONDONTWRITEBYTECODE) writes ``__pycache__`` beside the model.py it imports,
     which must land in the mirror, not in the production repository."""
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"),
-                    copy_function=lambda src, dst: os.symlink(link(src), dst),
+                    copy_function=lambda src, dst: os.symlink(os.path.abspath(src), dst),
                     ignore_dangling_symlinks=True)
+
+
+def adapter_serves(model_dir: Path, model_config_name: str | None = None) -> bool:
+    """Whether the mirror serves the model through the ONNX Runtime adapter (an ONNX model,
+    or a TensorRT one that carries its ONNX source), not from its own files."""
+    config_path = model_config_path(model_dir, model_config_name)
+    return config_path.is_file() and _adapter_serves(read_config(config_path))
+
+
+def _adapter_serves(config: mc.ModelConfig) -> bool:
+    return is_onnx(config) or config.platform == "tensorrt_plan"
 
 
 def is_onnx(config: mc.ModelConfig) -> bool:
