@@ -76,7 +76,8 @@ def test_the_compose_file_passes_docker_compose_config_with_nvidias_container_se
     assert sorted(p.removesuffix("/tcp") for p in server["ports"]) == [
         "127.0.0.1:8000:8000", "127.0.0.1:8001:8001", "127.0.0.1:8002:8002"]
     command = server["command"]
-    assert command[0] == "tritonserver" and "--model-repository=/models" in command
+    assert command[:2] == ["sh", "-c"] and command[4] == "tritonserver"
+    assert "--model-repository=/models" in command
     assert "--model-control-mode=explicit" in command and "--load-model=example" in command
     assert "--strict-readiness=true" in command and "--http-address=0.0.0.0" in command
     assert f"--min-supported-compute-capability={cc}" in command
@@ -93,21 +94,29 @@ def test_the_secret_lives_only_in_the_0600_env_file_and_is_never_printed(
     compose_text = (out / "docker-compose.yml").read_text()
     assert secret not in compose_text
     # The restricted model-repository API is in the file (its value comes from .env).
-    restricted = "model-repository,shared-memory,logging,trace:tritonkit-repository-key=${TRITONKIT_REPOSITORY_KEY"
-    assert f"--http-restricted-api={restricted}" in compose_text
-    assert f"--grpc-restricted-protocol={restricted}" in compose_text
+    restricted = "model-repository,shared-memory,logging,trace:tritonkit-repository-key="
+    assert f"TRITONKIT_RESTRICTED_API: {restricted}\n" in compose_text
+    assert "TRITONKIT_REPOSITORY_KEY: ${TRITONKIT_REPOSITORY_KEY:?" in compose_text
+    assert ('"--http-restricted-api=$${TRITONKIT_RESTRICTED_API}$${TRITONKIT_REPOSITORY_KEY}"'
+            in compose_text)
+    assert ('"--grpc-restricted-protocol=$${TRITONKIT_RESTRICTED_API}$${TRITONKIT_REPOSITORY_KEY}"'
+            in compose_text)
     printed = capsys.readouterr()
     assert secret not in printed.out + printed.err and secret[:4] in printed.out
 
 
 @needs_compose
-def test_the_compose_file_interpolates_the_secret_from_the_env_file(example_repository, tmp_path):
+def test_the_compose_file_puts_the_secret_from_the_env_file_in_the_environment_not_the_command(
+        example_repository, tmp_path):
+    """The command Compose gives the container (docker inspect's Cmd, docker ps) holds no
+    secret: the container's shell reads it from its environment as it starts."""
     out = tmp_path / "docker"
     assert write(example_repository, out, "--gpu", "a10") == 0
     assert (out / ".env").read_text().startswith("# ")      # comments Compose skips
-    command = compose_config(out)["services"]["tritonserver"]["command"]
+    server = compose_config(out)["services"]["tritonserver"]
     secret = read_secret(example_repository)
-    assert f"--http-restricted-api=model-repository,shared-memory,logging,trace:tritonkit-repository-key={secret}" in command
+    assert server["environment"]["TRITONKIT_REPOSITORY_KEY"] == secret
+    assert not any(secret in arg for arg in server["command"])
 
 
 @needs_compose

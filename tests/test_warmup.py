@@ -750,16 +750,19 @@ def test_a_load_on_a_server_not_in_explicit_model_control_says_so_and_how_to_sta
     import subprocess
 
     from tritonkit.client import health
+    from tritonkit.fileio import OwnedFolder
     from tritonkit.server.binary import find_install, prepare_backends, server_environment
     from tritonkit.server.settings import Ports, load_server_settings, tritonserver_argv
 
     install = find_install()
     ports = Ports(*free_ports(3))
+    with OwnedFolder(tmp_path, "backends", create=True) as backends:
+        backend_directory = prepare_backends(install, backends)
     argv = tritonserver_argv(
         dataclasses.replace(load_server_settings(), model_control_mode="none"),
         binary=str(install.binary), model_repository=str(example_repository), ports=ports,
         models=[], secret="s3cret", bind_address="127.0.0.1",
-        backend_directory=str(prepare_backends(install, tmp_path / "backends")),
+        backend_directory=str(backend_directory),
         gpu_metrics=False, python_shm_prefix=f"tritonkit_test_{secrets.token_hex(4)}_")
     with open(tmp_path / "server.log", "wb") as log:
         server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,

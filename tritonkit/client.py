@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from tritonkit.errors import UsageError
-from tritonkit.server.state import Deployment, load_deployment
+from tritonkit.fileio import read_user_text
+from tritonkit.server.state import Deployment, check_secret, load_deployment
 
 if TYPE_CHECKING:
     from tritonkit.server.local import Deadline
@@ -38,6 +40,16 @@ class Endpoint:
     repository_headers: dict[str, str] = field(default_factory=dict)
     # The server's log, where it is a file here (a recorded local deployment's): hints name it.
     log_path: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every source checks its secret and names itself; this is the last guard before
+        # a request: a header line of our own must never be split into two.
+        for name, value in self.repository_headers.items():
+            if not _HEADER_NAME.fullmatch(name):
+                raise UsageError(f"the secret header's name {name!r} is not an HTTP header name",
+                                 hint="set restricted_api.header in the server settings to "
+                                      "letters, digits and '-' (e.g. tritonkit-repository-key)")
+            check_secret(value, f"the header {name}")
 
     @classmethod
     def from_deployment(cls, deployment: Deployment) -> "Endpoint":
@@ -76,6 +88,8 @@ def resolve_endpoint(repository: Path | None = None, url: str | None = None,
                          hint="pass --url HOST:PORT --grpc-url HOST:PORT, or only --repository")
     if url and not secret:
         secret = os.environ.get(SECRET_ENV, "").strip() or None
+        if secret:
+            check_secret(secret, f"${SECRET_ENV}")
     if secret:
         if not secret_header and repository is not None:
             try:   # the header the recorded deployment's server was started with
@@ -130,17 +144,23 @@ def check_address(address: str, flag: str) -> str:
     return address
 
 
+#: A secret file holds one token; a larger file is not one.
+SECRET_FILE_MAX_BYTES = 64 << 10
+# RFC 9110's token: what an HTTP header's name may be made of.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+
+
 def read_secret_file(path: Path) -> str:
-    """The secret in ``path`` (its first line, stripped); a UsageError if there is none."""
-    try:
-        lines = Path(path).read_text().strip().splitlines()
-    except OSError as exc:
-        raise UsageError(f"cannot read the secret file {path} ({exc.strerror or exc})",
-                         hint="pass --secret-file with a file that holds the server's secret") from None
+    """The secret in ``path`` (its first line, stripped), checked as a header value; a
+    UsageError naming the file if there is none, or the file is no regular UTF-8 file of
+    at most ``SECRET_FILE_MAX_BYTES``."""
+    text = read_user_text(path, what="the secret file", limit=SECRET_FILE_MAX_BYTES,
+                          hint="pass --secret-file with a file that holds the server's secret")
+    lines = text.strip().splitlines()
     if not lines or not lines[0].strip():
         raise UsageError(f"the secret file {path} is empty",
                          hint="write the server's secret into it (e.g. from its Kubernetes Secret)")
-    return lines[0].strip()
+    return check_secret(lines[0].strip(), f"the secret file {path}")
 
 
 def triton_message(exc: Exception) -> str:

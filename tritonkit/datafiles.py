@@ -20,7 +20,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from tritonkit.errors import ProfileError
+from tritonkit.errors import ProfileError, UsageError
+from tritonkit.fileio import read_user_file
 
 T = TypeVar("T")
 
@@ -47,20 +48,20 @@ def shipped_configs_dir() -> Path:
     return installed if installed.is_dir() else package.parent / "configs"
 
 
+#: A settings, profile or alerts file is a few KiB; a larger one is no such file.
+TOML_MAX_BYTES = 1 << 20
+
+
 def load_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; a missing or malformed file is a ProfileError naming it."""
+    """Parse a TOML file; a missing, malformed or oversized file, or no regular file (a
+    folder, a FIFO, a device), is a ProfileError naming it."""
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ProfileError(f"configuration file {path} does not exist",
-                           hint="check the path, or copy one from configs/") from None
-    except IsADirectoryError:
-        raise ProfileError(f"configuration file {path} is a folder",
-                           hint="give the .toml file's path") from None
-    except OSError as exc:
-        raise ProfileError(f"cannot read configuration file {path} ({exc.strerror})",
-                           hint="check the path and its permissions") from None
+        data = read_user_file(path, what="configuration file", limit=TOML_MAX_BYTES,
+                              hint="give the path of a .toml file, e.g. a copy of one from configs/")
+    except UsageError as exc:
+        raise ProfileError(exc.message, hint=exc.hint) from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise ProfileError(f"{path} is not valid TOML: it is not UTF-8 text",
                            hint="give a TOML file, e.g. one from configs/") from None

@@ -22,12 +22,14 @@ from tritonkit.profiles import available_profiles, load_profile
 from tritonkit.repository import model_names, refuse_missing_gpu_configs
 from tritonkit.server import compose, k8s
 from tritonkit.server.container import container_spec
-from tritonkit.server.local import (Deadline, Progress, mirror_dir, refuse_if_recorded, server_exited,
-                                    Stopped, start_local, stop_local, stop_unrecorded)
+from tritonkit.server.local import (Deadline, Progress, discard_mirror, mirror_dir,
+                                    refuse_if_recorded, remove_mirror, server_exited, Stopped,
+                                    start_local, stop_local, stop_unrecorded)
 from tritonkit.server.local_repository import build_local_repository
 from tritonkit.server.settings import Ports, load_server_settings
-from tritonkit.server.state import (Deployment, deploy_lock, is_recorded, load_deployment,
-                                    require_repository_folder, save_deployment)
+from tritonkit.server.state import (CorruptState, Deployment, clear_deployment, deploy_lock,
+                                    is_recorded, load_deployment, require_repository_folder,
+                                    save_deployment)
 from tritonkit.warmup import load_and_warm
 
 
@@ -54,11 +56,11 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
         settings = load_profile(gpu).server_settings(settings)
     with deploy_lock(repository):
         refuse_if_recorded(repository)       # before the mirror of a live server is touched
-        mirror = build_local_repository(repository, mirror_dir(repository),
-                                        models, model_config_name=gpu)
         deadline = Deadline(timeout)
         deployment = None                    # start_local cleans up after itself
         try:
+            mirror = build_local_repository(repository, mirror_dir(repository),
+                                            models, model_config_name=gpu)
             deployment = start_local(repository, settings,
                                      ports=Ports(http=http_port, grpc=grpc_port,
                                                  metrics=metrics_port),
@@ -71,12 +73,12 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
                                     server_exited=functools.partial(server_exited, deployment),
                                     fresh=True)
         except BaseException as exc:
-            if deployment is None:
-                raise
-            stop_local(deployment, timeout=min(5.0, settings.exit_timeout_secs))
-            if isinstance(exc, TritonkitError):
-                _add_hint(exc, f"deploy stopped the server (its log: {deployment.log_path}); "
-                               "deploy with --no-warmup to keep it up and look")
+            if deployment is not None:
+                stop_local(deployment, timeout=min(5.0, settings.exit_timeout_secs))
+                if isinstance(exc, TritonkitError):
+                    _add_hint(exc, f"deploy stopped the server (its log: {deployment.log_path}); "
+                                   "deploy with --no-warmup to keep it up and look")
+            discard_mirror(repository)       # nothing of a failed deploy is left to serve
             raise
         deployment = dataclasses.replace(
             deployment, extra={**deployment.extra, "warmup": [r.as_dict() for r in results]})
@@ -174,14 +176,27 @@ def down(repository: Path, *, timeout: float = 40.0,
     had gone already (the record is cleared all the same), None if
     nothing was recorded — a second ``down`` (a teardown script's) is no error, as a second
     ``docker compose down`` is not. With no record, a local server still serving the
-    repository is stopped all the same. ``progress`` hears what a stopping local server
-    waits for (Triton drains open client connections for up to its exit timeout)."""
+    repository is stopped all the same, and a mirror a failed or killed deploy left is
+    removed; so is a server whose record is corrupt (found by its command line).
+    ``progress`` hears what a stopping local server waits for (Triton drains open client
+    connections for up to its exit timeout)."""
     if not is_recorded(repository):
         if stopped := stop_unrecorded(repository, timeout, progress):
             return stopped[-1]
         require_repository_folder(repository)      # a typo is not "nothing to stop"
+        remove_mirror(repository)
         return None
-    deployment = load_deployment(repository)
+    try:
+        deployment = load_deployment(repository)
+    except CorruptState:
+        # A record cut short (a full disk, an edit): its local server, if one serves the
+        # repository, is still found by its command line.
+        stopped = stop_unrecorded(repository, timeout, progress)
+        if not stopped:
+            raise
+        clear_deployment(repository)
+        remove_mirror(repository)
+        return stopped[-1]
     if deployment.target == "compose":
         return compose.compose_down(deployment, timeout=timeout)
     return stop_local(deployment, timeout=timeout, progress=progress)

@@ -1,12 +1,17 @@
-"""Writing files so that nothing a user had is lost: atomic writes, no silent overwrite,
-the digest stamp that tells a generated file edited by hand; and a file's sha256, read in
-blocks."""
+"""Files, safely: writing so that nothing a user had is lost (atomic writes, no silent
+overwrite, the digest stamp that tells a generated file edited by hand); reading a file a
+user names only if it is a regular file, with a size bound (``read_user_file``: a FIFO
+never blocks, a device is never read); and ``OwnedFolder``, the folder tritonkit keeps in a
+model repository (``DIR/.tritonkit``), where no link, FIFO or stray folder is followed."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import re
+import shutil
 import stat
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -103,9 +108,12 @@ def _check_writable_folder(folder: Path, *, what: str, target: Path) -> None:
 
 
 def sha256_of(path: Path) -> str:
-    """The hex sha256 of a file, read 1 MiB at a time (model weights may be gigabytes)."""
+    """The hex sha256 of a regular file, read 1 MiB at a time (model weights may be
+    gigabytes); a FIFO or device is a UsageError, not a read without end."""
     digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
+    fd = open_regular(path, what="file", hint="a model's files are regular files: copy them "
+                                               "in again, or export again")
+    with os.fdopen(fd, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -147,7 +155,8 @@ def ensure_ignored(folder: Path, patterns: Sequence[str], *,
     user's own repository, where a ``git add -A`` would commit them.
     """
     path = Path(folder) / ".gitignore"
-    text = path.read_text() if path.exists() else ""
+    text = read_user_text(path, what="the file", limit=MIB,
+                          hint="make it a text file, or remove it") if path.exists() else ""
     present = {line.strip() for line in text.splitlines()}
     missing = [pattern for pattern in patterns if pattern not in present]
     if not missing:
@@ -160,3 +169,381 @@ def ensure_ignored(folder: Path, patterns: Sequence[str], *,
     atomic_write(target, lead + f"# {why}\n" + "".join(f"{p}\n" for p in missing),
                  mode=0o644 if made else stat.S_IMODE(target.stat().st_mode))
     return path, made
+
+
+# --- Reading a user's file: a regular file, read with a bound -------------------------
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def file_kind(mode: int) -> str:
+    """What a file is, in words, from its ``st_mode``."""
+    for test, kind in ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"),
+                       (stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "named pipe (FIFO)"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def _size(count: int) -> str:
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count} bytes"
+
+
+def open_regular(path: Path, *, what: str, hint: str, limit: int | None = None) -> int:
+    """A descriptor open for reading on ``path``, a regular file (a link to one is followed:
+    the path is the user's) of at most ``limit`` bytes; anything else a UsageError that
+    names it. Never blocks: the type is checked before the open, and the open does not
+    wait for a FIFO's writer in case one was swapped in between (checked again after)."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+        if stat.S_ISREG(info.st_mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                os.close(fd)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {path} does not exist", hint=hint) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path} ({exc.strerror or exc})", hint=hint) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{what} {path} is a {file_kind(info.st_mode)}, not a regular file",
+                         hint=hint)
+    if limit is not None and info.st_size > limit:
+        os.close(fd)
+        raise UsageError(f"{what} {path} is {_size(info.st_size)}, more than the "
+                         f"{_size(limit)} such a file can be", hint=hint)
+    return fd
+
+
+def read_user_file(path: Path, *, what: str, limit: int, hint: str) -> bytes:
+    """The bytes of a file a user named (``what``: "the secret file"), a regular file of at
+    most ``limit`` bytes; a folder, FIFO, device, missing or larger file is a UsageError
+    naming it (``hint``: the fix)."""
+    fd = open_regular(path, what=what, hint=hint, limit=limit)
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)          # it may have grown since the stat
+    if len(data) > limit:
+        raise UsageError(f"{what} {path} is more than the {_size(limit)} such a file can be",
+                         hint=hint)
+    return data
+
+
+def read_user_text(path: Path, *, what: str, limit: int, hint: str) -> str:
+    """``read_user_file`` decoded as UTF-8; other bytes are a UsageError naming the file."""
+    data = read_user_file(path, what=what, limit=limit, hint=hint)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} {path} is not UTF-8 text (byte {exc.start} is "
+                         f"0x{data[exc.start]:02x})", hint=hint) from None
+
+
+def check_regular(path: Path, *, what: str, hint: str, limit: int | None = None) -> None:
+    """A UsageError unless ``path`` is a regular file (of at most ``limit`` bytes): for a file
+    a library opens by its path (ONNX, NumPy), which would block on a FIFO or read a device
+    without end."""
+    os.close(open_regular(path, what=what, hint=hint, limit=limit))
+
+
+def read_tail(path: Path, limit: int) -> str:
+    """The last ``limit`` bytes of a log tritonkit wrote, as text ('' if it cannot be read:
+    gone, or not a regular file). Its last component is not followed if it is a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return ""
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(max(0, info.st_size - limit))
+        return fh.read(limit).decode("utf-8", "replace")
+
+
+# --- The folder tritonkit owns inside a model repository -----------------------------
+
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def foreign_object(path: Path, mode: int | None = None, *, expected: str = "file") -> UsageError:
+    """The error for something tritonkit did not put where it keeps a file (``expected``:
+    "file" or "folder"): a link, a FIFO, a device, a folder for a file or the other way."""
+    path = Path(path)
+    if mode is None:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = 0
+    kind = file_kind(mode)
+    if stat.S_ISLNK(mode):
+        try:
+            kind += f" to {os.readlink(path)}"
+        except OSError:
+            pass
+    return UsageError(f"{path} is a {kind}, not a {expected} tritonkit made: it is not "
+                      "followed, read or written",
+                      hint=f"remove it (rm {'-r ' if stat.S_ISDIR(mode) else ''}{path}) and "
+                           "run the command again; tritonkit keeps only its own files there")
+
+
+class OwnedFolder:
+    """A folder tritonkit makes and alone writes (``DIR/.tritonkit`` and what is inside it),
+    held open by a descriptor.
+
+    ``root`` is the user's folder, reached as its path says; each part of ``relative``
+    below it is opened without following a symbolic link, and every name in the folder is
+    made, read, replaced or removed relative to the descriptor. A link, FIFO, device, or a
+    folder where a file belongs (or the other way) is refused with ``foreign_object``,
+    never written through: someone who may write in the repository cannot point a deploy
+    at another file. Use it as a context manager (the descriptor is closed at the end)."""
+
+    def __init__(self, root: Path, relative: str | Path = "", *, create: bool = False,
+                 mode: int = 0o755) -> None:
+        self.path = Path(root).joinpath(relative)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        here = Path(root)
+        for part in Path(relative).parts:
+            here = here / part
+            fd = _open_subfolder(fd, part, here, create=create, mode=mode)
+        self.fd = fd
+
+    @classmethod
+    def _of(cls, fd: int, path: Path) -> "OwnedFolder":
+        folder = cls.__new__(cls)
+        folder.fd, folder.path = fd, path
+        return folder
+
+    def __enter__(self) -> "OwnedFolder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def child(self, name: str, *, create: bool = False, mode: int = 0o755) -> "OwnedFolder":
+        """The folder ``name`` in this one (made if ``create``), opened as this one is."""
+        return OwnedFolder._of(_open_subfolder(os.dup(self.fd), name, self.path / name,
+                                               create=create, mode=mode), self.path / name)
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        """``name``'s own status (a link's, not its target's); None if it is not there."""
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def _require_file(self, name: str) -> os.stat_result | None:
+        """``name``'s status if it is a regular file, None if it is not there; else refused."""
+        info = self.lstat(name)
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise foreign_object(self.path / name, info.st_mode)
+        return info
+
+    def read(self, name: str, limit: int) -> bytes | None:
+        """The bytes of the file ``name`` (None if there is none), at most ``limit`` of them."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=self.fd)
+        except FileNotFoundError:
+            return None
+        except OSError:                       # ELOOP: a link; or a folder opened for reading
+            self._require_file(name)
+            raise
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise foreign_object(self.path / name, info.st_mode)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise UsageError(f"{self.path / name} is more than the {_size(limit)} tritonkit "
+                             "ever writes there", hint=f"remove it (rm {self.path / name})")
+        return data
+
+    def write(self, name: str, data: str | bytes, *, mode: int = 0o644) -> Path:
+        """Replace the file ``name`` atomically (a temporary file, then a rename) with
+        ``data``, its permissions ``mode`` from the start."""
+        self._require_file(name)
+        raw = data.encode() if isinstance(data, str) else data
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode, dir_fd=self.fd)
+        try:
+            os.fchmod(fd, mode)             # the umask took bits away
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(raw)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.fd)
+            raise
+        return self.path / name
+
+    def create(self, name: str, *, mode: int = 0o644) -> int:
+        """A new file ``name`` open for writing; a descriptor. Only a file this call makes:
+        whatever is there already (a link put there since a check) is refused."""
+        try:
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                           | os.O_CLOEXEC, mode, dir_fd=self.fd)
+        except FileExistsError:
+            raise foreign_object(self.path / name) from None
+
+    def rotate(self, name: str, keep: str) -> bool:
+        """Rename the file ``name`` to ``keep`` (replacing the one kept before): whether
+        there was one. A rename moves names, never what a link points to."""
+        if self._require_file(name) is None:
+            return False
+        self._require_file(keep)
+        os.replace(name, keep, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        return True
+
+    def remove(self, name: str) -> bool:
+        """Remove ``name`` (a file, or a link, which is not followed); whether it was there.
+        A folder is refused."""
+        info = self.lstat(name)
+        if info is None:
+            return False
+        if stat.S_ISDIR(info.st_mode):
+            raise foreign_object(self.path / name, info.st_mode)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)
+        return True
+
+    def remove_tree(self, name: str) -> bool:
+        """Remove the folder ``name`` and all in it, links unlinked, never followed; whether
+        it was there. Anything but a folder there is refused (``foreign_object``)."""
+        info = self.lstat(name)
+        if info is None:
+            return False
+        if not stat.S_ISDIR(info.st_mode):
+            raise foreign_object(self.path / name, info.st_mode, expected="folder")
+        _remove_tree(self.fd, name)
+        return True
+
+    def discard(self, name: str) -> bool:
+        """Remove ``name`` whatever it is: a folder with all in it, a file or a link (never
+        followed); whether it was there."""
+        info = self.lstat(name)
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            return self.remove_tree(name)
+        return self.remove(name)
+
+    def names(self) -> list[str]:
+        return os.listdir(self.fd)
+
+    def readlink(self, name: str) -> str | None:
+        """Where the link ``name`` points; None if ``name`` is no link (or not there)."""
+        info = self.lstat(name)
+        return os.readlink(name, dir_fd=self.fd) if info and stat.S_ISLNK(info.st_mode) else None
+
+    def rename_into(self, name: str, source: "OwnedFolder", source_name: str) -> None:
+        """Rename ``source_name`` of ``source`` to ``name`` here: in one step over a file or
+        link of that name; a folder there (or a folder moved over a file) replaces it once
+        the old one is gone."""
+        new = os.stat(source_name, dir_fd=source.fd, follow_symlinks=False)
+        old = self.lstat(name)
+        if old is not None and (stat.S_ISDIR(old.st_mode) or stat.S_ISDIR(new.st_mode)):
+            self.discard(name)
+        os.replace(source_name, name, src_dir_fd=source.fd, dst_dir_fd=self.fd)
+
+    def symlink(self, name: str, target: Path | str) -> None:
+        """Make ``name`` a symbolic link to ``target``, replacing a file or link of that
+        name (a folder is refused)."""
+        if self.lstat(name) is not None:
+            if self.readlink(name) == str(target):
+                return
+            self.remove(name)
+        os.symlink(target, name, dir_fd=self.fd)
+
+    def lock(self, name: str) -> int:
+        """A descriptor on the lock file ``name`` (made if missing), for ``flock``."""
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644, dir_fd=self.fd)
+        except OSError:
+            self._require_file(name)
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            mode = os.fstat(fd).st_mode
+            os.close(fd)
+            raise foreign_object(self.path / name, mode)
+        return fd
+
+    def link_file(self, name: str, source: Path, expected: os.stat_result) -> None:
+        """``name``, a new file holding ``source``'s bytes: a hard link (no disk, and a later
+        replacement of ``source`` leaves it as it is), else a copy. ``expected`` is the
+        status of the regular file ``source`` was found to be; a file swapped in since is
+        refused rather than taken."""
+        try:
+            os.link(source, name, dst_dir_fd=self.fd, follow_symlinks=False)
+        except FileExistsError:
+            raise foreign_object(self.path / name) from None
+        except OSError:                          # another filesystem, or no hard links there
+            self._copy_file(name, source, expected)
+            return
+        linked = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        if (linked.st_dev, linked.st_ino) != (expected.st_dev, expected.st_ino):
+            os.unlink(name, dir_fd=self.fd)
+            raise UsageError(f"{source} changed while it was mirrored",
+                             hint="run the command again once nothing writes the repository")
+
+    def _copy_file(self, name: str, source: Path, expected: os.stat_result) -> None:
+        src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            found = os.fstat(src)
+            if (found.st_dev, found.st_ino) != (expected.st_dev, expected.st_ino):
+                raise UsageError(f"{source} changed while it was mirrored",
+                                 hint="run the command again once nothing writes the repository")
+            dst = self.create(name, mode=stat.S_IMODE(found.st_mode))
+            with os.fdopen(src, "rb", closefd=False) as reader, os.fdopen(dst, "wb") as writer:
+                shutil.copyfileobj(reader, writer, 1 << 20)
+        finally:
+            os.close(src)
+
+
+def _open_subfolder(parent: int, name: str, path: Path, *, create: bool, mode: int) -> int:
+    """Open the folder ``name`` in the folder open as ``parent`` without following a link
+    (made first if ``create``); ``parent`` is closed. FileNotFoundError if it is missing
+    and not to be made; a UsageError if something else is there."""
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, mode, dir_fd=parent)
+        try:
+            return os.open(name, _DIR_OPEN, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            raise foreign_object(path, info.st_mode, expected="folder") from None
+    finally:
+        os.close(parent)
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """Remove the folder ``name`` in ``parent`` and everything in it, through descriptors:
+    a link is unlinked, never followed, at any depth."""
+    fd = os.open(name, _DIR_OPEN, dir_fd=parent)
+    try:
+        for entry in os.scandir(fd):
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(fd, entry.name)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)

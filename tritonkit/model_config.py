@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,11 +25,14 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import np_to_triton_dtype
 
 from tritonkit.errors import UsageError
-from tritonkit.fileio import atomic_write, read_stamp, refuse_overwrite, sha256_of, stamp_digest
+from tritonkit.fileio import (GIB, MIB, atomic_write, check_regular, read_stamp, read_user_file,
+                              read_user_text, refuse_overwrite, sha256_of, stamp_digest)
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME
 
 DEFAULT_GPU = "a10"
+#: A model config or export report is a few KiB (a large ensemble's, some hundreds).
+CONFIG_MAX_BYTES = 16 * MIB
 # Dynamic non-batch axes are warmed up at these sizes when the export names none.
 DEFAULT_BUCKETS = (16, 64, 128)
 # Where ONNX Runtime's TensorRT accelerator keeps its engines inside the serving container;
@@ -114,11 +118,14 @@ def _dims(value_info: onnx.ValueInfoProto) -> tuple[int, ...]:
 
 def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
     """Inputs, outputs, weight size and per-sample activation size of an ONNX model."""
+    if not os.path.lexists(onnx_path):
+        raise UsageError(f"no ONNX model at {onnx_path}",
+                         hint="export one first: tritonkit export SPEC --name NAME")
+    # A protobuf holds at most 2 GiB: larger weights live in external data files.
+    check_regular(onnx_path, what="ONNX model", limit=2 * GIB,
+                  hint="re-export it with tritonkit export --force")
     try:
         model = onnx.load(str(onnx_path), load_external_data=False)
-    except FileNotFoundError:
-        raise UsageError(f"no ONNX model at {onnx_path}",
-                         hint="export one first: tritonkit export SPEC --name NAME") from None
     except Exception as exc:  # onnx raises DecodeError and friends
         raise UsageError(f"{onnx_path} is not a readable ONNX model ({exc})",
                          hint="re-export it with tritonkit export --force") from None
@@ -736,8 +743,9 @@ def edited_by_hand(path: Path) -> str | None:
     """Why the config at ``path`` may not be as tritonkit wrote it (edited since, never
     tritonkit's, or from a tritonkit that recorded no digest), or None: as written."""
     try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
+        text = read_user_file(path, what="model config", limit=CONFIG_MAX_BYTES,
+                              hint="").decode("utf-8", "replace")
+    except UsageError:
         return None
     why, _, _ = read_stamp(text, _DIGEST_LABEL)
     return None if why is None else _EDITED[why]
@@ -745,11 +753,12 @@ def edited_by_hand(path: Path) -> str | None:
 
 def read_config(path: Path) -> mc.ModelConfig:
     """Parse a config.pbtxt with Triton's schema; unknown fields name Triton's field."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise UsageError(f"no model config at {path}",
-                         hint="generate one: tritonkit config NAME --repository DIR") from None
+                         hint="generate one: tritonkit config NAME --repository DIR")
+    text = read_user_text(path, what="model config", limit=CONFIG_MAX_BYTES,
+                          hint="a model's config.pbtxt is a text file: regenerate it with "
+                               "tritonkit config NAME --force")
     try:
         return text_format.Parse(text, mc.ModelConfig())
     except text_format.ParseError as exc:
@@ -779,10 +788,12 @@ def config_problems(config: mc.ModelConfig) -> list[str]:
 
 def read_report(model_dir: Path) -> dict:
     path = model_dir / REPORT_FILENAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return {}
+    text = read_user_text(path, what="export report", limit=CONFIG_MAX_BYTES,
+                          hint="re-export the model with --force")
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON ({exc})",
                          hint="re-export the model with --force") from None
@@ -870,7 +881,7 @@ def _find_onnx(model_dir: Path) -> Path:
     versions = sorted((p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()),
                       key=lambda p: int(p.name))
     for version in reversed(versions):
-        if (version / ONNX_FILENAME).is_file():
+        if os.path.lexists(version / ONNX_FILENAME):   # read_graph names one that is no file
             return version / ONNX_FILENAME
     raise UsageError(f"no {ONNX_FILENAME} in any version folder of {model_dir}",
                      hint="export the model first: tritonkit export SPEC --name NAME")

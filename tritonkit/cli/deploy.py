@@ -18,7 +18,8 @@ from tritonkit import deploy as deploy_lib
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
 from tritonkit.server.container import CONTAINER_PORTS
 from tritonkit.server.k8s import K8S_DIRNAME, PRESTOP_S, STARTUP_S
-from tritonkit.server.local import Stopped, listens_everywhere, signals_interrupt
+from tritonkit.server.local import (Stopped, listens_everywhere, others_see_command_lines,
+                                    signals_interrupt)
 from tritonkit.server.settings import Ports
 from tritonkit.server.state import mask
 
@@ -182,6 +183,7 @@ def deploy(
                       f"'{bind}' in the server settings): other hosts can reach it")
     console.print(f"  model-repository API needs header {deployment.secret_header}: "
                   f"{mask(deployment.secret())} (full value in {Path(deployment.repository) / '.tritonkit' / 'secret'})")
+    _print_ps_note()
     if "warmup" in deployment.extra:
         from tritonkit.cli.warmup import print_warmup  # here: keeps the --help order
 
@@ -263,6 +265,7 @@ def _print_compose(files, running, repository: Path, gpu: str | None) -> None:
         return
     console.print(f"[green]Triton is up[/green] (compose project {files.project}, "
                   f"image {running.extra['image']}), models READY: {', '.join(running.models)}")
+    _print_ps_note()
     console.print(f"  HTTP     http://{running.http_url}")
     console.print(f"  gRPC     {running.grpc_url}")
     console.print(f"  metrics  {running.metrics_url}")
@@ -270,6 +273,15 @@ def _print_compose(files, running, repository: Path, gpu: str | None) -> None:
         from tritonkit.cli.warmup import print_warmup  # here: keeps the --help order
 
         print_warmup(running.extra["warmup"], repository)
+
+
+def _print_ps_note() -> None:
+    """Where the secret can be seen all the same: Triton 2.51 takes it only on its command
+    line, which every user of the host may read unless /proc hides it."""
+    if others_see_command_lines():
+        console.print("  note: Triton takes the secret only on its command line: other users "
+                      "of this host see it in ps (mount /proc with hidepid=2 to hide it)",
+                      highlight=False, soft_wrap=True)
 
 
 def _print_k8s(written) -> None:

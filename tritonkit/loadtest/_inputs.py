@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import zipfile
@@ -13,6 +14,7 @@ import numpy as np
 
 from tritonkit.client import Endpoint, example_input, triton_message
 from tritonkit.errors import ServerError, UsageError
+from tritonkit.fileio import check_regular, read_user_file
 from tritonkit.loadtest._deployment import server_hint, unknown_model
 from tritonkit.loadtest._sequences import Sequencing, sequencing
 
@@ -329,13 +331,12 @@ def _read_input_data(path: Path) -> dict[str, np.ndarray]:
     if path.is_dir():
         raise UsageError(f"input data file {path} is a folder",
                          hint="give the .npz or .json file inside it")
-    if not path.is_file():
-        raise UsageError(f"input data file {path} does not exist",
-                         hint="check the path: an .npz or .json file with an array per input")
-    if path.suffix == ".npz":
-        return _read_npz(path)
-    if path.suffix == ".json":
-        return _read_json(path)
+    check_regular(path, what="input data file",
+                  hint="check the path: an .npz or .json file with an array per input")
+    if path.suffix in (".npz", ".json"):
+        data = read_user_file(path, what="input data file", limit=INPUT_DATA_MAX_BYTES,
+                              hint="give an .npz or .json file with an array per input")
+        return (_read_npz if path.suffix == ".npz" else _read_json)(path, data)
     raise UsageError(f"input data file {path} must be .npz or .json",
                      hint=f"write it with numpy.savez(FILE.npz, NAME=array, ...), or as {_JSON_SHAPE} "
                           "in FILE.json")
@@ -345,9 +346,13 @@ _NPZ_HINT = "write it with numpy.savez(FILE, NAME=array, ...): numbers or string
 _JSON_SHAPE = '{"NAME": [[...], ...], ...}'
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+#: The largest input data file read (it is held in memory, whole, for the run).
+INPUT_DATA_MAX_BYTES = 2 << 30
+
+
+def _read_npz(path: Path, data: bytes) -> dict[str, np.ndarray]:
     try:
-        archive = np.load(path, allow_pickle=False)
+        archive = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise UsageError(f"input data file {path} is not a readable .npz archive ({exc})",
                          hint=_NPZ_HINT) from None
@@ -365,9 +370,9 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _read_json(path: Path) -> dict[str, np.ndarray]:
+def _read_json(path: Path, raw: bytes) -> dict[str, np.ndarray]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise UsageError(f"input data file {path} is not UTF-8 text (byte {exc.start})",
                          hint="save it as UTF-8 JSON") from None

@@ -25,6 +25,7 @@ from typing import Callable
 
 from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml, shipped_configs_dir
 from tritonkit.errors import ProfileError, UsageError
+from tritonkit.fileio import open_regular
 from tritonkit.monitor.nvml import GpuFault, GpuIdentity, GpuUnavailableError, Nvml
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 from tritonkit.repository import ONNX_FILENAME
@@ -717,7 +718,7 @@ def _onnx_files(versions: list[Path], config) -> list[Path]:
         path = version / filename
         if path.is_dir():
             path = path / ONNX_FILENAME
-        if path.is_file():
+        if os.path.lexists(path):       # a FIFO or a device too: onnx_file_problem names it
             files.append(path)
     return files
 
@@ -738,8 +739,13 @@ def onnx_file_problem(path: Path) -> str | None:
     as a field running past the end of the file. The contents themselves are not parsed;
     external data files are neither opened nor required."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
+        fd = open_regular(path, what="model file", hint="")
+    except UsageError as exc:               # a folder, a FIFO, a device: never opened to wait
+        said = f"model file {path} "
+        return "it " + exc.message[len(said):] if exc.message.startswith(said) else exc.message
+    try:
+        size = os.fstat(fd).st_size
+        with os.fdopen(fd, "rb") as f:
             if f.read(len(_LFS_POINTER)) == _LFS_POINTER:
                 return "it is a Git LFS pointer, not the model (git lfs pull fetches it)"
             f.seek(0)

@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import IO
 
 from tritonkit.errors import UsageError
-from tritonkit.fileio import refuse_overwrite
+from tritonkit.fileio import read_user_file, refuse_overwrite
 from tritonkit.monitor.nvml import GpuSample, slowdowns
 from tritonkit.monitor.triton_metrics import ModelCounters
 
@@ -270,13 +270,15 @@ class CsvRecorder:
             file.flush()
 
 
+#: The largest recording diagnose reads whole (a week of 1 s samples of 8 GPUs is 1.4 GB).
+CSV_MAX_BYTES = 2 << 30
+
+
 def _read_text(path: Path) -> str:
+    data = read_user_file(path, what="the monitor CSV", limit=CSV_MAX_BYTES,
+                          hint="give a file recorded by tritonkit monitor --csv FILE")
     try:
-        with open(path, newline="") as raw:
-            return raw.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read the monitor CSV {path} ({exc.strerror})",
-                         hint="record one: tritonkit monitor --csv FILE") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not a text CSV (it is not UTF-8)",
                          hint="give a file recorded by tritonkit monitor --csv FILE") from None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonkit.errors import ServerError
+from tritonkit.fileio import OwnedFolder
 
 BINARY_ENV = "TRITONKIT_TRITONSERVER_HOME"
 PYTRITON_PIN = "nvidia-pytriton==0.7.0"
@@ -78,12 +79,14 @@ def install_commands(python: str = sys.executable) -> list[list[str]]:
     return commands
 
 
-def prepare_backends(install: TritonInstall, backends_dir: Path) -> Path:
-    """Lay out a backend directory whose python backend has this interpreter's stub.
+def prepare_backends(install: TritonInstall, backends: OwnedFolder) -> Path:
+    """Lay out a backend directory (``backends``; its path is returned) whose python
+    backend has this interpreter's stub.
 
     The wheel keeps one stub per Python version beside the backend; Triton looks for
     ``triton_python_backend_stub`` inside the backend's own folder. Symlinks keep the
-    installed package untouched.
+    installed package untouched; they are made through the folder's descriptor, which
+    follows no link planted there.
     """
     stub = install.python_stub()
     if not stub.is_file():
@@ -91,22 +94,12 @@ def prepare_backends(install: TritonInstall, backends_dir: Path) -> Path:
             f"the embedded tritonserver has no python backend stub for Python "
             f"{sys.version_info.major}.{sys.version_info.minor} ({stub})",
             hint="use Python 3.10-3.13 for the local target")
-    python_dir = backends_dir / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    for item in install.python_backend.iterdir():
-        if item.name == "__pycache__":
-            continue
-        _symlink(item, python_dir / item.name)
-    _symlink(stub, python_dir / stub.name)
-    return backends_dir
-
-
-def _symlink(target: Path, link: Path) -> None:
-    if link.is_symlink() and os.readlink(link) == str(target):
-        return
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(target)
+    with backends.child("python", create=True) as python_dir:
+        for item in install.python_backend.iterdir():
+            if item.name != "__pycache__":
+                python_dir.symlink(item.name, item)
+        python_dir.symlink(stub.name, stub)
+    return backends.path
 
 
 def server_environment(install: TritonInstall) -> dict[str, str]:

@@ -161,6 +161,9 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
     repository = Path(repository).resolve()
     secret = "${%s:?set %s in the env file beside this compose file}" % (
         SECRET_VARIABLE, SECRET_VARIABLE)
+    # The secret reaches tritonserver through the container's environment: Compose would
+    # write a ${...} in the command into the container's Cmd, in full.
+    command, environment = spec.command_with_secret_from_env()
     host_ip = "0.0.0.0" if public else LOOPBACK
     published = [f"{host_ip}:{ports.as_dict()[role]}:{port}"
                  for role, port in CONTAINER_PORTS.as_dict().items()]
@@ -182,7 +185,8 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
     ready = f"http://127.0.0.1:{CONTAINER_PORTS.http}/v2/health/ready"
     server: dict = {
         "image": spec.image,
-        "command": spec.argv(secret),
+        "command": [arg.replace("$", "$$") for arg in command],    # "$$": a $ for the shell
+        "environment": {**environment, SECRET_VARIABLE: secret},
         **gpu,
         "shm_size": SHM_SIZE,
         "ulimits": dict(ulimits),

@@ -20,12 +20,11 @@ it mounted, and would keep serving a replaced folder's old copy.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Sequence
 
 from tritonkit.errors import UsageError
+from tritonkit.fileio import OwnedFolder
 from tritonkit.server.local_repository import adapter_serves, build_local_repository
 from tritonkit.server.state import state_dir
 
@@ -51,42 +50,27 @@ def build_served(repository: Path, models: Sequence[str], *,
                               "has numpy and onnxruntime, without that backend)")
     repository = Path(repository).resolve()
     served = served_dir(repository)
-    served.mkdir(parents=True, exist_ok=True)
     adapted = [name for name in models if onnx_backend == "python"
                and adapter_serves(repository / name, model_config_name)]
-    if adapted:
-        staged = served.with_name("models.new")
-        shutil.rmtree(staged, ignore_errors=True)
-        build_local_repository(repository, staged, adapted, model_config_name=model_config_name)
-        for name in adapted:
-            _put(served / name, staged / name)
-        shutil.rmtree(staged)
-    for name in models:
-        target = f"{SOURCE}/{name}"
-        entry = served / name
-        if name in adapted or entry.is_symlink() and os.readlink(entry) == target:
-            continue
-        link = served / f".{name}.link"
-        link.unlink(missing_ok=True)
-        link.symlink_to(target)
-        _put(entry, link)
-    for entry in served.iterdir():
-        if entry.name not in models:
-            _remove(entry)
+    # Through descriptors, as all of the state folder: a link planted there is refused.
+    with OwnedFolder(repository, served.parent.relative_to(repository), create=True) as parent, \
+            parent.child(served.name, create=True) as folder:
+        if adapted:
+            staged = served.with_name("models.new")
+            parent.discard(staged.name)
+            build_local_repository(repository, staged, adapted,
+                                   model_config_name=model_config_name)
+            with parent.child(staged.name) as new:
+                for name in adapted:
+                    folder.rename_into(name, new, name)
+            parent.discard(staged.name)
+        for name in models:
+            target = f"{SOURCE}/{name}"
+            if name in adapted or folder.readlink(name) == target:
+                continue
+            folder.symlink(f".{name}.link", target)
+            folder.rename_into(name, folder, f".{name}.link")
+        for entry in folder.names():
+            if entry not in models:
+                folder.discard(entry)
     return served
-
-
-def _put(entry: Path, new: Path) -> None:
-    """``new`` renamed to ``entry``, whatever ``entry`` was: a link over a link in one step,
-    anything else once the old entry is gone."""
-    if (entry.is_symlink() or entry.exists()) and not (entry.is_symlink() and new.is_symlink()):
-        _remove(entry)
-    os.replace(new, entry)
-
-
-def _remove(entry: Path) -> None:
-    """A link or file unlinked (never followed), a folder removed."""
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry)
-    else:
-        entry.unlink()

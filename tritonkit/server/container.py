@@ -10,20 +10,19 @@ one argv builder (``tritonserver_argv``) with the container's own paths and port
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
 from tritonkit.errors import UsageError
+from tritonkit.model_config import read_config, read_report
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import REPORT_FILENAME, model_names, refuse_missing_gpu_configs
-from tritonkit.server.settings import Ports, ServerSettings, load_server_settings, tritonserver_argv
+from tritonkit.server.settings import (Ports, ServerSettings, load_server_settings,
+                                       restricted_api_value, tritonserver_argv)
 
 TRITON_BINARY = "tritonserver"
 CONTAINER_REPOSITORY = "/models"
@@ -31,6 +30,16 @@ CONTAINER_PORTS = Ports()
 CONTAINER_BIND = "0.0.0.0"
 #: The environment variable that carries the secret header's value into the container.
 SECRET_VARIABLE = "TRITONKIT_REPOSITORY_KEY"
+#: The one that carries what the restricted-API flags say before the secret.
+RESTRICTED_VARIABLE = "TRITONKIT_RESTRICTED_API"
+# A fixed shell line that starts tritonserver with its command line given as arguments
+# ("$@", never parsed) and the restricted-API flags completed from the environment as the
+# container starts: the secret is then in no file and no container command (docker
+# inspect's Cmd, docker ps). tritonserver's own argv holds it, as Triton takes it nowhere
+# else: `ps` on the host shows it, unless /proc is mounted with hidepid=2.
+_EXEC_WITH_SECRET = ('exec "$@" '
+                     '"--http-restricted-api=${TRITONKIT_RESTRICTED_API}${TRITONKIT_REPOSITORY_KEY}" '
+                     '"--grpc-restricted-protocol=${TRITONKIT_RESTRICTED_API}${TRITONKIT_REPOSITORY_KEY}"')
 RECIPE_KEY = "tensorrt_recipe"
 
 # Triton 25.01 (2.54.0) and later need compute capability 7.5 (release notes); 24.05 and
@@ -72,13 +81,20 @@ class ContainerSpec:
     # ONNX Runtime's TensorRT accelerator builds engines, which a volume keeps across restarts.
     engine_cache: bool = True
 
-    def argv(self, secret: str) -> list[str]:
-        """tritonserver's command line inside the container (``secret`` may be a variable)."""
+    def argv(self, secret: str | None) -> list[str]:
+        """tritonserver's command line inside the container (``secret`` may be a variable;
+        None: without the restricted-API flags)."""
         return tritonserver_argv(
             self.settings, binary=TRITON_BINARY, model_repository=CONTAINER_REPOSITORY,
             ports=CONTAINER_PORTS, models=self.models, secret=secret,
             bind_address=CONTAINER_BIND, model_config_name=self.model_config_name,
             gpu_metrics=self.uses_gpu)
+
+    def command_with_secret_from_env(self) -> tuple[list[str], dict[str, str]]:
+        """The container's command, which reads the secret from ``SECRET_VARIABLE`` as it
+        starts, and the environment it needs besides that variable."""
+        return (["sh", "-c", _EXEC_WITH_SECRET, "tritonkit", *self.argv(None)],
+                {RESTRICTED_VARIABLE: restricted_api_value(self.settings, "")})
 
 
 def container_spec(repository: Path, gpu: str, *, image: str | None = None,
@@ -166,12 +182,8 @@ def tensorrt_image(triton_image: str) -> str:
 def _serves_plans(model_dir: Path, gpu: str) -> bool:
     """Whether the config Triton will use for this card serves a TensorRT plan."""
     for config in (model_dir / "configs" / f"{gpu}.pbtxt", model_dir / "config.pbtxt"):
-        if config.is_file():
-            try:
-                parsed = text_format.Parse(config.read_text(), model_config_pb2.ModelConfig())
-            except text_format.ParseError as exc:
-                raise UsageError(f"{config} is not a valid Triton model config: {exc}",
-                                 hint="fix it, or regenerate it with tritonkit config") from None
+        if config.exists():
+            parsed = read_config(config)
             return parsed.platform == "tensorrt_plan" or parsed.backend == "tensorrt"
     return any(model_dir.glob("*/*.plan"))
 
@@ -183,11 +195,11 @@ def _recipe(model_dir: Path, triton_image: str) -> PlanRecipe | None:
     ``command`` and optionally ``image``.
     """
     report_path = model_dir / REPORT_FILENAME
-    if not report_path.is_file():
+    if not report_path.exists():
         return None
     try:
-        recipe = json.loads(report_path.read_text()).get(RECIPE_KEY)
-    except (json.JSONDecodeError, AttributeError) as exc:
+        recipe = read_report(model_dir).get(RECIPE_KEY)
+    except AttributeError as exc:
         raise UsageError(f"{report_path} is not a JSON object ({exc})",
                          hint="re-export the model with --force") from None
     if not recipe:

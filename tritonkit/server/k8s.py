@@ -56,6 +56,7 @@ from tritonkit.server.container import (
 )
 from tritonkit.server.provenance import (body_as_written, edited_by_hand, refuse_replacing,
                                          stamped)
+from tritonkit.server.state import check_secret
 
 K8S_DIRNAME = "k8s"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -409,6 +410,10 @@ def _kept_secret(secret_file: Path, name: str, repository: Path) -> tuple[str | 
     secret = (document.get("stringData") or {}).get(SECRET_KEY)
     if not isinstance(secret, str) or not secret:
         return None, f"holds no {SECRET_KEY}"
+    try:
+        check_secret(secret, str(secret_file))
+    except UsageError:
+        return None, f"holds a {SECRET_KEY} that cannot be a header value"
     return secret, None
 
 

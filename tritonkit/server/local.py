@@ -18,9 +18,9 @@ import errno
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -30,6 +30,7 @@ from typing import Callable, Iterator, Sequence
 
 from tritonkit.client import health
 from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
+from tritonkit.fileio import read_tail
 from tritonkit.server.binary import find_install, prepare_backends, server_environment
 from tritonkit.server.settings import Ports, ServerSettings, tritonserver_argv
 from tritonkit.server.state import (
@@ -44,9 +45,14 @@ from tritonkit.server.state import (
     new_secret,
     save_deployment,
     state_dir,
+    state_folder,
 )
 
 LOG_FILENAME = "server.log"
+BACKENDS_DIRNAME = "backends"
+#: How much of a server's log is read back to tell how it ended (its last words, what a
+#: stop waits for): a server logging verbosely for weeks writes gigabytes.
+LOG_TAIL_BYTES = 4 << 20
 
 #: Told what is being waited for now, one short line at a time (a CLI shows it as a status).
 Progress = Callable[[str], None]
@@ -343,8 +349,9 @@ def start_local(
     env = server_environment(install)
     host = host or settings.bind_address
     ports = resolve_ports(host, ports)
-    sdir = state_dir(repository)
-    backends = prepare_backends(install, sdir / "backends")
+    with state_folder(repository, create=True) as sdir, \
+            sdir.child(BACKENDS_DIRNAME, create=True) as backends_dir:
+        backends = prepare_backends(install, backends_dir)
     secret = new_secret(repository)
     argv = tritonserver_argv(
         settings, binary=str(install.binary), model_repository=str(serve_from or repository),
@@ -359,7 +366,7 @@ def start_local(
     log_path = server_log(repository)
     proc = None
     try:
-        with open(log_path, "wb") as log:
+        with _new_log(repository) as log:
             # A new session: the server outlives this command and Ctrl-C here does not
             # reach it; stop_local signals the whole group.
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -389,6 +396,16 @@ def start_local(
             clear_deployment(repository)
         raise
     return deployment
+
+
+def _new_log(repository: Path):
+    """The server log, made anew, the last one kept as ``server.log.1`` (the log of a
+    server that crashed outlives the redeploy its error recommends). Opened only as a file
+    this call makes: a link or anything else planted there is refused, never written
+    through."""
+    with state_folder(repository, create=True) as folder:
+        folder.rotate(LOG_FILENAME, LOG_FILENAME + ".1")
+        return os.fdopen(folder.create(LOG_FILENAME), "wb")
 
 
 # The servers this process started and left running, as a deploy does: held so that their
@@ -434,12 +451,26 @@ def remove_mirror(repository: Path) -> bool:
         return False
     try:
         with deploy_lock(repository):
-            if is_recorded(repository) or unrecorded_servers(repository):
-                return False
-            shutil.rmtree(mirror)
-    except UsageError:                   # another deploy holds the lock
+            return discard_mirror(repository)
+    except UsageError:                   # another deploy holds the lock, or .tritonkit is foreign
         return False
-    return True
+
+
+def discard_mirror(repository: Path) -> bool:
+    """``remove_mirror`` for a caller that holds the deploy lock (a deploy that failed):
+    the mirror removed unless a deployment is recorded or a server still serves it;
+    whether it was removed. Removed through descriptors: a link in it is unlinked, never
+    followed; a mirror that is itself a link (or no folder) is left as it is."""
+    if is_recorded(repository) or unrecorded_servers(repository):
+        return False
+    try:
+        with state_folder(Path(repository).resolve()) as folder:
+            info = folder.lstat(MIRROR_DIRNAME)
+            if info is None or not stat.S_ISDIR(info.st_mode):
+                return False
+            return folder.remove_tree(MIRROR_DIRNAME)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: Deadline,
@@ -552,7 +583,8 @@ def how_it_ended(deployment: Deployment) -> str:
 
 
 def _log_of(deployment: Deployment) -> str:
-    return Path(deployment.log_path).read_text(errors="replace") if deployment.log_path else ""
+    """The end of a server's log (``LOG_TAIL_BYTES``), '' if there is none."""
+    return read_tail(Path(deployment.log_path), LOG_TAIL_BYTES) if deployment.log_path else ""
 
 
 def _tail(log: str) -> str:
@@ -725,21 +757,16 @@ def ending_from_log(logged: str, *, pid: int, killed: bool, seconds: float,
 
 def _log_size(log_path: Path | None) -> int:
     try:
-        return log_path.stat().st_size if log_path else 0
+        return log_path.lstat().st_size if log_path else 0
     except OSError:
         return 0
 
 
 def _log_since(log_path: Path | None, offset: int) -> str:
-    """What a log holds past ``offset`` ('' without one)."""
+    """What a log holds past ``offset`` ('' without one), its last ``LOG_TAIL_BYTES`` at most."""
     if not log_path:
         return ""
-    try:
-        with open(log_path, "rb") as log:
-            log.seek(offset)
-            return log.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    return read_tail(log_path, min(LOG_TAIL_BYTES, max(0, _log_size(log_path) - offset)))
 
 
 # The python backend's regions of one server: tritonkit_<http port>_<token>_<uuid>.
@@ -755,6 +782,23 @@ def shm_prefix(argv: Sequence[str]) -> str | None:
         if found := _SHM_PREFIX.search(arg):
             return found.group(1)
     return None
+
+
+def others_see_command_lines(mountinfo: Path = PROC / "self" / "mountinfo") -> bool:
+    """Whether every user of this host may read every process's command line (and so
+    tritonserver's secret flag in ``ps``): /proc is not mounted with ``hidepid`` 1 or 2
+    (``noaccess``, ``invisible``). Where it cannot be told, yes."""
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return True
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[4] == str(PROC) and " - proc " in line:
+            options = ",".join([fields[5], line.split(" - ", 1)[1].split()[-1]]).split(",")
+            return not any(option in ("hidepid=1", "hidepid=2", "hidepid=noaccess",
+                                      "hidepid=invisible") for option in options)
+    return True
 
 
 def _pids() -> list[int]:
@@ -827,13 +871,7 @@ _DRAINING = re.compile(r'"Timeout (\d+): Found (\d+) ([^"]+)"')
 def draining(log_path: Path) -> str | None:
     """What a stopping tritonserver last said it waits for, from its log's tail: e.g. '1 HTTP
     service connections (14 s left of its exit timeout)'; None if nothing (or no log)."""
-    try:
-        with open(log_path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
-            tail = log.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    found = _DRAINING.findall(tail)
+    found = _DRAINING.findall(read_tail(log_path, 4096))
     if not found or found[-1][1] == "0":
         return None
     left, count, what = found[-1]

@@ -15,12 +15,18 @@ config written at the deploy. The server serves the model as deployed until the 
 which rebuilds the mirror from scratch. A snapshot against replacement, not against writes:
 a file overwritten in place (``cp new.onnx repo/m/1/model.onnx``) is the same inode, and
 the hard link sees the new bytes as a link by path would.
+
+The mirror takes only what the repository holds: regular files and folders, and links
+that lead to one inside the repository (taken as what they lead to). A link out of the
+repository (a model file linked to ``/etc/passwd``, a model folder linked to another
+tree), a FIFO, a device or a socket is refused, naming it. A deploy that fails removes the
+mirror again (``discard_mirror``), so no link of it outlives the deploy.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import stat
 from pathlib import Path
 from typing import Sequence
 
@@ -28,9 +34,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritonkit.errors import UsageError
 from tritonkit.extras import LOCAL_MODULES, require
-from tritonkit.fileio import atomic_write
+from tritonkit.fileio import OwnedFolder, file_kind
 from tritonkit.model_config import config_to_text, read_config
 from tritonkit.repository import ONNX_FILENAME
+from tritonkit.server.state import STATE_DIRNAME
 
 ADAPTER = Path(__file__).with_name("onnx_adapter.py")
 ONNX_PLATFORMS = {"onnxruntime_onnx"}
@@ -41,51 +48,110 @@ def model_config_path(model_dir: Path, model_config_name: str | None) -> Path:
     """Triton's rule: ``configs/<name>.pbtxt`` when named and present, else ``config.pbtxt``."""
     if model_config_name:
         custom = model_dir / "configs" / f"{model_config_name}.pbtxt"
-        if custom.is_file():
+        if custom.exists():
             return custom
     return model_dir / "config.pbtxt"
 
 
 def build_local_repository(repository: Path, dest: Path, models: Sequence[str], *,
                            model_config_name: str | None = None) -> Path:
-    """Mirror ``models`` of ``repository`` into ``dest`` for the CPU-only embedded server."""
+    """Mirror ``models`` of ``repository`` into ``dest`` (a folder inside ``repository``,
+    ``DIR/.tritonkit/local``) for the CPU-only embedded server.
+
+    The mirror takes regular files and folders from inside the repository: a link is
+    resolved and taken only if it leads to one inside it; one that leads outside, or a
+    FIFO, device or socket, is refused (a UsageError naming it and where it points). The
+    mirror is written through descriptors: nothing planted in ``.tritonkit/`` is followed.
+    """
     repository = Path(repository).resolve()
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    for name in models:
-        source = repository / name
-        config_path = model_config_path(source, model_config_name)
-        if not config_path.is_file():
-            # No config: Triton auto-completes python-backend models from model.py.
-            _link_tree(source, dest / name)
-            continue
-        config = read_config(config_path)
-        if _adapter_serves(config):
-            _mirror_onnx_model(source, dest / name, config)
-        elif config.backend == "python" or config.platform == "ensemble":
-            _link_tree(source, dest / name)
-            if config_path.parent != source:      # configs/<gpu>.pbtxt, as config.pbtxt
-                (dest / name / "config.pbtxt").unlink(missing_ok=True)
-                (dest / name / "config.pbtxt").symlink_to(config_path.resolve())
-        else:
-            kind = config.platform or config.backend or "unknown"
-            raise UsageError(f"model '{name}' uses {kind}, which the embedded local Triton "
-                             "cannot serve (it has only the python backend)",
-                             hint="export it to ONNX (tritonkit export), or deploy with "
-                                  "--target compose on a GPU host")
+    dest = Path(dest)
+    parent, name = dest.parent.relative_to(repository), dest.name
+    with OwnedFolder(repository, parent, create=True) as holder:
+        holder.remove_tree(name)
+        with holder.child(name, create=True) as mirror:
+            for model in models:
+                _mirror_model(repository, model, mirror, model_config_name)
     return dest
 
 
-def _link_tree(source: Path, target: Path) -> None:
-    """``source``'s folders made anew under ``target``, each file a link to its original.
+def _mirror_model(repository: Path, name: str, mirror: OwnedFolder,
+                  model_config_name: str | None) -> None:
+    source, _ = _taken(repository / name, repository)
+    config_path = model_config_path(source, model_config_name)
+    config_found = _taken(config_path, repository, missing_ok=True)
+    if config_found is None:
+        # No config: Triton auto-completes python-backend models from model.py.
+        with mirror.child(name, create=True) as target:
+            _link_tree(source, target, repository)
+        return
+    config = read_config(config_found[0])
+    if _adapter_serves(config):
+        with mirror.child(name, create=True) as target:
+            _mirror_onnx_model(source, target, config, repository)
+    elif config.backend == "python" or config.platform == "ensemble":
+        with mirror.child(name, create=True) as target:
+            _link_tree(source, target, repository)
+            if config_path.parent != source:      # configs/<gpu>.pbtxt, as config.pbtxt
+                target.symlink("config.pbtxt", config_found[0])
+    else:
+        kind = config.platform or config.backend or "unknown"
+        raise UsageError(f"model '{name}' uses {kind}, which the embedded local Triton "
+                         "cannot serve (it has only the python backend)",
+                         hint="export it to ONNX (tritonkit export), or deploy with "
+                              "--target compose on a GPU host")
+
+
+def _taken(path: Path, repository: Path, *,
+           missing_ok: bool = False) -> tuple[Path, os.stat_result] | None:
+    """What the mirror takes for ``path``: its real path (links resolved) and status, a
+    regular file or a folder inside ``repository``. None for something missing (a link
+    that leads nowhere, a config there is none of) if ``missing_ok``. A UsageError for a
+    link that leads out of the repository, and for anything that is neither a file nor a
+    folder (a FIFO, a device, a socket)."""
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(repository):
+        raise UsageError(f"{path} is a link to {real}, outside the model repository "
+                         f"{repository}: the local mirror takes only what the repository holds",
+                         hint="replace the link with a copy of what it points to")
+    if real.is_relative_to(repository / STATE_DIRNAME):
+        raise UsageError(f"{path} is a link to {real}, in tritonkit's own state folder",
+                         hint="replace the link with the model's own file")
+    try:
+        info = os.stat(real)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise UsageError(f"{path} does not exist", hint="check the model's folder") from None
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        raise UsageError(f"{path} is a {file_kind(info.st_mode)}, not a file or folder the "
+                         "local mirror can take", hint=f"remove it from the repository: rm {path}")
+    return real, info
+
+
+def _entries(folder: Path, repository: Path):
+    """The files and folders of ``folder`` the mirror takes: (name, real path, status) of
+    each, links resolved as ``_taken`` rules; a link that leads nowhere is left out."""
+    for item in sorted(folder.iterdir()):
+        if item.name == "__pycache__":
+            continue
+        found = _taken(item, repository, missing_ok=True)
+        if found is not None:
+            yield item.name, *found
+
+
+def _link_tree(source: Path, target: OwnedFolder, repository: Path) -> None:
+    """``source``'s folders made anew in ``target``, each file a link to its original (its
+    real path, inside the repository).
 
     Not one link to the whole folder: the python backend's stub (an isolated interpreter,
     deaf to PYTHONDONTWRITEBYTECODE) writes ``__pycache__`` beside the model.py it imports,
     which must land in the mirror, not in the production repository."""
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"),
-                    copy_function=lambda src, dst: os.symlink(os.path.abspath(src), dst),
-                    ignore_dangling_symlinks=True)
+    for name, real, info in _entries(source, repository):
+        if stat.S_ISDIR(info.st_mode):
+            with target.child(name, create=True) as sub:
+                _link_tree(real, sub, repository)
+        else:
+            target.symlink(name, real)
 
 
 def adapter_serves(model_dir: Path, model_config_name: str | None = None) -> bool:
@@ -124,44 +190,42 @@ def local_config(config: mc.ModelConfig) -> mc.ModelConfig:
     return local
 
 
-def _mirror_onnx_model(source: Path, target: Path, config: mc.ModelConfig) -> None:
-    versions = [p for p in source.iterdir() if p.is_dir() and p.name.isdigit()]
-    servable = [v for v in versions if (v / ONNX_FILENAME).is_file()]
+def _mirror_onnx_model(source: Path, target: OwnedFolder, config: mc.ModelConfig,
+                       repository: Path) -> None:
+    entries = list(_entries(source, repository))
+    versions = [(name, real) for name, real, info in entries
+                if stat.S_ISDIR(info.st_mode) and name.isdigit()]
+    servable = [(name, real) for name, real in versions
+                if _taken(real / ONNX_FILENAME, repository, missing_ok=True) is not None]
     if not servable:
         raise UsageError(f"model '{source.name}' has no {ONNX_FILENAME} to serve locally "
-                         f"(looked in {', '.join(str(v) for v in versions) or source})",
+                         f"(looked in {', '.join(str(source / v) for v, _ in versions) or source})",
                          hint="a TensorRT-only model needs a GPU host: deploy --target compose")
     # The adapter runs ONNX Runtime in the server's python backend, on this interpreter's
     # packages: said now, not as a load failure inside Triton.
     require("local", LOCAL_MODULES, needed_by=f"serving ONNX model '{source.name}' locally")
-    target.mkdir(parents=True)
     # What else the model's folder holds is read beside the config: an output's label
     # file (label_filename) is opened from there when the model loads.
-    for item in source.iterdir():
-        if item.name not in ("config.pbtxt", "configs") and item not in versions:
-            _snapshot(item, target / item.name)
-    for version in servable:
-        out = target / version.name
-        out.mkdir()
-        for item in version.iterdir():        # the model and any external-data files
-            _snapshot(item, out / item.name)
-        shutil.copyfile(ADAPTER, out / "model.py")
-    atomic_write(target / "config.pbtxt", config_to_text(local_config(config)))
+    for name, real, info in entries:
+        if name not in ("config.pbtxt", "configs") and not (
+                stat.S_ISDIR(info.st_mode) and name.isdigit()):
+            _snapshot(name, real, info, target, repository)
+    for version, real in servable:
+        with target.child(version, create=True) as out:
+            for name, item, info in _entries(real, repository):  # the model, external data
+                _snapshot(name, item, info, out, repository)
+            out.write("model.py", ADAPTER.read_bytes())
+    target.write("config.pbtxt", config_to_text(local_config(config)))
 
 
-def _snapshot(source: Path, target: Path) -> None:
-    """``source`` (a file or a folder of them) as it is now: hard links, which cost no disk
-    and keep the old file when a re-export replaces it; a copy where the mirror is on
-    another filesystem (or the filesystem has no hard links)."""
-    if source.is_dir():
-        shutil.copytree(source, target, copy_function=_link_or_copy,
-                        ignore_dangling_symlinks=True)
-    elif source.exists():                     # a dangling link the model never reads
-        _link_or_copy(source, target)
-
-
-def _link_or_copy(source: str | Path, target: str | Path) -> None:
-    try:
-        os.link(os.path.realpath(source), target)
-    except OSError:
-        shutil.copy2(source, target)
+def _snapshot(name: str, source: Path, info: os.stat_result, target: OwnedFolder,
+              repository: Path) -> None:
+    """``source`` (a file or a folder of them) as it is now, as ``name`` in ``target``: hard
+    links, which cost no disk and keep the old file when a re-export replaces it; a copy
+    where the mirror is on another filesystem (or the filesystem has no hard links)."""
+    if stat.S_ISDIR(info.st_mode):
+        with target.child(name, create=True) as sub:
+            for child, real, child_info in _entries(source, repository):
+                _snapshot(child, real, child_info, sub, repository)
+    else:
+        target.link_file(name, source, info)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from tritonkit.errors import UsageError
-from tritonkit.fileio import GENERATED, read_stamp, stamp_digest
+from tritonkit.fileio import GENERATED, MIB, read_stamp, read_user_file, stamp_digest
 
 _LABEL = "sha256 of the text below, to tell an edit by hand:"
 _EDITED = {"foreign": "was not written by tritonkit",
@@ -43,9 +43,9 @@ def _read(path: Path, written_for: Path | None = None) -> tuple[str | None, str]
     """Why ``path`` is not as tritonkit wrote it for ``written_for`` (None: it is), and its
     body."""
     try:
-        text = Path(path).read_text(errors="replace")
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})", ""
+        text = read_user_file(path, what="file", limit=MIB, hint="").decode("utf-8", "replace")
+    except UsageError as exc:            # gone, a folder, a FIFO, a device, too large
+        return f"cannot be read: {exc.message}", ""
     why, header, body = read_stamp(text, _LABEL)
     if why is not None:
         return _EDITED[why], body

@@ -111,6 +111,14 @@ def load_server_settings(path: Path | None = None) -> ServerSettings:
     return dataclass_from_table(ServerSettings, load_toml(path), source=str(path))
 
 
+def restricted_api_value(settings: ServerSettings, secret: str) -> str:
+    """What ``--http-restricted-api`` and ``--grpc-restricted-protocol`` say: the categories
+    behind the secret header, its name and the secret. Triton 2.51 takes the secret nowhere
+    but there, on its command line."""
+    return f"{','.join(settings.restricted_api.categories)}:" \
+           f"{settings.restricted_api.header}={secret}"
+
+
 def tritonserver_argv(
     settings: ServerSettings,
     *,
@@ -118,7 +126,7 @@ def tritonserver_argv(
     model_repository: str,
     ports: Ports,
     models: Sequence[str],
-    secret: str,
+    secret: str | None,
     bind_address: str | None = None,
     backend_directory: str | None = None,
     model_config_name: str | None = None,
@@ -130,14 +138,14 @@ def tritonserver_argv(
     ``models`` are loaded at start-up (``--load-model``), so a model that fails to
     load stops the server with Triton's own message instead of leaving it half-up.
     ``secret`` is the value of ``settings.restricted_api.header`` that the
-    restricted API categories require. ``python_shm_prefix`` names the python backend's
-    shared-memory regions: servers sharing one host's /dev/shm need different ones.
+    restricted API categories require; None leaves their flags to a caller that adds them
+    as the server starts (a container's shell, from its environment).
+    ``python_shm_prefix`` names the python backend's shared-memory regions: servers
+    sharing one host's /dev/shm need different ones.
     """
-    if not secret:
+    if secret is not None and not secret:
         raise ValueError("a deployment needs a secret for the restricted API")
     host = bind_address or settings.bind_address
-    restricted = f"{','.join(settings.restricted_api.categories)}:" \
-                 f"{settings.restricted_api.header}={secret}"
     argv = [
         binary,
         f"--model-repository={model_repository}",
@@ -154,8 +162,9 @@ def tritonserver_argv(
         f"--http-port={ports.http}",
         f"--grpc-port={ports.grpc}",
         f"--metrics-port={ports.metrics}",
-        f"--http-restricted-api={restricted}",
-        f"--grpc-restricted-protocol={restricted}",
+        *([f"--http-restricted-api={restricted_api_value(settings, secret)}",
+           f"--grpc-restricted-protocol={restricted_api_value(settings, secret)}"]
+          if secret is not None else []),
         f"--allow-gpu-metrics={str(gpu_metrics).lower()}",
     ]
     if backend_directory:

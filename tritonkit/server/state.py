@@ -13,6 +13,10 @@ container's own processes and the host's root see it.
 
 A deploy holds ``deploy_lock`` from its first check to its last write, so a second
 deploy of the same repository fails at once instead of starting a server of its own.
+
+Every file here is read and written through ``state_folder`` (an ``OwnedFolder``): a link,
+FIFO or folder planted in ``.tritonkit/`` (or ``.tritonkit`` itself a link) is refused,
+never followed.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tritonkit.errors import UsageError
-from tritonkit.fileio import atomic_write
+from tritonkit.fileio import KIB, MIB, OwnedFolder
 
 STATE_DIRNAME = ".tritonkit"
 STATE_FILENAME = "server.json"
@@ -39,6 +43,22 @@ STARTING, RUNNING = "starting", "running"
 
 def state_dir(repository: Path) -> Path:
     return Path(repository) / STATE_DIRNAME
+
+
+def state_folder(repository: Path, *, create: bool = False) -> OwnedFolder:
+    """``DIR/.tritonkit`` opened without following links (made 0700 if ``create``);
+    FileNotFoundError if it (or the repository) is missing and not to be made."""
+    return OwnedFolder(Path(repository), STATE_DIRNAME, create=create, mode=0o700)
+
+
+def _read_state(repository: Path, name: str, limit: int) -> bytes | None:
+    """The bytes of the state file ``name``; None where there is none (no state folder,
+    no repository)."""
+    try:
+        with state_folder(repository) as folder:
+            return folder.read(name, limit)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -83,20 +103,48 @@ class Deployment:
         return {self.secret_header: self.secret()}
 
 
+#: The longest secret header value tritonkit sends (Triton's HTTP server takes 8 KiB of
+#: headers in all; a token is a few dozen characters).
+SECRET_MAX_CHARS = 4096
+
+
+def check_secret(value: str, source: str) -> str:
+    """``value`` if it can be an HTTP header's value: 1 to ``SECRET_MAX_CHARS`` visible
+    ASCII characters (no space, no control character: a CR LF in it would start a header
+    of its own); else a UsageError naming ``source`` and never the value."""
+    hint = ("give a secret of visible ASCII characters, e.g. "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(24))'")
+    if not value:
+        raise UsageError(f"the secret from {source} is empty", hint=hint)
+    if len(value) > SECRET_MAX_CHARS:
+        raise UsageError(f"the secret from {source} is {len(value)} characters long; a header "
+                         f"value of at most {SECRET_MAX_CHARS} is sent", hint=hint)
+    for at, char in enumerate(value, start=1):
+        if not "!" <= char <= "~":
+            what = ("a space" if char == " " else
+                    f"a control character (0x{ord(char):02x})" if ord(char) < 0x20 or char == "\x7f"
+                    else "a character that is not ASCII")
+            raise UsageError(f"the secret from {source} holds {what} at character {at}: a "
+                             "header value must be visible ASCII", hint=hint)
+    return value
+
+
 def new_secret(repository: Path) -> str:
     """Generate a deployment secret and store it 0600 beside the state."""
     value = secrets.token_urlsafe(24)
-    atomic_write(state_dir(repository) / SECRET_FILENAME, value + "\n", mode=0o600)
+    with state_folder(repository, create=True) as folder:
+        folder.write(SECRET_FILENAME, value + "\n", mode=0o600)
     return value
 
 
 def read_secret(repository: Path) -> str:
+    """The secret recorded in ``repository`` (checked as a header value)."""
     path = state_dir(repository) / SECRET_FILENAME
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
+    raw = _read_state(repository, SECRET_FILENAME, 16 * KIB)
+    if raw is None:
         raise UsageError(f"no deployment secret in {path.parent}",
-                         hint="deploy with 'tritonkit deploy' first") from None
+                         hint="deploy with 'tritonkit deploy' first")
+    return check_secret(raw.decode("utf-8", "replace").strip(), str(path))
 
 
 def _state_file(repository: Path) -> Path:
@@ -104,13 +152,18 @@ def _state_file(repository: Path) -> Path:
 
 
 def is_recorded(repository: Path) -> bool:
-    """Whether a deployment is recorded in ``repository`` (its server may be gone)."""
-    return _state_file(repository).exists()
+    """Whether a deployment is recorded in ``repository`` (its server may be gone): anything
+    named so there, which ``load_deployment`` then reads or refuses."""
+    try:
+        with state_folder(repository) as folder:
+            return folder.lstat(STATE_FILENAME) is not None
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def save_deployment(deployment: Deployment) -> Path:
-    path = _state_file(deployment.repository)
-    return atomic_write(path, json.dumps(asdict(deployment), indent=2) + "\n")
+    with state_folder(Path(deployment.repository), create=True) as folder:
+        return folder.write(STATE_FILENAME, json.dumps(asdict(deployment), indent=2) + "\n")
 
 
 def require_repository_folder(repository: Path) -> None:
@@ -124,30 +177,42 @@ def require_repository_folder(repository: Path) -> None:
                          hint="pass --repository with the folder you deployed")
 
 
+#: A record is a few KiB; a larger file is no record of ours.
+STATE_MAX_BYTES = MIB
+CORRUPT_HINT = ("tritonkit down --repository {repository} stops a local server it finds "
+                "serving the repository and clears the record; else delete the file")
+
+
+class CorruptState(UsageError):
+    """The deployment record is there but cannot be read as one (truncated, edited)."""
+
+
 def load_deployment(repository: Path) -> Deployment:
     """The deployment recorded in ``repository``; UsageError if there is none."""
     path = _state_file(repository)
     if Path(repository).exists():
         require_repository_folder(repository)
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"no deployment recorded in {repository}",
-                         hint=f"start one: tritonkit deploy --repository {repository}") from None
+        raw = _read_state(repository, STATE_FILENAME, STATE_MAX_BYTES)
     except OSError as exc:
         raise UsageError(f"cannot read deployment state {path} ({exc.strerror or exc})",
                          hint="run as the user who deployed it, or check the file's permissions") \
             from None
+    if raw is None:
+        raise UsageError(f"no deployment recorded in {repository}",
+                         hint=f"start one: tritonkit deploy --repository {repository}")
+    try:
+        data = json.loads(raw)
     except ValueError as exc:                  # bad JSON, bad bytes
-        raise UsageError(f"deployment state {path} is corrupt ({exc})",
-                         hint="stop the server by hand and delete the file") from None
+        raise CorruptState(f"deployment state {path} is corrupt ({exc})",
+                           hint=CORRUPT_HINT.format(repository=repository)) from None
     # Fields a later tritonkit added are left aside: `down` must still stop its server.
     known = {f.name for f in fields(Deployment)}
     try:
         deployment = Deployment(**{k: v for k, v in data.items() if k in known})
     except (TypeError, AttributeError) as exc:  # a field missing, or not a JSON object
-        raise UsageError(f"deployment state {path} is corrupt ({exc})",
-                         hint="stop the server by hand and delete the file") from None
+        raise CorruptState(f"deployment state {path} is corrupt ({exc})",
+                           hint=CORRUPT_HINT.format(repository=repository)) from None
     # The state belongs to the folder it was found in: a repository moved (or renamed)
     # after its deploy keeps its secret and record here, and `down` must clear this
     # record, never one a new repository at the old path keeps. How the server was started
@@ -156,7 +221,11 @@ def load_deployment(repository: Path) -> Deployment:
 
 
 def clear_deployment(repository: Path) -> None:
-    _state_file(repository).unlink(missing_ok=True)
+    try:
+        with state_folder(repository) as folder:
+            folder.remove(STATE_FILENAME)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
 
 
 @contextmanager
@@ -167,9 +236,8 @@ def deploy_lock(repository: Path) -> Iterator[None]:
     killed deploy never leaves a stale lock behind. The server does not inherit it
     (the descriptor is close-on-exec).
     """
-    path = state_dir(Path(repository)) / LOCK_FILENAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    with state_folder(Path(repository), create=True) as folder:
+        fd = folder.lock(LOCK_FILENAME)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -182,11 +182,12 @@ def file_config(config_dir: Path | None, name: str) -> dict:
     path = Path(config_dir) / name / "config.pbtxt"
     if not path.is_file():
         return {}
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2
+    from google.protobuf import json_format
+
+    from tritonkit.model_config import read_config
 
     try:
-        message = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-    except text_format.ParseError:
+        message = read_config(path)
+    except UsageError:
         return {}  # Triton's load will say what is wrong with it
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
