@@ -152,3 +152,20 @@ def test_input_data_that_is_no_regular_file_is_refused_at_once(deployed, tmp_pat
         refused_at_once(capsys, started, path, kind)
         if kind == "folder":
             shutil.rmtree(path)
+
+
+def test_an_npz_that_inflates_past_the_bound_is_refused_before_it_is_read(
+        deployed, tmp_path, capsys, monkeypatch):
+    """A few KB of compressed zeros can declare gigabytes: the arrays' declared sizes are
+    bounded, not only the file's (here the bound lowered to 1 MiB, so the bomb is small)."""
+    import numpy as np
+
+    from tritonkit.loadtest import _inputs
+
+    monkeypatch.setattr(_inputs, "INPUT_DATA_MAX_BYTES", 1 << 20)
+    path = tmp_path / "bomb.npz"
+    np.savez_compressed(path, INPUT__0=np.zeros((1 << 20) // 4 + 1, np.float32))
+    assert path.stat().st_size < 16 << 10
+    assert run_cli("loadtest", "--repository", deployed.repository, "--model", "example",
+                   "--concurrency", "1", "--duration", "1", "--input-data", path) == 2
+    assert "GiB of arrays once decompressed, more than the" in capsys.readouterr().err

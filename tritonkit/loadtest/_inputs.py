@@ -360,6 +360,14 @@ def _read_npz(path: Path, data: bytes) -> dict[str, np.ndarray]:
         raise UsageError(f"input data file {path} holds one unnamed array, not an .npz archive",
                          hint=_NPZ_HINT)
     with archive:
+        # The file's size bounds nothing once its arrays are inflated: their declared sizes
+        # do (zipfile reads no more than a member declares).
+        inflated = sum(info.file_size for info in archive.zip.infolist())
+        if inflated > INPUT_DATA_MAX_BYTES:
+            raise UsageError(f"input data file {path} holds {inflated / (1 << 30):.3g} GiB of "
+                             f"arrays once decompressed, more than the "
+                             f"{INPUT_DATA_MAX_BYTES / (1 << 30):.3g} GiB a load test holds",
+                             hint="give fewer or smaller samples")
         arrays = {}
         for name in archive.files:
             try:
