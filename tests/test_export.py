@@ -196,7 +196,8 @@ def test_report_records_versions_exporter_hashes_and_verification(exported):
     assert len(lengths) >= 3, "the sequence axis is verified at several lengths"
     assert verification["tolerances"]["OUTPUT__0"] == {"atol": 1e-4, "rtol": 1e-3}  # fp32
     worst = verification["max_errors"]["OUTPUT__0"]
-    assert set(worst) == {"max_abs_error", "max_rel_error"}
+    assert set(worst) == {"max_abs_error", "max_rel_error", "atol", "rtol", "tolerance_share",
+                          "passed"}
     assert 0 <= worst["max_abs_error"] < 1e-3
 
 

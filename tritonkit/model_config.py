@@ -116,19 +116,11 @@ def _dims(value_info: onnx.ValueInfoProto) -> tuple[int, ...]:
     return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim)
 
 
-def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
-    """Inputs, outputs, weight size and per-sample activation size of an ONNX model."""
-    if not os.path.lexists(onnx_path):
-        raise UsageError(f"no ONNX model at {onnx_path}",
-                         hint="export one first: tritonkit export SPEC --name NAME")
-    # A protobuf holds at most 2 GiB: larger weights live in external data files.
-    check_regular(onnx_path, what="ONNX model", limit=2 * GIB,
-                  hint="re-export it with tritonkit export --force")
-    try:
-        model = onnx.load(str(onnx_path), load_external_data=False)
-    except Exception as exc:  # onnx raises DecodeError and friends
-        raise UsageError(f"{onnx_path} is not a readable ONNX model ({exc})",
-                         hint="re-export it with tritonkit export --force") from None
+def read_graph(onnx_path: Path, report: dict | None = None,
+               loaded: onnx.ModelProto | None = None) -> GraphSpec:
+    """Inputs, outputs, weight size and per-sample activation size of an ONNX model
+    (``loaded``: the file's model, where the caller holds it already)."""
+    model = loaded if loaded is not None else _load_graph(onnx_path)
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
     inputs = tuple(_tensor_spec(i, "input", onnx_path) for i in graph.input
@@ -144,6 +136,21 @@ def read_graph(onnx_path: Path, report: dict | None = None) -> GraphSpec:
                      _activation_bytes_per_sample(model, labels, lengths), labels, lengths, source,
                      _digest(onnx_path, report or {}), opset, model.ir_version, half_weight_bytes,
                      int((report or {}).get("max_batch_size") or 0))
+
+
+def _load_graph(onnx_path: Path) -> onnx.ModelProto:
+    """The ONNX model at ``onnx_path``, its external data (past 2 GiB) left unread."""
+    if not os.path.lexists(onnx_path):
+        raise UsageError(f"no ONNX model at {onnx_path}",
+                         hint="export one first: tritonkit export SPEC --name NAME")
+    # A protobuf holds at most 2 GiB: larger weights live in external data files.
+    check_regular(onnx_path, what="ONNX model", limit=2 * GIB,
+                  hint="re-export it with tritonkit export --force")
+    try:
+        return onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError and friends
+        raise UsageError(f"{onnx_path} is not a readable ONNX model ({exc})",
+                         hint="re-export it with tritonkit export --force") from None
 
 
 def _digest(onnx_path: Path, report: dict) -> str:
@@ -239,8 +246,7 @@ def _activation_bytes_per_sample(model: onnx.ModelProto, labels: dict[str, dict[
     other dynamic axes at the longest warm-up length or DEFAULT_BUCKETS' longest,
     whichever is longer (production inputs may be longer than any example).
     """
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
+    fixed = _without_weights(model)
     for inp in fixed.graph.input:
         for axis, dim in enumerate(inp.type.tensor_type.shape.dim):
             if not dim.HasField("dim_value"):
@@ -275,6 +281,32 @@ def _activation_bytes_per_sample(model: onnx.ModelProto, labels: dict[str, dict[
                 alive.discard(name)
                 held -= sizes[name]
     return max(peak, 1)
+
+
+# An initializer this small may be a shape or an index that shape inference reads.
+_VALUE_READ_BYTES = 4096
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the graph for shape inference, its weights as inputs of their type and
+    shape: inference needs their shapes, not their values, and copying (then serialising)
+    a 440 MB BERT twice cost export seconds. Small initializers keep their values."""
+    graph = model.graph
+    fixed = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                            functions=model.functions)
+    fixed.graph.node.extend(graph.node)
+    fixed.graph.input.extend(graph.input)
+    fixed.graph.output.extend(graph.output)
+    fixed.graph.value_info.extend(graph.value_info)
+    fixed.graph.sparse_initializer.extend(graph.sparse_initializer)
+    inputs = {value.name for value in graph.input}
+    for init in graph.initializer:
+        if _tensor_bytes(init) <= _VALUE_READ_BYTES:
+            fixed.graph.initializer.append(init)
+        elif init.name not in inputs:
+            fixed.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type,
+                                                                   list(init.dims)))
+    return fixed
 
 
 def _value_bytes(vi: onnx.ValueInfoProto) -> int:
@@ -810,11 +842,13 @@ class Configured:
 
 
 def configure(repository: Path, name: str, *, gpu: str | None = None,
-              max_batch_size: int | None = None, force: bool = False) -> Configured:
+              max_batch_size: int | None = None, force: bool = False,
+              loaded: onnx.ModelProto | None = None) -> Configured:
     """Write ``DIR/NAME/config.pbtxt`` (for ``gpu``: by default the one the model was
     exported for, else DEFAULT_GPU) and ``configs/<profile>.pbtxt`` for each profile.
 
-    Reads ``DIR/NAME/1/model.onnx`` and ``DIR/NAME/export-report.json``. An existing
+    Reads ``DIR/NAME/1/model.onnx`` (unless ``loaded`` is its model, as export has it)
+    and ``DIR/NAME/export-report.json``. An existing
     config.pbtxt is replaced only with ``force`` (export passes it for its own fresh folder).
     Every config is built before any is written; a profile other than ``gpu`` that the
     model does not fit is left out (and said), not a failure.
@@ -826,7 +860,7 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
                               f"--repository {repository}")
     report = read_report(model_dir)
     onnx_path = _find_onnx(model_dir)
-    graph = read_graph(onnx_path, report)
+    graph = read_graph(onnx_path, report, loaded)
     exported = int(report.get("max_batch_size", 0))
     limit = max_batch_size if max_batch_size is not None else exported
     if not 0 <= limit <= MAX_BATCH_SIZE:

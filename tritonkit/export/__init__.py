@@ -1,10 +1,11 @@
 """PyTorch → ONNX (and TensorRT on the target GPU), verified, into a Triton model repository.
 
 ``tritonkit.export(module, example_inputs, name=..., repository=...)`` is the Python API
-(the package itself is callable: it calls ``export``); ``tritonkit export`` is the same
-call from the command line.
+(``tritonkit.export`` is that function; import the rest from here: ``from tritonkit.export
+import ExportOptions``); ``tritonkit export`` is the same call from the command line.
 
     spec.py          a SPEC's factory → module, example inputs, dynamic axes
+    forward.py       forward() called as the export calls it; its outputs by name
     onnx_export.py   the dynamo exporter, the TorchScript one as fallback; graph tidied
     verify.py        ONNX checker, then ONNX Runtime vs PyTorch on several batches
     tensorrt.py      a plan built on the target GPU, or its trtexec recipe
@@ -15,8 +16,6 @@ call from the command line.
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -24,13 +23,15 @@ from tritonkit.extras import EXPORT_MODULES, require
 
 require("export", EXPORT_MODULES, needed_by="tritonkit export")   # before torch is imported
 
+import torch  # noqa: E402
+
 from tritonkit.export.onnx_export import EXPORTERS  # noqa: E402
 from tritonkit.export.pipeline import ExportOptions, ExportResult, export_model, export_spec  # noqa: E402
 
 __all__ = ["ExportOptions", "ExportResult", "export", "export_model", "export_spec"]
 
 
-def export(module, example_inputs: Any, *, name: str, repository: str | Path,
+def export(module: torch.nn.Module, example_inputs: Any, *, name: str, repository: str | Path,
            dynamic_axes: Mapping[str, Mapping[int, str]] | None = None,
            input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
            gpu: str | None = None, format: str = "onnx", max_batch_size: int = 32,
@@ -39,11 +40,18 @@ def export(module, example_inputs: Any, *, name: str, repository: str | Path,
            exporters: Sequence[str] = EXPORTERS) -> ExportResult:
     """Export a torch.nn.Module to ``repository/name``, verified against PyTorch.
 
-    ``example_inputs`` is a tensor, a tuple of tensors or a dict of named tensors, the
-    batch first; ``dynamic_axes`` names the other axes that vary
-    (``{"input_ids": {1: "sequence"}}``). ``exporters`` are tried in order (the dynamo
-    exporter, then the TorchScript one). Raises a TritonkitError on failure, and then
-    the repository is unchanged.
+    ``example_inputs`` is a tensor or a tuple of tensors, passed to forward() by position,
+    or a dict of tensors, passed by keyword (``{"input_ids": ..., "attention_mask": ...}``),
+    the batch first in each; ``dynamic_axes`` names the other axes that vary
+    (``{"input_ids": {1: "sequence"}}``). The graph's inputs are named by ``input_names``,
+    else the dict's keys, else ``INPUT__<i>``; its outputs by ``output_names``, else by
+    the keys or fields of what forward() returns (a dict, a dataclass, a named tuple, a
+    Hugging Face ``ModelOutput``), else ``OUTPUT__<i>``. ONNX Runtime is checked against
+    PyTorch at batch 1, a middle batch and ``max_batch_size`` within ``atol``/``rtol``
+    (defaults by dtype; ``verify=False`` skips it). ``exporters`` are tried in order (the
+    dynamo exporter, then the TorchScript one). Returns the model folder, its report and
+    the files written; raises a TritonkitError on failure, and then the repository is
+    unchanged.
     """
     options = ExportOptions(
         name=name, repository=Path(repository), gpu=gpu, format=format,
@@ -59,13 +67,3 @@ def _as_tuple(names: str | Sequence[str] | None) -> tuple[str, ...]:
     if not names:
         return ()
     return (names,) if isinstance(names, str) else tuple(names)
-
-
-class _CallableModule(types.ModuleType):
-    """Lets ``tritonkit.export(...)`` be the function while ``tritonkit.export`` is a package."""
-
-    def __call__(self, *args, **kwargs) -> ExportResult:
-        return export(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

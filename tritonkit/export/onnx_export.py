@@ -25,6 +25,7 @@ import onnx
 import torch
 
 from tritonkit.errors import ExportError
+from tritonkit.export.forward import ForwardCall
 from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
 
 EXPORTERS = ("dynamo", "torchscript")
@@ -63,7 +64,17 @@ class ExportedGraph:
 
 def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
                 output_names: tuple[str, ...], opset: int, max_batch_size: int) -> ExportedGraph:
-    """Export ``module`` with one exporter and return the tidied graph (not yet checked)."""
+    """Export ``module`` with one exporter and return the tidied graph (not yet checked).
+
+    The exporters trace it as forward.ForwardCall calls it (wrapped in one if it is not),
+    a TorchScript module excepted.
+    """
+    if not isinstance(module, ForwardCall):
+        module = ForwardCall(module, inputs.keywords)
+    if isinstance(module.model, torch.jit.ScriptModule):
+        # The TorchScript exporter cannot trace one inside a Python module; it takes the
+        # tensors by position, in forward()'s order (order_like_forward saw to that).
+        module = module.model
     args = traceable_inputs(inputs)
     with _quiet() as captured, _tracer_warnings() as tracer_warnings:
         try:
@@ -93,7 +104,8 @@ def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_b
     for name in inputs.names:
         shapes.append({axis: dims.setdefault(label, torch.export.Dim(label, min=1))
                        for axis, label in inputs.axes_of(name).items()})
-    program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=tuple(shapes),
+    # One entry: ForwardCall's *tensors, the tuple of every input.
+    program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=(tuple(shapes),),
                                 input_names=list(inputs.names), output_names=list(output_names),
                                 opset_version=opset, verbose=False, report=False)
     _rename_values_named_like_the_io(program.model.graph)

@@ -28,10 +28,11 @@ import torch
 
 from tritonkit.errors import ExportError, TritonkitError, UsageError, VerificationError
 from tritonkit.export import onnx_export, reproduce, staging, tensorrt
+from tritonkit.export.forward import ForwardCall, call, named_outputs
 from tritonkit.export.report import build_report, file_record
 from tritonkit.export.spec import (ModelInputs, axes_by_input, default_output_name,
                                    load_factory, normalize_inputs, order_like_forward,
-                                   refuse_empty_names)
+                                   passes_by_keyword, refuse_empty_names)
 from tritonkit.export.verify import check_graph, reference_mode, verify_against_torch
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
@@ -191,7 +192,8 @@ def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: Expor
         ordered = order_like_forward(model, example_inputs)
         inputs = normalize_inputs(ordered, dynamic_axes=dynamic_axes,
                                   input_names=_names_as_given(example_inputs, ordered,
-                                                              options.input_names))
+                                                              options.input_names),
+                                  by_keyword=passes_by_keyword(model, example_inputs))
         if options.format == "tensorrt":
             tensorrt.refuse_unshapeable_names(inputs.names)
         _refuse_meta(model, inputs)
@@ -201,14 +203,16 @@ def _export_cleared(module: torch.nn.Module, example_inputs: Any, options: Expor
                              hint="use a smaller example batch or a larger --max-batch-size")
         outputs = _reference_outputs(model, inputs)
         output_names = _output_names(outputs, options.output_names, inputs.names)
+        traced = ForwardCall(model, inputs.keywords)
 
         created = _missing_folders(repository)
         repository.mkdir(parents=True, exist_ok=True)
         try:
             with staging.owned_staging(repository, options.name) as (folder, unlocked):
                 stage = folder / options.name
-                result = _build(stage, model, inputs, output_names, outputs, options, profile,
-                                spec, unwrapped)
+                result = _build(stage, traced, inputs, output_names,
+                                [tensor for _, tensor in outputs], options, profile, spec,
+                                unwrapped)
                 replaced = _record_replaced(target, stage, result.report)
                 _move_into_place(stage, target, folder / staging.PREVIOUS, force=options.force)
         except BaseException:
@@ -340,35 +344,37 @@ def _check_options(options: ExportOptions) -> None:
                          hint=f"choose from {', '.join(onnx_export.EXPORTERS)}")
 
 
-def _reference_outputs(module: torch.nn.Module, inputs: ModelInputs):
+def _reference_outputs(module: torch.nn.Module,
+                       inputs: ModelInputs) -> list[tuple[str | None, torch.Tensor]]:
+    """forward() on the example inputs, called as the export calls it: its named tensors."""
     try:
         with reference_mode():
-            result = module(*(tensor.clone() for tensor in inputs.tensors))   # see torch_outputs
+            # Copies: see torch_outputs.
+            result = call(module, tuple(tensor.clone() for tensor in inputs.tensors),
+                          inputs.keywords)
     except Exception as exc:
         raise UsageError(f"the model's forward() raised {type(exc).__name__} on the example "
                          f"inputs: {onnx_export.summarize_exception(exc)}",
                          hint="check the example inputs' shapes and dtypes") from exc
-    leaves, _ = torch.utils._pytree.tree_flatten(result)
-    bad = [type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)]
-    if bad or not leaves:
-        raise UsageError(f"the model's forward() returns {', '.join(bad) or 'nothing'} "
-                         "besides tensors", hint="return a tensor, a tuple of tensors or a dict of them")
-    return result
+    named = named_outputs(result)
+    if not named:
+        raise UsageError("the model's forward() returns no tensor",
+                         hint="return a tensor, a tuple of tensors or a dict of them")
+    return named
 
 
-def _output_names(result, given: tuple[str, ...] | None,
+def _output_names(outputs: list[tuple[str | None, torch.Tensor]], given: tuple[str, ...] | None,
                   input_names: tuple[str, ...]) -> tuple[str, ...]:
-    """The outputs' names: given, else a dict's keys, else OUTPUT__<i>; each its own."""
-    leaves, _ = torch.utils._pytree.tree_flatten(result)
+    """The outputs' names: given, else those forward() gave (named_outputs), else
+    OUTPUT__<i>; each its own."""
     if given:
-        if len(given) != len(leaves):
-            raise UsageError(f"{len(given)} output names for {len(leaves)} outputs",
+        if len(given) != len(outputs):
+            raise UsageError(f"{len(given)} output names for {len(outputs)} outputs",
                              hint="give one name per output, in the order forward() returns them")
         names = tuple(given)
-    elif isinstance(result, Mapping) and all(isinstance(v, torch.Tensor) for v in result.values()):
-        names = tuple(str(key) for key in result)
     else:
-        names = tuple(default_output_name(i) for i in range(len(leaves)))
+        names = tuple(name if name is not None else default_output_name(i)
+                      for i, (name, _) in enumerate(outputs))
     refuse_empty_names(names, "output", default_output_name)
     if len(set(names)) != len(names):
         raise UsageError(f"output names repeat: {', '.join(names)}", hint="give each its own name")
@@ -385,7 +391,7 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
            unwrapped: list[str]) -> ExportResult:
     model_path = stage / VERSION / ONNX_FILENAME
     exported, exporter, attempts, verification, saved = _export_verified(
-        module, inputs, output_names, options, model_path)
+        module, inputs, output_names, outputs, options, model_path)
     model = exported.model
     written = list(saved)   # the graph, and past 2 GiB its weights file beside it
     notes = list(unwrapped)
@@ -398,12 +404,11 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
             f"{served.name} config serves {served.serving.precision.upper()}, which only a run on "
             f"the {served.display_name} checks")
         notes.append(verification["served_precision"])
-    leaves, _ = torch.utils._pytree.tree_flatten(outputs)
     report = build_report(
         name=options.name, model=model, fmt=options.format, max_batch_size=options.max_batch_size,
         opset=onnx_export.opset_of(model), exporter=exporter, attempts=attempts,
         example_shapes={n: list(t.shape) for n, t in zip(inputs.names, inputs.tensors)},
-        output_shapes={n: list(t.shape) for n, t in zip(output_names, leaves)},
+        output_shapes={n: list(t.shape) for n, t in zip(output_names, outputs)},
         verification=verification, source={"spec": spec} if spec else {"python": True},
         gpu=profile.name if profile else None)
     if inputs.dynamic_axes:
@@ -426,7 +431,7 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
         output_names=options.output_names, dynamic_axes=inputs.dynamic_axes,
         exporters=options.exporters if options.exporters != onnx_export.EXPORTERS else None)
     written.append(reproduce.write_reproduce_script(stage, spec=spec, options=options_as_flags))
-    configured = configure(stage.parent, options.name, gpu=options.gpu, force=True)
+    configured = configure(stage.parent, options.name, gpu=options.gpu, force=True, loaded=model)
     written += configured.written
     notes += [f"no config for {gpu}: {why}" for gpu, why in configured.skipped.items()]
     return ExportResult(path=stage, report=report, written=written, notes=notes,
@@ -443,8 +448,8 @@ def _tracer_warning_line(tracer_warnings) -> str:
             f"{REPORT_FILENAME} lists each place")
 
 
-def _export_verified(module, inputs: ModelInputs, output_names, options: ExportOptions,
-                     model_path: Path):
+def _export_verified(module, inputs: ModelInputs, output_names, outputs,
+                     options: ExportOptions, model_path: Path):
     """Try each exporter until one's graph passes the checker and the verification.
 
     Returns (exported graph, exporter used, every attempt's record, verification section,
@@ -465,7 +470,8 @@ def _export_verified(module, inputs: ModelInputs, output_names, options: ExportO
             if options.verify:
                 verification = verify_against_torch(
                     model_path, module, inputs, output_names=output_names,
-                    max_batch_size=options.max_batch_size, atol=options.atol, rtol=options.rtol)
+                    max_batch_size=options.max_batch_size, atol=options.atol, rtol=options.rtol,
+                    example_outputs=outputs, loaded=exported.model)
         except ExportError as exc:
             attempts.append({"exporter": exporter, "ok": False,
                              "error": _without_prefix(exc.message, exporter),

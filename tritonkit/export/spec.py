@@ -42,11 +42,14 @@ class ModelInputs:
     """The example inputs, in forward() order, with their names and dynamic axes.
 
     ``dynamic_axes[name]`` maps an axis (never 0: the batch is always dynamic) to its label.
+    ``keywords`` are the forward() parameters the tensors are passed as (a dict's keys);
+    empty, they are passed by position.
     """
 
     names: tuple[str, ...]
     tensors: tuple[torch.Tensor, ...]
     dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
+    keywords: tuple[str, ...] = ()
 
     def axes_of(self, name: str) -> dict[int, str]:
         """Every dynamic axis of one input, the batch included."""
@@ -140,43 +143,59 @@ def _unpack(built: Any, spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
 
 
 def order_like_forward(module: torch.nn.Module, example_inputs: Any) -> Any:
-    """A dict of example inputs keyed by forward()'s own parameter names, in forward()'s order.
+    """The example inputs checked against forward()'s parameters; a dict in forward()'s order.
 
-    The inputs are passed to forward() by position, and Triton clients send them by name:
-    ``{"attention_mask": m, "input_ids": i}`` for ``forward(input_ids, attention_mask)``
-    would otherwise feed the mask to ``input_ids`` under the name ``attention_mask``. A
-    dict whose keys name none of forward()'s parameters keeps its own order; one whose
-    keys name only some is refused, since its other inputs would land by position.
-    Keyword-only parameters cannot be fed by position: giving one is refused, and so is
-    one without a default, whatever the inputs.
+    A dict keyed by forward()'s parameter names is passed as keyword arguments (as Hugging
+    Face models and ``torch.onnx.export(kwargs=...)`` take them): in any order, optional
+    parameters left out. A key that names no parameter beside ones that do (and forward()
+    takes no ``**kwargs``) is refused, and so is a parameter without a default that no key
+    gives. The dict comes back with forward()'s parameters first, in forward()'s order,
+    then any ``**kwargs`` keys as given. A dict none of whose keys names a parameter only
+    names the inputs: it is passed by position, in its own order (passes_by_keyword), as a
+    tensor or tuple is; a keyword-only parameter without a default is refused for those.
     """
     signature = _forward_signature(module)
     if signature is None:
         return example_inputs
-    keys = [str(key) for key in example_inputs] if isinstance(example_inputs, Mapping) else []
-    _refuse_keyword_only(signature, keys)
-    if not isinstance(example_inputs, Mapping):
+    if not passes_by_keyword(module, example_inputs):
+        _refuse_unfed(signature, None)
         return example_inputs
-    positional = [p.name for p in signature.parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    parameters = signature.parameters.values()
     by_name = {str(key): value for key, value in example_inputs.items()}
-    named = [key for key in by_name if key in positional]
-    if not named:
-        return example_inputs
-    strangers = [key for key in by_name if key not in positional]
-    if strangers:
-        raise UsageError(f"forward({', '.join(positional)}) has no parameter named "
-                         f"{', '.join(strangers)}, though the example inputs key "
-                         f"{', '.join(named)} by its parameters",
-                         hint="key every example input by its forward() parameter, or none "
-                              "(keys of their own are fed to forward() in the dict's order)")
-    leading = positional[:len(by_name)]
-    skipped = [name for name in leading if name not in by_name]
-    if skipped:
-        raise UsageError(f"the example inputs skip forward()'s parameter(s) {', '.join(skipped)}"
-                         f" (forward takes {', '.join(positional)})",
-                         hint="give example inputs for forward()'s leading parameters, in any order")
-    return {name: by_name[name] for name in leading}
+    named = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    positional_only = [p.name for p in parameters if p.kind == p.POSITIONAL_ONLY]
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
+    for key in by_name:
+        if key in positional_only:
+            raise UsageError(f"example input {key} names forward()'s positional-only parameter, "
+                             "which cannot be given by name",
+                             hint="give the example inputs as a tuple, in forward()'s order")
+    strangers = [key for key in by_name if key not in named]
+    if strangers and not takes_any:
+        raise UsageError(f"forward({_parameter_list(signature)}) has no parameter named "
+                         f"{', '.join(strangers)}",
+                         hint="key the example inputs by forward()'s parameter names (they are "
+                              "passed as keyword arguments; --input-names renames them for "
+                              "Triton), or give a tuple, passed by position")
+    _refuse_unfed(signature, list(by_name))
+    if isinstance(module, torch.jit.ScriptModule):
+        _refuse_gaps(signature, list(by_name))
+    return {**{name: by_name[name] for name in named if name in by_name},
+            **{key: value for key, value in by_name.items() if key not in named}}
+
+
+def passes_by_keyword(module: torch.nn.Module, example_inputs: Any) -> bool:
+    """Whether the example inputs go to forward() as keyword arguments: a dict, unless none
+    of its keys names a parameter of forward() (nor does forward() take ``**kwargs``)."""
+    if not isinstance(example_inputs, Mapping):
+        return False
+    signature = _forward_signature(module)
+    if signature is None:
+        return True
+    parameters = signature.parameters.values()
+    return any(p.kind == p.VAR_KEYWORD for p in parameters) or \
+        any(str(key) == p.name for key in example_inputs for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.POSITIONAL_ONLY))
 
 
 def _forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
@@ -206,34 +225,50 @@ def _forward_signature(module: torch.nn.Module) -> inspect.Signature | None:
         return None
 
 
-def _refuse_keyword_only(signature: inspect.Signature, keys: Sequence[str]) -> None:
-    """Refuse a keyword-only forward() parameter the export would need to feed.
-
-    Both exporters call forward() with the inputs by position (and Triton has no
-    keyword arguments either): an input keyed by a keyword-only parameter would land in
-    the wrong one, and a keyword-only parameter without a default gets nothing.
-    """
+def _refuse_unfed(signature: inspect.Signature, given: Sequence[str] | None) -> None:
+    """Refuse a forward() parameter without a default that the example inputs leave out:
+    ``given`` names a dict's keys; None means a tuple, passed by position, which cannot
+    reach a keyword-only parameter."""
     for parameter in signature.parameters.values():
-        if parameter.kind != parameter.KEYWORD_ONLY:
+        if parameter.default is not parameter.empty or \
+                parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
-        if parameter.name in keys:
-            raise UsageError(f"example input {parameter.name} would feed forward()'s "
-                             "keyword-only parameter of that name, and the exporters pass "
-                             "inputs by position only",
-                             hint=f"make {parameter.name} a positional parameter of forward() "
-                                  "(before the *)")
-        if parameter.default is parameter.empty:
+        if given is not None and parameter.name not in given:
+            raise UsageError(f"forward()'s parameter {parameter.name} has no default, and the "
+                             f"example inputs do not give it (they give {', '.join(given)})",
+                             hint=f"add {parameter.name} to the example inputs' dict")
+        if given is None and parameter.kind == parameter.KEYWORD_ONLY:
             raise UsageError(f"forward()'s keyword-only parameter {parameter.name} has no "
-                             "default, and the exporters pass inputs by position only",
-                             hint=f"make {parameter.name} a positional parameter of forward() "
-                                  "(before the *), or give it a default")
+                             "default, and example inputs given as a tuple are passed by position",
+                             hint=f"give the example inputs as a dict keyed by forward()'s "
+                                  f"parameter names, {parameter.name} among them")
+
+
+def _refuse_gaps(signature: inspect.Signature, given: Sequence[str]) -> None:
+    """A TorchScript module is exported with its inputs by position: they must be its
+    leading parameters, in any order."""
+    leading = list(signature.parameters)[:len(given)]
+    skipped = [name for name in leading if name not in given]
+    if skipped:
+        raise UsageError(f"the example inputs skip the TorchScript module's parameter(s) "
+                         f"{', '.join(skipped)} (forward takes {_parameter_list(signature)}), "
+                         "and its export passes them by position",
+                         hint="give example inputs for forward()'s leading parameters")
+
+
+def _parameter_list(signature: inspect.Signature) -> str:
+    return ", ".join(p.name for p in signature.parameters.values()
+                     if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
 
 
 def normalize_inputs(example_inputs: Any, *, input_names: Sequence[str] | None = None,
-                     dynamic_axes: Mapping[str, Mapping[int, str]] | None = None) -> ModelInputs:
+                     dynamic_axes: Mapping[str, Mapping[int, str]] | None = None,
+                     by_keyword: bool = True) -> ModelInputs:
     """Names, tensors and dynamic axes of the example inputs, checked.
 
-    Names come from ``input_names``, else from the dict's keys, else ``INPUT__<i>``.
+    Names come from ``input_names``, else from the dict's keys, else ``INPUT__<i>``. A
+    dict's tensors are passed to forward() by its keys, unless ``by_keyword`` is false
+    (passes_by_keyword).
     """
     if isinstance(example_inputs, torch.Tensor):
         keys, tensors = None, (example_inputs,)
@@ -279,7 +314,7 @@ def normalize_inputs(example_inputs: Any, *, input_names: Sequence[str] | None =
                                   "axis, e.g. torch.randn(4, 16)")
 
     axes = _check_dynamic_axes(dynamic_axes or {}, names, tensors)
-    return ModelInputs(names=names, tensors=tensors, dynamic_axes=axes)
+    return ModelInputs(names=names, tensors=tensors, dynamic_axes=axes, keywords=keys if keys and by_keyword else ())
 
 
 def refuse_empty_names(names: Sequence[str], kind: str, default: Callable[[int], str]) -> None:
