@@ -53,7 +53,9 @@ from rich.table import Table  # noqa: E402
 from bench.common import (EXIT_GOAL_MISSED, abba, finite, fmt_spread, run_facts, spread,  # noqa: E402
                           write_report)
 from tritonkit.export import ExportOptions, export_spec  # noqa: E402
-from tritonkit.export.spec import load_factory, normalize_inputs, order_like_forward  # noqa: E402
+from tritonkit.export.forward import call  # noqa: E402
+from tritonkit.export.spec import (load_factory, normalize_inputs, order_like_forward,  # noqa: E402
+                                   passes_by_keyword)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MODELS = {
@@ -108,7 +110,8 @@ def bench_model(name: str, spec: str, repository: Path, *, threads: int, iterati
                                                              max_batch_size=max(BATCHES)))
     module, example, *_ = load_factory(str(EXAMPLES / spec))
     module.eval()
-    inputs = normalize_inputs(order_like_forward(module, example))
+    inputs = normalize_inputs(order_like_forward(module, example),
+                              by_keyword=passes_by_keyword(module, example))
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -124,7 +127,7 @@ def bench_model(name: str, spec: str, repository: Path, *, threads: int, iterati
 
         def run_torch():
             with torch.inference_mode():
-                module(*tensors)
+                call(module, tensors, inputs.keywords)
 
         def run_ort():
             session.run(None, feed)

@@ -3,7 +3,8 @@
 Each factory returns ``(module, example_inputs[, dynamic_axes])`` as a ``tritonkit export
 SPEC`` factory does, so ``tritonkit export tests/real_models.py:bert_base`` works as it is.
 With no arguments a factory builds the full-size model; keyword arguments shrink it for
-quick tests (``bert_base(layers=2, hidden=64)``, ``resnet50(image=64)``).
+quick tests (``bert_base(layers=2, hidden=64)``, ``resnet50(image=64)``); ``bert_small``
+and ``gpt2_2layer`` are such sizes for a SPEC.
 
     bert_base        BertModel: input_ids, attention_mask, token_type_ids; dynamic sequence
     distilbert_cls   DistilBertForSequenceClassification: input_ids, attention_mask
@@ -88,6 +89,11 @@ def gpt2(*, layers: int = 12, hidden: int = 768, heads: int = 12, batch: int = B
     config = GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, use_cache=False)
     inputs = _tokens(config.vocab_size, batch, sequence)
     return GPT2LMHeadModel(config).eval(), inputs, _dynamic_sequence(inputs)
+
+
+def bert_small():
+    """BERT's architecture at a quick size (2 layers, 64 wide): for ``tritonkit export SPEC``."""
+    return bert_base(layers=2, hidden=64, heads=4)
 
 
 def gpt2_2layer():

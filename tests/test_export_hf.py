@@ -1,0 +1,169 @@
+"""The architectures people serve export as they are: Hugging Face models and full CNNs.
+
+Each is built from its config with random weights (tests/real_models.py; nothing is
+downloaded), its example dict shuffled, and exported with verification. The graph is then
+run here, apart from tritonkit's own verification: at another batch and sequence length
+than the example's, against the model called as Hugging Face calls it, and with a
+changed attention mask, which must change the answer. Small configs keep this quick; the
+full-size ones are marked slow (``-m 'not slow'`` leaves them out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import tritonkit
+from tests import real_models
+from tests.conftest import ROOT, run_cli
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+
+SMALL_TEXT = dict(layers=2, hidden=64, heads=4)
+# name → (factory, its small size, output names)
+SMALL = {
+    "bert": (real_models.bert_base, SMALL_TEXT, ["last_hidden_state", "pooler_output"]),
+    "distilbert": (real_models.distilbert_cls, SMALL_TEXT, ["logits"]),
+    "gpt2": (real_models.gpt2, SMALL_TEXT, ["logits"]),
+    "t5_encoder": (real_models.t5_encoder, SMALL_TEXT, ["last_hidden_state"]),
+    "vit": (real_models.vit, dict(layers=2, image=64), ["logits"]),
+    "resnet50": (real_models.resnet50, dict(image=64), ["OUTPUT__0"]),
+    "mobilenet_v3": (real_models.mobilenet_v3, dict(image=64), ["OUTPUT__0"]),
+}
+MAX_BATCH = 4
+
+
+def shuffled(example):
+    """The example dict with its keys in another order than forward() takes them."""
+    return dict(reversed(list(example.items()))) if isinstance(example, dict) else example
+
+
+def session_of(model_dir) -> ort.InferenceSession:
+    return ort.InferenceSession(str(model_dir / "1" / "model.onnx"),
+                                providers=["CPUExecutionProvider"])
+
+
+def like(example, batch: int, sequence: int | None):
+    """Inputs like the example's at another batch (and sequence length), as numpy."""
+    generator = torch.Generator().manual_seed(7)
+    if not isinstance(example, dict):
+        return {"INPUT__0": torch.randn(batch, *example.shape[1:], generator=generator).numpy()}
+    feed = {}
+    for name, tensor in example.items():
+        if name == "pixel_values":
+            feed[name] = torch.randn(batch, *tensor.shape[1:], generator=generator).numpy()
+        elif name == "input_ids":
+            feed[name] = torch.randint(0, 1000, (batch, sequence), generator=generator).numpy()
+        elif name == "attention_mask":
+            mask = np.ones((batch, sequence), np.int64)
+            mask[0, sequence // 2:] = 0
+            feed[name] = mask
+        else:                                               # token_type_ids
+            feed[name] = np.zeros((batch, sequence), np.int64)
+    return feed
+
+
+def expected_outputs(model, feed: dict, names: list[str]) -> list[np.ndarray]:
+    tensors = {name: torch.from_numpy(array) for name, array in feed.items()}
+    with torch.no_grad():
+        result = model(tensors["INPUT__0"]) if "INPUT__0" in tensors else model(**tensors)
+    if isinstance(result, torch.Tensor):
+        return [result.numpy()]
+    return [result[name].numpy() for name in names]
+
+
+@pytest.mark.parametrize("family", list(SMALL))
+def test_real_architectures_export_verified_and_serve_what_the_model_computes(tmp_path, family):
+    factory, size, outputs = SMALL[family]
+    built = factory(**size)
+    model, example = built[0], shuffled(built[1])
+    axes = built[2] if len(built) > 2 else None
+    result = tritonkit.export(model, example, name=family, repository=tmp_path,
+                              dynamic_axes=axes, max_batch_size=MAX_BATCH)
+    report = result.report
+    assert report["verification"]["passed"] is True
+    assert {t["name"] for t in report["inputs"]} == set(example if isinstance(example, dict)
+                                                        else ["INPUT__0"])
+    assert [t["name"] for t in report["outputs"]] == outputs
+    for name in outputs:
+        worst = report["verification"]["max_errors"][name]
+        assert worst["passed"] is True and worst["tolerance_share"] <= 1
+
+    session = session_of(result.path)
+    sequence = 11 if axes else None          # neither the example's 16 nor one verified
+    feed = like(example, 3, sequence)
+    served = session.run(outputs, feed)
+    for name, got, want in zip(outputs, served, expected_outputs(model, feed, outputs)):
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(got, want, atol=1e-4 * scale, rtol=1e-3, err_msg=name)
+    if "attention_mask" in feed:             # the mask is wired in, not traced as a constant
+        feed["attention_mask"] = np.ones_like(feed["attention_mask"])
+        assert not np.allclose(session.run(outputs[:1], feed)[0], served[0], atol=1e-6)
+
+
+def test_bert_takes_its_sequence_axis_dynamic_on_every_input(tmp_path):
+    model, example, axes = real_models.bert_base(**SMALL_TEXT)
+    result = tritonkit.export(model, shuffled(example), name="bert", repository=tmp_path,
+                              dynamic_axes=axes, max_batch_size=MAX_BATCH)
+    by_name = {t["name"]: t for t in result.report["inputs"]}
+    assert list(by_name) == ["input_ids", "attention_mask", "token_type_ids"]   # forward()'s
+    for spec in by_name.values():
+        assert spec["dynamic_axes"] == {"0": "batch", "1": "sequence"}
+    lengths = {case["lengths"]["sequence"] for case in result.report["verification"]["cases"]}
+    assert len(lengths) >= 3
+
+
+def test_gpt2_with_its_cache_on_names_each_layers_past_key_and_value(tmp_path):
+    """A decoder built with Hugging Face's defaults (use_cache=True) returns a cache
+    object beside its logits: each layer's key and value become named outputs."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4)).eval()
+    _, example, axes = real_models.gpt2(**SMALL_TEXT)
+    result = tritonkit.export(model, shuffled(example), name="gpt2", repository=tmp_path,
+                              dynamic_axes=axes, max_batch_size=MAX_BATCH)
+    names = [t["name"] for t in result.report["outputs"]]
+    assert names == ["logits", "past_key_values.0.key", "past_key_values.0.value",
+                     "past_key_values.1.key", "past_key_values.1.value"]
+    key = next(t for t in result.report["outputs"] if t["name"] == "past_key_values.1.key")
+    assert key["dynamic_axes"]["0"] == "batch" and key["shape"][1] == 4    # [batch, heads, …]
+
+
+def test_the_cli_exports_a_transformers_factory_with_its_names(tmp_path, capsys):
+    code = run_cli("export", ROOT / "tests" / "real_models.py:bert_small", "--name", "bert",
+                   "--repository", tmp_path, "--max-batch-size", MAX_BATCH)
+    assert code == 0
+    out = capsys.readouterr().out
+    for name in ("in  input_ids", "in  attention_mask", "in  token_type_ids",
+                 "out last_hidden_state", "out pooler_output"):
+        assert name in out
+    config = (tmp_path / "bert" / "config.pbtxt").read_text()
+    assert 'name: "pooler_output"' in config and 'name: "token_type_ids"' in config
+
+
+FULL_SIZE = {
+    "bert_base": ("examples/hf_bert.py:build", ["last_hidden_state", "pooler_output"]),
+    "gpt2": ("tests/real_models.py:gpt2", ["logits"]),
+    "resnet50": ("tests/real_models.py:resnet50", ["OUTPUT__0"]),
+    "vit": ("tests/real_models.py:vit", ["logits"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(FULL_SIZE))
+def test_full_size_models_export_verified_from_the_cli(tmp_path, capsys, family):
+    spec, outputs = FULL_SIZE[family]
+    code = run_cli("export", ROOT / spec, "--name", family, "--repository", tmp_path)
+    assert code == 0
+    assert "pass" in capsys.readouterr().out
+    report = json.loads((tmp_path / family / "export-report.json").read_text())
+    assert [t["name"] for t in report["outputs"]] == outputs
+    assert {case["batch"] for case in report["verification"]["cases"]} >= {1, 16, 32}
+    assert all(worst["passed"] for worst in report["verification"]["max_errors"].values())
