@@ -53,7 +53,7 @@ PHASES = {
     "checker": ("tritonkit.export.pipeline", "check_graph"),
     "verification": ("tritonkit.export.pipeline", "verify_against_torch"),
     "  pytorch runs": ("tritonkit.export.verify", "torch_outputs"),
-    "  ORT session": ("onnxruntime", "InferenceSession"),
+    "  ORT session": ("tritonkit.export.pipeline", "open_session"),
     "configs": ("tritonkit.export.pipeline", "configure"),
 }
 

@@ -190,8 +190,11 @@ def test_the_python_api_shows_its_signature_and_docstring():
     text = pydoc.render_doc(tritonkit.export, renderer=pydoc.plaintext)
     assert "Export a torch.nn.Module to ``repository/name``" in text
     assert "function export" in text
-    from tritonkit.export import ExportOptions      # the package's other names still import
-    assert ExportOptions.__name__ == "ExportOptions"
+    # The package's other names still reach through it, whichever way they are imported.
+    from tritonkit.export import ExportOptions
+    import tritonkit.export.spec as spec
+    assert tritonkit.export.ExportOptions is ExportOptions
+    assert spec.__name__ == "tritonkit.export.spec" and tritonkit.export.spec is spec
 
 
 def test_importing_tritonkit_loads_no_torch():

@@ -67,3 +67,10 @@ def _as_tuple(names: str | Sequence[str] | None) -> tuple[str, ...]:
     if not names:
         return ()
     return (names,) if isinstance(names, str) else tuple(names)
+
+
+# tritonkit.export is this function (see tritonkit/__init__.py). It shares the package's
+# namespace, so that what reaches the package through that name still does:
+# tritonkit.export.ExportOptions, `import tritonkit.export.spec as spec`, and patching
+# "tritonkit.export.pipeline.<name>" by its dotted path.
+export.__dict__ = globals()

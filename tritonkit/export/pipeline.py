@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -33,7 +34,8 @@ from tritonkit.export.report import build_report, file_record
 from tritonkit.export.spec import (ModelInputs, axes_by_input, default_output_name,
                                    load_factory, normalize_inputs, order_like_forward,
                                    passes_by_keyword, refuse_empty_names)
-from tritonkit.export.verify import check_graph, reference_mode, verify_against_torch
+from tritonkit.export.verify import (check_graph, open_session, reference_mode,
+                                     verify_against_torch)
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
 from tritonkit.profiles import GpuProfile, load_profile
@@ -465,13 +467,18 @@ def _export_verified(module, inputs: ModelInputs, output_names, outputs,
                                                output_names=output_names, opset=options.opset,
                                                max_batch_size=options.max_batch_size)
             saved = onnx_export.save_model(exported.model, model_path)
-            check_graph(model_path)
             verification = None
-            if options.verify:
-                verification = verify_against_torch(
-                    model_path, module, inputs, output_names=output_names,
-                    max_batch_size=options.max_batch_size, atol=options.atol, rtol=options.rtol,
-                    example_outputs=outputs, loaded=exported.model)
+            with ThreadPoolExecutor(max_workers=1) as loader:
+                # ONNX Runtime loads the graph while the checker reads it (one core each:
+                # the session lets go of the GIL); a checker's error still comes first.
+                session = loader.submit(open_session, model_path) if options.verify else None
+                check_graph(model_path)
+                if options.verify:
+                    verification = verify_against_torch(
+                        model_path, module, inputs, output_names=output_names,
+                        max_batch_size=options.max_batch_size, atol=options.atol,
+                        rtol=options.rtol, example_outputs=outputs, loaded=exported.model,
+                        session=session)
         except ExportError as exc:
             attempts.append({"exporter": exporter, "ok": False,
                              "error": _without_prefix(exc.message, exporter),

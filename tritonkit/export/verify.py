@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from concurrent.futures import Future
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +39,7 @@ DEFAULT_TOLERANCES = {
 }
 EXACT = (0.0, 0.0)  # integer and boolean outputs must match exactly
 _REL_FLOOR = 1e-6   # relative error is measured against max(|expected|, this)
+_SLICE = 1 << 16    # elements compared at a time (_compare_floats)
 PROVIDER = "CPUExecutionProvider"
 # Samples of the largest batch checked against the same samples run alone: enough to find
 # a model that mixes samples (every row but the first usually differs), cheap at any batch.
@@ -259,30 +262,38 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInputs, *,
-                         output_names: tuple[str, ...], max_batch_size: int,
-                         atol: float | None = None, rtol: float | None = None,
-                         example_outputs: list[torch.Tensor] | None = None,
-                         loaded: onnx.ModelProto | None = None) -> dict:
-    """Run the graph in ONNX Runtime and PyTorch on every case; a VerificationError if they differ.
-
-    ``module`` takes the tensors by position and returns a flat tuple (forward.ForwardCall);
-    ``example_outputs``, its outputs on the example inputs, and ``loaded``, the model at
-    ``path``, where the caller has them already. Returns the verification section of the
-    export report.
-    """
+def open_session(path: Path):
+    """An ONNX Runtime session on the graph at ``path`` (CPU provider); a VerificationError
+    if it cannot load it. It lets go of the GIL while it loads: export runs it in a thread
+    beside the ONNX checker, which does not."""
     import onnxruntime as ort
 
-    _refuse_bfloat16(path, loaded)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(str(path), options, providers=[PROVIDER])
+        return ort.InferenceSession(str(path), options, providers=[PROVIDER])
     except Exception as exc:
         raise VerificationError(f"ONNX Runtime cannot load the exported graph: {one_line(exc)}",
                                 hint="try another --opset, or the other exporter") from exc
 
-    declared = {value.name: value.shape for value in session.get_outputs()}
+
+def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInputs, *,
+                         output_names: tuple[str, ...], max_batch_size: int,
+                         atol: float | None = None, rtol: float | None = None,
+                         example_outputs: list[torch.Tensor] | None = None,
+                         loaded: onnx.ModelProto | None = None,
+                         session: Future | None = None) -> dict:
+    """Run the graph in ONNX Runtime and PyTorch on every case; a VerificationError if they differ.
+
+    ``module`` takes the tensors by position and returns a flat tuple (forward.ForwardCall);
+    ``example_outputs``, its outputs on the example inputs, ``loaded``, the model at
+    ``path``, and ``session``, open_session(path) under way, where the caller has them
+    already: PyTorch computes the cases' outputs while the session loads. Returns the
+    verification section of the export report.
+    """
+    import onnxruntime as ort
+
+    _refuse_bfloat16(path, loaded)
     tolerances: dict[str, tuple[float, float]] = {}
     worst: dict[str, dict] = {name: {} for name in output_names}
     cases = []
@@ -291,9 +302,18 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     example_outputs = [to_numpy(tensor) for tensor in example_outputs] \
         if example_outputs is not None else _reference(module, example)
     batch_limit = verifiable_batch(inputs, example_outputs, max_batch_size)
-    for case in verification_cases(inputs, batch_limit):
-        expected = example_outputs if case.tensors is inputs.tensors else \
-            _reference(module, case, example.lengths, inputs)
+    expected_by_case = ((case, example_outputs if case.tensors is inputs.tensors else
+                         _reference(module, case, example.lengths, inputs))
+                        for case in verification_cases(inputs, batch_limit))
+    computed = []
+    if session is not None:
+        for found in expected_by_case:          # while ONNX Runtime loads, not after
+            computed.append(found)
+            if session.done():
+                break
+    session = session.result() if session is not None else open_session(path)
+    declared = {value.name: value.shape for value in session.get_outputs()}
+    for case, expected in chain(computed, expected_by_case):
         feed = {name: to_numpy(tensor) for name, tensor in zip(inputs.names, case.tensors)}
         try:
             actual = session.run(list(output_names), feed)
@@ -314,17 +334,14 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                     f"{list(got.shape)} at {_where(case)}",
                     hint="the exporter fixed a dynamic size in the graph's output shape")
             tolerances.setdefault(name, tolerance_for(_dtype_name(want, got), atol, rtol))
-            abs_error, rel_error, within = _compare(want, got, *tolerances[name])
+            found = compare(want, got, *tolerances[name])
+            abs_error, rel_error = found.max_abs_error, found.max_rel_error
             errors[name] = {"max_abs_error": abs_error, "max_rel_error": rel_error,
-                            "shape": list(got.shape)}
-            scaled = scaled_atol(want, tolerances[name][0]) if want.dtype.kind == "f" else None
-            if scaled is not None and scaled < tolerances[name][0]:
-                errors[name]["atol_scaled"] = scaled    # an output smaller than 1
-            share = tolerance_share(want, got, *tolerances[name])
-            errors[name]["tolerance_share"] = share
-            _keep_worst(worst[name], abs_error, rel_error, share,
-                        tolerances[name][0] if scaled is None else scaled)
-            if not within:
+                            "shape": list(got.shape), "tolerance_share": found.tolerance_share}
+            if found.atol < tolerances[name][0]:
+                errors[name]["atol_scaled"] = found.atol    # an output smaller than 1
+            _keep_worst(worst[name], found)
+            if not found.within:
                 _refuse_nondeterministic(module, case, output_names, expected, atol, rtol)
                 _refuse_integer_near_tie(path, feed, name, want, got,
                                          f"differs from PyTorch at {_where(case)}", atol, rtol)
@@ -365,14 +382,13 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     return verified
 
 
-def _keep_worst(worst: dict, abs_error: float, rel_error: float, share: float,
-                atol: float) -> None:
-    """Fold one case's errors of an output into its worst so far: the largest errors and
-    tolerance share, and the smallest atol applied (scaled where the output is below 1)."""
-    worst["max_abs_error"] = max(worst.get("max_abs_error", 0.0), abs_error)
-    worst["max_rel_error"] = max(worst.get("max_rel_error", 0.0), rel_error)
-    worst["tolerance_share"] = max(worst.get("tolerance_share", 0.0), share)
-    worst["atol"] = min(worst.get("atol", atol), atol)
+def _keep_worst(worst: dict, found: Comparison) -> None:
+    """Fold one case's comparison of an output into its worst so far: the largest errors
+    and tolerance share, and the smallest atol applied (scaled where the output is below 1)."""
+    worst["max_abs_error"] = max(worst.get("max_abs_error", 0.0), found.max_abs_error)
+    worst["max_rel_error"] = max(worst.get("max_rel_error", 0.0), found.max_rel_error)
+    worst["tolerance_share"] = max(worst.get("tolerance_share", 0.0), found.tolerance_share)
+    worst["atol"] = min(worst.get("atol", found.atol), found.atol)
 
 
 def _reference(module: torch.nn.Module, case: Case,
@@ -548,7 +564,15 @@ def scaled_atol(want: np.ndarray, atol: float) -> float:
 
 def _largest_finite(values: np.ndarray) -> float:
     """The largest finite magnitude in ``values`` (0 when none is finite)."""
-    return float(np.abs(values[np.isfinite(values)].astype(np.float64)).max(initial=0.0))
+    flat = values.reshape(-1)
+    largest = 0.0
+    for start in range(0, flat.size, _SLICE):        # see _compare_floats
+        part = np.abs(flat[start:start + _SLICE])
+        top = float(part.max(initial=0.0))
+        if not np.isfinite(top):
+            top = float(part[np.isfinite(part)].max(initial=0.0))
+        largest = max(largest, top)
+    return largest
 
 
 def _tolerances_said(want: np.ndarray, atol: float, rtol: float) -> str:
@@ -570,8 +594,7 @@ def _compared_anything(want: np.ndarray, got: np.ndarray) -> bool:
     compared): where both are NaN, or the same infinity, they match but say nothing."""
     if want.size == 0 or not _is_float(want, got):
         return True
-    finite = np.isfinite(want.astype(np.float64)) & np.isfinite(got.astype(np.float64))
-    return bool(finite.any())
+    return bool((np.isfinite(want) & np.isfinite(got)).any())
 
 
 def _refuse_integer_near_tie(path: Path, feed: dict[str, np.ndarray], name: str,
@@ -683,8 +706,22 @@ def _float_source(path: Path, name: str) -> str | None:
     return None
 
 
-def _compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float):
-    """(max abs error, max rel error, every element within atol + rtol·|want|).
+@dataclass(frozen=True)
+class Comparison:
+    """One output's comparison: its largest absolute and relative errors, whether every
+    element is within ``atol + rtol·|want|``, the largest share of that any element's error
+    took (at most 1 passes: it says why an output passed where max abs and max rel errors,
+    often of different elements, cannot), and the atol applied (scaled_atol)."""
+
+    max_abs_error: float
+    max_rel_error: float
+    within: bool
+    tolerance_share: float
+    atol: float
+
+
+def compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> Comparison:
+    """``got`` against ``want`` within ``atol + rtol·|want|`` per element.
 
     Integers and booleans are compared exactly, as integers (a float64 detour would equate
     2**53 and 2**53 + 1). Floats: NaN matches NaN, an infinity matches only the same
@@ -692,59 +729,92 @@ def _compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float):
     scaled down for an output smaller than 1 (scaled_atol).
     """
     if want.size == 0:
-        return 0.0, 0.0, True
+        return Comparison(0.0, 0.0, True, 0.0, atol)
     kinds = {want.dtype.kind, got.dtype.kind}
     if kinds & set("OSUV"):              # strings and the like: equal or not
-        equal = bool(np.all(want == got))
-        return (0.0, 0.0, True) if equal else (np.inf, np.inf, False)
+        return _exact(bool(np.all(want == got)), np.inf, np.inf, atol)
     if "c" in kinds:
         diff = np.abs(want.astype(np.complex128) - got.astype(np.complex128))
         scale = np.abs(want.astype(np.complex128))
-        within = bool(np.all(diff <= atol + rtol * scale))
-        return float(diff.max()), float((diff / np.maximum(scale, _REL_FLOOR)).max()), within
+        allowed = atol + rtol * scale
+        within = bool(np.all(diff <= allowed))
+        return Comparison(float(diff.max()), float((diff / np.maximum(scale, _REL_FLOOR)).max()),
+                          within, _share(diff, allowed), atol)
     if not kinds & {"f"}:                # integers and booleans, as Python integers
         same = want.dtype == got.dtype
         differ = want != got if same else want.astype(object) != got.astype(object)
         if not differ.any():
-            return 0.0, 0.0, True
+            return _exact(True, 0.0, 0.0, atol)
         pairs = list(zip(want[differ].tolist(), got[differ].tolist()))
         diff = max(abs(int(w) - int(g)) for w, g in pairs)
         scale = max(max(abs(int(w)) for w, _ in pairs), 1)
-        return float(diff), float(diff) / scale, False
-    diff, scale = _float_errors(want, got)
-    with np.errstate(invalid="ignore", over="ignore"):
-        within = bool(np.all(diff <= scaled_atol(want, atol) + rtol * scale))
-        rel = diff / np.maximum(scale, _REL_FLOOR)
-    return float(diff.max()), float(rel.max()), within
+        return _exact(False, float(diff), float(diff) / scale, atol)
+    return _compare_floats(want.reshape(-1), got.reshape(-1), atol, rtol)
+
+
+def _compare_floats(want: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> Comparison:
+    """compare for flat float arrays, a slice at a time: a language model's logits are
+    tens of millions of values, and each full-size temporary cost fresh memory (seconds of
+    page faults per verified batch) where a slice's stay in the cache."""
+    slices = [slice(start, start + _SLICE) for start in range(0, want.size, _SLICE)]
+    applied = scaled_atol(want, atol)
+    max_abs = max_rel = share = 0.0
+    within = True
+    for part in slices:
+        diff, scale = _float_errors(want[part], got[part])
+        allowed = scale * rtol
+        allowed += applied
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            within = within and bool(np.all(diff <= allowed))
+            max_rel = max(max_rel, float((diff / np.maximum(scale, _REL_FLOOR)).max()))
+        max_abs = max(max_abs, float(diff.max()))
+        share = max(share, _share(diff, allowed))
+    return Comparison(max_abs, max_rel, within, share, applied)
+
+
+def _compare(want: np.ndarray, got: np.ndarray, atol: float, rtol: float):
+    """(max abs error, max rel error, every element within atol + rtol·|want|): compare's."""
+    found = compare(want, got, atol, rtol)
+    return found.max_abs_error, found.max_rel_error, found.within
+
+
+def _exact(equal: bool, abs_error: float, rel_error: float, atol: float) -> Comparison:
+    return Comparison(0.0 if equal else abs_error, 0.0 if equal else rel_error, equal,
+                      0.0 if equal else np.inf, atol)
+
+
+def _share(diff: np.ndarray, allowed: np.ndarray) -> float:
+    """The largest diff / allowed (0 where both are 0, infinite past a zero allowance)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = diff / allowed
+    share[diff == 0] = 0.0
+    return float(share.max())
 
 
 def _float_errors(want: np.ndarray, got: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each element's absolute error (0 where both are NaN or the same infinity, infinite
-    where only one is) and the magnitude it is relative to (|want|, 0 where not finite)."""
-    want64, got64 = want.astype(np.float64), got.astype(np.float64)
+    where only one is) and the magnitude it is relative to (|want|, 0 where not finite).
+
+    In float32 for float32 (and narrower) outputs, float64 otherwise: a model's logits are
+    tens of millions of values, compared at every verified batch.
+    """
+    dtype = np.result_type(want.dtype, got.dtype, np.float32)
+    want_, got_ = want.astype(dtype, copy=False), got.astype(dtype, copy=False)
     with np.errstate(invalid="ignore", over="ignore"):
-        matched = (np.isnan(want64) & np.isnan(got64)) | (np.isinf(want64) & (want64 == got64))
-        finite = np.isfinite(want64) & np.isfinite(got64)
-        diff = np.where(matched, 0.0, np.where(finite, np.abs(want64 - got64), np.inf))
-        scale = np.where(np.isfinite(want64), np.abs(want64), 0.0)
+        diff = np.subtract(want_, got_)
+        np.abs(diff, out=diff)
+        scale = np.abs(want_)
+        if not (np.isfinite(diff).all() and np.isfinite(scale).all()):
+            matched = (np.isnan(want_) & np.isnan(got_)) | (np.isinf(want_) & (want_ == got_))
+            diff[matched] = 0.0
+            diff[~matched & ~(np.isfinite(want_) & np.isfinite(got_))] = np.inf
+            scale[~np.isfinite(scale)] = 0.0
     return diff, scale
 
 
 def tolerance_share(want: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> float:
-    """The largest share of its own tolerance any element's error takes: each element may
-    differ by ``scaled atol + rtol·|want|``, so at most 1 passes. It says why an output
-    passed where max abs and max rel errors (often of different elements) cannot: a rel
-    error of 0.9 on a logit near 0 is within atol. Exact outputs: 0 if equal, else inf."""
-    if want.size == 0:
-        return 0.0
-    if want.shape != got.shape or not _is_float(want, got) or "c" in {want.dtype.kind,
-                                                                      got.dtype.kind}:
-        return 0.0 if _compare(want, got, atol, rtol)[2] else float("inf")
-    diff, scale = _float_errors(want, got)
-    allowed = scaled_atol(want, atol) + rtol * scale
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(diff == 0, 0.0, diff / allowed)
-    return float(share.max())
+    """The largest share of its own tolerance any element's error takes (compare's)."""
+    return compare(want, got, atol, rtol).tolerance_share
 
 
 def _dtype_name(want: np.ndarray, got: np.ndarray) -> str:
