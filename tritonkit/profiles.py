@@ -99,6 +99,21 @@ class Serving:
 
 
 @dataclass(frozen=True)
+class TuneSpace:
+    """The values `tritonkit tune` tries for each knob of a model's config (an empty list:
+    that knob is kept as served). A profile's ``[tune]`` table is the space on its card;
+    ``--space FILE.toml`` replaces any of these lists."""
+
+    instance_count: tuple[int, ...] = ()
+    max_batch_size: tuple[int, ...] = ()
+    max_queue_delay_us: tuple[int, ...] = ()
+    # dynamic batching's preferred sizes: false none, true the warm-up's batch sizes
+    preferred_batch_size: tuple[bool, ...] = ()
+    intra_op_thread_count: tuple[int, ...] = ()     # ONNX Runtime's own parameter; 0: its default
+    accelerator: tuple[str, ...] = ()               # "tensorrt" (the profile's, as generated), "cuda"
+
+
+@dataclass(frozen=True)
 class GpuProfile:
     """One GPU model (or, ``kind = "cpu"``, a host without one) and the stack tritonkit
     deploys on it."""
@@ -117,6 +132,7 @@ class GpuProfile:
     bus: Bus | None = None
     sources: dict = field(default_factory=dict)
     path: str = ""
+    tune: TuneSpace = field(default_factory=TuneSpace)
 
     @property
     def has_gpu(self) -> bool:
@@ -198,9 +214,26 @@ def load_profile(name_or_path: str | Path) -> GpuProfile:
     return profile
 
 
+def check_tune_space(space: TuneSpace, where: str) -> None:
+    """A ProfileError naming ``where`` and the field for a value no config can take."""
+    lowest = {"instance_count": 1, "max_batch_size": 1, "max_queue_delay_us": 0,
+              "intra_op_thread_count": 0}
+    for name, least in lowest.items():
+        bad = [v for v in getattr(space, name) if v < least]
+        if bad:
+            raise ProfileError(f"{where}: field 'tune.{name}' holds {bad[0]}, below {least}",
+                               hint=f"list values of at least {least}, e.g. {name} = [{least + 1}]")
+    odd = [a for a in space.accelerator if a not in ACCELERATORS["gpu"]]
+    if odd:
+        raise ProfileError(f"{where}: field 'tune.accelerator' holds '{odd[0]}', not one of "
+                           f"{', '.join(ACCELERATORS['gpu'])}",
+                           hint='e.g. accelerator = ["tensorrt", "cuda"]')
+
+
 def _validate(profile: GpuProfile) -> None:
     where = profile.path
     _validate_kind(profile)
+    check_tune_space(profile.tune, where)
     if profile.serving.precision not in PRECISIONS:
         raise ProfileError(f"{where}: field 'serving.precision' = '{profile.serving.precision}' "
                            f"is not one of {', '.join(PRECISIONS)}", hint="fix the value")

@@ -66,6 +66,7 @@ from tritonkit.cli import config as _config  # noqa: E402,F401
 from tritonkit.cli import deploy as _deploy  # noqa: E402,F401
 from tritonkit.cli import warmup as _warmup  # noqa: E402,F401
 from tritonkit.cli import loadtest as _loadtest  # noqa: E402,F401
+from tritonkit.cli import tune as _tune  # noqa: E402,F401
 from tritonkit.cli import monitor as _monitor  # noqa: E402,F401
 from tritonkit.cli import install as _install  # noqa: E402,F401
 

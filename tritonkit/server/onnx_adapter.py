@@ -30,7 +30,9 @@ class TritonPythonModel:
         # ONNX Runtime's threads spin-wait between ops by default, burning CPU that the
         # server's own threads (and a load generator on the same host) need: they wait
         # without spinning.
-        threads = int(params.get("intra_op_threads", "0"))
+        # The key Triton's ONNX Runtime backend reads, so a config tuned on this copy
+        # (tritonkit tune) means the same in production. 0: one thread per core.
+        threads = int(params.get("intra_op_thread_count", "0"))
         if threads:
             options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

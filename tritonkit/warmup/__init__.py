@@ -55,8 +55,8 @@ from tritonkit.warmup._errors import InputRefused, LoadFailed
 from tritonkit.warmup._model import CHECK_CLIENTS, CHECK_REQUESTS, cold_start_figures
 from tritonkit.warmup._results import ColdStart, ModelWarmup, SteadyRule
 from tritonkit.warmup._run import DEFAULT_REQUESTS, REFUSED_GRACE_S, load_and_warm, warm_up
-from tritonkit.warmup._server import (RELOAD_PARAMETER, never_served, served_counts, wait_live,
-                                     warmup_counts)
+from tritonkit.warmup._server import (RELOAD_PARAMETER, load_model, never_served,
+                                     repository_index, served_counts, wait_live, warmup_counts)
 
 __all__ = [
     "ABOUT",
@@ -72,11 +72,13 @@ __all__ = [
     "SteadyRule",
     "cold_start_figures",
     "load_and_warm",
+    "load_model",
     "load_order",
     "model_instances",
     "never_served",
     "served_counts",
     "not_warmable",
+    "repository_index",
     "run_context",
     "sequence_ids",
     "sequence_slots",

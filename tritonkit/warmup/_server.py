@@ -213,7 +213,7 @@ def never_served(counts: dict[str, Counts] | None, config: dict) -> bool:
 
 
 def load_model(endpoint: Endpoint, name: str, deadline: Deadline, *,
-               reload: bool = False) -> float:
+               reload: bool = False, config: dict | None = None) -> float:
     """Load ``name`` explicitly; the seconds it took. On a client of its own, bounded by
     what is left of the deadline now: loads one after another (a TensorRT engine can take
     minutes each) must not each get the time that was left before the first.
@@ -224,12 +224,16 @@ def load_model(endpoint: Endpoint, name: str, deadline: Deadline, *,
     reloaded model's start again from what its ``model_warmup`` runs). Then a second,
     carrying the model's config as the server serves it with ``RELOAD_PARAMETER`` set to
     now: a config Triton has not loaded, so it loads the model anew, the old copy serving
-    until the new one is READY."""
+    until the new one is READY.
+
+    ``config`` (a model config as the server's JSON gives it): load the model with that
+    config instead of its files' (Triton's config override), the old one serving until
+    the new one is READY."""
     started = time.perf_counter()
     client = http_client(endpoint, deadline)
     try:
         before = served_counts(client, endpoint, name) if reload else None
-        _load(client, endpoint, name, deadline, started)
+        _load(client, endpoint, name, deadline, started, config)
         if reload:
             after = served_counts(client, endpoint, name)
             config = server_config(client, name)

@@ -1,0 +1,330 @@
+"""A whole tune: the baselines, the search within the budget, the interleaved comparison
+of the winner with the baselines, the served config put back, the winner written."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from tritonkit import __version__
+from tritonkit.client import Endpoint
+from tritonkit.errors import EXIT_OK, EXIT_SLA_MISS, LoadTestError, UsageError
+from tritonkit.profiles import TuneSpace, load_profile
+from tritonkit.report import Sla
+from tritonkit.tune._interval import RatioInterval, interleave, paired_interval
+from tritonkit.tune._search import CLOSED, Found, Probe, coordinate_search, highest_load
+from tritonkit.tune._space import (KNOBS, Candidate, applicable, candidate_config, check_space,
+                                   local_space, merged, on_gpu, parse_served, served_point)
+from tritonkit.tune._trial import Refused, ServedModel
+from tritonkit.tune._write import WriteTarget, write_winner
+
+SERVED, BARE = "served", "bare default"
+DEFAULT_BUDGET_S = 300.0
+# A change of knob is kept when it beats the config it replaces by this much: less is the
+# noise of a shared machine (one config measured four times back to back spread 1.85x).
+MIN_GAIN = 0.05
+# The comparison's rounds: at least, at most, and the width it stops at (each side).
+MIN_ROUNDS, MAX_ROUNDS, PRECISION, CONFIDENCE = 3, 10, 0.05, 0.95
+# The share of the budget the search leaves to the comparison, at least.
+COMPARE_SHARE = 0.25
+
+
+@dataclass
+class Trial:
+    """One config tried: its knobs, its figures, or why it has none."""
+
+    point: Candidate
+    role: str = ""                      # SERVED, BARE, or "" for a point of the search
+    found: Found | None = None
+    load_s: float | None = None
+    skipped: str | None = None          # Triton's refusal, a failed warm-up, failed requests
+    seconds: float = 0.0                # the trial's wall time, swap and search
+
+    @property
+    def label(self) -> str:
+        return f"{self.point.label} ({self.role})" if self.role and not self.point.bare else self.point.label
+
+    def meets(self, sla: Sla) -> bool:
+        return (self.found is not None and self.found.judged is not None
+                and (sla.min_qps is None or self.found.throughput >= sla.min_qps))
+
+    def score(self, sla: Sla) -> float | None:
+        """Higher is better: the throughput at the SLA where it is met, else minus how many
+        times over it the config stayed (its best p99 against the limit, or the minimum
+        throughput against what it carried). None: not measured."""
+        if self.found is None:
+            return None
+        if self.meets(sla):
+            return self.found.throughput
+        if self.found.judged is not None:
+            return -(sla.min_qps / max(self.found.throughput, 1e-9))
+        best = self.found.best_p99_ms
+        return None if best is None else -(best / sla.p99_ms)
+
+    def as_dict(self, sla: Sla) -> dict:
+        found = self.found
+        return {"config": self.point.label, "role": self.role or None, "knobs": self.point.knobs(),
+                "bare": self.point.bare, "meets_sla": self.meets(sla), "skipped": self.skipped,
+                "load_s": self.load_s, "seconds": self.seconds,
+                "throughput_at_sla": found.throughput if found else None,
+                "concurrency_at_sla": found.concurrency if found else None,
+                "judged": dataclasses.asdict(found.judged) if found and found.judged else None,
+                "best_p99_ms": found.best_p99_ms if found else None,
+                "probes": [dataclasses.asdict(p) for p in found.probes] if found else []}
+
+
+@dataclass
+class Comparison:
+    """The winner against one baseline, re-measured interleaved: each round's throughput
+    (closed loop, each at its own concurrency at the SLA) and the ratio's interval."""
+
+    baseline: str
+    winner_runs: list[float]
+    baseline_runs: list[float]
+    interval: RatioInterval | None
+
+    def describe(self) -> str:
+        if self.interval is None:
+            return f"vs {self.baseline}: too few rounds for an interval"
+        return f"vs {self.baseline}: {self.interval.describe()}"
+
+    def as_dict(self) -> dict:
+        return {"baseline": self.baseline, "winner_runs": self.winner_runs,
+                "baseline_runs": self.baseline_runs,
+                "interval": self.interval.as_dict() if self.interval else None}
+
+
+@dataclass
+class TuneResult:
+    """Everything a tune did and found."""
+
+    model: str
+    server: str
+    sla: Sla
+    space: TuneSpace
+    trials: list[Trial]
+    best: Trial | None = None           # the highest throughput at the SLA the search measured
+    winner: Trial | None = None         # what the tune stands by: best, or the served config
+    closest: Trial | None = None        # none met the SLA: the one that came nearest
+    comparisons: list[Comparison] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    not_tried: int = 0                  # points the budget left out
+    written: Path | None = None
+    elapsed_s: float = 0.0
+    budget_s: float = DEFAULT_BUDGET_S
+    started_at: str = ""
+    host: str = ""
+    target: str = ""                    # "cpu" (the local copy, or a CPU server) or "gpu"
+    profile: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.winner is not None else EXIT_SLA_MISS
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "server": self.server, "started_at": self.started_at,
+                "host": self.host, "tritonkit_version": __version__, "target": self.target,
+                "profile": self.profile, "sla": dataclasses.asdict(self.sla),
+                "space": dataclasses.asdict(self.space), "budget_s": self.budget_s,
+                "elapsed_s": self.elapsed_s, "exit_code": self.exit_code,
+                "winner": self.winner.label if self.winner else None,
+                "best": self.best.label if self.best else None,
+                "closest": self.closest.label if self.closest else None,
+                "comparisons": [c.as_dict() for c in self.comparisons],
+                "notes": self.notes, "not_tried": self.not_tried,
+                "written": str(self.written) if self.written else None,
+                "trials": [t.as_dict(self.sla) for t in self.trials]}
+
+
+@dataclass(frozen=True)
+class TuneProgress:
+    """What a progress bar shows: the phase, the config in hand, trials done, the clock."""
+
+    phase: str
+    current: str
+    trials_done: int
+    elapsed_s: float
+    budget_s: float
+
+
+def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = None,
+         space_keys: set[str] | None = None, gpu: str | None = None,
+         budget_s: float = DEFAULT_BUDGET_S, protocol: str = "http", shapes: tuple = (),
+         probe_s: float = 2.0, write: WriteTarget | None = None,
+         repository: Path | None = None,
+         progress: Callable[[TuneProgress], None] | None = None,
+         clock: Callable[[], float] = time.monotonic) -> TuneResult:
+    """Find the config of ``model`` with the highest throughput that meets ``sla`` on the
+    server at ``endpoint``, within ``budget_s`` seconds, and show that its gain is real.
+
+    The space: on a server that runs the model on the CPU (the local target), the local
+    space (``configs/tune.toml``); on a GPU, the profile's (``gpu``) ``[tune]`` table;
+    ``space`` replaces the lists it gives (``space_keys``: the keys its file named).
+    ``probe_s``: seconds measured per load level. ``write``: where the winner goes
+    (checked before anything runs). The served config is put back at the end, on an error
+    and on Ctrl-C or SIGTERM (``Interrupted``), before the exception goes on.
+    """
+    if sla.p99_ms is None:
+        raise UsageError("tune needs a p99 limit to meet", hint="e.g. --sla-p99-ms 10")
+    if not budget_s > 0 or not probe_s > 0:
+        raise UsageError(f"--budget-s ({budget_s:g}) and --probe-s ({probe_s:g}) must be > 0",
+                         hint="e.g. --budget-s 300 --probe-s 2")
+    started = clock()
+    result = TuneResult(model=model, server=endpoint.http_url, sla=sla, space=TuneSpace(),
+                        trials=[], budget_s=budget_s, host=socket.gethostname(),
+                        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    phase = {"name": "baselines", "current": ""}
+
+    def tell(current: str | None = None) -> None:
+        if current is not None:
+            phase["current"] = current
+        if progress is not None:
+            progress(TuneProgress(phase["name"], phase["current"], len(result.trials),
+                                  clock() - started, budget_s))
+
+    served_model = ServedModel(endpoint, model, protocol=protocol, shapes=tuple(shapes),
+                               probe_s=probe_s, repository=repository, tick=tell)
+    original = served_model.served_config()
+    served = parse_served(original)
+    result.target = "gpu" if on_gpu(served) else "cpu"
+    profile = load_profile(gpu) if gpu else None
+    result.profile = profile.name if profile else None
+    if result.target == "gpu" and profile is None:
+        raise UsageError(f"'{model}' runs on a GPU: its space is its card's profile's",
+                         hint="pass --gpu with the card's profile, e.g. --gpu a10")
+    base = local_space() if result.target == "cpu" else profile.tune
+    wanted, notes = applicable(served, merged(base, space, space_keys), local=result.target == "cpu")
+    check_space(wanted)
+    result.space, result.notes = wanted, notes
+    if write is not None:
+        write.check()
+    start_point = served_point(served, wanted)
+    try:
+        _search(result, served_model, served, start_point, sla, probe_s, clock, started, phase, tell)
+        _compare(result, served_model, served, sla, probe_s, clock, started, phase, tell)
+    finally:
+        phase["name"] = "restoring"
+        tell("the served config")
+        served_model.restore(original)
+    result.elapsed_s = clock() - started
+    if write is not None and result.winner is not None:
+        result.written = write_winner(write, result, served_point=start_point)
+    return result
+
+
+def _search(result: TuneResult, served_model: ServedModel, served, start_point: Candidate,
+            sla: Sla, probe_s: float, clock, started: float, phase: dict, tell) -> None:
+    """The baselines (served, bare default), then the walk over the space."""
+    budget_s = result.budget_s
+    hint = {"start": 4}
+    reserve = budget_s * COMPARE_SHARE
+
+    def out_of_time() -> bool:
+        trials = [t.seconds for t in result.trials]
+        typical = sum(trials) / len(trials) if trials else 0.0
+        return clock() - started + typical + reserve > budget_s
+
+    def run(point: Candidate, role: str = "", swap: bool = True) -> Trial:
+        trial = Trial(point=point, role=role)
+        began = clock()
+        tell(trial.label)
+        try:
+            if swap:
+                trial.load_s = served_model.swap(candidate_config(served, point))
+            else:
+                served_model.warm()
+            trial.found = highest_load(served_model.measure, sla.p99_ms, start=hint["start"],
+                                       out_of_time=out_of_time)
+        except Refused as refused:
+            if role == SERVED:
+                raise LoadTestError(f"the served config of '{result.model}' could not be "
+                                    f"measured: {refused.reason}",
+                                    hint="check the model with tritonkit loadtest") from None
+            trial.skipped = refused.reason
+        trial.seconds = clock() - began
+        if trial.found and trial.found.concurrency:
+            hint["start"] = trial.found.concurrency
+        result.trials.append(trial)
+        tell()
+        return trial
+
+    by_point: dict[Candidate, Trial] = {}
+    by_point[start_point] = run(start_point, SERVED, swap=False)
+    by_point[Candidate(bare=True)] = run(Candidate(bare=True), BARE)
+    phase["name"] = "search"
+    values = {k: getattr(result.space, k) for k in KNOBS if getattr(result.space, k)}
+    def evaluate(point: Candidate) -> float | None:
+        if point not in by_point:
+            by_point[point] = run(point)
+        return by_point[point].score(sla)
+
+    coordinate_search(start_point, values, evaluate, min_gain=MIN_GAIN, out_of_time=out_of_time)
+    result.not_tried = max(0, _space_size(values) - len([p for p in by_point if not p.bare]))
+    measured = [t for t in result.trials if t.score(sla) is not None]
+    if not measured:
+        return
+    best = max(measured, key=lambda t: t.score(sla))
+    if best.meets(sla):
+        result.best = best
+    else:
+        result.closest = best
+
+
+def _space_size(values: dict) -> int:
+    return math.prod(len(v) for v in values.values()) if values else 0
+
+
+def _compare(result: TuneResult, served_model: ServedModel, served, sla: Sla, probe_s: float,
+             clock, started: float, phase: dict, tell) -> None:
+    """The best config against the served config and the bare default, interleaved; the
+    winner is the best unless the served config meets the SLA and the best is not shown
+    to beat it."""
+    best = result.best
+    if best is None:
+        return
+    phase["name"] = "compare"
+    sides = {best.label: best}
+    for trial in result.trials:
+        if trial.role and trial is not best and trial.found and trial.found.concurrency:
+            sides[trial.label] = trial
+    if len(sides) == 1:
+        result.winner = best
+        return
+    names = list(sides)
+
+    def run(name: str) -> float:
+        trial = sides[name]
+        tell(f"{name} (round {len(figures_so_far[name]) + 1})")
+        try:
+            served_model.swap(candidate_config(served, trial.point))
+            probe: Probe = served_model.measure(CLOSED, trial.found.concurrency)
+        except Refused as refused:
+            raise LoadTestError(f"a comparison run of {name} failed: {refused.reason}",
+                                hint="rerun tune; if it persists, the config is unstable") from None
+        figures_so_far[name].append(probe.qps)
+        return probe.qps
+
+    figures_so_far: dict[str, list[float]] = {name: [] for name in names}
+    figures = interleave(names, run, min_rounds=MIN_ROUNDS, max_rounds=MAX_ROUNDS,
+                         precision=PRECISION, confidence=CONFIDENCE,
+                         time_left=lambda: result.budget_s - (clock() - started), clock=clock)
+    for name in names[1:]:
+        result.comparisons.append(Comparison(
+            baseline=sides[name].role, winner_runs=figures[names[0]], baseline_runs=figures[name],
+            interval=paired_interval(figures[names[0]], figures[name], CONFIDENCE)))
+    served_trial = next((t for t in result.trials if t.role == SERVED), None)
+    versus_served = next((c for c in result.comparisons if c.baseline == SERVED), None)
+    if (best is not served_trial and served_trial is not None and served_trial.meets(sla)
+            and versus_served is not None
+            and (versus_served.interval is None or versus_served.interval.low <= 1.0)):
+        result.winner = served_trial
+        result.notes.append(f"the served config stays: {best.point.label} measured best in the "
+                            f"search, but not shown to beat it ({versus_served.describe()})")
+    else:
+        result.winner = best

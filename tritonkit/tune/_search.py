@@ -1,0 +1,168 @@
+"""The search, apart from any server: a config's highest load that meets the SLA, and the
+walk over the space that picks the next config to try.
+
+Both take the measurement as a function, so they run the same against the real server and
+against a controlled one in the tests.
+
+Per config (``highest_load``): closed loop first, a bracketing search over concurrency —
+double (or halve) from a start until the p99 crosses the limit, then bisect — which finds
+the load's knee in a few short runs; then the SLA is judged in **open loop** at the rate
+that concurrency carried (latency timed from each scheduled send), stepping the rate down
+until it holds: closed loop hides queueing (a client waits for its answer before it sends
+again), and an SLA is a promise about arrivals. The config's figure is the throughput
+at the highest open-loop rate that met it.
+
+Over the space (``coordinate_search``): from the served config, one knob at a time, each
+of its values tried with the others held; a change is kept only when it beats the config
+it would replace by ``min_gain`` (smaller differences are the machine's noise, not the
+knob's), and passes repeat until one keeps nothing or the time is spent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from tritonkit.tune._space import KNOBS, Candidate
+
+CLOSED, OPEN = "closed", "open"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One measurement at one load: ``level`` is a concurrency (closed) or a rate (open)."""
+
+    mode: str
+    level: float
+    qps: float
+    p50_ms: float | None
+    p99_ms: float | None
+    behind: int = 0                     # open loop: arrivals the load generator sent late or never
+    batch: float | None = None          # samples per execution: the batches Triton formed
+    queue_ms: float | None = None       # Triton's queue and compute time per request
+    compute_ms: float | None = None
+
+    def meets(self, p99_ms: float) -> bool:
+        return self.behind == 0 and self.p99_ms is not None and self.p99_ms <= p99_ms
+
+
+#: (mode, level) -> Probe
+Measure = Callable[[str, float], Probe]
+
+
+@dataclass
+class Found:
+    """A config's highest load that met the p99 limit, and every probe on the way."""
+
+    probes: list[Probe] = field(default_factory=list)
+    concurrency: int | None = None      # the highest closed-loop concurrency that met it
+    judged: Probe | None = None         # the open-loop probe at the highest rate that met it
+
+    @property
+    def throughput(self) -> float:
+        """Requests/s at the highest open-loop rate that met the limit (0: none did)."""
+        return self.judged.qps if self.judged else 0.0
+
+    @property
+    def at_concurrency(self) -> Probe | None:
+        return next((p for p in self.probes if p.mode == CLOSED and p.level == self.concurrency), None)
+
+    @property
+    def best_p99_ms(self) -> float | None:
+        """The lowest p99 measured at any load: how close a config that never met it came."""
+        values = [p.p99_ms for p in self.probes if p.p99_ms is not None]
+        return min(values) if values else None
+
+
+def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int = 256,
+                 resolution: float = 0.25, rate_step: float = 0.8, rate_tries: int = 4,
+                 out_of_time: Callable[[], bool] = lambda: False) -> Found:
+    """Bracket the highest concurrency whose p99 meets ``p99_ms`` (doubling or halving from
+    ``start``, at most ``most``, then bisecting until the bracket is within ``resolution``
+    of its low end), then judge the SLA in open loop at the throughput it carried, the rate
+    times ``rate_step`` after each miss, ``rate_tries`` times at most. Once
+    ``out_of_time()``, the bisection stops at the bracket it has."""
+    found = Found()
+
+    def closed(level: int) -> bool:
+        probe = measure(CLOSED, level)
+        found.probes.append(probe)
+        return probe.meets(p99_ms)
+
+    level = max(1, min(start, most))
+    low: int | None = None
+    high: int | None = None
+    if closed(level):
+        low = level
+        while low < most:
+            level = min(most, low * 2)
+            if not closed(level):
+                high = level
+                break
+            low = level
+    else:
+        high = level
+        while high > 1:
+            level = high // 2
+            if closed(level):
+                low = level
+                break
+            high = level
+    if low is None:
+        return found                    # not even one request at a time meets it
+    while (high is not None and high - low > 1 and high > low * (1 + resolution)
+           and not out_of_time()):
+        middle = (low + high) // 2
+        if closed(middle):
+            low = middle
+        else:
+            high = middle
+    found.concurrency = low
+    rate = found.at_concurrency.qps
+    for _ in range(rate_tries):
+        if rate <= 0:
+            break
+        probe = measure(OPEN, rate)
+        found.probes.append(probe)
+        if probe.meets(p99_ms):
+            found.judged = probe
+            break
+        rate *= rate_step
+    return found
+
+
+#: Candidate -> its score (higher is better), or None when it could not be measured
+Evaluate = Callable[[Candidate], "float | None"]
+
+
+def coordinate_search(start: Candidate, values: dict[str, Iterable], evaluate: Evaluate, *,
+                      min_gain: float = 0.05, out_of_time: Callable[[], bool] = lambda: False,
+                      ) -> Candidate:
+    """The best point found from ``start``, one knob at a time (``values``: each knob's
+    values to try, in ``KNOBS`` order). ``evaluate`` is called once per point (the caller
+    keeps the figures); a point it cannot measure (None) is passed over. A change is kept
+    when its score beats the current point's by more than ``min_gain`` (a fraction)."""
+    scores: dict[Candidate, float | None] = {}
+
+    def score(point: Candidate) -> float | None:
+        if point not in scores:
+            scores[point] = evaluate(point)
+        return scores[point]
+
+    current = start
+    best = score(current)
+    changed = True
+    while changed and not out_of_time():
+        changed = False
+        for knob in (k for k in KNOBS if k in values):
+            for value in values[knob]:
+                if out_of_time():
+                    return current
+                point = current.with_knob(knob, value)
+                if point == current:
+                    continue
+                got = score(point)
+                if got is None:
+                    continue
+                if best is None or got > best * (1 + min_gain):
+                    current, best, changed = point, got, True
+    return current
