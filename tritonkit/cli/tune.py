@@ -54,6 +54,9 @@ def tune(
                         "the size of each dynamic dimension, as loadtest's.")] = None,
     probe_s: Annotated[float, typer.Option(
         "--probe-s", help="Seconds measured at each load level.", min=0.1)] = 2.0,
+    max_concurrency: Annotated[int, typer.Option(
+        "--max-concurrency", help="The most requests in flight a config is tried at.",
+        min=1)] = 256,
     json_out: JsonOut = None,
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write a row per config as CSV.")] = None,
     plot: Annotated[Optional[Path], typer.Option(
@@ -99,7 +102,8 @@ def tune(
         result = tune_lib.tune(endpoint, name, sla, space=override,
                                space_keys=tune_lib.space_keys(space) if space else None, gpu=gpu,
                                budget_s=budget_s, protocol=protocol,
-                               shapes=parse_shapes(shape or ()), probe_s=probe_s, write=target,
+                               shapes=parse_shapes(shape or ()), probe_s=probe_s,
+                               max_concurrency=max_concurrency, write=target,
                                repository=repository if url is None else None, progress=progress)
     written, unwritten = [], []
     for path, save in ((json_out, _report.write_json), (csv_out, _report.write_csv),

@@ -30,7 +30,9 @@ DEFAULT_BUDGET_S = 300.0
 # noise of a shared machine (one config measured four times back to back spread 1.85x).
 MIN_GAIN = 0.05
 # The comparison's rounds: at least, at most, and the width it stops at (each side).
-MIN_ROUNDS, MAX_ROUNDS, PRECISION, CONFIDENCE = 3, 10, 0.05, 0.95
+MIN_ROUNDS, MAX_ROUNDS, PRECISION, CONFIDENCE = 2, 10, 0.05, 0.95
+#: The most requests in flight the search tries a config at.
+MAX_CONCURRENCY = 256
 # The share of the budget the search leaves to the comparison, at least.
 COMPARE_SHARE = 0.25
 
@@ -156,7 +158,8 @@ class TuneProgress:
 def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = None,
          space_keys: set[str] | None = None, gpu: str | None = None,
          budget_s: float = DEFAULT_BUDGET_S, protocol: str = "http", shapes: tuple = (),
-         probe_s: float = 2.0, write: WriteTarget | None = None,
+         probe_s: float = 2.0, max_concurrency: int = MAX_CONCURRENCY,
+         write: WriteTarget | None = None,
          repository: Path | None = None,
          progress: Callable[[TuneProgress], None] | None = None,
          clock: Callable[[], float] = time.monotonic) -> TuneResult:
@@ -166,12 +169,16 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
     The space: on a server that runs the model on the CPU (the local target), the local
     space (``configs/tune.toml``); on a GPU, the profile's (``gpu``) ``[tune]`` table;
     ``space`` replaces the lists it gives (``space_keys``: the keys its file named).
-    ``probe_s``: seconds measured per load level. ``write``: where the winner goes
+    ``probe_s``: seconds measured per load level; ``max_concurrency``: the most requests in
+    flight a config is tried at. ``write``: where the winner goes
     (checked before anything runs). The served config is put back at the end, on an error
     and on Ctrl-C or SIGTERM (``Interrupted``), before the exception goes on.
     """
     if sla.p99_ms is None:
         raise UsageError("tune needs a p99 limit to meet", hint="e.g. --sla-p99-ms 10")
+    if max_concurrency < 1:
+        raise UsageError(f"--max-concurrency must be at least 1 (got {max_concurrency})",
+                         hint="e.g. --max-concurrency 64")
     if not budget_s > 0 or not probe_s > 0:
         raise UsageError(f"--budget-s ({budget_s:g}) and --probe-s ({probe_s:g}) must be > 0",
                          hint="e.g. --budget-s 300 --probe-s 2")
@@ -206,8 +213,9 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
         write.check()
     start_point = served_point(served, wanted)
     try:
-        _search(result, served_model, served, start_point, sla, probe_s, clock, started, phase, tell)
-        _compare(result, served_model, served, sla, probe_s, clock, started, phase, tell)
+        _search(result, served_model, served, start_point, sla, max_concurrency, clock, started,
+                phase, tell)
+        _compare(result, served_model, served, sla, clock, started, phase, tell)
     finally:
         phase["name"] = "restoring"
         tell("the served config")
@@ -219,10 +227,10 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
 
 
 def _search(result: TuneResult, served_model: ServedModel, served, start_point: Candidate,
-            sla: Sla, probe_s: float, clock, started: float, phase: dict, tell) -> None:
+            sla: Sla, most: int, clock, started: float, phase: dict, tell) -> None:
     """The baselines (served, bare default), then the walk over the space."""
     budget_s = result.budget_s
-    hint = {"start": 4}
+    hint = {"start": min(4, most)}
     reserve = budget_s * COMPARE_SHARE
 
     def out_of_time() -> bool:
@@ -240,7 +248,7 @@ def _search(result: TuneResult, served_model: ServedModel, served, start_point: 
             else:
                 served_model.warm()
             trial.found = highest_load(served_model.measure, sla.p99_ms, start=hint["start"],
-                                       out_of_time=out_of_time)
+                                       most=most, out_of_time=out_of_time)
         except Refused as refused:
             if role == SERVED:
                 raise LoadTestError(f"the served config of '{result.model}' could not be "
@@ -280,8 +288,8 @@ def _space_size(values: dict) -> int:
     return math.prod(len(v) for v in values.values()) if values else 0
 
 
-def _compare(result: TuneResult, served_model: ServedModel, served, sla: Sla, probe_s: float,
-             clock, started: float, phase: dict, tell) -> None:
+def _compare(result: TuneResult, served_model: ServedModel, served, sla: Sla, clock,
+             started: float, phase: dict, tell) -> None:
     """The best config against the served config and the bare default, interleaved; the
     winner is the best unless the served config meets the SLA and the best is not shown
     to beat it."""

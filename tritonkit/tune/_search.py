@@ -155,11 +155,11 @@ def coordinate_search(start: Candidate, values: dict[str, Iterable], evaluate: E
         changed = False
         for knob in (k for k in KNOBS if k in values):
             for value in values[knob]:
-                if out_of_time():
-                    return current
                 point = current.with_knob(knob, value)
                 if point == current:
                     continue
+                if out_of_time():
+                    return current
                 got = score(point)
                 if got is None:
                     continue

@@ -1,0 +1,250 @@
+"""tune's search and interval logic against a measurement function the test controls: a
+server model whose p99 and throughput are known, so the answers are known too."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+from google.protobuf import text_format
+
+from tritonkit.profiles import TuneSpace
+from tritonkit.tune import (CLOSED, OPEN, Candidate, Probe, coordinate_search, highest_load,
+                            interleave, paired_interval, t_quantile)
+from tritonkit.tune._space import applicable, candidate_config, served_point
+
+
+class QueueModel:
+    """A server of ``capacity`` requests/s, ``service_ms`` each: closed loop at c carries
+    min(c / service, capacity) with p99 growing past the knee; open loop at a rate holds
+    the p99 low until the rate nears capacity, then it explodes (queueing)."""
+
+    def __init__(self, capacity: float = 1000.0, service_ms: float = 2.0) -> None:
+        self.capacity, self.service_ms = capacity, service_ms
+        self.calls: list[tuple[str, float]] = []
+
+    def __call__(self, mode: str, level: float) -> Probe:
+        self.calls.append((mode, level))
+        if mode == CLOSED:
+            qps = min(level * 1000 / self.service_ms, self.capacity)
+            p99 = self.service_ms * max(1.0, level * 1000 / self.service_ms / self.capacity) * 1.5
+            return Probe(CLOSED, level, qps, p99 / 1.5, p99)
+        utilisation = level / self.capacity
+        p99 = math.inf if utilisation >= 1 else self.service_ms * 1.5 / (1 - utilisation)
+        return Probe(OPEN, level, min(level, self.capacity), self.service_ms,
+                     None if math.isinf(p99) else p99)
+
+
+def test_highest_load_brackets_the_knee_then_judges_in_open_loop():
+    server = QueueModel(capacity=1000, service_ms=2.0)     # the knee at concurrency 2
+    found = highest_load(server, p99_ms=12.0, start=4)
+    # closed loop: p99 = 3 ms x c/2 past the knee, so c = 8 is the last at or under 12 ms
+    assert found.concurrency == 8
+    # the open-loop judgment at 1000/s (saturated) misses; 800/s (p99 15 ms) misses;
+    # 640/s (p99 8.3 ms) meets it: the config's figure is an arrival rate that held
+    assert [m for m, _ in server.calls].count(OPEN) == 3
+    assert found.judged.mode == OPEN and found.judged.level == pytest.approx(640.0)
+    assert found.throughput == pytest.approx(640.0)
+
+
+def test_highest_load_halves_down_from_a_start_above_the_knee():
+    server = QueueModel(capacity=1000, service_ms=2.0)
+    found = highest_load(server, p99_ms=4.0, start=32)    # only c <= 2 meets 4 ms
+    assert found.concurrency == 2
+    closed = [level for mode, level in server.calls if mode == CLOSED]
+    assert closed[:4] == [32, 16, 8, 4] and 2 in closed
+
+
+def test_highest_load_of_a_config_that_never_meets_the_limit():
+    server = QueueModel(capacity=1000, service_ms=2.0)     # 3 ms p99 at the least load
+    found = highest_load(server, p99_ms=1.0, start=4)
+    assert found.concurrency is None and found.judged is None and found.throughput == 0
+    assert found.best_p99_ms == pytest.approx(3.0)         # how close it came
+    assert all(mode == CLOSED for mode, _ in server.calls)
+    assert server.calls[-1] == (CLOSED, 1)
+
+
+def test_highest_load_stops_at_the_most_concurrency_asked():
+    server = QueueModel(capacity=10_000, service_ms=1.0)
+    found = highest_load(server, p99_ms=100.0, start=4, most=16)
+    assert found.concurrency == 16
+    assert max(level for mode, level in server.calls if mode == CLOSED) == 16
+
+
+def test_highest_load_bisection_ends_when_out_of_time():
+    server = QueueModel(capacity=1000, service_ms=2.0)
+    found = highest_load(server, p99_ms=12.0, start=4, out_of_time=lambda: True)
+    # 4 met, 8 met, 16 missed: no bisection asked, the bracket's low end is the answer
+    assert found.concurrency == 8
+    assert [level for mode, level in server.calls if mode == CLOSED] == [4, 8, 16]
+
+
+def _scores(table: dict[tuple, float | None]):
+    calls = []
+
+    def evaluate(point: Candidate):
+        calls.append(point)
+        return table[(point.instance_count, point.max_batch_size)]
+    return evaluate, calls
+
+
+def test_coordinate_search_walks_one_knob_at_a_time_to_the_best():
+    table = {(1, 32): 100.0, (2, 32): 150.0, (3, 32): 140.0,
+             (2, 16): 120.0, (2, 64): 180.0, (1, 64): 110.0, (3, 64): 170.0}
+    evaluate, calls = _scores(table)
+    best = coordinate_search(Candidate(instance_count=1, max_batch_size=32),
+                             {"instance_count": (1, 2, 3), "max_batch_size": (16, 32, 64)}, evaluate)
+    assert (best.instance_count, best.max_batch_size) == (2, 64)
+    assert len(calls) == len(set(calls)), "each point is measured once"
+
+
+def test_coordinate_search_keeps_the_incumbent_within_the_noise():
+    table = {(1, 32): 100.0, (2, 32): 103.0, (3, 32): 104.9}    # under 5 % better: noise
+    evaluate, _ = _scores(table)
+    best = coordinate_search(Candidate(instance_count=1, max_batch_size=32),
+                             {"instance_count": (1, 2, 3)}, evaluate, min_gain=0.05)
+    assert best.instance_count == 1
+
+
+def test_coordinate_search_passes_over_a_config_that_could_not_be_measured():
+    table = {(1, 32): 100.0, (2, 32): None, (3, 32): 130.0}
+    evaluate, calls = _scores(table)
+    best = coordinate_search(Candidate(instance_count=1, max_batch_size=32),
+                             {"instance_count": (1, 2, 3)}, evaluate)
+    assert best.instance_count == 3
+    assert Candidate(instance_count=2, max_batch_size=32) in calls
+
+
+def test_coordinate_search_stops_when_out_of_time():
+    evaluate, calls = _scores({(1, 32): 100.0, (2, 32): 200.0, (3, 32): 300.0})
+    left = iter([False, False, True, True])
+    coordinate_search(Candidate(instance_count=1, max_batch_size=32),
+                      {"instance_count": (1, 2, 3)}, evaluate, out_of_time=lambda: next(left))
+    assert len(calls) == 2          # the start, then one point before time ran out
+
+
+@pytest.mark.parametrize("df,expected", [(1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571),
+                                         (10, 2.228), (30, 2.042)])
+def test_t_quantile_matches_the_published_table(df, expected):
+    assert t_quantile(0.95, df) == pytest.approx(expected, abs=5e-4)
+
+
+def test_a_clear_gain_has_an_interval_above_one():
+    winner = [120.0, 131.0, 118.0, 126.0, 124.0]
+    baseline = [100.0, 108.0, 99.0, 104.0, 101.0]      # each pair ran side by side
+    interval = paired_interval(winner, baseline)
+    assert interval.significant and interval.low > 1.0
+    assert interval.low < interval.ratio < interval.high
+    assert interval.ratio == pytest.approx(math.exp(sum(math.log(a / b) for a, b in
+                                                        zip(winner, baseline)) / 5))
+    assert interval.describe().startswith(f"{interval.ratio:.2f}x (95% CI")
+
+
+def test_noise_around_no_change_is_said_as_no_significant_difference():
+    interval = paired_interval([100.0, 95.0, 104.0, 99.0], [98.0, 101.0, 97.0, 103.0])
+    assert not interval.significant
+    assert interval.describe().startswith("no significant difference")
+
+
+def test_one_pair_gives_no_interval():
+    assert paired_interval([100.0], [90.0]) is None
+
+
+def test_the_interval_covers_the_true_ratio_at_its_confidence():
+    """Runs whose throughput drifts with the machine (shared by both sides of a round) and
+    jitters on its own: the interval on paired ratios holds the true 1.15x about 95 % of
+    the time, and pairing cancels the drift an unpaired figure would carry."""
+    rng = random.Random(20261204)
+    true_ratio, trials, covered = 1.15, 2000, 0
+    for _ in range(trials):
+        winner, baseline = [], []
+        for _ in range(6):
+            machine = rng.uniform(0.5, 1.5)             # a busy spell hits both runs of a round
+            baseline.append(1000 * machine * math.exp(rng.gauss(0, 0.08)))
+            winner.append(1000 * true_ratio * machine * math.exp(rng.gauss(0, 0.08)))
+        interval = paired_interval(winner, baseline)
+        covered += interval.low <= true_ratio <= interval.high
+    assert 0.93 <= covered / trials <= 0.97
+
+
+def test_interleave_alternates_the_order_and_stops_when_precise():
+    order = []
+
+    def run(side: str) -> float:
+        order.append(side)
+        return {"A": 110.0, "B": 100.0, "C": 90.0}[side]     # no noise: precise at once
+    figures = interleave(["A", "B", "C"], run, min_rounds=2, max_rounds=10)
+    assert order == ["A", "B", "C", "C", "B", "A"]
+    assert figures == {"A": [110.0, 110.0], "B": [100.0, 100.0], "C": [90.0, 90.0]}
+
+
+def test_interleave_stops_at_the_most_rounds_or_when_time_runs_out():
+    rng = random.Random(1)
+
+    def noisy(side: str) -> float:
+        return rng.uniform(50, 150)
+    assert len(interleave(["A", "B"], noisy, min_rounds=2, max_rounds=5)["A"]) == 5
+    clock = iter(range(0, 1000, 10))
+    left = iter([100, 5])              # asked after the first two rounds, and each after
+    figures = interleave(["A", "B"], noisy, min_rounds=2, max_rounds=10,
+                         time_left=lambda: next(left), clock=lambda: next(clock))
+    assert len(figures["A"]) == 3      # a round takes 10 s: 5 s left holds no fourth
+
+
+SERVED = """
+name: "m"
+backend: "python"
+max_batch_size: 32
+input { name: "x" data_type: TYPE_FP32 dims: 16 }
+output { name: "y" data_type: TYPE_FP32 dims: 10 }
+dynamic_batching { preferred_batch_size: 32 max_queue_delay_microseconds: 0 }
+instance_group { count: 1 kind: KIND_CPU }
+parameters { key: "onnx_model" value { string_value: "model.onnx" } }
+parameters { key: "tritonkit_reloaded_at" value { string_value: "2026-01-01T00:00:00Z" } }
+model_warmup { name: "batch_1" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 dims: 16 random_data: true } } }
+model_warmup { name: "batch_32" batch_size: 32 inputs { key: "x" value { data_type: TYPE_FP32 dims: 16 random_data: true } } }
+model_warmup { name: "batch_16" batch_size: 16 inputs { key: "x" value { data_type: TYPE_FP32 dims: 16 random_data: true } } }
+"""
+
+
+def _served() -> mc.ModelConfig:
+    return text_format.Parse(SERVED, mc.ModelConfig())
+
+
+def test_a_lower_batch_limit_warms_no_batch_above_it_and_its_own():
+    config = candidate_config(_served(), Candidate(max_batch_size=8, instance_count=3,
+                                                   intra_op_thread_count=2, max_queue_delay_us=500))
+    assert config.max_batch_size == 8
+    assert [w.batch_size for w in config.model_warmup] == [1, 8, 2, 4]
+    assert [w.name for w in config.model_warmup] == ["batch_1", "batch_8", "batch_2", "batch_4"]
+    assert [g.count for g in config.instance_group] == [3]
+    assert config.parameters["intra_op_thread_count"].string_value == "2"
+    assert config.dynamic_batching.max_queue_delay_microseconds == 500
+    # Triton's own fill-in of [max_batch_size] does not survive the change of limit
+    assert list(config.dynamic_batching.preferred_batch_size) == []
+    assert "tritonkit_reloaded_at" not in config.parameters
+
+
+def test_preferred_sizes_are_the_warm_up_sizes_and_bare_default_drops_batching():
+    config = candidate_config(_served(), Candidate(max_batch_size=64, preferred_batch_size=True))
+    assert list(config.dynamic_batching.preferred_batch_size) == [8, 16, 32, 64]
+    assert max(w.batch_size for w in config.model_warmup) == 64
+    bare = candidate_config(_served(), Candidate(bare=True))
+    assert not bare.HasField("dynamic_batching") and not bare.instance_group
+    assert bare.max_batch_size == 32
+
+
+def test_the_served_point_and_the_knobs_a_cpu_copy_has():
+    space = TuneSpace(instance_count=(1, 2), max_batch_size=(16, 32), max_queue_delay_us=(0,),
+                      intra_op_thread_count=(0, 1), accelerator=("tensorrt", "cuda"))
+    wanted, notes = applicable(_served(), space, local=True)
+    assert wanted.accelerator == () and any("accelerator" in n for n in notes)
+    assert served_point(_served(), wanted) == Candidate(
+        instance_count=1, max_batch_size=32, max_queue_delay_us=0, intra_op_thread_count=0)
+    unbatched = _served()
+    unbatched.max_batch_size = 0
+    wanted, notes = applicable(unbatched, space, local=True)
+    assert wanted.max_batch_size == () and wanted.instance_count == (1, 2)
+    assert any("does not batch" in n for n in notes)
