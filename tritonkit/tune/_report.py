@@ -57,7 +57,7 @@ def trials_table(result: TuneResult) -> Table:
             role = "[bold green]winner[/bold green]" + (f", {trial.role}" if trial.role else "")
         else:
             role = escape(trial.role)
-        note = escape(trial.skipped or "")
+        note = "skipped: see below" if trial.skipped else ""
         if not trial.skipped and trial.found is not None and trial.found.judged is None:
             best = trial.found.best_p99_ms
             note = "SLA not met at any load" + (f" (best p99 {best:.2f} ms)" if best else "")
@@ -79,28 +79,28 @@ def trials_table(result: TuneResult) -> Table:
 def print_report(console: Console, result: TuneResult) -> None:
     """The table, the comparisons, notes, and the verdict."""
     console.print(trials_table(result))
+    say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
+    for trial in result.trials:
+        if trial.skipped:
+            say(f"skipped {escape(trial.point.label)}: {escape(trial.skipped)}")
     for note in result.notes:
-        console.print(f"note: {escape(note)}", highlight=False)
+        say(f"note: {escape(note)}")
     if result.not_tried:
-        console.print(f"{result.not_tried} other point(s) of the space not tried (one knob at a "
-                      "time from the served config, within the budget)", highlight=False)
+        say(f"{result.not_tried} other point(s) of the space not tried (one knob at a time from "
+            "the served config, within the budget)")
     for comparison in result.comparisons:
-        console.print(f"{escape(result.best.point.label)} {escape(comparison.describe())} "
-                      "(throughput, closed loop at each one's concurrency at the SLA, "
-                      "runs interleaved)", highlight=False)
-    console.print(f"tune took {result.elapsed_s:.0f} s of its {result.budget_s:g} s budget",
-                  highlight=False)
+        say(f"{escape(result.best.point.label)} {escape(comparison.describe())} (throughput, "
+            "closed loop at each one's concurrency at the SLA, runs interleaved)")
+    say(f"tune took {result.elapsed_s:.0f} s of its {result.budget_s:g} s budget")
     if result.winner is not None:
-        console.print(f"[bold green]SLA met[/bold green]: {escape(result.winner.label)}, "
-                      f"{result.winner.found.throughput:,.1f} QPS at p99 "
-                      f"{result.winner.found.judged.p99_ms:.2f} ms")
+        say(f"[bold green]SLA met[/bold green]: {escape(result.winner.label)}, "
+            f"{result.winner.found.throughput:,.1f} QPS at p99 {result.winner.found.judged.p99_ms:.2f} ms")
     elif result.closest is not None:
         best = result.closest.found.best_p99_ms
-        console.print(f"[bold red]no config met the SLA[/bold red]; closest: "
-                      f"{escape(result.closest.label)}"
-                      + (f" (best p99 {best:.2f} ms)" if best is not None else ""))
+        say(f"[bold red]no config met the SLA[/bold red]; closest: {escape(result.closest.label)}"
+            + (f" (best p99 {best:.2f} ms)" if best is not None else ""))
     else:
-        console.print("[bold red]no config could be measured[/bold red]")
+        say("[bold red]no config could be measured[/bold red]")
 
 
 def write_json(path: Path, result: TuneResult) -> Path:

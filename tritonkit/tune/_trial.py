@@ -22,7 +22,7 @@ from tritonkit.loadtest._worker import NOT_SENT
 from tritonkit.server.local import Deadline
 from tritonkit.tune._search import CLOSED, Probe
 from tritonkit.tune._space import as_json
-from tritonkit.warmup import load_and_warm, load_model, repository_index
+from tritonkit.warmup import load_and_warm, load_model, quiet_interrupts, repository_index
 
 # Warm-up requests per swap: every batch size of the config until steady, as a deploy's.
 WARMUP_REQUESTS = 500
@@ -53,6 +53,7 @@ class ServedModel:
         """The config the server serves now (its JSON), after checking that the secret
         opens the model-repository API (a wrong or missing one is said before anything is
         touched) and that the model is READY."""
+        quiet_interrupts()
         client = self.endpoint.http(connection_timeout=5.0, network_timeout=30.0)
         try:
             index = repository_index(client, self.endpoint)

@@ -56,7 +56,8 @@ from tritonkit.warmup._model import CHECK_CLIENTS, CHECK_REQUESTS, cold_start_fi
 from tritonkit.warmup._results import ColdStart, ModelWarmup, SteadyRule
 from tritonkit.warmup._run import DEFAULT_REQUESTS, REFUSED_GRACE_S, load_and_warm, warm_up
 from tritonkit.warmup._server import (RELOAD_PARAMETER, load_model, never_served,
-                                     repository_index, served_counts, wait_live, warmup_counts)
+                                     quiet_interrupts, repository_index, served_counts, wait_live,
+                                     warmup_counts)
 
 __all__ = [
     "ABOUT",
@@ -78,6 +79,7 @@ __all__ = [
     "never_served",
     "served_counts",
     "not_warmable",
+    "quiet_interrupts",
     "repository_index",
     "run_context",
     "sequence_ids",

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from tritonkit.client import SECRET_ENV, Endpoint, health, split_message, triton_message, wait_until
-from tritonkit.errors import ModelLoadError, ServerError, UsageError
+from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
 from tritonkit.server.local import Deadline, Progress
 from tritonkit.warmup._errors import InputRefused, ServerGone
 
@@ -42,14 +42,15 @@ Counts = tuple[int, int, int]
 
 def quiet_interrupts() -> None:
     """Ctrl-C in the middle of a request: gevent's hub (tritonclient.http's event loop) prints
-    the KeyboardInterrupt and a timestamp on stderr before passing it on, two stray lines
-    above the command's one-line error. Still raised, no longer printed (this thread's hub:
-    the signal comes to the main thread only)."""
+    the KeyboardInterrupt (or ``Interrupted``, SIGTERM's too) and a timestamp on stderr before
+    passing it on, stray lines above the command's one-line error. Still raised, no longer
+    printed (this thread's hub: the signal comes to the main thread only)."""
     from gevent import get_hub
 
     hub = get_hub()
-    if not issubclass(KeyboardInterrupt, hub.NOT_ERROR):
-        hub.NOT_ERROR = (*hub.NOT_ERROR, KeyboardInterrupt)
+    for quiet in (KeyboardInterrupt, Interrupted):
+        if not issubclass(quiet, hub.NOT_ERROR):
+            hub.NOT_ERROR = (*hub.NOT_ERROR, quiet)
 
 
 def http_client(endpoint: Endpoint, deadline: Deadline):
