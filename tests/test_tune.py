@@ -50,6 +50,9 @@ output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: 4 }
 dynamic_batching { }
 instance_group { count: 1 kind: KIND_CPU }
 '''
+# instances 1 and 2, the rest as served
+TWO_POINTS = ("instance_count = [1, 2]\nmax_batch_size = [32]\nmax_queue_delay_us = [0]\n"
+              "intra_op_thread_count = [0]\n")
 # Short enough that a tune of a few points takes about a minute here.
 QUICK = ("--probe-s", "0.3", "--max-concurrency", "2", "--budget-s", "60")
 
@@ -95,8 +98,7 @@ def _knobs(config: dict) -> tuple:
 def test_tune_finds_a_config_meeting_a_generous_sla_and_writes_it(deployed_mlp, tmp_path, capsys):
     repo, deployment = deployed_mlp
     before = _served(deployment)
-    space = _space(tmp_path, "instance_count = [1, 2]\nmax_batch_size = [32]\n"
-                             "max_queue_delay_us = [0]\nintra_op_thread_count = [0]\n")
+    space = _space(tmp_path, TWO_POINTS)
     code = run_cli("tune", "mlp", "-r", repo, "--sla-p99-ms", "5000", "--space", space, *QUICK,
                    "--json", tmp_path / "tune.json", "--csv", tmp_path / "tune.csv",
                    "--plot", tmp_path / "tune.png", "--write")
@@ -129,8 +131,7 @@ def test_tune_finds_a_config_meeting_a_generous_sla_and_writes_it(deployed_mlp, 
 def test_an_impossible_sla_exits_3_and_names_the_closest_config(deployed_mlp, tmp_path, capsys):
     repo, deployment = deployed_mlp
     before = _served(deployment)
-    space = _space(tmp_path, "instance_count = [1, 2]\nmax_batch_size = [32]\n"
-                             "max_queue_delay_us = [0]\nintra_op_thread_count = [0]\n")
+    space = _space(tmp_path, TWO_POINTS)
     code = run_cli("tune", "mlp", "-r", repo, "--sla-p99-ms", "0.001", "--space", space, *QUICK,
                    "--json", tmp_path / "tune.json")
     out = " ".join(capsys.readouterr().out.split())

@@ -29,7 +29,7 @@ DEFAULT_REPOSITORY = Path("model_repository")
                     "A narrower space: tritonkit tune mlp --sla-p99-ms 10 --space my-space.toml "
                     "(e.g. instance_count = [1, 2]; max_batch_size = [32])")
 def tune(
-    name: Annotated[str, typer.Argument(help="The model to tune (served by the deployment).")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The model to tune (served by the deployment).")],
     repository: Annotated[Optional[Path], typer.Option(
         "--repository", "-r", help="Model repository of a deployment (its state finds the server; "
                                    "--write writes there).",

@@ -8,7 +8,6 @@ warm-up then runs before anything is measured, so no cold start lands in a figur
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -148,5 +147,4 @@ class ServedModel:
         except Refused as exc:
             raise ServerError(f"could not load the original config of '{self.model}' again: "
                               f"{exc.reason}",
-                              hint=f"reload it by hand: tritonkit warmup --model {self.model} --reload; "
-                                   f"the config tune began with: {json.dumps(original)[:200]}…")
+                              hint="redeploy to serve the model's config files again") from None
