@@ -159,8 +159,9 @@ def write_plot(path: Path, result: TuneResult) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("throughput (requests/s)")
     ax.set_ylabel("p99 latency (ms)")
-    ax.set_title(f"{result.model}: throughput against p99 per config (line: closed loop by "
-                 "concurrency; x: open loop; ring: the highest rate meeting the SLA)")
+    ax.set_title(f"{result.model}: throughput against p99 per config\n(line: closed loop by "
+                 "concurrency; x: open loop; ring: the highest rate meeting the SLA; star: the "
+                 "winner)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small", loc="upper left")
