@@ -14,7 +14,8 @@ from typing import Callable
 
 from tritonkit import __version__
 from tritonkit.client import Endpoint
-from tritonkit.errors import EXIT_OK, EXIT_SLA_MISS, LoadTestError, UsageError
+from tritonkit.errors import (EXIT_OK, EXIT_SLA_MISS, LoadTestError, ServerError, TritonkitError,
+                              UsageError)
 from tritonkit.profiles import TuneSpace, load_profile
 from tritonkit.report import Sla
 from tritonkit.tune._interval import RatioInterval, interleave, paired_interval
@@ -216,14 +217,33 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
         _search(result, served_model, served, start_point, sla, max_concurrency, clock, started,
                 phase, tell)
         _compare(result, served_model, served, sla, clock, started, phase, tell)
-    finally:
-        phase["name"] = "restoring"
-        tell("the served config")
-        served_model.restore(original)
+    except ServerError as exc:          # the server failed or went away in the middle
+        error = LoadTestError(exc.message, hint=exc.hint, detail=exc.detail)
+        _restore(served_model, original, phase, tell, error)
+        raise error from None
+    except BaseException as exc:        # Ctrl-C, SIGTERM, a run error: put it back, then go on
+        _restore(served_model, original, phase, tell, exc)
+        raise
+    _restore(served_model, original, phase, tell)
     result.elapsed_s = clock() - started
     if write is not None and result.winner is not None:
         result.written = write_winner(write, result, served_point=start_point)
     return result
+
+
+def _restore(served_model: ServedModel, original: dict, phase: dict, tell,
+             failing: BaseException | None = None) -> None:
+    """The served config back. When the run is failing already, a restore that fails too is
+    added to that error's hint rather than hiding it."""
+    phase["name"] = "restoring"
+    tell("the served config")
+    try:
+        served_model.restore(original)
+    except TritonkitError as exc:
+        if failing is None:
+            raise
+        if isinstance(failing, TritonkitError):
+            failing.hint = "; ".join(filter(None, [failing.hint, f"and {exc.message}"]))
 
 
 def _search(result: TuneResult, served_model: ServedModel, served, start_point: Candidate,
