@@ -237,3 +237,28 @@ def test_the_config_override_is_refused_without_the_secret(deployed_mlp, tmp_pat
     assert run_cli("tune", "mlp", "--url", deployment.http_url, "--sla-p99-ms", "10", *QUICK) == 2
     assert "with a wrong secret" in " ".join(capsys.readouterr().err.split())
     assert _knobs(_served(deployment)) == _knobs(before)
+
+
+def test_a_server_that_dies_in_the_middle_is_a_run_error(deployed_mlp, tmp_path):
+    repo, deployment = deployed_mlp
+    space = _space(tmp_path, "instance_count = [2, 3]\nmax_batch_size = [32]\n"
+                             "max_queue_delay_us = [0]\nintra_op_thread_count = [0]\n")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tritonkit", "tune", "mlp", "-r", str(repo), "--sla-p99-ms", "5000",
+         "--space", str(space), "--probe-s", "2", "--max-concurrency", "2", "--budget-s", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=default_signals)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and run.poll() is None:
+            if [g["count"] for g in _served(deployment).get("instance_group", [])][:1] in ([2], [3]):
+                break
+            time.sleep(0.2)
+        os.killpg(deployment.pid, signal.SIGKILL)      # the server and its stubs, as the OOM killer
+        _, stderr = run.communicate(timeout=180)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 4, stderr
+    assert stderr.startswith("error: ") and "Traceback" not in stderr
