@@ -18,6 +18,7 @@ from tritonkit.errors import (EXIT_OK, EXIT_SLA_MISS, LoadTestError, ServerError
                               UsageError)
 from tritonkit.profiles import TuneSpace, load_profile
 from tritonkit.report import Sla
+from tritonkit.server.state import load_deployment
 from tritonkit.tune._interval import RatioInterval, interleave, paired_interval
 from tritonkit.tune._search import CLOSED, Found, Probe, coordinate_search, highest_load
 from tritonkit.tune._space import (KNOBS, Candidate, applicable, candidate_config, check_space,
@@ -168,7 +169,8 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
     server at ``endpoint``, within ``budget_s`` seconds, and show that its gain is real.
 
     The space: on a server that runs the model on the CPU (the local target), the local
-    space (``configs/tune.toml``); on a GPU, the profile's (``gpu``) ``[tune]`` table;
+    space (``configs/tune.toml``); on a GPU, the ``[tune]`` table of the profile ``gpu``
+    (by default the one the deployment in ``repository`` serves);
     ``space`` replaces the lists it gives (``space_keys``: the keys its file named).
     ``probe_s``: seconds measured per load level; ``max_concurrency``: the most requests in
     flight a config is tried at. ``write``: where the winner goes
@@ -201,6 +203,7 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
     original = served_model.served_config()
     served = parse_served(original)
     result.target = "gpu" if on_gpu(served) else "cpu"
+    gpu = gpu or _deployed_profile(repository)
     profile = load_profile(gpu) if gpu else None
     result.profile = profile.name if profile else None
     if result.target == "gpu" and profile is None:
@@ -229,6 +232,16 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
     if write is not None and result.winner is not None:
         result.written = write_winner(write, result, served_point=start_point)
     return result
+
+
+def _deployed_profile(repository: Path | None) -> str | None:
+    """The profile a recorded deployment serves (its deploy's --gpu), if any."""
+    if repository is None:
+        return None
+    try:
+        return load_deployment(repository).extra.get("gpu")
+    except UsageError:
+        return None
 
 
 def _restore(served_model: ServedModel, original: dict, phase: dict, tell,
