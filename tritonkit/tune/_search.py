@@ -74,7 +74,7 @@ class Found:
 
 
 def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int = 256,
-                 resolution: float = 0.25, rate_step: float = 0.8, rate_tries: int = 4,
+                 resolution: float = 0.25, rate_step: float = 0.7, rate_tries: int = 6,
                  out_of_time: Callable[[], bool] = lambda: False) -> Found:
     """Bracket the highest concurrency whose p99 meets ``p99_ms`` (doubling or halving from
     ``start``, at most ``most``, then bisecting until the bracket is within ``resolution``
