@@ -94,8 +94,7 @@ def pa_under_sla(url: str, model: str, sla_ms: float, shapes: tuple) -> dict:
         try:
             result = run_perf_analyzer(url, model, level, interval_ms=2000, stability_pct=50,
                                        max_trials=10, warmup_requests=50 * level,
-                                       extra=[a for n, d in shapes
-                                              for a in ("--shape", f"{n}:{','.join(map(str, d))}")])
+                                       extra=_pa_inputs(shapes))
         except RuntimeError as exc:
             console.log(f"perf_analyzer at c={level}: {' '.join(str(exc).split())[:160]}")
             break
@@ -105,6 +104,14 @@ def pa_under_sla(url: str, model: str, sla_ms: float, shapes: tuple) -> dict:
         if result.throughput > best["throughput"]:
             best = {"throughput": result.throughput, "concurrency": level, "p99_ms": p99_ms}
     return best
+
+
+def _pa_inputs(shapes: tuple) -> list[str]:
+    """perf_analyzer's flags for the inputs: each dynamic size, and zeros for a model with
+    sizes to give (the encoder: random int64 token ids fall outside its vocabulary, which
+    ONNX Runtime refuses; our load generator sends 0 and 1 for integer inputs)."""
+    flags = [a for n, d in shapes for a in ("--shape", f"{n}:{','.join(map(str, d))}")]
+    return flags + (["--input-data", "zero"] if shapes else [])
 
 
 def interleaved(served: ServedModel, sides: dict[str, dict], url: str, model: str, sla_ms: float,
@@ -151,7 +158,10 @@ def run_model_analyzer(mirror: Path, model: str, sla_ms: float, work: Path) -> d
     config_path.write_text(text_format.MessageToString(stripped))
     http, grpc, metrics = free_ports(3)
     env = server_environment(install)
-    libs = str(_library_dir())
+    # Model Analyzer hands the server's environment to its perf_analyzer too, whose libb64 and
+    # libcudart (bench/perf_analyzer.py) must be on the same path.
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(_library_dir()),
+                                                           env.get("LD_LIBRARY_PATH")]))
     config = {
         "model_repository": str(source),
         "output_model_repository_path": str(work / "ma_output"),
@@ -182,7 +192,6 @@ def run_model_analyzer(mirror: Path, model: str, sla_ms: float, work: Path) -> d
     path = work / "ma.yaml"
     path.write_text(yaml.safe_dump(config))
     run_env = dict(os.environ, **env)
-    run_env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libs, env.get("LD_LIBRARY_PATH")]))
     began = time.monotonic()
     done = subprocess.run([str(binary), "profile", "-f", str(path)], capture_output=True, text=True,
                           env=run_env, cwd=work, timeout=3 * 3600)
