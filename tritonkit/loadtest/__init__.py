@@ -26,6 +26,7 @@ from tritonkit.loadtest._run import (
 from tritonkit.loadtest._sequences import Sequencing, parse_id_range, sequencing
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
+from tritonkit.loadtest._worker import NOT_SENT
 from tritonkit.loadtest._timeline import (
     ERROR_WINDOW_SHARE,
     Spike,
@@ -40,6 +41,7 @@ __all__ = [
     "PERCENTILES",
     "Interruption",
     "LevelResult",
+    "NOT_SENT",
     "LoadSpec",
     "LoadTestResult",
     "RequestTemplate",

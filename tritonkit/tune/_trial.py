@@ -16,8 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonkit.client import Endpoint, triton_message
 from tritonkit.errors import (Interrupted, LoadTestError, ModelLoadError, ServerError, TritonkitError,
                               UsageError)
-from tritonkit.loadtest import LoadSpec, run_loadtest
-from tritonkit.loadtest._worker import NOT_SENT
+from tritonkit.loadtest import NOT_SENT, LoadSpec, run_loadtest
 from tritonkit.server.local import Deadline
 from tritonkit.tune._search import CLOSED, Probe
 from tritonkit.tune._space import as_json
