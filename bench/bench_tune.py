@@ -197,20 +197,37 @@ def run_model_analyzer(mirror: Path, model: str, sla_ms: float, work: Path) -> d
                           env=run_env, cwd=work, timeout=3 * 3600)
     wall_s = time.monotonic() - began
     (work / "ma.log").write_text(done.stdout + done.stderr)
-    said = done.stdout + done.stderr
-    picks = re.search(r"--report-model-configs\s+(\S+)", said)
-    if done.returncode != 0 or not picks:
+    if done.returncode != 0:
         raise SystemExit(f"Model Analyzer failed ({done.returncode}); its log: {work / 'ma.log'}\n"
-                         + said[-2000:])
+                         + (done.stdout + done.stderr)[-2000:])
+    saved = ROOT / "out" / "bench-model-analyzer"       # kept for --model-analyzer-result
+    if saved.exists():
+        shutil.rmtree(saved)
+    shutil.copytree(work / "ma_export" / "results", saved / "results")
+    shutil.copytree(work / "ma_output", saved / "ma_output",
+                    ignore=lambda folder, names: [n for n in names if n not in ("config.pbtxt",)
+                                                  and not n.startswith(model)])
+    (saved / "ma.log").write_text(done.stdout + done.stderr + f"\nwall_s={wall_s:.1f}\n")
+    return model_analyzer_pick(saved, model)
+
+
+def model_analyzer_pick(saved: Path, model: str) -> dict:
+    """Model Analyzer's pick from a run's log and output repository: the first of "the best
+    configurations" it names (its top by throughput among those meeting the constraint)."""
+    said = (saved / "ma.log").read_text()
+    picks = (re.search(r"best configurations (\S+?):", said)
+             or re.search(r"--report-model-configs\s+(\S+)", said))
+    if not picks:
+        raise SystemExit(f"no pick named in {saved / 'ma.log'}")
     name = picks[1].split(",")[0]
-    where = work / "ma_output" / name / "config.pbtxt"
-    if not where.exists():
-        where = source / model / "config.pbtxt"
-    chosen = text_format.Parse(where.read_text(), mc.ModelConfig())
-    measurements = len(re.findall(r"Profiling \S+: concurrency=", said))
-    return {"wall_s": wall_s, "pick": name, "instance_count": sum(g.count for g in chosen.instance_group) or 1,
-            "max_batch_size": chosen.max_batch_size, "measurements": measurements,
-            "configs": len(set(re.findall(r"Profiling (\S+): concurrency=", said))), "log": str(work / "ma.log")}
+    chosen = text_format.Parse((saved / "ma_output" / name / "config.pbtxt").read_text(),
+                               mc.ModelConfig())
+    measured = re.findall(r"Profiling (\S+): concurrency=", said)
+    wall = re.search(r"^wall_s=([0-9.]+)$", said, re.M)
+    return {"pick": name, "instance_count": sum(g.count for g in chosen.instance_group) or 1,
+            "max_batch_size": chosen.max_batch_size, "measurements": len(measured),
+            "configs": len(set(measured)), "too_small_reruns": said.count("count is too small"),
+            "wall_s": float(wall[1]) if wall else None, "log": str(saved / "ma.log")}
 
 
 # -- one round of tune and its confirmation ----------------------------------------------------------
@@ -269,6 +286,10 @@ def main() -> int:
     parser.add_argument("--encoder-sla-p99-ms", type=float, default=25.0)
     parser.add_argument("--ab-rounds", type=int, default=4, help="perf_analyzer A/B rounds per pair")
     parser.add_argument("--no-model-analyzer", action="store_true")
+    parser.add_argument("--model-analyzer-result", type=Path, default=None,
+                        help="an earlier Model Analyzer run kept by this bench "
+                             "(out/bench-model-analyzer): its pick and wall time, not run again")
+    parser.add_argument("--models", default="mlp,encoder", help="mlp, encoder or both")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     facts = run_facts()
@@ -290,6 +311,8 @@ def main() -> int:
                 if index == 0 and not args.no_model_analyzer:
                     report["model_analyzer"] = _stage(
                         lambda: versus_model_analyzer(endpoint, repo, report, args, work))
+                if "encoder" not in args.models.split(","):
+                    continue
                 round_["encoder"] = _stage(lambda: tune_and_confirm(
                     endpoint, repo, "encoder", args.encoder_sla_p99_ms, args.budget_s,
                     ENCODER_SHAPES, args.ab_rounds))
@@ -303,7 +326,8 @@ def main() -> int:
 
 def versus_model_analyzer(endpoint: Endpoint, repo: Path, report: dict, args, work: Path) -> dict:
     console.rule("Model Analyzer")
-    ma = run_model_analyzer(mirror_dir(repo), "mlp", args.sla_p99_ms, work)
+    ma = (model_analyzer_pick(args.model_analyzer_result, "mlp") if args.model_analyzer_result
+          else run_model_analyzer(mirror_dir(repo), "mlp", args.sla_p99_ms, work))
     console.log(f"Model Analyzer: {ma['wall_s']:.0f} s, pick {ma['pick']} "
                 f"(i{ma['instance_count']} b{ma['max_batch_size']}), {ma['measurements']} measurements")
     first = report["rounds"][0]["mlp"]
@@ -357,6 +381,8 @@ def _summary(report: dict) -> None:
                               f"{'-' if ratio is None else f'{ratio:.2f}x'}: "
                               f"{'inside' if c['inside'] else 'OUTSIDE'} tune's interval")
     ma = report.get("model_analyzer")
+    if ma and "wall_s" in ma and ma.get("wall_s") and "wall_ratio" not in ma:
+        console.print(f"Model Analyzer {ma['wall_s']:.0f} s, pick {ma['pick']}")
     if ma and "error" in ma:
         console.print(f"Model Analyzer: {ma['error']}")
     elif ma:
