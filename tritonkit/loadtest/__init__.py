@@ -26,7 +26,6 @@ from tritonkit.loadtest._run import (
 from tritonkit.loadtest._sequences import Sequencing, parse_id_range, sequencing
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._server import ServerEvent, ServerWatcher, StatsSnapshot
-from tritonkit.loadtest._worker import NOT_SENT
 from tritonkit.loadtest._timeline import (
     ERROR_WINDOW_SHARE,
     Spike,
@@ -34,6 +33,7 @@ from tritonkit.loadtest._timeline import (
     cold_start_windows,
     spike_windows,
 )
+from tritonkit.loadtest._worker import NOT_SENT
 
 __all__ = [
     "ARRIVALS",
