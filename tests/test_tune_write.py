@@ -45,13 +45,12 @@ def test_write_goes_to_the_gpu_asked_else_the_deployed_profile_else_config_pbtxt
 
 def test_a_local_deployment_writes_the_cpu_profile_where_one_exists(repo, tmp_path, monkeypatch):
     _record(repo)
-    assert write_target(repo, "mlp").path == repo / "mlp" / "config.pbtxt"
+    assert write_target(repo, "mlp").path == repo / "mlp" / "configs" / "cpu.pbtxt"
     configs = tmp_path / "configs"
     shutil.copytree(shipped_configs_dir(), configs)
-    text = (configs / "gpus" / "a10.toml").read_text().replace('name = "a10"', 'name = "cpu"')
-    (configs / "gpus" / "cpu.toml").write_text(text)
+    (configs / "gpus" / "cpu.toml").unlink()          # a configs/ folder without one
     monkeypatch.setenv(CONFIGS_ENV, str(configs))
-    assert write_target(repo, "mlp").path == repo / "mlp" / "configs" / "cpu.pbtxt"
+    assert write_target(repo, "mlp").path == repo / "mlp" / "config.pbtxt"
 
 
 @pytest.mark.parametrize("edit", ["by hand", "not tritonkit's"])

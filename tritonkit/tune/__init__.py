@@ -9,7 +9,7 @@ running server, and show that its gain is real.
 1. The space (``_space``): instances, ``max_batch_size``, dynamic batching's queue delay
    and preferred sizes, ONNX Runtime's threads, the GPU accelerator — each knob's values
    from the card's profile (``configs/gpus/<gpu>.toml``, ``[tune]``) or, for a model
-   served on the CPU (the local target), ``configs/tune.toml``; ``--space`` changes them.
+   served on the CPU (the local target), the CPU profile's; ``--space`` changes them.
 2. A trial (``_trial``): the config loaded in place of the served one through Triton's
    load API (a config override, behind the deployment's secret; no restart, the old
    config serves until the new one is READY), warmed up by our warm-up, then measured.
@@ -28,7 +28,7 @@ from tritonkit.tune._interval import RatioInterval, interleave, paired_interval,
 from tritonkit.tune._run import (BARE, DEFAULT_BUDGET_S, SERVED, Comparison, Trial, TuneProgress,
                                  TuneResult, tune)
 from tritonkit.tune._search import CLOSED, OPEN, Found, Probe, coordinate_search, highest_load
-from tritonkit.tune._space import (KNOBS, LABEL_LEGEND, Candidate, local_space, read_space_file,
+from tritonkit.tune._space import (KNOBS, LABEL_LEGEND, Candidate, cpu_space, read_space_file,
                                    space_keys)
 from tritonkit.tune._write import WriteTarget, write_target
 
@@ -50,9 +50,9 @@ __all__ = [
     "TuneResult",
     "WriteTarget",
     "coordinate_search",
+    "cpu_space",
     "highest_load",
     "interleave",
-    "local_space",
     "paired_interval",
     "read_space_file",
     "space_keys",

@@ -22,7 +22,7 @@ from tritonkit.server.state import load_deployment
 from tritonkit.tune._interval import RatioInterval, interleave, paired_interval
 from tritonkit.tune._search import CLOSED, Found, Probe, coordinate_search, highest_load
 from tritonkit.tune._space import (KNOBS, Candidate, applicable, candidate_config, check_space,
-                                   local_space, merged, on_gpu, parse_served, served_point)
+                                   cpu_space, merged, on_gpu, parse_served, served_point)
 from tritonkit.tune._trial import Refused, ServedModel
 from tritonkit.tune._write import WriteTarget, write_winner
 
@@ -169,7 +169,7 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
     server at ``endpoint``, within ``budget_s`` seconds, and show that its gain is real.
 
     The space: on a server that runs the model on the CPU (the local target), the local
-    space (``configs/tune.toml``); on a GPU, the ``[tune]`` table of the profile ``gpu``
+    the CPU profile's (``configs/gpus/cpu.toml``); on a GPU, the ``[tune]`` table of the profile ``gpu``
     (by default the one the deployment in ``repository`` serves);
     ``space`` replaces the lists it gives (``space_keys``: the keys its file named).
     ``probe_s``: seconds measured per load level; ``max_concurrency``: the most requests in
@@ -209,7 +209,7 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
     if result.target == "gpu" and profile is None:
         raise UsageError(f"'{model}' runs on a GPU: its space is its card's profile's",
                          hint="pass --gpu with the card's profile, e.g. --gpu a10")
-    base = local_space() if result.target == "cpu" else profile.tune
+    base = cpu_space() if result.target == "cpu" else profile.tune
     wanted, notes = applicable(served, merged(base, space, space_keys), local=result.target == "cpu")
     check_space(wanted)
     result.space, result.notes = wanted, notes

@@ -1,8 +1,9 @@
 """The config space: which knobs a served model has, the values each is tried at, and a
 point of the space (``Candidate``) made into a config Triton loads.
 
-The space is data: a GPU profile's ``[tune]`` table on its card, ``configs/tune.toml`` on
-the local target (the CPU copy), either narrowed or widened by ``--space FILE.toml``. A
+The space is data: a GPU profile's ``[tune]`` table on its card, the CPU profile's
+(``configs/gpus/cpu.toml``) on a server that runs the model on the CPU (the local target's
+copy), either narrowed or widened by ``--space FILE.toml``. A
 knob the served model has no use for (batching knobs of a model that does not batch, the
 GPU accelerator on the CPU copy) is left out, and said."""
 
@@ -17,10 +18,10 @@ from pathlib import Path
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml
+from tritonkit.datafiles import dataclass_from_table, load_toml
 from tritonkit.errors import UsageError
 from tritonkit.model_config import warmup_batch_sizes
-from tritonkit.profiles import TuneSpace, check_tune_space
+from tritonkit.profiles import TuneSpace, check_tune_space, load_profile
 from tritonkit.warmup import RELOAD_PARAMETER
 
 #: The knobs in the order a search walks them: the ones that move throughput most first.
@@ -28,7 +29,8 @@ KNOBS = ("instance_count", "max_batch_size", "max_queue_delay_us", "intra_op_thr
          "preferred_batch_size", "accelerator")
 #: ONNX Runtime's threads per run, as Triton's ONNX Runtime backend (and our CPU copy) read it.
 THREADS_PARAMETER = "intra_op_thread_count"
-LOCAL_SPACE_FILE = "tune.toml"
+#: The profile whose [tune] space a model served on the CPU is searched with.
+CPU_PROFILE = "cpu"
 _ONNX_PLATFORMS = ("onnxruntime_onnx",)
 _TRT_SHAPES = ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")
 
@@ -80,12 +82,9 @@ def read_space_file(path: Path) -> TuneSpace:
     return space
 
 
-def local_space() -> TuneSpace:
-    """The space on the local target, from ``configs/tune.toml``."""
-    path = configs_dir() / LOCAL_SPACE_FILE
-    space = dataclass_from_table(TuneSpace, load_toml(path), source=str(path))
-    check_tune_space(space, str(path))
-    return space
+def cpu_space() -> TuneSpace:
+    """The space on a server that runs the model on the CPU: the CPU profile's."""
+    return load_profile(CPU_PROFILE).tune
 
 
 def merged(base: TuneSpace, override: TuneSpace | None, given: set[str] | None = None) -> TuneSpace:
