@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # The test suite: set-up (if needed), then pytest against the real local Triton.
+#   bash scripts/test.sh              everything (CI)
+#   bash scripts/test.sh -m quick     the library's behaviour without a server, in about a minute
+# Tests run on TRITONKIT_TEST_WORKERS pytest-xdist workers (4 by default: they mostly wait on
+# servers, not on the CPU); -n N or -p no:xdist on the command line overrides it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
-exec python -m pytest "$@"
+workers=(-n "${TRITONKIT_TEST_WORKERS:-4}" --dist loadgroup)
+for arg in "$@"; do
+  case "$arg" in
+    -n*|--numprocesses*|no:xdist) workers=() ;;
+  esac
+done
+exec python -m pytest ${workers[@]+"${workers[@]}"} "$@"

@@ -1,13 +1,21 @@
-"""Shared fixtures: a copy of a model repository, and the real local tritonserver on free ports."""
+"""Shared fixtures: a copy of a model repository, the real local tritonserver on free ports;
+and what lets the suite run on several pytest-xdist workers at once (tiers, the `server`
+marker checked, things made once per run, tests that need the machine to themselves)."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import json
+import os
 import shutil
 import signal
+import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
+from filelock import FileLock
 
 from tritonkit.cli import main
 from tritonkit.server.state import load_deployment
@@ -45,15 +53,30 @@ def example_repository(tmp_path: Path) -> Path:
     return repo
 
 
-@pytest.fixture
-def deployed(example_repository: Path):
-    """The real embedded Triton serving the example repository on free loopback ports."""
-    code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
+def _deploy_example(repository: Path):
+    code = run_cli("deploy", "--repository", repository, "--http-port", "0",
                    "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")
     assert code == 0, "tritonkit deploy failed"
-    deployment = load_deployment(example_repository)
-    yield deployment
+    return load_deployment(repository)
+
+
+@pytest.fixture
+def deployed(example_repository: Path):
+    """The real embedded Triton serving the example repository on free loopback ports, for a
+    test that changes it (stops it, loads models, edits its files or record)."""
+    yield _deploy_example(example_repository)
     run_cli("down", "--repository", example_repository)
+
+
+@pytest.fixture(scope="session")
+def example_server(tmp_path_factory):
+    """The example repository deployed once per worker, for tests that only read: ask it,
+    infer, check what it listens on. A test that changes it takes ``deployed`` instead."""
+    repository = tmp_path_factory.mktemp("example_server") / "repo"
+    shutil.copytree(EXAMPLE_REPOSITORY, repository,
+                    ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
+    yield _deploy_example(repository)
+    run_cli("down", "--repository", repository)
 
 
 def add_broken_model(repository: Path, name: str = "broken") -> Path:
@@ -75,3 +98,287 @@ def load_example_forward():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.forward
+
+
+# -- made once per run, shared by every worker ---------------------------------------------
+
+def run_folder(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this run shares: the run's own base temp (a worker's
+    is a folder inside it). Never pytest-of-<user>, which other runs on this host share."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+_ONCE: dict[str, "OncePerRun"] = {}
+
+
+class OncePerRun:
+    """Something costly that every worker of a run shares, made by the first one to ask (a
+    Docker engine started, an image built, a model exported): ``make(folder)`` runs once,
+    under a file lock, and returns what the others need as JSON. ``undo(made)``, if given,
+    runs once when the whole run ends, in the process that ran it (xdist's controller, or
+    pytest itself without workers), after every worker is done with it.
+
+    Create it at the top level of this conftest (or a module it imports): the controller
+    collects no test module, and ``undo`` must be known there."""
+
+    def __init__(self, name: str, make: Callable[[Path], object],
+                 undo: Callable[[object], None] | None = None):
+        self.name, self.make, self.undo = name, make, undo
+        _ONCE[name] = self
+
+    def folder(self, run: Path) -> Path:
+        return run / "once" / self.name
+
+    def get(self, tmp_path_factory):
+        folder = self.folder(run_folder(tmp_path_factory))
+        folder.mkdir(parents=True, exist_ok=True)
+        record = folder / "made.json"
+        with FileLock(str(folder / "lock")):
+            if not record.exists():
+                try:
+                    made = {"made": self.make(folder)}
+                except BaseException as exc:   # pytest.skip too: every worker hears the same
+                    made = {"failed": f"{type(exc).__name__}: {exc}",
+                            "skipped": isinstance(exc, pytest.skip.Exception)}
+                    _write_json(record, made)
+                    raise
+                _write_json(record, made)
+                return made["made"]
+        made = json.loads(record.read_text())
+        if "failed" in made:
+            (pytest.skip if made["skipped"] else pytest.fail)(
+                f"{self.name}, made once for the run by another worker: {made['failed']}")
+        return made["made"]
+
+    def undo_at_end(self, run: Path) -> None:
+        record = self.folder(run) / "made.json"
+        if self.undo is None or not record.exists():
+            return
+        made = json.loads(record.read_text())
+        if "made" in made:
+            self.undo(made["made"])
+
+
+def _write_json(path: Path, value) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(value))
+    partial.replace(path)
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionfinish(session):
+    if _is_worker(session.config):
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)  # as xdist itself reads it
+    if factory is None:
+        return
+    run = factory.getbasetemp()
+    for once in _ONCE.values():
+        try:
+            once.undo_at_end(run)
+        except Exception as exc:     # the run's verdict stands; say what was left behind
+            print(f"\nconftest: undoing {once.name} failed: {exc}", file=sys.stderr)
+
+
+def _export_mlp(folder: Path) -> str:
+    repository = folder / "repo"
+    assert run_cli("export", ROOT / "examples" / "mlp.py:build", "--name", "mlp",
+                   "--repository", repository) == 0
+    return str(repository / "mlp")
+
+
+EXPORTED_MLP = OncePerRun("exported_mlp", _export_mlp)
+
+
+@pytest.fixture(scope="session")
+def exported_mlp(tmp_path_factory) -> Callable[[Path], Path]:
+    """Copies examples/mlp.py as `tritonkit export` writes it (verified; exported once per
+    run) into a repository as ``mlp``; returns the model's folder."""
+    made = Path(EXPORTED_MLP.get(tmp_path_factory))
+
+    def copy(repository: Path) -> Path:
+        return Path(shutil.copytree(made, Path(repository) / "mlp"))
+    return copy
+
+
+# -- markers: the server marker checked, the quick tier, groups ------------------------------
+
+# Fixtures that start the real tritonserver: a test that uses one is a `server` test.
+SERVER_FIXTURES = frozenset({
+    "deployed", "example_server", "served", "encoder_served", "stateful_served",
+    "failing_server", "warm_server", "stateful_and_decoupled"})
+# Module fixtures that cost seconds to make (a server, models exported): under xdist the
+# tests that use one go to one worker (an xdist_group, with --dist loadgroup), which makes
+# it once, not once per worker.
+COSTLY_MODULE_FIXTURES = frozenset({
+    "served", "encoder_served", "stateful_served", "failing_server", "warm_server",
+    "stateful_and_decoupled", "exported"})
+# What the quick tier leaves out (`-m quick` selects the rest).
+NOT_QUICK = ("server", "engine", "slow", "gpu")
+
+
+@pytest.hookimpl(tryfirst=True)         # before -m deselects by these markers, and xdist groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SERVER_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.server)
+        if not any(item.get_closest_marker(name) for name in NOT_QUICK):
+            item.add_marker(pytest.mark.quick)
+        for fixture in sorted(COSTLY_MODULE_FIXTURES.intersection(item.fixturenames)):
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{fixture}"))
+        if item.get_closest_marker("timing") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("timing"))
+    # The timing tests of each module first, one after another: a worker then takes the
+    # machine once for the lot (see _alone), not once per test.
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (item.module.__name__, not item.get_closest_marker("timing"),
+                                 order[id(item)]))
+
+
+@pytest.hookimpl(trylast=True)          # after xdist named each item's group in its node id
+def pytest_collection_finish(session):
+    if session.config.getoption("loadgroup", False) and any(
+            item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+            for item in session.items):
+        raise pytest.UsageError("--dist loadgroup groups nothing with this pytest and "
+                                "pytest-xdist (pytest-xdist#1386): use pytest<9.2")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _servers_started_are_counted(tmp_path_factory):
+    """Every tritonserver started in this run (in-process or by a command a test runs) goes
+    through a wrapper that counts it: a test that starts one without the `server` marker
+    fails (see pytest_runtest_makereport), so that `-m quick` starts no server."""
+    global _started_log
+    from tritonkit.errors import TritonkitError
+    from tritonkit.server.binary import BINARY_ENV, find_install
+
+    try:
+        install = find_install()
+    except TritonkitError:
+        yield                                  # no server to count: the server tests fail
+        return
+    guard = tmp_path_factory.mktemp("counted-tritonserver")
+    home = guard / "pytriton" / "tritonserver"          # as find_install lays it out
+    (home / "bin").mkdir(parents=True)
+    for entry in install.home.iterdir():
+        if entry.name != "bin":
+            (home / entry.name).symlink_to(entry)
+    for entry in install.binary.parent.iterdir():
+        if entry.name != install.binary.name:
+            (home / "bin" / entry.name).symlink_to(entry)
+    (guard / "nvidia_pytriton.libs").symlink_to(install.libs)
+    _started_log = guard / "started"
+    wrapper = home / "bin" / install.binary.name
+    wrapper.write_text(f'#!/bin/sh\necho "$$" >> "{_started_log}"\n'
+                       f'exec "{install.binary}" "$@"\n')
+    wrapper.chmod(0o755)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BINARY_ENV, str(home))
+        yield
+
+
+_started_log: Path | None = None
+_started_before: dict[str, int] = {}
+
+
+def _servers_started() -> int:
+    try:
+        return len(_started_log.read_text().split()) if _started_log else 0
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _started_before[item.nodeid] = _servers_started()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown" and not item.get_closest_marker("server"):
+        before = _started_before.pop(item.nodeid, None)
+        if before is not None and _servers_started() > before:
+            report.outcome = "failed"
+            report.longrepr = (f"{item.nodeid} started a tritonserver without the `server` "
+                               "marker: mark it @pytest.mark.server (a fixture that starts one "
+                               "goes into SERVER_FIXTURES in tests/conftest.py), so that the "
+                               "quick tier (-m quick) leaves it out")
+    return report
+
+
+# -- timing tests have the machine to themselves -------------------------------------------
+
+class _Machine:
+    """Who runs now, between the workers of one run: flock(2) on ``run``, shared by every
+    test, exclusive for a `timing` test (a latency or a clock it measures, which tests
+    beside it on our 2 cores would disturb). ``door`` is held while asking, so that tests
+    starting after a timing test began to wait do not keep it waiting."""
+
+    def __init__(self, folder: Path):
+        self.door = open(folder / "machine.door", "a+")
+        self.run = open(folder / "machine.run", "a+")
+        self.alone = False
+        self.held = False
+
+    def enter(self, alone: bool) -> None:
+        if self.held and self.alone == alone:
+            return
+        self.leave()
+        fcntl.flock(self.door, fcntl.LOCK_EX)
+        fcntl.flock(self.run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(self.door, fcntl.LOCK_UN)
+        self.alone, self.held = alone, True
+
+    def leave(self) -> None:
+        if self.held:
+            fcntl.flock(self.run, fcntl.LOCK_UN)
+            if self.alone:
+                fcntl.flock(self.door, fcntl.LOCK_UN)
+        self.held = False
+
+
+_machine: _Machine | None = None
+
+
+def _timing(item) -> bool:
+    return item is not None and item.get_closest_marker("timing") is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, a `timing` test waits until no other test runs, and none starts until it
+    is done; the next one on its worker (they are grouped) keeps the machine."""
+    global _machine
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return (yield)
+    if _machine is None:
+        _machine = _Machine(run_folder(item.config._tmp_path_factory))  # as xdist reads it
+    _machine.enter(alone=_timing(item))
+    try:
+        return (yield)
+    finally:
+        if not (_timing(item) and _timing(nextitem)):
+            _machine.leave()
+
+
+# -- workers and commands see the run's environment --------------------------------------
+
+# readline, which pytest's debugger imports, writes COLUMNS and LINES (80x24 off a terminal)
+# into the process's C environment, not os.environ: xdist's workers and every command a
+# test started inherited them, and laid tables out 80 columns wide where the run's own
+# are 160 (tritonkit.cli.options). Before any worker starts, the C environment is set
+# back to what the run was started with.
+_TERMINAL_SIZE = ("COLUMNS", "LINES")
+
+
+def pytest_configure(config):
+    for name in _TERMINAL_SIZE:
+        if name not in os.environ:
+            os.unsetenv(name)

@@ -52,6 +52,7 @@ def _tritonkit(*args: str, env: dict | None = None) -> subprocess.CompletedProce
                           text=True, env=env, timeout=120)
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_and_a_hint_and_debug_shows_the_traceback(tmp_path):
     import os
 
@@ -112,6 +113,7 @@ def _unwrapped(text: str) -> str:
     return "".join(text.split())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [60, 80])
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_wraps_to_the_terminal_and_cuts_no_text(monkeypatch, capsys, command, columns):
@@ -341,6 +343,7 @@ FLAGS_A_TARGET_DOES_NOT_USE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target,flags,flag", FLAGS_A_TARGET_DOES_NOT_USE,
                          ids=[f"{t}{' '.join(f)}" for t, f, _ in FLAGS_A_TARGET_DOES_NOT_USE])
 def test_deploy_refuses_a_flag_its_target_does_not_use_before_writing_anything(
@@ -403,6 +406,7 @@ def test_deploy_takes_every_flag_its_file_writing_targets_use(example_repository
         (out / "docker-compose.yml").exists()
 
 
+@pytest.mark.server
 def test_a_local_deploy_takes_every_flag_the_local_target_uses(example_repository):
     """The real embedded Triton (--gpu with the local target: tests/test_local_adapter.py)."""
     from tritonkit.server.state import load_deployment
@@ -428,6 +432,7 @@ console.print(table)
 """
 
 
+@pytest.mark.slow
 def test_a_table_written_to_a_pipe_keeps_every_number_whole():
     """A CI log is a pipe: Rich laid tables out for 80 columns there and cut numbers with
     '…' (a load test's p99.9 read '24.…'). COLUMNS, where set, is still obeyed."""

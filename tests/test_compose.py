@@ -53,6 +53,7 @@ def plan_config(repo: Path, path: Path) -> None:
     path.write_text(text)
 
 
+@pytest.mark.slow
 @needs_compose
 @pytest.mark.parametrize("gpu,image,cc", [("p100", "nvcr.io/nvidia/tritonserver:24.10-py3", "6.0"),
                                           ("a10", "nvcr.io/nvidia/tritonserver:25.12-py3", "8.6")])
@@ -105,6 +106,7 @@ def test_the_secret_lives_only_in_the_0600_env_file_and_is_never_printed(
     assert secret not in printed.out + printed.err and secret[:4] in printed.out
 
 
+@pytest.mark.slow
 @needs_compose
 def test_the_compose_file_puts_the_secret_from_the_env_file_in_the_environment_not_the_command(
         example_repository, tmp_path):
@@ -119,6 +121,7 @@ def test_the_compose_file_puts_the_secret_from_the_env_file_in_the_environment_n
     assert not any(secret in arg for arg in server["command"])
 
 
+@pytest.mark.slow
 @needs_compose
 def test_onnx_runtimes_tensorrt_engines_are_cached_in_a_named_volume_across_restarts(
         example_repository, tmp_path):
@@ -172,6 +175,7 @@ def test_the_healthcheck_fails_while_a_model_triton_was_asked_to_load_is_not_rea
     assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0
 
 
+@pytest.mark.slow
 @needs_compose
 def test_the_state_folder_with_the_secret_is_masked_inside_every_container(
         example_repository, tmp_path):
@@ -666,6 +670,7 @@ def deploy_up(repository: Path, out: Path, *args: str) -> int:
                    "--out", out, *ports, *args)
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_deploy_waits_for_triton_says_the_containers_keep_running(
         example_repository, tmp_path, monkeypatch, capsys, default_sigint):
     """Once `up -d` has started the containers, Ctrl-C ends only the deploy's wait: Triton
@@ -682,6 +687,7 @@ def test_ctrl_c_while_deploy_waits_for_triton_says_the_containers_keep_running(
     assert not [c for c in calls.read_text().splitlines() if " down" in c]
 
 
+@pytest.mark.slow
 def test_tritonkit_down_while_deploy_waits_for_triton_ends_the_deploy(
         example_repository, tmp_path, monkeypatch, capsys):
     """`tritonkit down` from another terminal stops the containers and removes the record
@@ -749,6 +755,7 @@ def _live_then_taken_down(monkeypatch, repository: Path, *, delay: float | None)
     monkeypatch.setattr(compose, "wait_live", wait_live)
 
 
+@pytest.mark.slow
 def test_tritonkit_down_while_deploy_loads_the_models_without_warmup_ends_the_deploy(
         example_repository, tmp_path, monkeypatch, capsys):
     """With --no-warmup deploy loads each model itself: a `tritonkit down` landing then
@@ -917,12 +924,12 @@ def test_after_up_a_model_that_is_not_ready_is_loaded_with_the_secret_header(dep
 
 
 @pytest.mark.server
-def test_the_wait_for_triton_in_compose_says_what_it_waits_for(deployed):
+def test_the_wait_for_triton_in_compose_says_what_it_waits_for(example_server):
     from tritonkit.server.compose import _wait_for
     from tritonkit.server.local import Deadline
 
     said: list[str] = []
-    _wait_for("ready", deployed, Deadline(30), logs="(local)", progress=said.append)
+    _wait_for("ready", example_server, Deadline(30), logs="(local)", progress=said.append)
     assert said and all("waiting for Triton in compose to be ready" in line for line in said)
 
 

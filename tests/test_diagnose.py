@@ -599,17 +599,17 @@ def _infer(http_url: str, count: int) -> None:
 
 @pytest.mark.server
 def test_diagnose_live_on_a_cpu_server_gives_triton_s_verdict_as_a_recording_does(
-        deployed, monkeypatch, tmp_path, capsys):
+        example_server, monkeypatch, tmp_path, capsys):
     """No GPU here, but Triton is watched: the server's verdict from its counters (as
     `diagnose FILE` gives for monitor's CSV of it), not 'no GPU to record'."""
     from tritonkit.monitor.triton_metrics import scrape
 
-    if scrape(deployed.metrics_url, at=0).gpus:
+    if scrape(example_server.metrics_url, at=0).gpus:
         pytest.skip("this server reports GPUs: it is no CPU server")
     _no_driver(monkeypatch)
-    _infer(deployed.http_url, 20)
+    _infer(example_server.http_url, 20)
     out = tmp_path / "live.json"
-    assert run_cli("diagnose", "--live", "--repository", deployed.repository,
+    assert run_cli("diagnose", "--live", "--repository", example_server.repository,
                    "--duration", "1", "--interval", "0.5", "--json", out) == 0
     printed = capsys.readouterr()
     assert "Triton server (no GPU samples)" in printed.out

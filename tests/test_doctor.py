@@ -681,10 +681,10 @@ def test_ports_held_by_the_repository_s_deployment_are_a_warning_and_others_a_pr
 
 
 @pytest.mark.server
-def test_doctor_tells_its_own_running_deployment_from_a_port_conflict(deployed, tmp_path):
-    ports = ["--http-port", deployed.http_port, "--grpc-port", deployed.grpc_port,
-             "--metrics-port", deployed.metrics_port]
-    repository = Path(deployed.repository)
+def test_doctor_tells_its_own_running_deployment_from_a_port_conflict(example_server, tmp_path):
+    ports = ["--http-port", example_server.http_port, "--grpc-port", example_server.grpc_port,
+             "--metrics-port", example_server.metrics_port]
+    repository = Path(example_server.repository)
     out = tmp_path / "doctor.json"
     run_cli("doctor", "--gpu", "a10", "--repository", repository, *ports, "--json", out)
     checks = {c["name"]: c for c in json.loads(out.read_text())["checks"]}
@@ -700,4 +700,4 @@ def test_doctor_tells_its_own_running_deployment_from_a_port_conflict(deployed, 
             "--force")
     checks = {c["name"]: c for c in json.loads(out.read_text())["checks"]}
     assert checks["ports"]["status"] == "problem"
-    assert f"{deployed.http_port} (http) in use" in checks["ports"]["detail"]
+    assert f"{example_server.http_port} (http) in use" in checks["ports"]["detail"]

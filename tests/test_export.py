@@ -79,6 +79,7 @@ def resized(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     return torch.randint(low, high + 1, shape, generator=generator, dtype=tensor.dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILIES)
 def test_each_family_is_written_as_a_triton_model_folder(exported, name):
     model_dir = exported / name
@@ -89,6 +90,7 @@ def test_each_family_is_written_as_a_triton_model_folder(exported, name):
     assert not [p for p in exported.iterdir() if p.name.startswith(".")], "staging left behind"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILIES)
 def test_exported_model_runs_at_batch_sizes_and_lengths_it_was_not_traced_with(exported, name):
     spec, labels = FAMILIES[name]
@@ -147,6 +149,7 @@ def test_dynamic_axes_in_torch_onnxs_list_form_are_labelled_as_the_flag_labels_t
     assert len(lengths) > 1, "verified at other lengths than the example's"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("input_name,output_name", [("linear", "relu"), ("0.weight", "embedding")],
                          ids=["names of values inside", "an input named like a weight"])
 def test_io_names_the_dynamo_exporter_uses_inside_the_graph_export_with_it(
@@ -382,6 +385,7 @@ def staging_of_a_killed_export(repository: Path, name: str, before_the_kill=None
     return folder
 
 
+@pytest.mark.slow
 def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next_export_of_its_name(
         tmp_path, capsys):
     folder = staging_of_a_killed_export(tmp_path, "mlp")
@@ -396,6 +400,7 @@ def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next_export_
                               "killed".split())) == 1
 
 
+@pytest.mark.slow
 def test_the_staging_folder_of_an_export_still_running_is_left_alone(tmp_path):
     child, folder = staging_of_an_export_in_flight(tmp_path, "linear")
     try:
@@ -512,6 +517,7 @@ def parked_by_a_killed_export(repository: Path, name: str) -> Path:
     return staging_of_a_killed_export(repository, name, before_the_kill=park)
 
 
+@pytest.mark.slow
 def test_a_model_a_killed_export_was_parking_is_moved_back_and_said_so_though_the_export_fails(
         tmp_path, capsys):
     folder = parked_by_a_killed_export(tmp_path, "mlp")
@@ -530,6 +536,7 @@ def test_a_model_a_killed_export_was_parking_is_moved_back_and_said_so_though_th
         assert "".join(note.split()) in out
 
 
+@pytest.mark.slow
 def test_the_python_apis_error_carries_the_clean_ups_notes(tmp_path):
     folder = parked_by_a_killed_export(tmp_path, "linear")
     with pytest.raises(tritonkit.errors.UsageError, match="already exists") as raised:
@@ -558,6 +565,7 @@ def refused_flock(fd: int, operation: int) -> None:
 
 
 
+@pytest.mark.slow
 def test_a_killed_exports_staging_folder_is_removed_where_an_exclusive_lock_needs_write_access(
         tmp_path, monkeypatch):
     folder = staging_of_a_killed_export(tmp_path, "mlp")
@@ -567,6 +575,7 @@ def test_a_killed_exports_staging_folder_is_removed_where_an_exclusive_lock_need
     assert notes == [f"removed {folder}: the staging folder of an export that was killed"]
 
 
+@pytest.mark.slow
 def test_a_staging_folder_whose_lock_the_filesystem_refuses_is_left_and_said_to_be_maybe_running(
         tmp_path, monkeypatch):
     folder = staging_of_a_killed_export(tmp_path, "mlp")
@@ -588,6 +597,7 @@ def test_an_export_runs_unlocked_where_the_filesystem_refuses_locks_and_says_so(
             f"filesystem of {tmp_path} refused one")]
 
 
+@pytest.mark.slow
 def test_reproduce_script_reruns_the_same_export(tmp_path):
     assert run_cli("export", EXAMPLES / "mlp.py:build", "--name", "mlp", "--repository",
                    tmp_path, "--exporter", "torchscript", "--max-batch-size", "4") == 0
@@ -604,6 +614,7 @@ def test_reproduce_script_reruns_the_same_export(tmp_path):
     assert after["files"] == before["files"], "the same graph, byte for byte"
 
 
+@pytest.mark.slow
 def test_reproduce_script_of_a_package_module_spec_runs_from_anywhere(tmp_path, monkeypatch):
     """package.module:factory imports from the folder the export ran in: the script ran
     from another folder failed to import it."""
@@ -647,6 +658,7 @@ def build():
 '''
 
 
+@pytest.mark.slow
 def test_a_branch_on_a_tensor_value_is_reported_and_warned_about_with_its_line(tmp_path, capsys):
     source = tmp_path / "branchy.py"
     source.write_text(BRANCHY)
@@ -690,6 +702,7 @@ def test_torchs_own_tracer_warnings_are_left_out(exported):
     assert report["tracer_warnings"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")   # torch.compile's own imports
 @pytest.mark.parametrize("wrap,says", [
     (torch.nn.DataParallel, "inside torch.nn.DataParallel (its .module)"),
@@ -740,6 +753,7 @@ def test_reproduce_script_records_a_profile_file_by_its_absolute_path_and_a_name
         assert reproduce_options(result.path)["--gpu"] == recorded
 
 
+@pytest.mark.slow
 def test_a_forced_export_under_a_dead_local_servers_record_warns_of_nothing(tmp_path, capsys):
     """A local deployment recorded but gone (the host rebooted, the server was killed)
     serves nothing: no warning that it "keeps serving" the old model."""
@@ -759,6 +773,7 @@ def test_a_forced_export_under_a_dead_local_servers_record_warns_of_nothing(tmp_
     assert "keeps serving" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_forced_export_of_a_model_a_compose_deployment_serves_says_how_to_serve_it(tmp_path,
                                                                                        capsys):
     """The compose server reads the folder itself: a reload serves the new model. A model

@@ -382,6 +382,7 @@ def test_a_model_another_export_moved_in_meanwhile_is_not_replaced_without_force
     assert sorted(p.name for p in repository.iterdir()) == ["mlp"], "no staging folder left"
 
 
+@pytest.mark.slow
 def test_an_op_onnx_cannot_express_is_named_after_both_exporters_tried(capsys, repository,
                                                                        bad_models):
     code, line, hint = export_fails(capsys, repository,
@@ -416,6 +417,7 @@ def test_a_failed_export_with_force_keeps_the_model_it_would_have_replaced(
     assert (repository / "existing" / "1" / "model.onnx").read_bytes() == b"the user's model"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factory,output", [("noisy", "OUTPUT__0"), ("call_counter", "OUTPUT__0")],
                          ids=["random", "state kept between calls"])
 def test_a_forward_that_answers_one_input_two_ways_is_called_nondeterministic_not_imprecise(
@@ -517,6 +519,7 @@ def test_the_python_api_refuses_what_the_cli_flags_would_before_anything_runs(
     assert not (tmp_path / "repo").exists()
 
 
+@pytest.mark.slow
 def test_an_opset_neither_exporter_makes_is_refused_not_swapped_for_another(
         capsys, repository, tmp_path):
     # The dynamo exporter kept its opset-18 graph when converting it to 30 failed: the

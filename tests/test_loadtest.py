@@ -665,6 +665,7 @@ def test_a_partly_failed_window_is_in_the_json_the_csv_the_spikes_table_the_warn
     assert [(p.get_x(), p.get_x() + p.get_width()) for p in shaded] == [(2.0, 3.0)]
 
 
+@pytest.mark.slow
 def test_a_stall_is_in_the_json_the_csv_the_spikes_table_the_warnings_and_the_plot(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
     from rich.console import Console
@@ -755,6 +756,7 @@ def _one_slot_at_100_per_s(clock: _Clock, send):
         latency_ms={d: lat / MS for d, lat in zip(due, rec.latencies)})
 
 
+@pytest.mark.slow
 def test_a_request_answered_as_the_grace_deadline_passes_is_counted_once(monkeypatch):
     """A lone user runs in a thread. Its request comes back just before the deadline, and
     the worker gives up on what is still out just as it records the answer: the request
@@ -1096,6 +1098,7 @@ def test_an_sla_that_cannot_be_met_exits_with_the_sla_code(served, tmp_path):
     assert verdict["outcome"] == "sla-miss" and "p99" in verdict["reasons"][0]
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_open_loop_rates_are_honoured_within_a_few_percent(served):
     endpoint = Endpoint.from_deployment(served)
@@ -1109,6 +1112,7 @@ def test_open_loop_rates_are_honoured_within_a_few_percent(served):
         assert lv.send_lag_ms["p50"] < 5.0          # requests leave when they are due
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_open_loop_sends_leave_on_time_without_a_core_spinning_for_them(served):
     """Several arrival slots share one process; a send is due every 1.7 ms. The worker
@@ -1215,6 +1219,7 @@ def _run_with(deployment, spec: LoadSpec, at: _At) -> LoadTestResult:
         os.kill(deployment.pid, signal.SIGCONT)
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_open_loop_latency_counts_the_time_a_stalled_server_made_requests_wait(served):
     """Coordinated omission: with one request allowed in flight, the ~100 requests that fall
@@ -2295,6 +2300,7 @@ def test_a_perf_analyzer_library_link_left_dangling_is_pointed_anew(tmp_path, mo
         assert (links / name).exists(), f"{name} still dangles"
 
 
+@pytest.mark.slow
 def test_a_benchmarks_json_lands_whole_in_a_folder_that_did_not_exist(tmp_path):
     target = tmp_path / "new" / "folder" / "bench_export.json"
     runs = tmp_path / "runs"                # every run's own copy: here, not in the checkout's out/
@@ -2806,6 +2812,7 @@ def _overlapping_tick_labels(fig) -> list[tuple[str, str]]:
     return pairs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("low_ms, high_ms, labelled", [
     (0.3, 40.0, {"1", "10"}), (0.05, 3000.0, {"0.1", "1", "10", "100", "1000"}),
     (0.6, 1.3, {"0.6", "1"}), (0.65, 0.95, {"0.7", "0.8", "0.9"}),
@@ -3033,6 +3040,7 @@ def test_workers_leave_at_once_when_their_parent_is_killed_outright(served):
     assert answered_since == 0
 
 
+@pytest.mark.slow
 def test_a_sigterm_while_a_worker_starts_comes_once_the_worker_is_counted_and_is_stopped(monkeypatch):
     """A SIGTERM in the middle of starting a worker waits until the run knows of the
     worker: the run then ends as stopped, and the worker with it."""
@@ -3121,6 +3129,7 @@ def test_a_first_request_the_model_fails_on_names_the_servers_log_file(encoder_s
     assert Path(encoder_served.log_path).is_file()
 
 
+@pytest.mark.slow
 def test_the_plot_draws_each_windows_slowest_request_so_a_lone_outlier_shows(tmp_path, monkeypatch):
     """One request of 178 ms among ~7 ms ones: 24x the p99, too few to move a percentile
     or make a spike; only each window's max line shows it."""
@@ -3184,6 +3193,7 @@ def test_a_model_that_crashes_on_the_first_request_is_still_a_run_error(encoder_
     assert hint.startswith("hint: check the model's inputs")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("said, reads", [
     ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: input_ids for "
      "the following indices\n index: 1 Got: 300 Expected: 128\n Please fix either the inputs or the model.",

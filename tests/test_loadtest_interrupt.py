@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLE_REPOSITORY, ROOT, default_signals, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, default_signals, run_cli
 from tritonkit.client import Endpoint
 from tritonkit.deploy import deploy_local, down
 
@@ -39,7 +39,7 @@ model_warmup {
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, exported_mlp):
     """The example repository, a copy of its model with a model_warmup ("warmed") and an
     exported MLP ("mlp"), served by the real embedded Triton without tritonkit's warm-up
     (``deploy --no-warmup``): only the configs' model_warmup has run."""
@@ -47,7 +47,7 @@ def served(tmp_path_factory):
     shutil.copytree(EXAMPLE_REPOSITORY, repo, ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
     shutil.copytree(repo / "example", repo / "warmed")
     (repo / "warmed" / "config.pbtxt").write_text(WARMED_CONFIG)
-    assert run_cli("export", ROOT / "examples" / "mlp.py:build", "--name", "mlp", "--repository", repo) == 0
+    exported_mlp(repo)
     deployment = deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=120, warmup=False)
     yield deployment
     down(repo)
@@ -62,6 +62,7 @@ def _executions(deployment, model: str) -> int:
     return sum(int(m["execution_count"]) for m in stats)
 
 
+@pytest.mark.timing
 @pytest.mark.server
 @pytest.mark.parametrize("model, warmup_executions", [("warmed", 2 * (2 + 1)), ("mlp", 5)])
 def test_a_model_that_ran_only_its_model_warmup_since_its_load_is_called_cold(

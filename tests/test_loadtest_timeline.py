@@ -214,6 +214,7 @@ def test_the_watcher_sees_a_server_told_to_stop_refuse_new_connections_while_it_
     assert watcher.down_at_ns is None          # draining, not gone: it answered on
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_a_load_test_through_a_shutdown_keeps_the_drain_in_its_events(deployed, tmp_path):
     """A c=2 load test that runs through a `down`: its kept-alive connections are answered

@@ -310,43 +310,44 @@ def test_a_server_left_running_by_an_in_process_deploy_raises_no_resource_warnin
         [str(w.message) for w in warned]
 
 
-def test_deploy_binds_to_loopback_and_records_its_state(deployed):
-    assert deployed.host == "127.0.0.1"
+def test_deploy_binds_to_loopback_and_records_its_state(example_server):
+    assert example_server.host == "127.0.0.1"
     for role in ("http", "grpc", "metrics"):
-        assert f"--{role}-address=127.0.0.1" in deployed.argv
+        assert f"--{role}-address=127.0.0.1" in example_server.argv
     # What the server really listens on, not only what it was told.
-    for port in (deployed.http_port, deployed.grpc_port, deployed.metrics_port):
+    for port in (example_server.http_port, example_server.grpc_port, example_server.metrics_port):
         assert _listening(port) == {"127.0.0.1"}, port
-    assert "--model-control-mode=explicit" in deployed.argv
-    assert deployed.status == "running"
+    assert "--model-control-mode=explicit" in example_server.argv
+    assert example_server.status == "running"
     # its own python-backend shared memory, so local servers can run side by side
     assert any(re.fullmatch(rf"--backend-config=python,shm-region-prefix-name=tritonkit_"
-                            rf"{deployed.http_port}_[0-9a-f]{{8}}_", arg) for arg in deployed.argv)
+                            rf"{example_server.http_port}_[0-9a-f]{{8}}_", arg)
+               for arg in example_server.argv)
     # The secret never lands in the state file, only in its 0600 file.
-    state = (state_dir(Path(deployed.repository)) / "server.json").read_text()
-    assert deployed.secret() not in state
-    mode = os.stat(state_dir(Path(deployed.repository)) / "secret").st_mode & 0o777
+    state = (state_dir(Path(example_server.repository)) / "server.json").read_text()
+    assert example_server.secret() not in state
+    mode = os.stat(state_dir(Path(example_server.repository)) / "secret").st_mode & 0o777
     assert mode == 0o600
 
 
-def test_serving_a_python_backend_model_leaves_its_production_folder_unchanged(deployed):
+def test_serving_a_python_backend_model_leaves_its_production_folder_unchanged(example_server):
     """The python backend's stub writes __pycache__ beside the model.py it imports: into the
     mirror the server reads, never into the user's model folder."""
-    repo = Path(deployed.repository)
+    repo = Path(example_server.repository)
     files = {str(p.relative_to(repo)) for p in repo.rglob("*") if state_dir(repo) not in p.parents
              and p != state_dir(repo)}
     assert files == {"example", "example/config.pbtxt", "example/1", "example/1/model.py"}
     assert list((state_dir(repo) / "local").rglob("__pycache__/model.*.pyc"))  # it was imported
 
 
-def test_model_repository_api_needs_the_secret_header(deployed):
-    client = httpclient.InferenceServerClient(deployed.http_url)
+def test_model_repository_api_needs_the_secret_header(example_server):
+    client = httpclient.InferenceServerClient(example_server.http_url)
     with pytest.raises(InferenceServerException, match="restricted"):
         client.unload_model("example")
     assert client.is_model_ready("example")
     with pytest.raises(InferenceServerException, match="restricted"):
-        client.unload_model("example", headers={deployed.secret_header: "wrong"})
-    index = client.get_model_repository_index(headers=deployed.repository_headers())
+        client.unload_model("example", headers={example_server.secret_header: "wrong"})
+    index = client.get_model_repository_index(headers=example_server.repository_headers())
     assert {"name": "example", "version": "1", "state": "READY"} in index
 
 
@@ -416,12 +417,12 @@ def test_a_model_file_that_fails_to_load_is_named_where_the_user_keeps_it(tmp_pa
     assert _no_server_for(repo)
 
 
-def test_a_second_deploy_of_the_same_repository_is_refused(deployed, capsys):
-    code = run_cli("deploy", "--repository", deployed.repository, "--http-port", "0",
+def test_a_second_deploy_of_the_same_repository_is_refused(example_server, capsys):
+    code = run_cli("deploy", "--repository", example_server.repository, "--http-port", "0",
                    "--grpc-port", "0", "--metrics-port", "0")
     assert code == 2
     assert "already running" in capsys.readouterr().err
-    assert load_deployment(Path(deployed.repository)).pid == deployed.pid
+    assert load_deployment(Path(example_server.repository)).pid == example_server.pid
 
 
 def test_the_local_server_listens_on_the_settings_bind_address(example_repository, tmp_path):
@@ -749,6 +750,8 @@ def test_a_redeploy_on_the_same_fixed_ports_right_after_down_succeeds(example_re
 def test_a_model_that_fails_its_warm_up_is_one_line_and_deploy_leaves_no_server(
         example_repository, capsys, monkeypatch):
     monkeypatch.delenv("TRITONKIT_DEBUG", raising=False)
+    # a busy host's deploy can outlast the mark of a plain progress line (tested elsewhere)
+    monkeypatch.setattr("tritonkit.cli.deploy.PHASE_LINES_EVERY_S", 3600.0)
     add_python_model(example_repository, "fails", EXECUTE_FAILS)
     code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
                    "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")
@@ -878,7 +881,8 @@ def test_a_relative_repository_is_recorded_and_served_by_its_absolute_path(
         assert run_cli("down", "--repository", relative) == 0
 
 
-def test_health_goes_straight_to_the_server_past_a_proxy_and_says_why_not(deployed, monkeypatch):
+def test_health_goes_straight_to_the_server_past_a_proxy_and_says_why_not(
+        example_server, monkeypatch):
     """A proxy in the environment (common on corporate hosts) must not answer, or fail to
     answer, for a server on loopback; a miss says why in a few words."""
     from tritonkit.client import health
@@ -889,9 +893,9 @@ def test_health_goes_straight_to_the_server_past_a_proxy_and_says_why_not(deploy
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
 
-    assert health(deployed.http_url) is None
-    assert health(deployed.http_url, "/v2/models/example/ready") is None
-    assert health(deployed.http_url, "/v2/models/no_such_model/ready") == \
+    assert health(example_server.http_url) is None
+    assert health(example_server.http_url, "/v2/models/example/ready") is None
+    assert health(example_server.http_url, "/v2/models/no_such_model/ready") == \
         "HTTP 400 from /v2/models/no_such_model/ready"
     assert "refused" in health(f"127.0.0.1:{dead}").lower()
 
@@ -1192,12 +1196,13 @@ def test_a_piped_down_that_stops_at_once_prints_no_waiting_line(deployed):
                         r"exited on its own \d+\.\d s after SIGINT", said), said
 
 
-def test_a_model_exported_again_is_served_as_deployed_until_the_next_deploy(tmp_path, capsys):
+def test_a_model_exported_again_is_served_as_deployed_until_the_next_deploy(
+        tmp_path, capsys, exported_mlp):
     """A re-export renames a new model folder into place: the local server keeps the graph
     and the config it was deployed with (a reload included), `export` warns that it does,
     and the next deploy serves the new model, nothing of the old one left in its mirror."""
     repo, mlp = tmp_path / "repo", f"{ROOT / 'examples' / 'mlp.py'}:build"
-    assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify") == 0
+    exported_mlp(repo)
     deployment = _deploy(repo)
     x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
     try:
@@ -1242,12 +1247,13 @@ def _files_of(repo: Path) -> dict[str, tuple[bytes, int]]:
             if path.is_file() and ".tritonkit" not in path.relative_to(repo).parts}
 
 
-def test_down_removes_the_mirror_it_served_and_the_next_deploy_builds_it_again(tmp_path):
+def test_down_removes_the_mirror_it_served_and_the_next_deploy_builds_it_again(
+        tmp_path, exported_mlp):
     """The mirror holds hard-linked snapshots of the ONNX models (a re-exported graph's
     old bytes stay on disk while it does): `down` removes it once the server is stopped,
     a recorded one or one whose record was deleted, and nothing of the repository itself."""
-    repo, mlp = tmp_path / "repo", f"{ROOT / 'examples' / 'mlp.py'}:build"
-    assert run_cli("export", mlp, "--name", "mlp", "--repository", repo, "--no-verify") == 0
+    repo = tmp_path / "repo"
+    exported_mlp(repo)
     before = _files_of(repo)
     onnx, mirror = repo / "mlp" / "1" / "model.onnx", state_dir(repo) / "local"
     for stray in (False, True):

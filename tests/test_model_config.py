@@ -189,6 +189,7 @@ def test_the_lowered_batch_limit_says_the_sum_it_bounds_and_a_plan_has_no_arena_
         pytest.approx(usable, rel=0.05)
 
 
+@pytest.mark.slow
 def test_the_weights_are_not_counted_as_each_samples_activations(tmp_path):
     """The dynamo exporter lists every weight in the graph's value_info: counted per sample,
     a model of a few GiB had its batch limit cut to a handful, or was called too big for

@@ -286,6 +286,7 @@ def _triton_rows(out: str) -> list[dict[str, str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_the_triton_table_shows_failures_per_second_beside_their_lifetime_count(
         monkeypatch, capsys):
     """Someone paged for errors needs the failures of now: resnet's 30 in the last 10 s
@@ -307,6 +308,7 @@ def test_the_triton_table_shows_failures_per_second_beside_their_lifetime_count(
     assert "fail: since the model loaded; the rest: since the last sample" in " ".join(out.split())
 
 
+@pytest.mark.slow
 def test_one_failure_in_a_minutes_interval_does_not_read_as_no_failures(monkeypatch, capsys):
     before = {("resnet", "1", ""): replace(_served(1000), request_failure=8)}
     after = {("resnet", "1", ""): replace(_served(4000), request_failure=9)}
@@ -948,10 +950,10 @@ def test_an_ensemble_unloaded_before_the_monitor_started_is_left_out_once_loaded
 
 
 @pytest.mark.server
-def test_ctrl_c_is_how_monitor_ends_so_it_exits_0_and_says_what_it_wrote(deployed, tmp_path):
+def test_ctrl_c_is_how_monitor_ends_so_it_exits_0_and_says_what_it_wrote(example_server, tmp_path):
     recording = tmp_path / "gpu.csv"
     monitor = subprocess.Popen(
-        [sys.executable, "-m", "tritonkit", "monitor", "--repository", deployed.repository,
+        [sys.executable, "-m", "tritonkit", "monitor", "--repository", example_server.repository,
          "--interval", "0.2", "--csv", str(recording)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         preexec_fn=default_signals)
@@ -1632,6 +1634,7 @@ def test_a_server_too_slow_to_answer_once_is_asked_again_later_not_never(monkeyp
         server.server_close()
 
 
+@pytest.mark.slow
 def test_a_recording_that_cannot_open_its_per_model_file_leaves_no_header_only_csv(tmp_path):
     """The main CSV was opened first: left with its header alone, the next run without
     --force refused it."""

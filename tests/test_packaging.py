@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tritonkit.datafiles import load_toml
 
@@ -24,6 +26,7 @@ def test_the_wheel_lists_every_package_of_the_source_tree():
     assert listed == found | configs
 
 
+@pytest.mark.slow
 def test_a_tritonkit_installed_from_its_wheel_reads_the_profiles_and_settings_inside_it(tmp_path):
     """A non-editable install carried no configs/: every command that reads a profile or the
     server settings failed there ("configuration file ... does not exist")."""

@@ -132,7 +132,7 @@ def test_ports_that_clash_are_named_in_words_not_as_a_repr():
 
 
 @pytest.mark.server
-def test_shared_memory_and_logging_need_the_secret_like_the_model_repository(deployed):
+def test_shared_memory_and_logging_need_the_secret_like_the_model_repository(example_server):
     """Registering a shared-memory region is a step of the CVE-2025-23319 chain against the
     python backend, open in Triton 2.51; changing the log level is the server's to do. Without
     the header both are refused; inference, health and statistics stay open."""
@@ -140,8 +140,8 @@ def test_shared_memory_and_logging_need_the_secret_like_the_model_repository(dep
     import urllib.error
     import urllib.request
 
-    base = deployed.http_url if deployed.http_url.startswith("http") else \
-        f"http://{deployed.http_url}"
+    base = example_server.http_url if example_server.http_url.startswith("http") else \
+        f"http://{example_server.http_url}"
 
     def post(path: str, body: dict, headers: dict | None = None) -> int:
         request = urllib.request.Request(base + path, data=json.dumps(body).encode(),
@@ -158,7 +158,7 @@ def test_shared_memory_and_logging_need_the_secret_like_the_model_repository(dep
     assert post("/v2/systemsharedmemory/region/probe/register", region) == 403
     assert post("/v2/logging", {"log_verbose_level": 1}) == 403
     # with the deployment's secret, the log settings are the operator's to change
-    assert post("/v2/logging", {"log_verbose_level": 0}, deployed.repository_headers()) == 200
+    assert post("/v2/logging", {"log_verbose_level": 0}, example_server.repository_headers()) == 200
     with urllib.request.urlopen(base + "/v2/health/ready", timeout=10) as response:
         assert response.status == 200
     with urllib.request.urlopen(base + "/v2/models/example/stats", timeout=10) as response:

@@ -29,6 +29,7 @@ class ArgmaxAndScores(torch.nn.Module):
         return x.argmax(dim=1), x > 0, x * 2
 
 
+@pytest.mark.slow
 def test_integer_and_boolean_outputs_match_exactly_whatever_atol_says(tmp_path):
     result = tritonkit.export(ArgmaxAndScores(), torch.randn(2, 5), name="argmax",
                               repository=tmp_path, atol=5, rtol=0.5)
@@ -65,6 +66,7 @@ class LogOfRelu(torch.nn.Module):
         return torch.log(torch.relu(x))      # -inf wherever x <= 0
 
 
+@pytest.mark.slow
 def test_matching_infinities_pass_and_the_report_stays_valid_json(tmp_path, capsys):
     example = torch.tensor([[1.0, -1.0, 2.0], [-3.0, 0.5, 4.0]])
     result = tritonkit.export(LogOfRelu(), example, name="log", repository=tmp_path)
@@ -98,6 +100,7 @@ class HalfPrecisionHead(torch.nn.Module):
         return self.linear(x).to(torch.bfloat16)
 
 
+@pytest.mark.slow
 def test_bfloat16_is_refused_with_the_float32_way_out_and_nothing_written(tmp_path):
     with pytest.raises(UsageError) as caught:
         tritonkit.export(HalfPrecisionHead(), torch.randn(2, 4), name="bf16", repository=tmp_path)
@@ -107,12 +110,14 @@ def test_bfloat16_is_refused_with_the_float32_way_out_and_nothing_written(tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_bfloat16_exported_unverified_is_typed_bf16_in_the_config(tmp_path, capsys):
     result = tritonkit.export(HalfPrecisionHead(), torch.randn(2, 4), name="bf16",
                               repository=tmp_path, verify=False)
     assert "data_type: TYPE_BF16" in (result.path / "config.pbtxt").read_text()
 
 
+@pytest.mark.slow
 def test_max_batch_size_1_exports_with_the_modern_exporter(tmp_path):
     result = tritonkit.export(torch.nn.Linear(4, 3), torch.randn(1, 4), name="single",
                               repository=tmp_path, max_batch_size=1, exporters=("dynamo",))
@@ -120,6 +125,7 @@ def test_max_batch_size_1_exports_with_the_modern_exporter(tmp_path):
     assert "max_batch_size: 1" in (result.path / "config.pbtxt").read_text()
 
 
+@pytest.mark.slow
 def test_a_batch_limit_too_large_to_hold_here_is_verified_up_to_what_fits_and_said_so(
         tmp_path, monkeypatch):
     from tritonkit.export import verify
@@ -140,6 +146,7 @@ def test_a_batch_limit_too_large_to_hold_here_is_verified_up_to_what_fits_and_sa
     assert "max_batch_size: 4096" in (result.path / "config.pbtxt").read_text()   # served as asked
 
 
+@pytest.mark.slow
 def test_weights_stored_beside_the_graph_are_hashed_and_served(tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_export, "_EXTERNAL_DATA_BYTES", 0)   # as past protobuf's 2 GiB
     result = tritonkit.export(torch.nn.Linear(64, 64), torch.randn(2, 64), name="external",
@@ -150,6 +157,7 @@ def test_weights_stored_beside_the_graph_are_hashed_and_served(tmp_path, monkeyp
     assert result.report["verification"]["passed"] is True
 
 
+@pytest.mark.slow
 def test_bfloat16_refusal_is_one_line_from_the_cli(tmp_path, capsys):
     source = tmp_path / "bf16_model.py"
     source.write_text("import torch\n"
@@ -163,6 +171,7 @@ def test_bfloat16_refusal_is_one_line_from_the_cli(tmp_path, capsys):
     assert "Traceback" not in "\n".join(err)
 
 
+@pytest.mark.slow
 def test_a_bfloat16_convolution_the_onnx_checker_refuses_is_told_the_float32_way_out(
         tmp_path, capsys):
     """A bf16 CNN's graph fails the ONNX checker before any verification (Conv takes no
@@ -197,6 +206,7 @@ class PaddedEncoder(torch.nn.Module):
         return self.encoder(x, src_key_padding_mask=mask == 0)
 
 
+@pytest.mark.slow
 def test_a_transformer_encoder_with_padding_verifies_against_pytorchs_plain_path(tmp_path):
     # PyTorch's attention fast path (eval, no grad) returns zeros at padded positions,
     # where the path the exporters trace computes values: the reference must be that path.
@@ -310,6 +320,7 @@ class PyTorchPaddedEncoder(PaddedEncoder):
         return self.encoder(x, src_key_padding_mask=padded)
 
 
+@pytest.mark.slow
 def test_a_transformer_encoder_fed_pytorchs_own_padding_mask_verifies(tmp_path):
     torch.manual_seed(0)
     padded = torch.zeros(2, 6, dtype=torch.bool)
@@ -332,6 +343,7 @@ class NormalizesInPlace(torch.nn.Module):
         return self.linear(x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_a_forward_that_works_on_its_input_in_place_is_verified_on_the_inputs_it_was_given(
         tmp_path, exporter):
@@ -371,6 +383,7 @@ class OutOfDomain(torch.nn.Module):
         return torch.sqrt(x - 10)          # NaN for every input near the example's
 
 
+@pytest.mark.slow
 def test_an_output_nan_in_both_runtimes_everywhere_is_refused_not_passed(tmp_path):
     # NaN matches NaN: such an output had passed every case without one value compared.
     with pytest.raises(UsageError) as caught:
@@ -406,6 +419,7 @@ class TinyHead(torch.nn.Module):
         return self.linear(x) * 1e-6
 
 
+@pytest.mark.slow
 def test_an_output_far_below_atol_is_compared_relative_to_its_own_scale(tmp_path):
     # atol 1e-4 against values of 1e-6 had passed any answer: this graph is off by half.
     with pytest.raises(VerificationError) as caught:

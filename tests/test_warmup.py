@@ -265,6 +265,7 @@ def test_deploy_warms_up_and_records_the_figures(warm_server, capsys):
     assert figures["example"]["cold"] and figures["example"]["ratio"] > 5
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_warmup_on_a_warm_server_is_quick_harmless_and_writes_json(warm_server, tmp_path, capsys):
     out = tmp_path / "warm.json"
@@ -514,6 +515,7 @@ def test_a_models_unsteady_shapes_are_one_line_and_the_error_is_short(tmp_path, 
                           "--steady-tolerance (now 0.001)")
 
 
+@pytest.mark.slow
 def test_no_server_running_is_one_clear_line_at_the_deadline(tmp_path, capsys):
     port = free_port()
     started = time.monotonic()
@@ -529,6 +531,7 @@ def test_no_server_running_is_one_clear_line_at_the_deadline(tmp_path, capsys):
     assert "no deployment recorded" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_address_given_alone_that_refuses_every_connection_fails_after_the_grace(
         monkeypatch, capsys):
     """Nothing listening at --url: it said nothing and waited the whole timeout (120 s by
@@ -548,6 +551,7 @@ def test_an_address_given_alone_that_refuses_every_connection_fails_after_the_gr
     assert hint.startswith("hint: is the server up, and is this its HTTP port")
 
 
+@pytest.mark.slow
 def test_a_port_that_accepts_connections_but_is_not_live_is_waited_for_to_the_timeout(
         monkeypatch, capsys):
     """A server that is starting has its port open: not a refused address."""
@@ -564,6 +568,7 @@ def test_a_port_that_accepts_connections_but_is_not_live_is_waited_for_to_the_ti
     assert f"\nerror: no Triton server answers at 127.0.0.1:{port}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_recorded_deployments_server_is_waited_for_though_its_port_refuses(
         tmp_path, monkeypatch, capsys):
     """A deploy recorded here may be starting (or restarting): the timeout is its to use."""
@@ -1207,6 +1212,7 @@ def test_a_model_that_refuses_every_guessed_shape_fails_the_deploy(tmp_path, cap
     assert not (state_dir(repo) / "server.json").exists()
 
 
+@pytest.mark.slow
 def test_a_peer_that_does_not_speak_http_is_no_server_not_an_internal_error(capsys):
     import socket as socketlib
 
@@ -1273,26 +1279,30 @@ def test_loads_one_after_another_share_the_one_deadline(tmp_path):
     models that take 30 s each to load must not stretch a 120 s timeout to 300 s."""
     repo = tmp_path / "repo"
     # a's load (2 s, and its stub's start: 2 s more on a busy 2-core host) ends well within
-    # the timeout, b's (7 s) cannot end in what is left of it (6 s at most)
-    for name, load_s in (("a_slow", 2), ("b_slower", 7)):        # loaded in name order
-        _python_model(repo, name, ECHO_CONFIG, _echo_model(init=f"        time.sleep({load_s})"))
+    # the timeout, b's (7 s) cannot end in what is left of it (6 s at most). Slow once their
+    # markers are written: the deploy before the warm-up loads them at once.
+    slow = {"a_slow": (tmp_path / "a_sleeps", 2), "b_slower": (tmp_path / "b_sleeps", 7)}
+    for name, (marker, _) in slow.items():                          # loaded in name order
+        _python_model(repo, name, ECHO_CONFIG, _slow_to_load(marker))
     deployment = _deploy(repo, "--no-warmup")
     try:
         client = httpclient.InferenceServerClient(deployment.http_url)
         try:
-            for name in ("a_slow", "b_slower"):
+            for name in slow:
                 client.unload_model(name, headers=deployment.repository_headers())
-            while any(client.is_model_ready(name) for name in ("a_slow", "b_slower")):
+            while any(client.is_model_ready(name) for name in slow):
                 time.sleep(0.1)
         finally:
             client.close()
+        for marker, load_s in slow.values():
+            marker.write_text(str(load_s))
         started = time.monotonic()
         with pytest.raises(ServerError, match="loading 'b_slower' did not finish within"):
             warm_up(repo, timeout=8)
         # Without the bound: b's load waited 8 s more after a's, from its start (10 s and more).
         assert time.monotonic() - started < 9.5
     finally:
-        run_cli("down", "--repository", repo)
+        run_cli("down", "--repository", repo, "--timeout", "2")   # not b's load's end
 
 
 def _until_warming(deployment: Deployment, model: str = "slow") -> None:
@@ -1453,6 +1463,7 @@ def _after_and_floor(after_trial, floor_trial, *, bound=_goal_bound, trials: int
     return statistics.median(after), statistics.median(floor)
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_without_warmup_the_first_request_after_a_reload_is_ten_times_steady_p50(warm_server):
     def trial() -> float:
@@ -1466,6 +1477,7 @@ def test_without_warmup_the_first_request_after_a_reload_is_ten_times_steady_p50
     assert statistics.median(ratios) >= 10, ratios
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_after_warmup_a_users_first_request_is_within_1_5x_of_steady_p50(warm_server):
     cold = []
@@ -1486,6 +1498,7 @@ def test_after_warmup_a_users_first_request_is_within_1_5x_of_steady_p50(warm_se
     assert after <= _goal_bound(floor), f"after warm-up {after:.2f}x p50, floor {floor:.2f}x"
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_after_warmup_a_first_request_after_a_pause_costs_what_it_does_on_a_warm_model(
         warm_server):
@@ -1526,6 +1539,7 @@ def _server_compute_ms_of_a_burst(deployment: Deployment, count: int) -> float:
         stats_client.close()
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_every_instance_of_a_model_is_warmed_not_only_the_first(example_repository):
     config = example_repository / "example" / "config.pbtxt"
@@ -1541,6 +1555,7 @@ def test_every_instance_of_a_model_is_warmed_not_only_the_first(example_reposito
         run_cli("down", "--repository", example_repository)
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_deploy_without_warmup_leaves_the_spike_for_the_first_user(example_repository):
     deployment = _deploy(example_repository, "--no-warmup")
@@ -1551,6 +1566,7 @@ def test_deploy_without_warmup_leaves_the_spike_for_the_first_user(example_repos
         run_cli("down", "--repository", example_repository)
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_after_deploy_a_users_first_request_is_within_1_5x_of_steady_p50(example_repository,
                                                                           warm_server):
@@ -1665,7 +1681,7 @@ def test_a_request_that_hangs_late_in_a_steady_run_ends_with_the_deadline(tmp_pa
         code = run_cli("warmup", "--repository", repo, "--timeout", "6", "--requests", "10000")
         took = time.monotonic() - started
     finally:
-        run_cli("down", "--repository", repo)
+        run_cli("down", "--repository", repo, "--timeout", "2")   # not the 9 s hang's end
     err = capsys.readouterr().err
     assert code == 1 and "'hangs' did not answer a warm-up request within" in err
     assert took < 7.0
@@ -1732,6 +1748,7 @@ def _bert_like() -> ModelWarmup:
                        steady_window=5)
 
 
+@pytest.mark.slow
 def test_the_plot_gives_every_shape_its_own_look_and_keeps_the_legend_off_the_data():
     import matplotlib.pyplot as plt
 
@@ -1825,6 +1842,7 @@ def _said_nothing_if_quick(run, took: float) -> None:
         assert len(run.stderr.splitlines()) <= took / PHASE_LINES_EVERY_S, run.stderr
 
 
+@pytest.mark.server
 def test_a_piped_deploy_says_what_a_slow_phase_waits_for_and_a_quick_one_says_nothing(
         example_repository, tmp_path):
     """Off a terminal there is no spinner: a phase still under way after a few seconds
@@ -1862,6 +1880,7 @@ def test_a_piped_deploy_says_what_a_slow_phase_waits_for_and_a_quick_one_says_no
     assert "Triton is up" in slow.stdout
 
 
+@pytest.mark.server
 def test_a_piped_warmup_tells_each_slow_phase_a_few_seconds_apart(example_repository,
                                                                    tmp_path):
     """Each slow phase gets its line while it lasts, once the last line is 5 s old: two
