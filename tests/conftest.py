@@ -20,6 +20,8 @@ from filelock import FileLock
 from tritonkit.cli import main
 from tritonkit.server.state import load_deployment
 
+pytest_plugins = ["pytester"]          # tests/test_parallel_workers.py runs suites of its own
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_REPOSITORY = ROOT / "model_repository"
 

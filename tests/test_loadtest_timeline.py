@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -214,27 +215,21 @@ def test_the_watcher_sees_a_server_told_to_stop_refuse_new_connections_while_it_
     assert watcher.down_at_ns is None          # draining, not gone: it answered on
 
 
-@pytest.mark.timing
 @pytest.mark.server
 def test_a_load_test_through_a_shutdown_keeps_the_drain_in_its_events(deployed, tmp_path):
     """A c=2 load test that runs through a `down`: its kept-alive connections are answered
     to the end (Triton waits for them), so every figure looks clean — yet the JSON's events
     say the server was shutting down, and from when."""
-    stopping: list[subprocess.Popen] = []
+    from tritonkit.deploy import down
 
-    def stop() -> None:
-        stopping.append(subprocess.Popen([sys.executable, "-m", "tritonkit", "down", "--repository",
-                                          str(deployed.repository)], stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, preexec_fn=default_signals))
-
-    timer = _once_load_flows(deployed, stop)
+    # `down` as the library runs it, in the watching thread: a `tritonkit down` started
+    # there took seconds to start on a busy host, and could stop the server after the run
+    timer = _once_load_flows(deployed, lambda: down(Path(deployed.repository)))
     try:
         run_cli("loadtest", "--repository", deployed.repository, "--model", "example",
                 "--concurrency", "2", "--warmup-s", "0.5", "--duration", "5", "--json", tmp_path / "run.json")
     finally:
         timer.join()
-        for process in stopping:
-            process.wait(timeout=60)
     data = json.loads((tmp_path / "run.json").read_text())
     level, = data["levels"]
     drained = [e for e in level["events"] if e["kind"] == "draining"]

@@ -1,0 +1,188 @@
+"""The suite's own machinery for pytest-xdist (tests/conftest.py), run on small suites of
+its own: what workers make once, a timing test alone on the machine, the `server` marker
+checked, and a worker's environment as the run's."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow        # each starts a pytest of its own, with workers
+
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    """A pytest run of its own on files written here, with tests/conftest.py as its plugin;
+    returns a function that writes them and runs it, ``args`` given to pytest."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+    def run(files: dict[str, str], *args: str):
+        pytester.makeconftest('pytest_plugins = ["tests.conftest"]\n' + files.pop("conftest", ""))
+        pytester.makepyfile(**{name: textwrap.dedent(text) for name, text in files.items()})
+        pytester.makeini("[pytest]\nmarkers =\n    server\n    slow\n    timing\n    quick\n"
+                         "    engine\n    gpu\n")
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=300)
+    return run
+
+
+def test_what_workers_make_once_is_made_once_and_undone_once_when_the_run_ends(suite, tmp_path):
+    log = tmp_path / "log"
+    result = suite({
+        "conftest": textwrap.dedent(f"""
+            from tests.conftest import OncePerRun
+            import pathlib, pytest
+
+            def make(folder):
+                with open({str(log)!r}, "a") as f:
+                    f.write("made\\n")
+                return {{"folder": str(folder)}}
+
+            def undo(made):
+                with open({str(log)!r}, "a") as f:
+                    f.write("undone " + made["folder"] + "\\n")
+
+            ENGINE = OncePerRun("engine", make, undo)
+
+            @pytest.fixture
+            def engine(tmp_path_factory):
+                return ENGINE.get(tmp_path_factory)
+            """),
+        "test_uses": """
+            import pytest
+
+            @pytest.mark.parametrize("i", range(6))
+            def test_uses(engine, i):
+                assert engine["folder"]
+            """}, "-n", "3")
+    result.assert_outcomes(passed=6)
+    made, undone = log.read_text().splitlines()
+    assert made == "made" and undone.startswith("undone ")
+
+
+def test_a_make_that_failed_fails_every_worker_that_asks_without_trying_again(suite, tmp_path):
+    log = tmp_path / "log"
+    result = suite({
+        "conftest": textwrap.dedent(f"""
+            from tests.conftest import OncePerRun
+            import pytest
+
+            def make(folder):
+                with open({str(log)!r}, "a") as f:
+                    f.write("tried\\n")
+                raise RuntimeError("no engine here")
+
+            ENGINE = OncePerRun("engine", make)
+
+            @pytest.fixture
+            def engine(tmp_path_factory):
+                return ENGINE.get(tmp_path_factory)
+            """),
+        "test_uses": """
+            import pytest
+
+            @pytest.mark.parametrize("i", range(4))
+            def test_uses(engine, i):
+                pass
+            """}, "-n", "2")
+    result.assert_outcomes(errors=4)
+    assert log.read_text() == "tried\n"
+    result.stdout.fnmatch_lines(["*RuntimeError: no engine here*"])
+
+
+def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path):
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    test = f"""
+        import json, os, pathlib, time
+        import pytest
+
+        def span(name):
+            started = time.monotonic()
+            time.sleep(0.3)
+            pathlib.Path({str(spans)!r}, name).write_text(
+                json.dumps([started, time.monotonic()]))
+
+        @pytest.mark.parametrize("i", range(8))
+        def test_other(i):
+            span(f"other{{i}}")
+
+        @pytest.mark.timing
+        @pytest.mark.parametrize("i", range(3))
+        def test_timing(i):
+            span(f"timing{{i}}")
+        """
+    suite({"test_spans": test}, "-n", "3", "--dist", "loadgroup").assert_outcomes(passed=11)
+    times = {path.name: json.loads(path.read_text()) for path in spans.iterdir()}
+    for name, (start, end) in times.items():
+        if name.startswith("timing"):
+            beside = [other for other, (s, e) in times.items()
+                      if other != name and s < end and start < e]
+            assert beside == [], f"{name} ran beside {beside}"
+
+
+@pytest.mark.server
+def test_a_test_that_starts_tritonserver_without_the_server_marker_fails(suite):
+    test = """
+        import shutil
+        import pytest
+        from tests.conftest import EXAMPLE_REPOSITORY, run_cli
+
+        def deploy_and_down(tmp_path):
+            repo = tmp_path / "repo"
+            shutil.copytree(EXAMPLE_REPOSITORY, repo)
+            assert run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port",
+                           "0", "--metrics-port", "0", "--no-warmup") == 0
+            assert run_cli("down", "--repository", repo) == 0
+
+        def test_unmarked(tmp_path):
+            deploy_and_down(tmp_path)
+
+        @pytest.mark.server
+        def test_marked(tmp_path):
+            deploy_and_down(tmp_path)
+
+        def test_no_server():
+            pass
+        """
+    result = suite({"test_deploys": test}, "-n", "2")
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_unmarked*",
+                                 "*started a tritonserver without the `server` marker*"])
+
+
+def test_the_quick_tier_is_every_test_that_is_no_server_engine_slow_or_gpu_test(suite):
+    test = """
+        import pytest
+
+        def test_plain(): pass
+
+        def test_deployed(deployed): pass
+
+        @pytest.mark.slow
+        def test_slow(): pass
+
+        @pytest.mark.engine
+        def test_engine(): pass
+        """
+    result = suite({"test_tiers": test}, "--collect-only", "-q", "-m", "quick")
+    result.stdout.fnmatch_lines(["test_tiers.py::test_plain", "1/4 tests collected*"])
+
+
+def test_a_worker_sees_the_terminal_size_the_run_was_started_with(suite):
+    """readline (imported with pytest's debugger) puts COLUMNS=80 into the process's C
+    environment: a worker started without it got it, and a table 80 columns wide."""
+    test = """
+        import os, subprocess
+
+        def test_no_columns():
+            assert "COLUMNS" not in os.environ
+            assert subprocess.run(["sh", "-c", 'echo "[$COLUMNS]"'], capture_output=True,
+                                  text=True).stdout == "[]\\n"
+        """
+    suite({"test_env": test}, "-n", "1").assert_outcomes(passed=1)
