@@ -219,6 +219,8 @@ SERVER_FIXTURES = frozenset({
 COSTLY_MODULE_FIXTURES = frozenset({
     "served", "encoder_served", "stateful_served", "failing_server", "warm_server",
     "stateful_and_decoupled", "exported"})
+# Fixtures that take seconds without a server (torch exports): a test that uses one is slow.
+SLOW_FIXTURES = frozenset({"exported", "exported_mlp"})
 # What the quick tier leaves out (`-m quick` selects the rest).
 NOT_QUICK = ("server", "engine", "slow", "gpu")
 
@@ -228,10 +230,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SERVER_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.server)
+        if SLOW_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
         if not any(item.get_closest_marker(name) for name in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
-        for fixture in sorted(COSTLY_MODULE_FIXTURES.intersection(item.fixturenames)):
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{fixture}"))
+        if not item.get_closest_marker("xdist_group"):     # a module's own group comes first
+            for fixture in sorted(COSTLY_MODULE_FIXTURES.intersection(item.fixturenames)):
+                item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{fixture}"))
         if item.get_closest_marker("timing") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("timing"))
     # The timing tests of each module first, one after another: a worker then takes the

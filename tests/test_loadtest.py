@@ -1313,6 +1313,7 @@ def test_a_request_that_timed_out_counts_in_the_latencies_at_its_timeout(served)
     assert level.latency_ms["max"] >= 495
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_arrivals_a_stalled_server_held_back_count_as_its_latency_not_as_client_errors(served):
     """Open loop, the server stalled across the end: the arrivals of the level's last ~0.5 s
@@ -1338,6 +1339,7 @@ def test_arrivals_a_stalled_server_held_back_count_as_its_latency_not_as_client_
     assert not any("add --workers" in w for w in verdict.warnings), verdict.warnings
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_a_model_reloaded_mid_run_shows_as_a_flagged_cold_start_spike(served, tmp_path):
     endpoint = Endpoint.from_deployment(served)
@@ -2738,6 +2740,7 @@ def test_a_stateful_model_is_sent_whole_sequences_each_with_an_id_of_its_own(sta
     assert f"concurrency 3: {figures['completed']} sequences completed" in out
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_open_loop_sends_each_arrival_on_a_live_sequence_with_no_request_out(stateful_served, tmp_path):
     """perf_analyzer's request rate mode: --num-of-sequences live at once (here over two

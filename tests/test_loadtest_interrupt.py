@@ -134,6 +134,7 @@ def _signalled_in_level(deployment, out: Path, level: int, signum: int, *args: s
             run.communicate()
 
 
+@pytest.mark.timing
 @pytest.mark.server
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "SIGTERM"])
 def test_a_signal_after_a_level_finished_reports_that_level_and_leaves_out_the_one_it_cut(
