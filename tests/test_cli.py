@@ -87,6 +87,7 @@ def test_ctrl_c_while_the_commands_still_import_is_one_line_and_exit_130():
     assert run.stderr == "error: interrupted\n"
 
 
+@pytest.mark.slow
 def test_only_export_pays_for_importing_torch():
     """Every command starts from `import tritonkit.cli`; torch (over a second to import)
     is loaded by `tritonkit export` alone."""

@@ -850,6 +850,7 @@ def test_down_stops_a_compose_v2_project_by_its_name_once_its_compose_file_is_de
         load_deployment(example_repository)
 
 
+@pytest.mark.slow
 @needs_compose
 def test_down_stops_a_deployment_whose_env_file_is_deleted_but_its_compose_file_kept(
         example_repository, tmp_path, monkeypatch):
@@ -879,6 +880,7 @@ exec {v1} $args config -q
         load_deployment(example_repository)
 
 
+@pytest.mark.slow
 @needs_compose
 def test_down_stops_a_docker_compose_v1_project_once_its_compose_file_is_deleted(
         example_repository, tmp_path, monkeypatch):

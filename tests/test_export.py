@@ -141,6 +141,7 @@ def test_transformer_encoder_takes_int64_ids_and_mask_named_from_the_dict_keys(e
                                                "attention_mask": {"1": "sequence"}}
 
 
+@pytest.mark.slow
 def test_dynamic_axes_in_torch_onnxs_list_form_are_labelled_as_the_flag_labels_them(tmp_path):
     """``{"x": [1]}``, as torch.onnx.export takes them, from a factory or the Python API."""
     result = tritonkit.export(torch.nn.Linear(4, 2), {"x": torch.randn(2, 5, 4)}, name="m",
@@ -261,6 +262,7 @@ def test_the_python_api_takes_one_string_as_one_name_not_as_its_letters(tmp_path
     assert result.report["exporter"].startswith("torchscript")
 
 
+@pytest.mark.slow
 def test_a_traced_modules_dict_inputs_are_ordered_by_its_forwards_parameters(tmp_path):
     """A torch.jit.trace'd module (or one torch.jit.load'ed) has no Python signature, only
     its schema: keyed in another order, the ids were fed as the mask under the mask's name,

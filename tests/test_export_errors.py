@@ -436,6 +436,7 @@ def test_a_forward_that_answers_one_input_two_ways_is_called_nondeterministic_no
     assert "--no-verify" in hint
 
 
+@pytest.mark.slow
 def test_a_module_traced_in_train_mode_is_told_to_trace_after_eval(capsys, repository, bad_models):
     """torch.jit.trace freezes dropout into the graph as it ran: .eval() afterwards cannot
     take it out, and the hint says where the randomness came from."""
