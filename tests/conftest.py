@@ -221,6 +221,9 @@ COSTLY_MODULE_FIXTURES = frozenset({
     "stateful_and_decoupled", "exported"})
 # Fixtures that take seconds without a server (torch exports): a test that uses one is slow.
 SLOW_FIXTURES = frozenset({"exported", "exported_mlp"})
+# Servers whose tests all warm models up until their latency is steady, which tests beside
+# them on our 2 cores would keep it from becoming: a test that uses one is a timing test.
+TIMING_FIXTURES = frozenset({"warm_server", "stateful_and_decoupled"})
 # What the quick tier leaves out (`-m quick` selects the rest).
 NOT_QUICK = ("server", "engine", "slow", "gpu")
 
@@ -232,6 +235,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.server)
         if SLOW_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+        if TIMING_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.timing)
         if not any(item.get_closest_marker(name) for name in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
         if not item.get_closest_marker("xdist_group"):     # a module's own group comes first

@@ -665,6 +665,7 @@ def test_a_model_that_fails_to_load_reports_tritons_message_and_the_others_are_s
     assert _ready(deployed, "example")
 
 
+@pytest.mark.timing
 @pytest.mark.server
 def test_warmup_of_a_deployment_warms_its_own_models_not_whatever_else_its_folder_holds(
         deployed, capsys):
