@@ -244,11 +244,12 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{fixture}"))
         if item.get_closest_marker("timing") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("timing"))
-    # The timing tests of each module first, one after another: a worker then takes the
-    # machine once for the lot (see _alone), not once per test.
+    # Tests of seconds before those of milliseconds, which then fill the workers' gaps at
+    # the end (xdist hands tests out in this order); in each module the timing tests first,
+    # one after another: their worker takes the machine once for the lot (_Machine).
     order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (item.module.__name__, not item.get_closest_marker("timing"),
-                                 order[id(item)]))
+    items.sort(key=lambda item: (bool(item.get_closest_marker("quick")), item.module.__name__,
+                                 not _timing(item), order[id(item)]))
 
 
 @pytest.hookimpl(trylast=True)          # after xdist named each item's group in its node id

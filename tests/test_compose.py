@@ -586,6 +586,11 @@ def test_a_machine_without_docker_is_named(tmp_path, monkeypatch):
     assert engine_problem() == "no Docker CLI on this machine"
 
 
+# Shell: until this script's parent waits on it (its main thread in waitpid), 3 s at most.
+PARENT_WAITS = ('for _ in $(seq 60); do [ "$(cat /proc/$PPID/wchan)" = do_wait ] && break; '
+                'sleep 0.05; done')
+
+
 def gpu_docker(tmp_path: Path, up: str) -> tuple[Path, Path]:
     """A docker CLI whose engine has the NVIDIA runtime and whose `compose ... up -d` runs the
     shell line ``up``; every compose call is logged. Returns (its folder, the log)."""
@@ -720,7 +725,9 @@ def test_sigterm_during_compose_up_is_passed_on_to_compose_not_a_kill(
     """A kill leaves Compose half-way with no say; the same signal lets it stop what it
     was doing. The deploy then says what may run and exits 128 + the signal."""
     stopped = tmp_path / "compose-stopped"
-    up = (f"trap 'echo $? > {stopped}; exit 143' TERM; kill -TERM $PPID; "
+    # The signal once the deploy waits on Compose ("during compose up"): sent at once, it
+    # could reach the deploy still inside Popen, before there is a Compose to pass it to.
+    up = (f"trap 'echo $? > {stopped}; exit 143' TERM; {PARENT_WAITS}; kill -TERM $PPID; "
           "/bin/sleep 5 & wait")
     bindir, _ = gpu_docker(tmp_path, up)
     monkeypatch.setenv("PATH", str(bindir))
