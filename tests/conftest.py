@@ -207,6 +207,44 @@ def exported_mlp(tmp_path_factory) -> Callable[[Path], Path]:
     return copy
 
 
+def _start_engine(folder: Path) -> dict:
+    from tests.docker_engine import Engine
+
+    engine = Engine(folder).start()
+    if not engine.unavailable:
+        engine.need_compose()
+    if not engine.unavailable:
+        try:
+            engine.standin()
+        except RuntimeError as exc:         # the image: no test can run without it
+            engine.unavailable = str(exc)
+    return engine.record()
+
+
+def _close_engine(made: dict) -> None:
+    from tests.docker_engine import Engine
+
+    Engine.of_run(Path(made["folder"]), made["engine"]).close()
+
+
+ENGINE = OncePerRun("docker_engine", lambda folder: {"folder": str(folder),
+                                                     "engine": _start_engine(folder)},
+                    lambda made: _close_engine(made))
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory):
+    """The real Docker engine and the stand-in Triton image (tests/docker_engine.py), one
+    for the whole run: started and built by the first worker that asks, closed at the end."""
+    from tests.docker_engine import Engine
+
+    made = ENGINE.get(tmp_path_factory)
+    engine = Engine.of_run(Path(made["folder"]), made["engine"])
+    if engine.unavailable:
+        pytest.skip(f"no Docker engine: {engine.unavailable}")
+    return engine
+
+
 # -- markers: the server marker checked, the quick tier, groups ------------------------------
 
 # Fixtures that start the real tritonserver: a test that uses one is a `server` test.
@@ -231,7 +269,8 @@ NOT_QUICK = ("server", "engine", "slow", "gpu")
 @pytest.hookimpl(tryfirst=True)         # before -m deselects by these markers, and xdist groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SERVER_FIXTURES.intersection(item.fixturenames):
+        if (SERVER_FIXTURES.intersection(item.fixturenames)
+                and not item.get_closest_marker("engine")):   # its `deployed` is in Docker
             item.add_marker(pytest.mark.server)
         if SLOW_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.slow)
@@ -242,6 +281,8 @@ def pytest_collection_modifyitems(config, items):
         if not item.get_closest_marker("xdist_group"):     # a module's own group comes first
             for fixture in sorted(COSTLY_MODULE_FIXTURES.intersection(item.fixturenames)):
                 item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{fixture}"))
+        if item.get_closest_marker("engine") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("engine"))    # one Docker engine, in order
         if item.get_closest_marker("timing") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("timing"))
     # Tests of seconds before those of milliseconds, which then fill the workers' gaps at

@@ -6,12 +6,18 @@ installs Debian's docker.io where dockerd is missing and starts ``dockerd
 pidfile and a log of its own. ``standin`` builds the stand-in Triton image
 (docker/standin/build.sh) once. ``close`` removes what the tests made — the Compose
 projects they name (containers, networks, volumes by their project label) and the image if
-this session built it — and stops the engine only if it started it and nothing else runs
+this run built it — and stops the engine only if it started it and nothing else runs
 on it. Anything it cannot do is a reason to skip (``Engine.unavailable``), never a guess.
+
+One engine serves a whole run, its xdist workers included (tests/conftest.py, ``ENGINE``):
+the worker that asks first starts it and builds the image, ``record`` says what it did, every
+worker works on ``Engine.of_run(folder, record)``, and the run's end closes it once. The
+projects the tests name are kept in a file of that folder, so that end knows them all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -63,10 +69,31 @@ class Engine:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.unavailable: str | None = None     # why no engine: the tests skip with it
-        self.process: subprocess.Popen | None = None   # dockerd, when this session started it
-        self.projects: list[str] = []           # Compose projects the tests made
+        self.pid: int | None = None             # dockerd, when this run started it
         self.image: str | None = None
         self.built_image = False
+
+    def record(self) -> dict:
+        """What ``of_run`` needs in another process of the run (JSON)."""
+        return {"unavailable": self.unavailable, "pid": self.pid, "image": self.image,
+                "built_image": self.built_image}
+
+    @classmethod
+    def of_run(cls, workdir: Path, record: dict) -> "Engine":
+        engine = cls(workdir)
+        for key, value in record.items():
+            setattr(engine, key, value)
+        return engine
+
+    @property
+    def projects(self) -> list[str]:
+        """The Compose projects the tests named, in any process of the run."""
+        path = self.workdir / "projects"
+        return path.read_text().split() if path.exists() else []
+
+    def add_project(self, project: str) -> None:
+        with open(self.workdir / "projects", "a") as f:
+            f.write(project + "\n")
 
     def start(self) -> "Engine":
         if answers():
@@ -79,13 +106,15 @@ class Engine:
             self.unavailable = why
             return self
         log = open(self.workdir / "dockerd.log", "ab")
-        self.process = subprocess.Popen(
+        process = subprocess.Popen(
             ["dockerd", "--storage-driver=vfs", f"--pidfile={self.workdir / 'dockerd.pid'}"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()
+        self.pid = process.pid
+        _STARTED.append(process)          # reaped when it ends, if this process is still there
         deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline and self.process.poll() is None:
+        while time.monotonic() < deadline and process.poll() is None:
             if answers():
                 return self
             time.sleep(0.5)
@@ -139,22 +168,40 @@ class Engine:
             self.remove_project(project)
         if self.built_image and self.image:
             _docker("image", "rm", self.image, timeout=120)
-        if self.process is None:
+        if self.pid is None:
             return
         others = _docker("ps", "-aq").stdout.split()
         if others:          # someone else's containers: their engine now too
-            print(f"\nleft dockerd (pid {self.process.pid}) running: {len(others)} containers "
+            print(f"\nleft dockerd (pid {self.pid}) running: {len(others)} containers "
                   "the tests did not make are on it", file=sys.stderr)
             return
         self._stop_dockerd()
 
     def _stop_dockerd(self) -> None:
-        if self.process is None:
+        """SIGTERM, 30 s, then SIGKILL: from whichever process of the run closes it, which
+        need not be the one that started it (and so cannot wait for it as its child)."""
+        if self.pid is None:
             return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+            deadline = time.monotonic() + 30
+            while _alive(self.pid) and time.monotonic() < deadline:
+                for process in _STARTED:
+                    process.poll()
+                time.sleep(0.1)
+            if not _alive(self.pid):
+                break
+        self.pid = None
+
+
+# dockerd processes this process started: polled, so that one that ends is reaped here.
+_STARTED: list[subprocess.Popen] = []
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

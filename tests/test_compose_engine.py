@@ -1,12 +1,13 @@
 """`tritonkit deploy --target compose --gpu cpu` on a real Docker engine, end to end.
 
-The engine is the one that answers, or one the session starts (``tests/docker_engine.py``);
-the image is the stand-in ``docker/standin/build.sh`` builds (tritonserver 2.51.0 with the
-python backend alone), so ONNX models are served with ``--onnx-backend python``. One
-deployment is shared by the cases that read it (vfs makes each container's creation and
-removal cost seconds); the case that kills its server and the one that takes it down come
-last, in this file's order. Every Docker object is named from ``tk-test-`` and removed at
-the end.
+The engine is the one that answers, or one the run starts (the ``engine`` fixture of
+tests/conftest.py, tests/docker_engine.py); the image is the stand-in
+``docker/standin/build.sh`` builds (tritonserver 2.51.0 with the python backend alone), so
+ONNX models are served with ``--onnx-backend python``. One deployment is shared by the
+cases that read it (vfs makes each container's creation and removal cost seconds); the
+case that kills its server and the one that takes it down come last, in this file's order
+(the engine tests run on one xdist worker, in order). Every Docker object is named from
+``tk-test-`` and removed at the end.
 """
 
 from __future__ import annotations
@@ -37,21 +38,6 @@ from tritonkit.server.state import load_deployment, read_secret
 pytestmark = pytest.mark.engine
 
 HEADER = "tritonkit-repository-key"
-
-
-@pytest.fixture(scope="session")
-def engine(tmp_path_factory):
-    engine = Engine(tmp_path_factory.mktemp("engine")).start()
-    if not engine.unavailable:
-        engine.need_compose()
-    if engine.unavailable:
-        engine.close()
-        pytest.skip(f"no Docker engine: {engine.unavailable}")
-    try:
-        engine.standin()
-        yield engine
-    finally:
-        engine.close()
 
 
 def cpu_repository(repo: Path, *, onnx: bool = True) -> Path:
@@ -127,7 +113,7 @@ def deployed(engine, tmp_path_factory):
     root = tmp_path_factory.mktemp("compose")
     repo = cpu_repository(root / f"{PREFIX}models")
     project = project_name(repo)
-    engine.projects.append(project)
+    engine.add_project(project)
     argv = deploy_argv(engine, repo, root / "docker", "--onnx-backend", "python")
     first = subprocess.Popen([sys.executable, "-m", "tritonkit", *argv], text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,

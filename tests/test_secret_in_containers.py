@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.docker_engine import PREFIX
-from tests.test_compose_engine import cli, cpu_repository, deploy_argv, engine, inspect  # noqa: F401
+from tests.test_compose_engine import cli, cpu_repository, deploy_argv, inspect
 from tritonkit.server.compose import project_name
 from tritonkit.server.state import load_deployment, read_secret
 
 pytestmark = pytest.mark.engine
 
 
-def test_the_secret_is_in_no_container_command_only_in_its_environment(engine, tmp_path):  # noqa: F811
+def test_the_secret_is_in_no_container_command_only_in_its_environment(engine, tmp_path):
     repo = cpu_repository(tmp_path / f"{PREFIX}secret", onnx=False)
     project = project_name(repo)
-    engine.projects.append(project)
+    engine.add_project(project)
     try:
         code, out, err = cli(*deploy_argv(engine, repo, tmp_path / "docker", "--no-warmup"))
         assert code == 0, err
