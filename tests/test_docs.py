@@ -86,6 +86,7 @@ def test_the_docs_extra_carries_what_the_site_is_built_with():
     assert {"mkdocs", "mkdocs-material", "mkdocstrings"} <= names
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict(tmp_path):
     """Warnings are errors: a link to a missing page or anchor, a page left out of the nav,
     a `::: tritonkit.x` reference to something that no longer exists."""

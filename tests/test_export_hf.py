@@ -4,8 +4,9 @@ Each is built from its config with random weights (tests/real_models.py; nothing
 downloaded), its example dict shuffled, and exported with verification. The graph is then
 run here, apart from tritonkit's own verification: at another batch and sequence length
 than the example's, against the model called as Hugging Face calls it, and with a
-changed attention mask, which must change the answer. Small configs keep this quick; the
-full-size ones are marked slow (``-m 'not slow'`` leaves them out).
+changed attention mask, which must change the answer. Small configs keep each to seconds,
+the full-size ones take minutes: all are slow tests, left out of ``-m quick`` (and of
+``-m 'not slow'``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import torch
 import tritonkit
 from tests import real_models
 from tests.conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow        # real architectures, exported and verified: seconds each
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")

@@ -65,6 +65,7 @@ def token_inputs(batch: int = 2, sequence: int = 6) -> dict:
             "attention_mask": mask}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_dict_inputs_reach_forward_by_keyword_in_any_order_skipping_optional_parameters(
         tmp_path, exporter):
@@ -84,6 +85,7 @@ def test_dict_inputs_reach_forward_by_keyword_in_any_order_skipping_optional_par
     np.testing.assert_allclose(served, expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_keyword_only_parameter_is_fed_from_the_dict(tmp_path):
     class Scaled(nn.Module):
         def forward(self, x, *, scale):
@@ -136,6 +138,7 @@ class DictOut(nn.Module):
         return {"logits": x * 2, "attentions": None, "layers": [x + 1, {"last": x - 1}]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,names", [
     (DataclassOut(), ["logits", "hidden_states.0", "hidden_states.1"]),
     (NamedTupleOut(), ["scores", "embedding"]),

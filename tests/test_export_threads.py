@@ -29,6 +29,7 @@ def build():
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given,seen", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")],
                          ids=["set by export", "the user's kept"])
 def test_export_runs_pytorch_with_passive_openmp_waits_unless_told_otherwise(tmp_path, given,

@@ -28,6 +28,9 @@ import tritonkit
 from tests import onnx_graphs
 from tests.conftest import ROOT
 
+# A wheel built and venvs made, once for the module: its tests on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("light_install")]
+
 HEAVY = ("torch", "onnxruntime", "onnxscript")
 
 
@@ -101,8 +104,10 @@ def light(wheel_and_layer, tmp_path_factory):
 
 
 def _run(bin_dir: Path, *args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    # The light install's own everything: no server another tritonserver home would name
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "TRITONKIT_CONFIGS", "VIRTUAL_ENV")}
+           if k not in ("PYTHONPATH", "TRITONKIT_CONFIGS", "VIRTUAL_ENV",
+                        "TRITONKIT_TRITONSERVER_HOME")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["COLUMNS"] = "200"
     return subprocess.run([str(bin_dir / "tritonkit"), *args], cwd=cwd, env=env,

@@ -138,6 +138,7 @@ def test_a_fifo_or_socket_in_a_model_folder_is_refused_not_opened(onnx_repo, kin
     assert not (state_dir(onnx_repo) / "local").exists()
 
 
+@pytest.mark.server
 def test_a_link_inside_the_repository_is_taken_as_the_file_it_leads_to(onnx_repo, capsys):
     """A model file kept once and linked from the version folder (inside the repository):
     the mirror holds the file itself (a hard link to it), never a link out."""
@@ -158,6 +159,7 @@ def test_a_link_inside_the_repository_is_taken_as_the_file_it_leads_to(onnx_repo
     assert (shared / "mlp.onnx").stat().st_nlink == 1
 
 
+@pytest.mark.server
 def test_the_mirrors_python_model_links_lead_into_the_repository(tmp_path, capsys):
     """A python model's files are linked by path: to their real place in the repository,
     never through a link the repository holds."""

@@ -159,6 +159,7 @@ def test_a_kept_k8s_secret_that_cannot_be_a_header_value_is_replaced(tmp_path):
 
 # --- the secret on command lines ------------------------------------------------------
 
+@pytest.mark.server
 def test_a_container_reads_the_secret_from_its_environment_as_triton_starts(tmp_path):
     """The container's command (what `docker inspect` shows as Cmd) holds no secret; the
     shell it starts with passes it to the real tritonserver, whose restricted API then

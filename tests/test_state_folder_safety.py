@@ -183,6 +183,7 @@ def test_the_state_folder_is_made_private(example_repository):
 
 # --- what a deploy leaves behind --------------------------------------------------------
 
+@pytest.mark.server
 def test_a_deploy_triton_refuses_leaves_no_mirror(example_repository, capsys):
     add_broken_model(example_repository)
     assert _deploy(example_repository) == 1
@@ -215,6 +216,7 @@ def test_down_with_nothing_recorded_removes_a_leftover_mirror(example_repository
     assert (example_repository / "example" / "1" / "model.py").exists()
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("record", ["", '{"target": "local", "repos', "[]"])
 def test_down_stops_a_running_server_whose_record_is_corrupt(example_repository, record, capsys):
     """A record cut short (a full disk) or not a record: `down` finds the server by its
@@ -243,6 +245,7 @@ def test_a_corrupt_record_with_no_server_is_still_an_error_that_says_so(example_
     assert "is corrupt" in line
 
 
+@pytest.mark.server
 def test_a_redeploy_keeps_the_previous_servers_log(example_repository, capsys):
     """The log of a server that crashed is what its error points to; the redeploy the error
     recommends keeps it as server.log.1."""
