@@ -285,11 +285,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("engine"))    # one Docker engine, in order
         if item.get_closest_marker("timing") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("timing"))
-    # Tests of seconds before those of milliseconds, which then fill the workers' gaps at
-    # the end (xdist hands tests out in this order); in each module the timing tests first,
-    # one after another: their worker takes the machine once for the lot (_Machine).
+    # The slow tests (minutes) first, then the others of seconds, then those of
+    # milliseconds, which fill the workers' gaps at the end (xdist hands tests out in this
+    # order); in each module the timing tests first, one after another: their worker takes
+    # the machine once for the lot (_Machine).
     order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (bool(item.get_closest_marker("quick")), item.module.__name__,
+    items.sort(key=lambda item: (bool(item.get_closest_marker("quick")),
+                                 not item.get_closest_marker("slow"), item.module.__name__,
                                  not _timing(item), order[id(item)]))
 
 

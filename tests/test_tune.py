@@ -22,7 +22,7 @@ from tritonkit.client import SECRET_ENV
 from tritonkit.model_config import configure, edited_by_hand, read_config
 from tritonkit.server.state import load_deployment
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.slow]      # a search each: up to minutes
 
 # A python model that refuses to load with a batch limit of 16, as a model whose weights
 # or kernels do not fit a config would: Triton's load fails with the model's own words.
