@@ -655,7 +655,8 @@ def test_a_model_that_fails_to_load_reports_tritons_message_and_the_others_are_s
     assert captured.err.startswith("error: Triton could not load 'aaa_broken'")
     assert "weights file is corrupt" in captured.err
     assert "the other models were warmed: example" in captured.err
-    [example] = json.loads(out.read_text())["models"]
+    broken, example = json.loads(out.read_text())["models"]      # each one's figures or failure
+    assert broken["model"] == "aaa_broken" and "weights file is corrupt" in broken["error"]
     assert example["model"] == "example" and example["steady"] and example["requests"] > 0
     assert _ready(deployed, "example")
 
@@ -1849,14 +1850,15 @@ def test_a_piped_deploy_says_what_a_slow_phase_waits_for_and_a_quick_one_says_no
         pid = load_deployment(example_repository).pid
     finally:
         run_cli("down", "--repository", example_repository)
-    # Triton answers no health check before every model is loaded: 'example' is listed too.
-    # One line for the wait; a host slow enough to make it last past a second mark may tell
-    # the wait once more where what it waits for changed (example READY first), never a
-    # line per poll.
+    # Each model as the server's log tells it: 'example' READY (or still loading, on a slow
+    # host), 'slow' loading, idle while its initialize sleeps. One line for the wait; a host
+    # slow enough to make it last past a second mark may tell it once more, never a line
+    # per poll.
     lines = slow.stderr.splitlines()
     assert 1 <= len(lines) == len(set(lines)) <= took / 5, slow.stderr
-    assert all(re.fullmatch(rf"starting tritonserver \(pid {pid}\): waiting for "
-                            r"((example, )?slow|the server) to be READY", line)
+    assert all(re.fullmatch(rf"starting tritonserver \(pid {pid}\): loading 2 models"
+                            r"(, 1 READY \(example\))?: (example for \d+ s, )?slow for \d+ s"
+                            r"( \(idle \d+ s\))?", line)
                for line in lines), slow.stderr
     assert "slow" in lines[0], slow.stderr
     assert "Triton is up" in slow.stdout

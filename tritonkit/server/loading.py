@@ -202,26 +202,31 @@ def python_stubs(pgid: int) -> list[tuple[int, str, float]]:
     return stubs
 
 
-def log_lines(log_path: str | Path | None, *, since: int = 0, naming: str | None = None,
-              limit: int = 5) -> list[str]:
+def log_lines(log_path: str | Path | None, *, since: int | None = None,
+              naming: str | None = None, limit: int = 5) -> list[str]:
     """The last ``limit`` lines of a server's log past offset ``since`` (of its last 256
-    KiB at most), without Triton's prefix and quotes; with ``naming``, only the lines that
-    name that model or one of its instances (``m_0_0``)."""
+    KiB at most), without Triton's prefix and quotes. With ``naming``, only the lines that
+    name that model or one of its instances (``m_0``, ``m_0_0``) and those a stub wrote
+    itself (a model's prints and tracebacks carry no prefix)."""
     if not log_path:
         return []
     try:
         with open(log_path, "rb") as log:
             end = log.seek(0, os.SEEK_END)
-            log.seek(max(since, end - (256 << 10)))
+            log.seek(max(since or 0, end - (256 << 10)))
             text = log.read().decode("utf-8", "replace")
     except OSError:
         return []
-    named = (re.compile(rf"(?<![\w.-]){re.escape(naming)}(?:_\d+_\d+)?(?![\w.-])")
+    named = (re.compile(rf"(?<![\w.-]){re.escape(naming)}(?:_\d+)*(?![\w.-])")
              if naming else None)
     lines = []
     for raw in text.splitlines():
         line = _PREFIX.sub("", raw).strip().strip('"').strip()
-        if not line or line[0] in "+|" or (named and not named.search(line)):
+        if not line or line[0] in "+|":
+            continue
+        if named and line == raw.strip() and line.startswith("error: "):
+            continue                    # the server's own last words, not a stub's
+        if named and not named.search(line) and line != raw.strip():
             continue
         lines.append(line)
     return lines[-limit:]
@@ -238,8 +243,9 @@ def stub_crash(name: str, message: str, log_path: str | Path | None, *, during: 
     if found is None:
         return None
     instance = found.group("instance")
-    lines = (log_lines(log_path, since=since) if since is not None
-             else log_lines(log_path, naming=name))
+    lines = [line for line in (log_lines(log_path, since=since, limit=20) if since is not None
+                               else log_lines(log_path, naming=name, limit=20))
+             if not _UNHEALTHY.search(line)][-5:]        # Triton's words are said already
     said = f"; its last lines in the server log: {' | '.join(lines)}" if lines else ""
     return (f"'{name}' crashed {during}: its python-backend stub"
             f"{f' {instance}' if instance else ''} died or stopped answering "

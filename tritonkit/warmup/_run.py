@@ -199,7 +199,7 @@ def _counted(progress: Progress, position: int, count: int) -> Progress:
     """``progress`` with the model's place among those warmed, when there are several."""
     if count < 2:
         return progress
-    return lambda message: progress(f"[model {position}/{count}] {message}")
+    return lambda message: progress(f"{message} (model {position} of {count})")
 
 
 def _steps_loaded_along(client, order: list[str], configs: dict[str, dict],
