@@ -2,6 +2,15 @@
 long-warm model: for each model of a repository of real architectures, and for each
 instance of a model of several.
 
+What was looked at, and found warm once warm-up has run: the page cache of a new model
+file (ONNX Runtime reads the file whole into its own memory when the session is made and
+maps none of it), the adapter's imports (all at load), ONNX Runtime's first run of a
+shape (warm-up runs every batch size and sequence bucket, so its memory arena has grown
+to the largest; a shape within that costs no more on its first run, one beyond it does:
+loadtest names such sizes), each python-backend stub's first execution (a burst of one
+request per instance, for every shape). The issue's 2-13x after fresh exports did not
+come back here.
+
 Measured from outside, as a user meets it: a fresh export, a deploy, a 1 s pause, then
 each model's first request (one per instance, sent together) at its smallest and its
 largest warmed shape; against the same requests, after the same pause, once the models
@@ -184,11 +193,12 @@ def test_after_deploying_a_fresh_export_each_models_first_request_costs_what_a_w
     assert not missed, f"first requests above {GOAL}x a long-warm model's: {missed}"
 
 
-def test_without_warm_up_the_same_probe_sees_each_models_cold_start(tmp_path):
-    """The probe above is not blind: without warm-up (and without model_warmup) the first
-    request of every model's smallest shape stands above the goal, and the second
-    instance of 'twins' costs its 0.2 s cold start."""
+def test_without_warm_up_the_same_probe_sees_the_cold_starts(tmp_path):
+    """The probe above is not blind: without warm-up (and without model_warmup) it sees a
+    cold start where one costs more than waking a model after the pause does (~10 ms on a
+    busy two-core host, which hides a small model's first run of a few ms): the second
+    instance of 'twins' (0.2 s), and GPT-2's first batch at its largest shape, whose
+    vocabulary-wide logits (4 x 24 x 50,257 floats) are allocated for the first time."""
     ratios = _fresh_against_long_warm(tmp_path / "repo", warmup=False)
-    cold = {name: ratios[name, "smallest"] for name in [*MODELS, "twins"]}
-    assert all(r > GOAL for r in cold.values()), cold
-    assert cold["twins"] > 10, cold
+    assert ratios["twins", "smallest"] > 10, ratios
+    assert ratios["gpt2", "largest"] > 2 * GOAL, ratios

@@ -19,7 +19,6 @@ from tritonkit.cli.options import (
     Force,
     JsonOut,
     OptionalRepository,
-    Timeout,
     Url,
     console,
     err_console,
@@ -203,7 +202,9 @@ def warmup(
     secret_file: Annotated[Optional[Path], typer.Option(
         help="A file holding the server's restricted-API secret, for a server no deployment "
              f"here records (Kubernetes); or set {SECRET_ENV}.")] = None,
-    timeout: Timeout = 120.0,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", help="Fail once nothing has moved (no load done, no request answered) "
+                          "for this many seconds.", min=0.1)] = 120.0,
     json_out: JsonOut = None,
     plot: Annotated[Optional[Path], typer.Option(
         help="Write a PNG: each model's latency per shape from its cold first request "

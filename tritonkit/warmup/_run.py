@@ -62,11 +62,12 @@ def load_and_warm(
     """Load ``models`` (default: every model in the server's repository) and warm each up.
 
     ``requests`` bounds the warm-up requests per model, ``deadline`` the waits (for the
-    server included; by default 120 s without progress, ``StallDeadline``). ``config_dir`` is the folder the server reads; it
-    gives the ensemble steps of models not loaded yet (without it, the steps Triton loads
-    with an ensemble are read from the server once it has, and warmed too). ``check``
-    measures a fresh client's first request after the warm-up. ``progress`` is told what
-    is being done (waiting, loading, warming which model and shape). A model that never
+    server included; by default 120 s without progress, ``StallDeadline``). ``config_dir``
+    is the folder the server reads; it gives the ensemble steps of models not loaded yet
+    (without it, the steps Triton loads with an ensemble are read from the server once it
+    has, and warmed too). ``check`` measures a fresh client's first request after the
+    warm-up. ``progress`` is told what is being done (waiting, loading, warming which
+    model and shape). A model that never
     became steady comes back with ``steady=False``. A model that fails to load or to warm
     up (refused, crashed, stalled) leaves the others to be warmed; then ``WarmupFailed``
     is raised, with every model's figures or failure.
@@ -186,6 +187,7 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
         results.append(replace(result, was_ready=name in ready,
                                note="; ".join(filter(None, [note, result.note]))))
     if failed:
+        results.sort(key=lambda r: order.index(r.model) if r.model in order else len(order))
         raise WarmupFailed(failed, results)
     return results
 
