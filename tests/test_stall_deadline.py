@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ECHO_CONFIG, ROOT, add_python_model, default_signals, echo_model, run_cli
 from tritonkit import deadline as deadline_module
 from tritonkit.deadline import Deadline, StallDeadline
-from tritonkit.server.local import _is_tritonserver, _cmdline, _pids
+from tritonkit.server.local import _cmdline, _pids
 
 PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
 
