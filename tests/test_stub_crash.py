@@ -44,9 +44,11 @@ def test_a_stub_that_dies_on_a_warm_up_request_is_a_crash_with_its_log_lines(tmp
     assert f"its last lines in the server log: {LAST_WORDS}" in error, error
     assert "refused an input" not in captured.err
     assert "no input was refused" in hint and "the other models were warmed: steady" in hint
-    rows = {line.split()[0]: line.split()[-1] for line in captured.out.splitlines()
+    # The other model's figures (steady or not: a busy host decides that) beside the failure.
+    rows = {line.split()[0]: line.split() for line in captured.out.splitlines()
             if line.strip().startswith(("crashy ", "steady "))}
-    assert rows == {"crashy": "failed", "steady": "yes"}, captured.out
+    assert rows["crashy"][-1] == "failed" and rows["steady"][-1] != "failed", captured.out
+    assert int(rows["steady"][-4]) > 0, captured.out          # its reqs
 
 
 @pytest.mark.server
@@ -84,5 +86,4 @@ def test_warmup_of_a_model_whose_stub_dies_writes_every_models_figures_then_fail
     assert error.startswith("error: 'crashy' crashed during a warm-up request"), error
     models = {m["model"]: m for m in json.loads(out.read_text())["models"]}
     assert models["crashy"]["error"].startswith("'crashy' crashed during a warm-up request")
-    assert models["steady"]["error"] is None and models["steady"]["steady"]
-    assert models["steady"]["requests"] > 0
+    assert models["steady"]["error"] is None and models["steady"]["requests"] > 0
