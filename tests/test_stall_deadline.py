@@ -13,11 +13,14 @@ import types
 from pathlib import Path
 
 import pytest
+import tritonclient.http as httpclient
 
 from tests.conftest import ECHO_CONFIG, ROOT, add_python_model, default_signals, echo_model, run_cli
 from tritonkit import deadline as deadline_module
 from tritonkit.deadline import Deadline, StallDeadline
 from tritonkit.server.local import _cmdline, _pids
+from tritonkit.server.state import load_deployment
+from tritonkit.warmup import warm_up
 
 PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
 
@@ -94,6 +97,34 @@ def test_a_stalled_load_fails_at_the_timeout_naming_the_model_and_its_log_lines(
         r"\d+ s( \(idle \d+ s\))?", line) for line in waiting), run.stderr
     time.sleep(0.5)
     assert _servers_of(repo) == []
+
+
+@pytest.mark.server
+def test_loads_one_after_another_each_get_the_whole_timeout(tmp_path):
+    """A warm-up loads one model after another: three loads of some 6 s each (a 4 s
+    initialize and the stub's start) pass a 10 s timeout they outlast together."""
+    repo = tmp_path / "repo"
+    names = ("a_load", "b_load", "c_load")
+    for name in names:
+        add_python_model(repo, name, ECHO_CONFIG, echo_model(initialize="time.sleep(4)"))
+    assert run_cli("deploy", "--repository", repo, "--no-warmup", *PORTS) == 0
+    try:
+        deployment = load_deployment(repo)
+        client = httpclient.InferenceServerClient(deployment.http_url)
+        try:
+            for name in names:
+                client.unload_model(name, headers=deployment.repository_headers())
+            while any(client.is_model_ready(name) for name in names):
+                time.sleep(0.1)
+        finally:
+            client.close()
+        started = time.monotonic()
+        results = warm_up(repo, timeout=10, check=False)
+        took = time.monotonic() - started
+    finally:
+        run_cli("down", "--repository", repo)
+    assert [r.model for r in results if r.load_s is not None] == list(names)
+    assert took > 12
 
 
 @pytest.mark.server

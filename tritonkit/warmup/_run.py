@@ -156,7 +156,10 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
                     raise
                 except TritonkitError as error:     # refused, crashed or stalled: this one
                     failed[name] = error
-        brought = _steps_loaded_along(client, order, configs, failed)
+        # Out of time (a load that did not finish): the server is still at it, and a question
+        # about its models now could wait for it.
+        brought = {} if deadline.expired() else _steps_loaded_along(client, order, configs,
+                                                                      failed)
         order = load_order(names, configs)
     finally:
         client.close()
