@@ -113,23 +113,3 @@ ECHO_CONFIG = ('max_batch_size: 8\n'
                'input { name: "INPUT__0" data_type: TYPE_FP32 dims: 4 }\n'
                'output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: 4 }\n')
 
-
-class ByName:
-    """Wraps a Hugging Face model so that its inputs go to it by name and its logits come
-    back: ``ByName.wrap(model)``. For GPT-2, whose mask is forward()'s third parameter
-    (past_key_values, unserved, is its second), while export passes a dict's tensors by
-    position (issue 21, item 1)."""
-
-    @staticmethod
-    def wrap(model):
-        import torch
-
-        class _ByName(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, input_ids, attention_mask):
-                return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-
-        return _ByName().eval()

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 
 import tritonkit
 from tests import real_models
-from tests.conftest import ByName, run_cli
+from tests.conftest import run_cli
 from tritonkit.server.state import load_deployment
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -26,12 +26,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
 
 
-def _gpt2_with_mask():
-    model, inputs, axes = real_models.gpt2_2layer()
-    return ByName.wrap(model), inputs, axes
-
-
-MODELS = {"bert_base": real_models.bert_base, "gpt2": _gpt2_with_mask,
+MODELS = {"bert_base": real_models.bert_base, "gpt2": real_models.gpt2_2layer,
           "resnet50": real_models.resnet50, "vit": real_models.vit}
 
 

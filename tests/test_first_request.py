@@ -30,7 +30,7 @@ import tritonclient.http as httpclient
 
 import tritonkit
 from tests import real_models
-from tests.conftest import ByName, add_python_model
+from tests.conftest import add_python_model
 from tritonkit.client import Endpoint, example_input
 from tritonkit.deploy import deploy_local, down
 from tritonkit.model_config import config_to_text, read_config
@@ -46,15 +46,10 @@ WARM_REQUESTS = 30          # what makes the baseline long warm
 MAX_BATCH = 4
 
 
-def _gpt2():
-    model, inputs, axes = real_models.gpt2(layers=2, hidden=64, heads=2)
-    return ByName.wrap(model), inputs, axes
-
-
 # Real architectures at small sizes: a fresh export of each takes seconds.
 MODELS = {
     "bert": lambda: real_models.bert_base(layers=2, hidden=64, heads=2),
-    "gpt2": _gpt2,
+    "gpt2": lambda: real_models.gpt2(layers=2, hidden=64, heads=2),
     "mobilenet": lambda: real_models.mobilenet_v3(image=64),
     "vit": lambda: real_models.vit(layers=2, hidden=64, heads=2, image=64, labels=10),
 }
