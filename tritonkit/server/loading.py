@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 from tritonkit.deadline import Deadline
 from tritonkit.errors import ServerError
+from tritonkit.fileio import read_tail
 
 PROC = Path("/proc")
 STUB = "triton_python_backend_stub"
@@ -56,9 +57,7 @@ class _Model:
     moved_at: float                             # last time anything of it moved
     loading_since: float | None = None          # its "loading:" line
     loaded: bool = False
-    instances: int = 0                          # instances whose initialize began
     stubs: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid: (cpu s, when)
-    busy: bool = False                          # its stubs worked at the last look
 
 
 class LoadWatch:
@@ -71,12 +70,7 @@ class LoadWatch:
         self.started = clock()
         self.models = {name: _Model(name, self.started) for name in models}
         self.offset = 0
-        self.partial = b""
-
-    @property
-    def waiting(self) -> list[str]:
-        """The models not loaded yet, in the order given."""
-        return [m.name for m in self.models.values() if not m.loaded]
+        self.partial = ""
 
     def look(self) -> bool:
         """Read what moved since the last look; whether anything did (a log line, a model
@@ -90,14 +84,13 @@ class LoadWatch:
                     model.loading_since, model.moved_at = now, now
             elif found := _INSTANCE.search(line):
                 if model := self._model_of_instance(found.group(1)):
-                    model.instances += 1
                     model.moved_at = now
             elif found := _LOADED.search(line):
                 if model := self.models.get(found.group(1)):
                     model.loaded, model.moved_at = True, now
         seen = {m.name: m.stubs for m in self.models.values()}
         for model in self.models.values():
-            model.busy, model.stubs = False, {}       # a stub gone (auto-complete's) is left out
+            model.stubs = {}                # a stub gone (auto-complete's) is left out
         for pid, name, cpu in python_stubs(self.pid):
             model = self.models.get(name)
             if model is None or model.loaded:
@@ -105,7 +98,6 @@ class LoadWatch:
             before = seen[name].get(pid)
             model.stubs[pid] = (cpu, now)
             if before is None or cpu - before[0] >= BUSY_SHARE * max(now - before[1], 0.01):
-                model.busy = True
                 model.moved_at = now
                 moved = True
         return moved
@@ -163,20 +155,23 @@ class LoadWatch:
         return max(owners, key=lambda m: len(m.name), default=None)
 
     def _new_lines(self) -> list[str]:
-        if not self.log_path:
+        """The log's complete lines written since the last look (at most ``_READ_BOUND``)."""
+        size = _size(self.log_path)
+        if size <= self.offset:
             return []
-        try:
-            with open(self.log_path, "rb") as log:
-                end = log.seek(0, os.SEEK_END)
-                if end - self.offset > _READ_BOUND:
-                    self.offset, self.partial = end - _READ_BOUND, b""
-                log.seek(self.offset)
-                data = log.read(end - self.offset)
-        except OSError:
-            return []
-        self.offset += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        return [line.decode("utf-8", "replace") for line in lines if line.strip()]
+        if size - self.offset > _READ_BOUND:
+            self.partial = ""               # what it ended with is not read
+        text = read_tail(Path(self.log_path), min(size - self.offset, _READ_BOUND))
+        self.offset = size
+        *lines, self.partial = (self.partial + text).split("\n")
+        return [line for line in lines if line.strip()]
+
+
+def _size(log_path: str | Path | None) -> int:
+    try:
+        return os.lstat(log_path).st_size if log_path else 0
+    except OSError:
+        return 0
 
 
 def python_stubs(pgid: int) -> list[tuple[int, str, float]]:
@@ -210,13 +205,7 @@ def log_lines(log_path: str | Path | None, *, since: int | None = None,
     itself (a model's prints and tracebacks carry no prefix)."""
     if not log_path:
         return []
-    try:
-        with open(log_path, "rb") as log:
-            end = log.seek(0, os.SEEK_END)
-            log.seek(max(since or 0, end - (256 << 10)))
-            text = log.read().decode("utf-8", "replace")
-    except OSError:
-        return []
+    text = read_tail(Path(log_path), min(256 << 10, max(0, _size(log_path) - (since or 0))))
     named = (re.compile(rf"(?<![\w.-]){re.escape(naming)}(?:_\d+)*(?![\w.-])")
              if naming else None)
     lines = []

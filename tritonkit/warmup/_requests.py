@@ -337,6 +337,6 @@ class Driver:
 def _log_size(log_path: str | None) -> int | None:
     """How long the server's log is now (None where it is no file here)."""
     try:
-        return os.path.getsize(log_path) if log_path else None
+        return os.lstat(log_path).st_size if log_path else None
     except OSError:
         return None
