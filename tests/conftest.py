@@ -102,6 +102,43 @@ def load_example_forward():
     return module.forward
 
 
+def add_python_model(repository: Path, name: str, config: str, model_py: str) -> Path:
+    """A python-backend model ``name``: ``config`` is its config.pbtxt after the name and
+    backend lines, ``model_py`` its 1/model.py."""
+    model = repository / name
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n' + config)
+    (model / "1" / "model.py").write_text(model_py)
+    return model
+
+
+def echo_model(*, initialize: str = "pass", execute: str = "pass") -> str:
+    """A python-backend model.py that answers OUTPUT__0 = INPUT__0, running the Python
+    statements ``initialize`` (one line or several, unindented) in initialize and
+    ``execute`` in execute, before it answers."""
+    import textwrap
+
+    return f"""import os, signal, sys, time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+{textwrap.indent(initialize, " " * 8)}
+
+    def execute(self, requests):
+{textwrap.indent(execute, " " * 8)}
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "OUTPUT__0", pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy())])
+                for r in requests]
+"""
+
+
+ECHO_CONFIG = ('max_batch_size: 8\n'
+               'input { name: "INPUT__0" data_type: TYPE_FP32 dims: 4 }\n'
+               'output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: 4 }\n')
+
+
 # -- made once per run, shared by every worker ---------------------------------------------
 
 def run_folder(tmp_path_factory) -> Path:

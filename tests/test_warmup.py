@@ -660,7 +660,8 @@ def test_a_model_that_fails_to_load_reports_tritons_message_and_the_others_are_s
     assert captured.err.startswith("error: Triton could not load 'aaa_broken'")
     assert "weights file is corrupt" in captured.err
     assert "the other models were warmed: example" in captured.err
-    [example] = json.loads(out.read_text())["models"]
+    broken, example = json.loads(out.read_text())["models"]      # each one's figures or failure
+    assert broken["model"] == "aaa_broken" and "weights file is corrupt" in broken["error"]
     assert example["model"] == "example" and example["steady"] and example["requests"] > 0
     assert _ready(deployed, "example")
 
@@ -1275,9 +1276,11 @@ def test_every_version_a_model_serves_is_warmed_not_only_the_latest(tmp_path):
 
 
 @pytest.mark.server
-def test_loads_one_after_another_share_the_one_deadline(tmp_path):
-    """Each load is bounded by the time left when it is sent, not when warm-up began: ten
-    models that take 30 s each to load must not stretch a 120 s timeout to 300 s."""
+def test_loads_one_after_another_share_one_fixed_deadline(tmp_path):
+    """Under one fixed deadline (compose's) each load is bounded by the time left when it
+    is sent, not when warm-up began: ten models that take 30 s each to load must not
+    stretch a 120 s timeout to 300 s. (Warm-up's own deadline bounds a stall instead:
+    test_stall_deadline.)"""
     repo = tmp_path / "repo"
     # a's load (2 s, and its stub's start: 2 s more on a busy 2-core host) ends well within
     # the timeout, b's (7 s) cannot end in what is left of it (6 s at most). Slow once their
@@ -1299,7 +1302,8 @@ def test_loads_one_after_another_share_the_one_deadline(tmp_path):
             marker.write_text(str(load_s))
         started = time.monotonic()
         with pytest.raises(ServerError, match="loading 'b_slower' did not finish within"):
-            warm_up(repo, timeout=8)
+            load_and_warm(Endpoint.from_deployment(deployment), ["a_slow", "b_slower"],
+                          deadline=Deadline(8), check=False)
         # Without the bound: b's load waited 8 s more after a's, from its start (10 s and more).
         assert time.monotonic() - started < 9.5
     finally:
@@ -1666,9 +1670,11 @@ def test_a_sequence_the_model_refuses_at_its_start_is_ended_too_for_triton_holds
 
 
 @pytest.mark.server
-def test_a_request_that_hangs_late_in_a_steady_run_ends_with_the_deadline(tmp_path, capsys):
+def test_a_request_that_hangs_late_in_a_steady_run_ends_with_the_deadline(tmp_path):
     """The steady run keeps one connection for a shape: a request that hangs long after it
-    opened must still end when the time left runs out, not the connection's time later."""
+    opened must still end when the time left of a fixed deadline runs out, not the
+    connection's time later. (Warm-up's own deadline moves with each answer: there the
+    hang ends its timeout after the last one, test_stall_deadline.)"""
     never_steady_then_hangs = _echo_model(
         "        time.sleep(0.03 if self.calls % 2 else 0.001)\n"
         "        if self.calls == 150:\n"
@@ -1676,15 +1682,15 @@ def test_a_request_that_hangs_late_in_a_steady_run_ends_with_the_deadline(tmp_pa
     repo = tmp_path / "repo"
     _python_model(repo, "hangs", ECHO_CONFIG.replace("max_batch_size: 8", "max_batch_size: 0"),
                   never_steady_then_hangs)
-    _deploy(repo, "--no-warmup")
+    deployment = _deploy(repo, "--no-warmup")
     try:
         started = time.monotonic()
-        code = run_cli("warmup", "--repository", repo, "--timeout", "6", "--requests", "10000")
+        with pytest.raises(ServerError, match="'hangs' did not answer a warm-up request within"):
+            load_and_warm(Endpoint.from_deployment(deployment), ["hangs"], deadline=Deadline(6),
+                          requests=10000)
         took = time.monotonic() - started
     finally:
         run_cli("down", "--repository", repo, "--timeout", "2")   # not the 9 s hang's end
-    err = capsys.readouterr().err
-    assert code == 1 and "'hangs' did not answer a warm-up request within" in err
     assert took < 7.0
 
 
@@ -1869,14 +1875,15 @@ def test_a_piped_deploy_says_what_a_slow_phase_waits_for_and_a_quick_one_says_no
         pid = load_deployment(example_repository).pid
     finally:
         run_cli("down", "--repository", example_repository)
-    # Triton answers no health check before every model is loaded: 'example' is listed too.
-    # One line for the wait; a host slow enough to make it last past a second mark may tell
-    # the wait once more where what it waits for changed (example READY first), never a
-    # line per poll.
+    # Each model as the server's log tells it: 'example' READY (or still loading, on a slow
+    # host), 'slow' loading, idle while its initialize sleeps. One line for the wait; a host
+    # slow enough to make it last past a second mark may tell it once more, never a line
+    # per poll.
     lines = slow.stderr.splitlines()
     assert 1 <= len(lines) == len(set(lines)) <= took / 5, slow.stderr
-    assert all(re.fullmatch(rf"starting tritonserver \(pid {pid}\): waiting for "
-                            r"((example, )?slow|the server) to be READY", line)
+    assert all(re.fullmatch(rf"starting tritonserver \(pid {pid}\): loading 2 models"
+                            r"(, 1 READY \(example\))?: (example for \d+ s, )?slow for \d+ s"
+                            r"( \(idle \d+ s\))?", line)
                for line in lines), slow.stderr
     assert "slow" in lines[0], slow.stderr
     assert "Triton is up" in slow.stdout

@@ -23,7 +23,7 @@ from tritonkit.fileio import read_user_text
 from tritonkit.server.state import Deployment, check_secret, load_deployment
 
 if TYPE_CHECKING:
-    from tritonkit.server.local import Deadline
+    from tritonkit.deadline import Deadline
 
 #: The restricted model-repository API's secret for a server that no state here records
 #: (a Kubernetes Service, say); ``--secret-file`` takes precedence.

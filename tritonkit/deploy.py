@@ -17,6 +17,7 @@ import signal
 from pathlib import Path
 
 from tritonkit.client import Endpoint
+from tritonkit.deadline import StallDeadline
 from tritonkit.errors import Interrupted, TritonkitError, UsageError
 from tritonkit.profiles import available_profiles, load_profile
 from tritonkit.repository import model_names, refuse_missing_gpu_configs
@@ -39,9 +40,14 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
                  warmup: bool = True, progress: Progress | None = None) -> Deployment:
     """Start the embedded Triton on loopback with every model of ``repository`` READY.
 
-    With ``warmup`` every model is then warmed until steady (``tritonkit.warmup``), under
-    the same ``timeout``; the figures land in the state as ``extra["warmup"]``. A failed
-    warm-up stops the server (deploy leaves nothing half-done) and raises.
+    ``timeout`` bounds stalls, not the deploy: the start and the warm-up go on while they
+    move (a model loads, a stub works, the log grows, a warm-up request is answered) and
+    fail once nothing has moved for ``timeout`` seconds, naming the model waited on.
+
+    With ``warmup`` every model is then warmed until steady (``tritonkit.warmup``); the
+    figures land in the state as ``extra["warmup"]``. A model that fails to warm up does
+    not keep the others from it; then the server is stopped (deploy leaves nothing
+    half-done) and ``WarmupFailed`` carries every model's figures or failure.
 
     The server reads a CPU mirror of the repository (ONNX models through the python
     backend adapter); ``gpu`` picks each model's ``configs/<gpu>.pbtxt`` to mirror.
@@ -56,7 +62,6 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
         settings = load_profile(gpu).server_settings(settings)
     with deploy_lock(repository):
         refuse_if_recorded(repository)       # before the mirror of a live server is touched
-        deadline = Deadline(timeout)
         deployment = None                    # start_local cleans up after itself
         try:
             mirror = build_local_repository(repository, mirror_dir(repository),
@@ -69,7 +74,8 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
             if not warmup:
                 return deployment
             results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,
-                                    deadline=deadline, config_dir=mirror, progress=progress,
+                                    deadline=StallDeadline(timeout), config_dir=mirror,
+                                    progress=progress,
                                     server_exited=functools.partial(server_exited, deployment),
                                     fresh=True)
         except BaseException as exc:

@@ -15,6 +15,7 @@ from tritonkit.cli.options import (PHASE_LINES_EVERY_S, Repository, Timeout, con
                                    progress_status)
 from tritonkit.errors import UsageError
 from tritonkit import deploy as deploy_lib
+from tritonkit.warmup import WarmupFailed
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
 from tritonkit.server.container import CONTAINER_PORTS
 from tritonkit.server.k8s import K8S_DIRNAME, PRESTOP_S, STARTUP_S
@@ -129,8 +130,10 @@ def deploy(
              "(ONNX Runtime in the python backend: an image without that backend, as "
              "docker/standin/'s).")] = "onnxruntime",
     timeout: Annotated[Optional[float], typer.Option(
-        help="One deadline in seconds for the whole wait (default: local 120, compose 600 — a "
-             "first start on a GPU builds TensorRT engines before Triton answers); k8s: how "
+        help="local: fail once nothing has moved for this many seconds — no model loaded, "
+             "no stub working, no line in the server's log, no warm-up request answered "
+             "(default 120); compose: one deadline for the whole wait (default 600 — a first "
+             "start on a GPU builds TensorRT engines before Triton answers); k8s: how "
              f"long a replica's startup probe lets it load and warm its models (default "
              f"{STARTUP_S}).",
         min=0.1)] = None,
@@ -151,22 +154,28 @@ def deploy(
                           "--metrics-port": metrics_port}, target)
     if timeout is None:
         timeout = float(COMPOSE_STARTUP_S) if target == "compose" else LOCAL_STARTUP_S
-    with signals_interrupt(), progress_status(f"deploying {repository}",
-                                              plain_after=PHASE_LINES_EVERY_S,
-                                              plain_every=PHASE_LINES_EVERY_S) as progress:
-        if target == "compose":
-            files, running = deploy_lib.deploy_compose(
-                repository, gpu=gpu, out=out, up=up, public=public, image=image, force=force,
-                ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
-                device_ids=tuple(d.strip() for d in device_ids.split(",") if d.strip())
-                if _given(ctx, "device_ids") else None,
-                server_config=server_config, timeout=timeout, warmup=warmup,
-                onnx_backend=onnx_backend, progress=progress)
-        else:
-            deployment = deploy_lib.deploy_local(
-                repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-                server_config=server_config, timeout=timeout, gpu=gpu, warmup=warmup,
-                progress=progress)
+    try:
+        with signals_interrupt(), progress_status(f"deploying {repository}",
+                                                  plain_after=PHASE_LINES_EVERY_S,
+                                                  plain_every=PHASE_LINES_EVERY_S) as progress:
+            if target == "compose":
+                files, running = deploy_lib.deploy_compose(
+                    repository, gpu=gpu, out=out, up=up, public=public, image=image,
+                    force=force, ports=Ports(http=http_port, grpc=grpc_port, metrics=metrics_port),
+                    device_ids=tuple(d.strip() for d in device_ids.split(",") if d.strip())
+                    if _given(ctx, "device_ids") else None,
+                    server_config=server_config, timeout=timeout, warmup=warmup,
+                    onnx_backend=onnx_backend, progress=progress)
+            else:
+                deployment = deploy_lib.deploy_local(
+                    repository, http_port=http_port, grpc_port=grpc_port,
+                    metrics_port=metrics_port, server_config=server_config, timeout=timeout,
+                    gpu=gpu, warmup=warmup, progress=progress)
+    except WarmupFailed as failed:      # every model's figures or failure, then the error
+        from tritonkit.cli.warmup import print_results  # here: keeps the --help order
+
+        print_results(failed.results)
+        raise
     if target == "compose":
         _print_compose(files, running, repository, gpu)
         return

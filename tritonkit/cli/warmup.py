@@ -19,7 +19,6 @@ from tritonkit.cli.options import (
     Force,
     JsonOut,
     OptionalRepository,
-    Timeout,
     Url,
     console,
     err_console,
@@ -81,6 +80,8 @@ def _load(r: warmup_lib.ModelWarmup) -> str:
 
 
 def _steady(r: warmup_lib.ModelWarmup) -> str:
+    if r.error is not None:
+        return "[red]failed[/red]"
     if not r.warmed:
         return "[yellow]skipped[/yellow]"
     return "[green]yes[/green]" if r.steady else "[red]no[/red]"
@@ -98,6 +99,9 @@ def print_results(results: list[warmup_lib.ModelWarmup]) -> None:
                           highlight=False, soft_wrap=True)
         if r.note:
             console.print(f"  {escape(r.model)}: {escape(r.note)}", highlight=False, soft_wrap=True)
+        if r.error is not None:
+            console.print(f"  {escape(r.model)}: [red]failed:[/red] {escape(r.error)}",
+                          highlight=False, soft_wrap=True)
         if r.first_response_ms is not None:
             console.print(f"  {escape(r.model)}: {first_response_line(r)}", highlight=False,
                           soft_wrap=True)
@@ -121,7 +125,7 @@ def print_warmup(records: list[dict], repository: Path) -> None:
     results = [warmup_lib.ModelWarmup.from_dict(r) for r in records]
     print_results(results)
     for r in results:
-        if r.warmed and not r.steady:
+        if r.warmed and not r.steady and r.error is None:
             console.print(f"[yellow]warning:[/yellow] {escape(r.model)}: {escape(r.note)}; "
                           "run: tritonkit warmup --repository "
                           f"{escape(str(repository))} --model {escape(r.model)}",
@@ -164,7 +168,7 @@ def unsteady_error(results: list[warmup_lib.ModelWarmup],
                    rule: warmup_lib.SteadyRule) -> TritonkitError | None:
     """One short error naming the models that did not get steady (each one's line under
     the table says why), or None."""
-    unsteady = [r for r in results if r.warmed and not r.steady]
+    unsteady = [r for r in results if r.warmed and not r.steady and r.error is None]
     if not unsteady:
         return None
     suggested = max((r.suggested_requests for r in unsteady if r.suggested_requests), default=None)
@@ -198,7 +202,9 @@ def warmup(
     secret_file: Annotated[Optional[Path], typer.Option(
         help="A file holding the server's restricted-API secret, for a server no deployment "
              f"here records (Kubernetes); or set {SECRET_ENV}.")] = None,
-    timeout: Timeout = 120.0,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", help="Fail once nothing has moved (no load done, no request answered) "
+                          "for this many seconds.", min=0.1)] = 120.0,
     json_out: JsonOut = None,
     plot: Annotated[Optional[Path], typer.Option(
         help="Write a PNG: each model's latency per shape from its cold first request "
@@ -218,11 +224,10 @@ def warmup(
             results = warmup_lib.warm_up(
                 repository, url, model, timeout=timeout, requests=requests, reload=reload,
                 secret=secret, grpc_url=grpc_url, progress=progress, notice=notice, rule=rule)
-    except warmup_lib.LoadFailed as failed:   # the models that loaded were warmed: say how
-        if failed.results:
-            print_results(failed.results)
-            write_outputs(failed.results, json_out, plot,
-                          _context(json_out, repository, url, started_at, secret))
+    except warmup_lib.WarmupFailed as failed:   # the others were warmed: say how, then fail
+        print_results(failed.results)
+        write_outputs(failed.results, json_out, plot,
+                      _context(json_out, repository, url, started_at, secret))
         raise
     print_results(results)
     write_outputs(results, json_out, plot, _context(json_out, repository, url, started_at, secret))

@@ -1,8 +1,9 @@
 """The embedded local Triton: the real tritonserver 2.51.0, started in the background.
 
 ``start_local`` launches it on the settings' ``bind_address`` (loopback) with explicit
-model control, every model in the repository loaded at start-up, and waits — under one
-deadline — until each model is READY. The process is recorded (status "starting") as
+model control, every model in the repository loaded at start-up, and waits until each
+model is READY: a start that keeps moving gets the time it needs, one that stalls for the
+timeout fails naming the model it waits on (``loading.LoadWatch``). The process is recorded (status "starting") as
 soon as it exists, so ``tritonkit down`` can stop a deploy killed half-way. Failures (a
 port in use, a model Triton refuses, Ctrl-C, SIGTERM/SIGHUP through
 ``signals_interrupt``) raise and leave no server behind.
@@ -29,9 +30,11 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from tritonkit.client import health
+from tritonkit.deadline import Deadline, StallDeadline
 from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
 from tritonkit.fileio import read_tail
 from tritonkit.server.binary import find_install, prepare_backends, server_environment
+from tritonkit.server.loading import LoadWatch, stub_crash
 from tritonkit.server.settings import Ports, ServerSettings, tritonserver_argv
 from tritonkit.server.state import (
     RUNNING,
@@ -56,20 +59,6 @@ LOG_TAIL_BYTES = 4 << 20
 
 #: Told what is being waited for now, one short line at a time (a CLI shows it as a status).
 Progress = Callable[[str], None]
-
-
-class Deadline:
-    """One deadline shared by nested waits, so timeouts never add up."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return max(0.0, self.end - time.monotonic())
-
-    def expired(self) -> bool:
-        return self.left() <= 0.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -332,7 +321,8 @@ def start_local(
     gpu: str | None = None,
     server_config: Path | None = None,
 ) -> Deployment:
-    """Start the embedded tritonserver for ``repository`` and wait until ``models`` are READY.
+    """Start the embedded tritonserver for ``repository`` and wait until ``models`` are READY:
+    ``timeout`` bounds a stall (nothing moving in the log or the model's stubs), not the start.
 
     ``host`` is the address to bind (default: the settings' ``bind_address``). ``gpu``, the
     profile whose configs the mirror serves, is recorded (a redeploy names it again), as
@@ -343,7 +333,7 @@ def start_local(
     clears its record.
     """
     repository = Path(repository).resolve()
-    deadline = Deadline(timeout)
+    deadline = StallDeadline(timeout)
     refuse_if_recorded(repository)
     install = find_install()
     env = server_environment(install)
@@ -475,28 +465,30 @@ def discard_mirror(repository: Path) -> bool:
 
 def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: Deadline,
                       progress: Progress | None = None) -> None:
-    pending = list(deployment.models)
+    """Until the server and every model are READY. Each look at the start that sees it
+    move (``LoadWatch``: a line in the log, a model loaded, a stub working) moves a stall
+    deadline on; one that runs out names the model the start waits on."""
+    watch = LoadWatch(proc.pid, deployment.log_path, deployment.models)
     while True:
-        if progress:
-            progress(f"starting tritonserver (pid {proc.pid}): waiting for "
-                     f"{', '.join(pending) or 'the server'} to be READY")
         code = proc.poll()
         if code is not None:
             raise _startup_failure(deployment, code)
-        if not pending and health(deployment.http_url, "/v2/health/ready") is None:
+        if watch.look():
+            deadline.moved()
+        if health(deployment.http_url, "/v2/health/ready") is None and all(
+                health(deployment.http_url, f"/v2/models/{m}/ready") is None
+                for m in deployment.models):
             return
-        pending = [m for m in pending
-                   if health(deployment.http_url, f"/v2/models/{m}/ready") is not None]
+        if progress:
+            progress(f"starting tritonserver (pid {proc.pid}): {watch.line()}")
         if deadline.expired():
-            what = f"models {', '.join(pending)} not READY" if pending else "server not ready"
-            raise ServerError(
-                f"tritonserver did not become ready within {deadline.seconds:g} s ({what})",
-                hint=f"raise --timeout, or read the log: {deployment.log_path}")
-        time.sleep(min(0.1, deadline.left()))
+            raise watch.stalled(deadline)
+        time.sleep(min(0.25, deadline.left()))
 
 
 _MODEL_ERROR = re.compile(r'"(failed to load \'[^\']+\'[^"]*?|Poll failed for model directory[^"]*)"')
 _SERVER_ERROR = re.compile(r"^error: (.*)$", re.MULTILINE)
+_FAILED_MODEL = re.compile(r"failed to load '([^']+)'")
 
 
 def _signal_name(code: int | str) -> str | None:
@@ -546,8 +538,12 @@ def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     server_errors = _SERVER_ERROR.findall(log)
     hint = f"full server log: {deployment.log_path}"
     if model_errors:
-        return ModelLoadError(f"Triton could not load a model: "
-                              f"{_in_repository_terms(model_errors[0], deployment)}", hint=hint)
+        message = _in_repository_terms(model_errors[0], deployment)
+        failed = _FAILED_MODEL.match(message)
+        if failed and (crash := stub_crash(failed.group(1), message, deployment.log_path,
+                                           during="while it loaded")):
+            return ModelLoadError(crash, hint=hint)
+        return ModelLoadError(f"Triton could not load a model: {message}", hint=hint)
     if server_errors:
         return ServerError(f"tritonserver exited ({code}): {server_errors[-1]}", hint=hint)
     return ServerError(f"tritonserver exited with code {code}: {_tail(log)}", hint=hint)
@@ -743,15 +739,11 @@ def ending_from_log(logged: str, *, pid: int, killed: bool, seconds: float,
                     timeout: float) -> Stopped:
     """How a tritonserver told to stop (SIGINT) ended, from what it logged since: killed
     at the timeout, its exit timeout expired, or on its own; and what held it up."""
-    # Triton's counts with something in them, in order: it drains client connections, then
-    # in-flight work, then unloads, all in one exit timeout. The first is what held the stop
-    # up; the last, what it still waited for when it was killed.
-    waited = [f"{count} {what}" for _left, count, what in _DRAINING.findall(logged)
-              if count != "0"]
-    if killed:
-        return Stopped(pid, KILLED, seconds, timeout, waited[-1] if waited else None)
+    waits = _waits(logged)
+    if killed:      # what it still waited for: what the progress line said last
+        return Stopped(pid, KILLED, seconds, timeout, waits[-1][1] if waits else None)
     if _EXIT_TIMEOUT_EXPIRED in logged:
-        return Stopped(pid, EXIT_TIMEOUT, seconds, timeout, waited[0] if waited else None)
+        return Stopped(pid, EXIT_TIMEOUT, seconds, timeout, _held_up_by(waits))
     return Stopped(pid, EXITED, seconds, timeout)
 
 
@@ -872,10 +864,37 @@ def draining(log_path: Path) -> str | None:
     """What a stopping tritonserver last said it waits for, from its log's tail: e.g. '1 HTTP
     service connections (14 s left of its exit timeout)'; None if nothing (or no log)."""
     found = _DRAINING.findall(read_tail(log_path, 4096))
-    if not found or found[-1][1] == "0":
+    if not found or not _waits_for_something(found[-1]):
         return None
     left, count, what = found[-1]
     return f"{count} {what} ({left} s left of its exit timeout)"
+
+
+def _waits_for_something(found: tuple[str, str, str]) -> bool:
+    """A countdown line that counts something: '1 live models and 0 …', or '0 live models
+    and 2 in-flight non-inference requests'."""
+    _left, count, what = found
+    return any(int(n) for n in re.findall(r"\d+", f"{count} {what}"))
+
+
+def _waits(logged: str) -> list[tuple[str, str]]:
+    """Each countdown line of a stop that counts something, in order: its kind (what it
+    counts, the numbers left out) and what it says ('6 live models and 0 in-flight …')."""
+    return [(re.sub(r"\d+", "#", what), f"{count} {what}")
+            for left, count, what in _DRAINING.findall(logged)
+            if _waits_for_something((left, count, what))]
+
+
+def _held_up_by(waits: list[tuple[str, str]]) -> str | None:
+    """What held a stop up until Triton's exit timeout expired. Its phases share the
+    timeout, in order (client connections, in-flight work, unloads): the first that waited
+    for something held it; said with its last count, what that phase still waited for
+    when it ended (models unload one by one: '6 live models' was where it began, '1 live
+    models' what it waited for to the end, and what the progress line said last)."""
+    if not waits:
+        return None
+    kind = waits[0][0]
+    return [said for k, said in waits if k == kind][-1]
 
 
 def _alive(pid: int) -> bool:

@@ -39,7 +39,11 @@ for ``REFUSED_GRACE_S`` fails then, not at the deadline; a recorded deployment's
 whose port is open but not live yet, is waited for (``warm_up``).
 
 Nothing is ever unloaded. If the server restarts in the middle, every model is warmed
-again from the start on the new server (its models are cold again).
+again from the start on the new server (its models are cold again). A model that fails
+(its load refused, its process crashed, a request that never came back) stops only
+itself: the others are warmed, then ``WarmupFailed`` carries every model's figures or
+failure. The deadline a command gives bounds stalls (``StallDeadline``): each load, each
+answered request and each model begun moves it on.
 """
 
 from tritonkit.warmup._context import ABOUT, run_context, utc_now
@@ -51,7 +55,7 @@ from tritonkit.warmup._config import (
     sequence_slots,
     warmup_shapes,
 )
-from tritonkit.warmup._errors import InputRefused, LoadFailed
+from tritonkit.warmup._errors import InputRefused, ModelCrashed, WarmupFailed
 from tritonkit.warmup._model import CHECK_CLIENTS, CHECK_REQUESTS, cold_start_figures
 from tritonkit.warmup._results import ColdStart, ModelWarmup, SteadyRule
 from tritonkit.warmup._run import DEFAULT_REQUESTS, REFUSED_GRACE_S, load_and_warm, warm_up
@@ -68,9 +72,10 @@ __all__ = [
     "RELOAD_PARAMETER",
     "ColdStart",
     "InputRefused",
-    "LoadFailed",
+    "ModelCrashed",
     "ModelWarmup",
     "SteadyRule",
+    "WarmupFailed",
     "cold_start_figures",
     "load_and_warm",
     "load_model",

@@ -48,6 +48,8 @@ ABOUT: dict[str, str] = {
     "cold": "the first request was the model's first since it loaded",
     "warmed": "false: no requests could be sent (note says why)",
     "suggested_requests": "when not steady for want of requests: a --requests to try",
+    "error": "why the model failed to load or to warm up (refused, crashed, stalled); null "
+             "when it did not fail",
 }
 
 

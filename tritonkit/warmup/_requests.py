@@ -4,6 +4,7 @@ model, whole sequences for a stateful one (``Driver``)."""
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import statistics
 import time
@@ -13,7 +14,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from tritonkit.client import Endpoint, example_input, infer_inputs, triton_message
-from tritonkit.server.local import Deadline
+from tritonkit.deadline import Deadline
 from tritonkit.warmup._config import sequence_ids
 from tritonkit.warmup._errors import InputRefused, ServerGone
 from tritonkit.warmup._server import error_status, infer_failed, model_ready
@@ -224,6 +225,9 @@ class Driver:
     decoupled: bool = False
     sequence_ids: Iterator[int | str] | None = None
     first_id: int | str | None = None          # said in the note, to find them in a log
+    # Where the server's log (a file here) stood when this model's warm-up began: what it
+    # wrote since is what a crash of the model says.
+    log_from: int | None = None
 
     @classmethod
     def for_model(cls, endpoint: Endpoint, name: str, config: dict,
@@ -234,7 +238,7 @@ class Driver:
             first, ids = _peek(sequence_ids(config))
         return cls(endpoint, name, deadline,
                    decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled")),
-                   sequence_ids=ids, first_id=first)
+                   sequence_ids=ids, first_id=first, log_from=_log_size(endpoint.log_path))
 
     @property
     def transport(self) -> type[_HttpRequests | _StreamRequests]:
@@ -276,6 +280,7 @@ class Driver:
             latencies.append((time.perf_counter() - started) * 1e3)
             if answered is not None and first_response is None:
                 first_response = (answered - started) * 1e3
+        self.deadline.moved()
         return Sample(latencies, first_response)
 
     def burst(self, inputs: list, count: int, version: str = "") -> int:
@@ -293,6 +298,7 @@ class Driver:
             raise self._failed(exc, connection, inputs, version, steps, started) from None
         finally:
             connection.close()
+        self.deadline.moved()
         return count * len(steps)
 
     def _failed(self, exc: Exception, connection: _HttpRequests | _StreamRequests,
@@ -304,7 +310,8 @@ class Driver:
         warm-up goes on past a refused guessed shape. A sequence refused at its START is
         ended too: Triton's sequence batcher gives a START its slot before the model runs
         it, so a START the model refuses holds the slot all the same."""
-        failure = infer_failed(exc, self.endpoint, self.name, self.deadline, started)
+        failure = infer_failed(exc, self.endpoint, self.name, self.deadline, started,
+                               self.log_from)
         if isinstance(failure, InputRefused) and steps[0][0] is not None:
             for sequence_id, _, _ in steps[0]:
                 if self.deadline.expired():
@@ -325,3 +332,11 @@ class Driver:
             how.append(f"stateful: each sample a whole sequence of {SEQUENCE_LENGTH} requests "
                        f"(start, continue, end), correlation IDs from {self.first_id} up")
         return "; ".join(how)
+
+
+def _log_size(log_path: str | None) -> int | None:
+    """How long the server's log is now (None where it is no file here)."""
+    try:
+        return os.lstat(log_path).st_size if log_path else None
+    except OSError:
+        return None

@@ -125,6 +125,9 @@ class ModelWarmup:
     # The steady window each shape's p50 is the median of (the rule's, at least one per
     # instance); None where not known (an older record): then at most the rule's default.
     steady_window: int | None = None
+    # Why the model failed to load or to warm up (its figures then are what it got to);
+    # None when it did not fail.
+    error: str | None = None
 
     def shape_cold_starts(self) -> list[ShapeColdStart]:
         """Each shape's first sample (a stateful model's: its first sequence's mean request)

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tritonkit.client import Endpoint, resolve_endpoint
-from tritonkit.errors import ModelLoadError, ServerError, UsageError
+from tritonkit.deadline import StallDeadline
+from tritonkit.errors import ModelLoadError, ServerError, TritonkitError, UsageError
 from tritonkit.server.local import Deadline, Progress, refuse_gone_local_server
 from tritonkit.server.state import load_deployment
 from tritonkit.warmup._config import ensemble_steps, file_config, load_order
-from tritonkit.warmup._errors import LoadFailed, ServerGone
+from tritonkit.warmup._errors import ServerGone, WarmupFailed
 from tritonkit.warmup._model import warm_model
 from tritonkit.warmup._record import (
     GoneForGood,
@@ -60,13 +61,16 @@ def load_and_warm(
 ) -> list[ModelWarmup]:
     """Load ``models`` (default: every model in the server's repository) and warm each up.
 
-    ``requests`` bounds the warm-up requests per model, ``deadline`` the whole call
-    (waits for the server included). ``config_dir`` is the folder the server reads; it
-    gives the ensemble steps of models not loaded yet (without it, the steps Triton loads
-    with an ensemble are read from the server once it has, and warmed too). ``check``
-    measures a fresh client's first request after the warm-up. ``progress`` is told what
-    is being done (waiting, loading, warming which model and shape). A model that never
-    became steady comes back with ``steady=False``; a refused load raises ModelLoadError.
+    ``requests`` bounds the warm-up requests per model, ``deadline`` the waits (for the
+    server included; by default 120 s without progress, ``StallDeadline``). ``config_dir``
+    is the folder the server reads; it gives the ensemble steps of models not loaded yet
+    (without it, the steps Triton loads with an ensemble are read from the server once it
+    has, and warmed too). ``check`` measures a fresh client's first request after the
+    warm-up. ``progress`` is told what is being done (waiting, loading, warming which
+    model and shape). A model that never
+    became steady comes back with ``steady=False``. A model that fails to load or to warm
+    up (refused, crashed, stalled) leaves the others to be warmed; then ``WarmupFailed``
+    is raised, with every model's figures or failure.
     ``server_exited``, for a server the caller started, tells a crash (raised at once,
     with what the server said) from a restart (waited for, then warmed again). ``fresh``
     says the server has just started, so each model's first request is its cold one even
@@ -79,7 +83,7 @@ def load_and_warm(
     """
     if requests < 1:
         raise UsageError(f"--requests must be at least 1 (got {requests})")
-    deadline = deadline or Deadline(120.0)
+    deadline = deadline or StallDeadline(120.0)
     quiet_interrupts()
     restarts = 0
     while True:
@@ -115,8 +119,9 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
                         deadline: Deadline, rule: SteadyRule, reload: bool,
                         config_dir: Path | None, check: bool, fresh: bool,
                         progress: Progress) -> list[ModelWarmup]:
-    """One pass on one server. A model that fails to load does not keep the others cold:
-    they are loaded and warmed, then the first failure is raised, the figures on it."""
+    """One pass on one server. A model that fails to load or to warm up does not keep the
+    others cold: they are loaded and warmed, then ``WarmupFailed`` is raised, every model's
+    figures or failure on it."""
     client = http_client(endpoint, deadline)
     try:
         index = repository_index(client, endpoint)
@@ -136,43 +141,74 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
                     and never_served(served_counts(client, endpoint, n), configs[n])}
         order = load_order(names, configs)
         load_s: dict[str, float] = {}
-        failed: dict[str, ModelLoadError] = {}
+        failed: dict[str, TritonkitError] = {}
         for name in order:
-            if any(step in failed for step in ensemble_steps(configs.get(name, {}))):
-                continue         # Triton would refuse it for the step it lacks
+            if lacking := [s for s in ensemble_steps(configs.get(name, {})) if s in failed]:
+                failed[name] = ModelLoadError(      # Triton would refuse it for the step it lacks
+                    f"'{name}' was not loaded: its step {', '.join(lacking)} failed")
+                continue
             if name not in ready or reload:
                 progress(f"loading {name}")
+                deadline.moved()        # each load is a wait of its own
                 try:
                     load_s[name] = load_model(endpoint, name, deadline, reload=name in ready)
-                except ModelLoadError as error:
+                except (ServerGone, UsageError):
+                    raise
+                except TritonkitError as error:     # refused, crashed or stalled: this one
                     failed[name] = error
-        brought = _steps_loaded_along(client, order, configs, failed)
+        # Out of time (a load that did not finish): the server is still at it, and a question
+        # about its models now could wait for it.
+        brought = {} if deadline.expired() else _steps_loaded_along(client, order, configs,
+                                                                      failed)
         order = load_order(names, configs)
     finally:
         client.close()
-    results = []
-    for name in order:
+    results = [_failed_load(name, error, was_ready=name in ready) for name, error in failed.items()]
+    for position, name in enumerate(order, 1):
         if name in failed or name not in load_s and name not in ready and name not in brought:
             continue
+        deadline.moved()        # a stall of one model's warm-up is its own: the next starts afresh
         if deadline.expired():
             results.append(ModelWarmup(model=name, steady=False, requests=0,
                                        load_s=load_s.get(name), note="not reached: out of time",
                                        was_ready=name in ready))
             continue
-        result = warm_model(endpoint, name, load_s.get(name), requests=requests,
-                            deadline=deadline, rule=rule, check=check,
-                            cold=fresh or name in load_s or name in brought or name in unserved,
-                            progress=progress)
+        try:
+            result = warm_model(endpoint, name, load_s.get(name), requests=requests,
+                                deadline=deadline, rule=rule, check=check,
+                                cold=fresh or name in load_s or name in brought or name in unserved,
+                                progress=_counted(progress, position, len(order)))
+        except (ServerGone, UsageError):
+            raise
+        except TritonkitError as error:       # this model's: the others are warmed all the same
+            failed[name] = error
+            results.append(ModelWarmup(model=name, steady=False, requests=0,
+                                       load_s=load_s.get(name), was_ready=name in ready,
+                                       error=error.message))
+            continue
         note = f"loaded by Triton with ensemble '{brought[name]}'" if name in brought else ""
         results.append(replace(result, was_ready=name in ready,
                                note="; ".join(filter(None, [note, result.note]))))
     if failed:
-        raise LoadFailed(next(iter(failed.values())), results)
+        results.sort(key=lambda r: order.index(r.model) if r.model in order else len(order))
+        raise WarmupFailed(failed, results)
     return results
 
 
+def _failed_load(name: str, error: TritonkitError, *, was_ready: bool) -> ModelWarmup:
+    return ModelWarmup(model=name, steady=False, requests=0, warmed=False, was_ready=was_ready,
+                       error=error.message)
+
+
+def _counted(progress: Progress, position: int, count: int) -> Progress:
+    """``progress`` with the model's place among those warmed, when there are several."""
+    if count < 2:
+        return progress
+    return lambda message: progress(f"{message} (model {position} of {count})")
+
+
 def _steps_loaded_along(client, order: list[str], configs: dict[str, dict],
-                        failed: dict[str, ModelLoadError]) -> dict[str, str]:
+                        failed: dict[str, TritonkitError]) -> dict[str, str]:
     """Steps Triton loaded with an ensemble whose config this call could not read before
     the load (a --url server's folder is not here): read from the server now, nested
     ensembles too, into ``configs``. Step → the ensemble that brought it."""
@@ -216,8 +252,11 @@ def warm_up(repository: Path | None = None, url: str | None = None,
     without ``url``) may be starting or restarting, so it is waited for the whole
     ``timeout``; an address given by ``url`` alone that refuses every connection for
     ``REFUSED_GRACE_S`` has nothing listening (no server, or not its HTTP port) and
-    fails then. One that accepts connections but is not live yet is waited for."""
-    deadline = Deadline(timeout)
+    fails then. One that accepts connections but is not live yet is waited for.
+
+    ``timeout`` bounds a stall: each load done, request answered or model begun moves the
+    deadline on (``StallDeadline``), so many big models warm as long as they need."""
+    deadline = StallDeadline(timeout)
     endpoint = resolve_endpoint(repository=repository, url=url, grpc_url=grpc_url,
                                 secret=secret)
     rediscover, config_dir, recorded = None, None, False

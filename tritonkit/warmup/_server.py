@@ -15,7 +15,8 @@ from typing import Callable
 from tritonkit.client import SECRET_ENV, Endpoint, health, split_message, triton_message, wait_until
 from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
 from tritonkit.server.local import Deadline, Progress
-from tritonkit.warmup._errors import InputRefused, ServerGone
+from tritonkit.server.loading import stub_crash
+from tritonkit.warmup._errors import InputRefused, ModelCrashed, ServerGone
 
 _BACKOFF_START, _BACKOFF_MAX = 0.05, 1.0
 _REFUSED = os.strerror(errno.ECONNREFUSED)       # how ``health`` says it: "Connection refused"
@@ -114,6 +115,7 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
             f"no Triton server answers at {endpoint.http_url} "
             f"(waited {time.monotonic() - started:.1f} s; last: {last})",
             hint="start one with tritonkit deploy, or raise --timeout")
+    deadline.moved()
     return endpoint
 
 
@@ -245,6 +247,7 @@ def load_model(endpoint: Endpoint, name: str, deadline: Deadline, *,
                 _load(client, endpoint, name, deadline, started, config)
     finally:
         client.close()
+    deadline.moved()
     return time.perf_counter() - started
 
 
@@ -263,6 +266,9 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline, started: fl
         if _not_live(endpoint, deadline):
             raise ServerGone(triton_message(exc)) from None
         message, detail = split_message(triton_message(exc))
+        if crash := stub_crash(name, message, endpoint.log_path, during="while it loaded"):
+            raise ModelLoadError(crash, hint=read_the_log(endpoint.log_path),
+                                 detail=detail) from None
         if _NOT_EXPLICIT in message:
             raise ModelLoadError(
                 f"the server at {endpoint.http_url} is not in explicit model-control mode, so "
@@ -274,7 +280,7 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline, started: fl
                              detail=detail) from None
     except Exception as exc:
         if _timed_out(exc):
-            raise _out_of_time(f"loading '{name}' did not finish", started) from None
+            raise _out_of_time(f"loading '{name}' did not finish", started, deadline) from None
         raise ServerGone(triton_message(exc)) from None
 
 
@@ -294,21 +300,29 @@ def _timed_out(exc: BaseException) -> bool:
     return isinstance(exc, (TimeoutError, Timeout))
 
 
-def _out_of_time(what: str, started: float) -> ServerError:
+def _out_of_time(what: str, started: float, deadline: Deadline) -> ServerError:
     return ServerError(
-        f"{what} within {time.perf_counter() - started:.1f} s, all that was left of the "
-        "timeout (Triton may still be loading or executing it)",
+        f"{what} within {time.perf_counter() - started:.1f} s: {deadline.ran_out()} "
+        "(Triton may still be loading or executing it)",
         hint="raise --timeout (a first request on a GPU can build TensorRT engines for "
              "minutes), or read the server's log")
 
 
 def infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline,
-                 started: float) -> Exception:
+                 started: float, log_from: int | None = None) -> Exception:
+    """What a failed warm-up request means: out of time, the server gone, the model's
+    process crashed (its lines in the server's log past ``log_from``, where the log is a
+    file here), or the input refused."""
     if _timed_out(exc):
-        return _out_of_time(f"'{name}' did not answer a warm-up request", started)
+        return _out_of_time(f"'{name}' did not answer a warm-up request", started, deadline)
     if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
         return ServerGone(triton_message(exc))
     message, detail = split_message(triton_message(exc))
+    if crash := stub_crash(name, message, endpoint.log_path, during="during a warm-up request",
+                           since=log_from):
+        return ModelCrashed(crash, hint=f"no input was refused: its process died or hung "
+                                        f"(out of memory? see dmesg); {read_the_log(endpoint.log_path)}",
+                            detail=detail)
     if error_status(exc) == "StatusCode.UNAVAILABLE":      # HTTP answers (above), gRPC does not
         return ServerError(
             f"no gRPC answer at {endpoint.grpc_url} for '{name}' ({message}), though the "
