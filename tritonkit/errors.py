@@ -10,7 +10,9 @@ class's ``exit_code``. ``TRITONKIT_DEBUG=1`` shows the traceback as well.
     ├── ServerError                 tritonserver could not be found, started, reached or stopped
     │   └── ModelLoadError          Triton refused to load a model (its own message is kept)
     ├── ExportError                 a model could not be exported
-    │   └── VerificationError       the exported model disagrees with PyTorch
+    │   ├── VerificationError       the exported model disagrees with PyTorch
+    │   └── UserCodeError           the user's code ended the run itself (sys.exit(), its
+    │                               own KeyboardInterrupt): no exporter is tried after it
     ├── LoadTestError               a load test could not run or ended in errors (exit 4)
     └── DeployInterrupted           a signal ended a deploy that leaves something behind
                                     (compose containers): exit 128 + the signal, 130 for Ctrl-C
@@ -73,6 +75,12 @@ class ExportError(TritonkitError):
 
 class VerificationError(ExportError):
     """The exported model's outputs disagree with PyTorch beyond tolerance."""
+
+
+class UserCodeError(ExportError):
+    """The user's code (the SPEC's file, the factory, forward()) raised what is no
+    Exception: sys.exit(), a KeyboardInterrupt of its own, GeneratorExit, a BaseException.
+    It ends the export: the next exporter would run the same code."""
 
 
 class LoadTestError(TritonkitError):
