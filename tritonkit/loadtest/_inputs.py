@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tritonkit.client import Endpoint, example_input, triton_message
+from tritonkit.client import Endpoint, NotTriton, example_input, triton_message
 from tritonkit.errors import ServerError, UsageError
 from tritonkit.fileio import check_regular, read_user_file
 from tritonkit.loadtest._deployment import server_hint, unknown_model
@@ -130,8 +130,11 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
     """
     client = endpoint.http()
     try:
+        client.get_server_metadata()        # Triton 2, or NotTriton
         metadata = client.get_model_metadata(model)
         config = client.get_model_config(model)
+    except NotTriton:
+        raise
     except Exception as exc:  # tritonclient raises transport and server errors alike
         message = triton_message(exc)
         if "unknown model" in message.lower() or "not found" in message.lower():

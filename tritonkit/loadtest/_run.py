@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tritonkit.answers import INFER_RESPONSE, NotTriton, expect, not_triton
 from tritonkit.client import Endpoint, server_version
 from tritonkit.errors import Interrupted, LoadTestError, ServerError, UsageError
 from tritonkit.loadtest._deployment import refuse_gone_server, server_hint
@@ -31,7 +32,7 @@ from tritonkit.loadtest._sequences import (
 from tritonkit.loadtest._server import (
     ServerEvent, ServerWatcher, StatsSnapshot, served_nothing_since_load)
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
-from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
+from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender, infer_answer
 from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -428,11 +429,19 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
                 send()
             else:
                 send(step)
-            return (time.perf_counter_ns() - began) / 1e6
+            took_ms = (time.perf_counter_ns() - began) / 1e6
+            if protocol == "http":
+                _check_answer(send.__self__.answer(), url, template.model)
+            return took_ms
         finally:
             send.__self__.close()           # the probe's own connection
+    except NotTriton:
+        raise
     except RequestFailed as exc:
         said, _, rest = exc.said.strip().partition("\n")
+        if exc.foreign:
+            raise not_triton(url, f"it answered an inference request over {protocol} with "
+                             f"{_shortened(said, 120)!r}") from None
         sent = f"model '{template.model}' ({template.describe()})"
         refusal = said if exc.refused else input_refusal(said)
         if refusal is not None:
@@ -449,6 +458,16 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
         # Nothing was run: a server that cannot be reached (exit 1), as when its model could
         # not be read — not a run whose requests failed (exit 4).
         raise ServerError(f"could not reach {url} over {protocol}: {exc}", hint=hint) from None
+
+
+def _check_answer(body: bytes, url: str, model: str) -> None:
+    """The probe's HTTP answer is Triton's: its JSON header names the model's outputs."""
+    request = f"its answer to POST /v2/models/{model}/infer"
+    try:
+        header = infer_answer(body)
+    except ValueError:
+        raise not_triton(url, f"{request} does not start with JSON") from None
+    expect(header, INFER_RESPONSE, what=request, server=url)
 
 
 def _shortened(text: str, most: int) -> str:

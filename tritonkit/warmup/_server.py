@@ -12,7 +12,8 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from tritonkit.client import SECRET_ENV, Endpoint, health, split_message, triton_message, wait_until
+from tritonkit.client import (SECRET_ENV, Endpoint, NotTriton, health, split_message,
+                              triton_message, wait_until)
 from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
 from tritonkit.server.local import Deadline, Progress
 from tritonkit.warmup._errors import InputRefused, ServerGone
@@ -126,6 +127,20 @@ def _waiting_for(endpoint: Endpoint, deadline: Deadline, why: str,
     return line + " …"
 
 
+def gone(exc: Exception) -> Exception:
+    """What a failed call to the server means: it went away (ServerGone, warmed again once it
+    is back), unless it answered as no Triton does (NotTriton, said as it is)."""
+    return exc if isinstance(exc, NotTriton) else ServerGone(triton_message(exc))
+
+
+def check_triton(client) -> None:
+    """The server says it is Triton 2 (its metadata), or NotTriton; ServerGone if it is not there."""
+    try:
+        client.get_server_metadata()
+    except Exception as exc:
+        raise gone(exc) from None
+
+
 def repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
     """Model name → the states of its versions (empty: known, never loaded)."""
     from tritonclient.utils import InferenceServerException
@@ -145,9 +160,9 @@ def repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
                     f"secret), or the server's secret with --secret-file FILE or {SECRET_ENV}")
             raise UsageError(f"the server at {endpoint.http_url} refused the model-repository "
                              f"API with {what} ({triton_message(exc)})", hint=hint) from None
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
     except Exception as exc:
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
     states: dict[str, set[str]] = {}
     for entry in index:
         states.setdefault(entry["name"], set())
@@ -160,14 +175,14 @@ def model_ready(client, name: str) -> bool:
     try:
         return bool(client.is_model_ready(name))
     except Exception as exc:
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
 
 
 def server_config(client, name: str) -> dict:
     try:
         return client.get_model_config(name)
     except Exception as exc:
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
 
 
 def ready_versions(client, name: str) -> list[str]:
@@ -175,7 +190,7 @@ def ready_versions(client, name: str) -> list[str]:
     try:
         return [str(v) for v in client.get_model_metadata(name).get("versions", [])]
     except Exception as exc:
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
 
 
 def served_counts(client, endpoint: Endpoint, name: str) -> dict[str, Counts] | None:
@@ -261,7 +276,7 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline, started: fl
             raise UsageError(f"the server refused to load '{name}': {triton_message(exc)}",
                              hint="pass --repository DIR of the running deployment (its secret)") from None
         if _not_live(endpoint, deadline):
-            raise ServerGone(triton_message(exc)) from None
+            raise gone(exc) from None
         message, detail = split_message(triton_message(exc))
         if _NOT_EXPLICIT in message:
             raise ModelLoadError(
@@ -275,7 +290,7 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline, started: fl
     except Exception as exc:
         if _timed_out(exc):
             raise _out_of_time(f"loading '{name}' did not finish", started) from None
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
 
 
 def read_the_log(log_path: str | None = None) -> str:
@@ -304,6 +319,8 @@ def _out_of_time(what: str, started: float) -> ServerError:
 
 def infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadline,
                  started: float) -> Exception:
+    if isinstance(exc, NotTriton):
+        return exc
     if _timed_out(exc):
         return _out_of_time(f"'{name}' did not answer a warm-up request", started)
     if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
