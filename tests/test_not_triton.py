@@ -188,3 +188,31 @@ def test_a_shape_names_the_first_place_an_answer_differs():
                     MODEL_CONFIG) == "has model_warmup[0].inputs.x.dims a str '4', not a list"
     with pytest.raises(NotTriton, match=r"its answer has no 'outputs'"):
         expect({"model_name": "m"}, INFER_RESPONSE, what="its answer", server="h:1")
+
+
+def test_warmup_says_a_grpc_port_without_tritons_service_is_not_triton(capsys, tmp_path):
+    """A decoupled model is warmed over gRPC streaming: --grpc-url answered by a gRPC
+    server that has no service is not Triton, not "a model that refused its input"."""
+    import grpc
+
+    from tests.test_warmup import DECOUPLED_CONFIG, DECOUPLED_MODEL, _python_model
+
+    repo = tmp_path / "repo"
+    _python_model(repo, "streaming", DECOUPLED_CONFIG,
+                  DECOUPLED_MODEL.replace("BEFORE", "0").replace("AFTER", "0"))
+    assert run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
+                   "--metrics-port", "0", "--no-warmup", "--timeout", "60") == 0
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        from tritonkit.server.state import load_deployment
+
+        http_url = load_deployment(repo).http_url
+        code = run_cli("warmup", "--url", http_url, "--repository", repo, "--grpc-url",
+                       f"127.0.0.1:{port}", "--model", "streaming", "--timeout", "60")
+    finally:
+        server.stop(None)
+        run_cli("down", "--repository", repo)
+    line = says_not_triton(capsys, code, f"127.0.0.1:{port}")
+    assert "its gRPC port has no Triton inference service" in line

@@ -12,6 +12,7 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
+from tritonkit.answers import not_triton
 from tritonkit.client import (SECRET_ENV, Endpoint, NotTriton, health, split_message,
                               triton_message, wait_until)
 from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
@@ -326,6 +327,9 @@ def infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadli
     if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
         return ServerGone(triton_message(exc))
     message, detail = split_message(triton_message(exc))
+    if error_status(exc) == "StatusCode.UNIMPLEMENTED":    # a gRPC server, not Triton's
+        return not_triton(endpoint.grpc_url or endpoint.http_url,
+                          f"its gRPC port has no Triton inference service ({message})")
     if error_status(exc) == "StatusCode.UNAVAILABLE":      # HTTP answers (above), gRPC does not
         return ServerError(
             f"no gRPC answer at {endpoint.grpc_url} for '{name}' ({message}), though the "
