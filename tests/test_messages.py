@@ -179,3 +179,22 @@ def test_any_unparsable_config_is_named_by_line_and_schema_not_by_its_text(
     error, _ = one_error(capsys)
     assert error.endswith(f"config.pbtxt is not a valid Triton model config: {says}"), error
     assert SECRET_WORDS not in error and SECRET_WORDS.upper()[:6] not in error
+
+
+def test_diagnose_of_a_file_that_is_no_recording_never_echoes_its_lines(capsys, tmp_path):
+    secrets = tmp_path / "secrets.txt"
+    secrets.write_text(f"token={SECRET_WORDS},another\n1,2\n")
+    assert run_cli("diagnose", secrets) == EXIT_USAGE
+    error, _ = one_error(capsys)
+    assert error == (f"error: {secrets} has no column 'elapsed_s' in its first line: it is no "
+                     "recording of tritonkit monitor")
+
+
+def test_a_recordings_bad_value_is_named_by_line_and_column_not_echoed(capsys, tmp_path):
+    from tritonkit.monitor.recording import read_monitor_csv
+
+    recording = tmp_path / "mon.csv"
+    recording.write_text(f"elapsed_s,util_pct,mem_used_mib,mem_total_mib\n{SECRET_WORDS},1,2,3\n")
+    with pytest.raises(Exception) as caught:
+        read_monitor_csv(recording)
+    assert str(caught.value) == f"{recording}:2: column 'elapsed_s' is not a number"
