@@ -204,8 +204,10 @@ def test_the_python_api_raises_user_code_error(tmp_path):
 
 
 FACTORY_THAT_MOVES = '''
+import inspect
 import os
 import signal
+import sys
 
 import torch
 
@@ -213,23 +215,54 @@ import torch
 def build():
     os.chdir({elsewhere!r})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.umask(0o777)
+    sys.setrecursionlimit(len(inspect.stack(0)) + 40)     # enough to return, not to export
+    sys.stdout = None
+    return torch.nn.Linear(4, 2), torch.randn(2, 4)
+
+
+def closes():
+    sys.stdout.close()
+    sys.stderr.close()
     return torch.nn.Linear(4, 2), torch.randn(2, 4)
 '''
 
 
-def test_a_factory_cannot_move_the_export_or_take_ctrl_c_away(capsys, tmp_path, monkeypatch,
-                                                             default_sigint):
+def test_a_factory_cannot_change_what_the_export_runs_on(capsys, tmp_path, monkeypatch,
+                                                        default_sigint):
     """A relative --repository is where the user ran the export from, whatever folder the
-    factory went to; and a Ctrl-C still interrupts after a factory that ignored it."""
+    factory went to; a Ctrl-C still interrupts after a factory that ignored it; the files
+    are written with the user's umask, not the factory's; the export still says what it
+    wrote, where the factory took stdout away."""
+    import sys
+
     here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
     here.mkdir()
     elsewhere.mkdir()
     (here / "moving.py").write_text(FACTORY_THAT_MOVES.format(elsewhere=str(elsewhere)))
     monkeypatch.chdir(here)
+    limit = sys.getrecursionlimit()
     code = run_cli("export", "moving.py:build", "--name", "m", "--repository", "repo",
                    "--no-verify")
-    assert code == 0, capsys.readouterr().err
-    assert (here / "repo" / "m" / "1" / "model.onnx").is_file()
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "exported m to repo/m" in captured.out
+    model = here / "repo" / "m" / "1" / "model.onnx"
+    assert model.is_file() and os.access(model, os.R_OK) and model.stat().st_mode & 0o444
     assert not (elsewhere / "repo").exists()
     assert Path(os.getcwd()) == here
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert sys.getrecursionlimit() == limit
+
+
+def test_a_factory_that_closes_stdout_and_stderr_still_gets_the_exports_lines(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "moving.py").write_text(FACTORY_THAT_MOVES.format(elsewhere=str(tmp_path)))
+    done = subprocess.run([sys.executable, "-m", "tritonkit", "export", "moving.py:closes",
+                           "--name", "m", "--repository", "repo", "--no-verify"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "exported m to repo/m" in done.stdout
+    assert "internal error" not in done.stderr

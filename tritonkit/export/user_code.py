@@ -9,9 +9,11 @@ BaseException of its own. Each becomes a ``UserCodeError`` (exit 1) that names t
 A real Ctrl-C meanwhile stays one: the SIGINT handler in force during the block marks it.
 ``os._exit()`` and a signal the code sends itself are out of any boundary's reach.
 
-The working folder and the SIGINT, SIGTERM and SIGHUP handlers are put back after the
-block: code that changes them would otherwise move where the export writes (a relative
-``--repository``), or what a Ctrl-C does.
+What the process runs on is put back after the block: the working folder, the SIGINT,
+SIGTERM and SIGHUP handlers, the umask, the recursion limit, ``sys.stdout`` and
+``sys.stderr`` (a closed one opened again on its descriptor). Code that changes them would
+otherwise move where the export writes (a relative ``--repository``), what a Ctrl-C does,
+who may read the files written, or where (whether) the result is said.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from typing import Iterator
 
@@ -34,7 +37,7 @@ def running(what: str, duty: str) -> Iterator[None]:
     that is no Exception becomes a UserCodeError naming it, its hint saying ``duty`` (what
     the code is for: "a factory returns (module, example_inputs)")."""
     folder = _working_folder()
-    with _handlers_kept() as ctrl_c:
+    with _handlers_kept() as ctrl_c, _process_kept():
         try:
             yield
         except Exception:
@@ -69,6 +72,27 @@ def _short(text: str) -> str:
     lines = text.strip().splitlines()
     line = lines[0] if lines else ""
     return line if len(line) <= 200 else line[:197] + "..."
+
+
+@contextlib.contextmanager
+def _process_kept() -> Iterator[None]:
+    """The umask, the recursion limit and the standard streams as they were before the block."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    limit = sys.getrecursionlimit()
+    streams = {"stdout": sys.stdout, "stderr": sys.stderr}
+    try:
+        yield
+    finally:
+        os.umask(umask)
+        sys.setrecursionlimit(limit)
+        for name, stream in streams.items():
+            if getattr(stream, "closed", False):        # the code closed it: open its fd again
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    fd = 1 if name == "stdout" else 2
+                    stream = open(fd, "w", encoding=stream.encoding, errors=stream.errors,
+                                  closefd=False, buffering=1)
+            setattr(sys, name, stream)
 
 
 def _working_folder() -> str | None:
