@@ -198,3 +198,14 @@ def test_a_recordings_bad_value_is_named_by_line_and_column_not_echoed(capsys, t
     with pytest.raises(Exception) as caught:
         read_monitor_csv(recording)
     assert str(caught.value) == f"{recording}:2: column 'elapsed_s' is not a number"
+
+
+def test_input_data_the_model_cannot_take_is_named_not_quoted(capsys, tmp_path, deployed):
+    data = tmp_path / "data.json"
+    data.write_text(f'{{"INPUT__0": [1, 2, 3, "{SECRET_WORDS}"]}}')
+    code = run_cli("loadtest", "--url", deployed.http_url, "--model", "example",
+                   "--concurrency", "1", "--duration", "1", "--input-data", data)
+    error, _ = one_error(capsys)
+    assert code == EXIT_USAGE
+    assert error == ("error: input data for INPUT__0 cannot be read as FP32: an item of it is "
+                     "not such a number")

@@ -497,8 +497,10 @@ def _fit(array: np.ndarray, name: str, datatype: str, dims: list[int], batches: 
     else:
         try:
             array = np.asarray(array).astype(triton_to_np_dtype(datatype))
-        except (ValueError, TypeError) as exc:
-            raise UsageError(f"input data for {name} cannot be read as {datatype} ({exc})",
+        except (ValueError, TypeError, OverflowError):
+            # Not numpy's words: they quote the item, and the file may be a link to any file.
+            raise UsageError(f"input data for {name} cannot be read as {datatype}: an item of "
+                             "it is not such a number",
                              hint=f"the model takes {datatype} for {name}: give numbers") from None
     wanted = ([batch_size] if batches else []) + dims
     given = list(array.shape)
