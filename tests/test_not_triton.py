@@ -12,9 +12,9 @@ from concurrent import futures
 import pytest
 
 from tests.conftest import run_cli
-from tritonkit.answers import (INFER_RESPONSE, MODEL_CONFIG, MODEL_METADATA, NotTriton,
+from tritonkit.answers import (INFER_RESPONSE, MODEL_CONFIG, MODEL_METADATA,
                                check_server_metadata, expect, mismatch)
-from tritonkit.errors import EXIT_ERROR
+from tritonkit.errors import EXIT_ERROR, NotTriton
 
 # What the peer answers every request with: (status, body, content type).
 ANSWERS = {

@@ -10,7 +10,7 @@ A shape is data:
 - a type, or a tuple of types (``bool`` is no ``int`` here);
 - ``INT``: an integer, or the digit string protobuf's JSON makes of an int64;
 - ``{key: shape}``: an object with those keys (``"key?"``: optional); other keys are
-  allowed, as a newer Triton adds fields;
+  allowed, as a newer Triton adds fields. ``{str: shape}``: every value of the object;
 - ``[shape]``: a list whose every item has ``shape``.
 """
 
@@ -18,16 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tritonkit.errors import ServerError
+from tritonkit.errors import NotTriton
 
 # The Triton major version whose HTTP/REST and gRPC APIs tritonkit speaks (KServe v2 and
 # Triton's extensions: model repository, configuration, statistics).
 TRITON_MAJOR = "2"
-
-
-class NotTriton(ServerError):
-    """The server answered, but not as Triton 2 does: another service on the port, or
-    another version."""
 
 
 class _Int:

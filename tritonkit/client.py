@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from tritonkit import answers
-from tritonkit.answers import NotTriton  # noqa: F401  (callers catch it from here)
 from tritonkit.errors import UsageError
 from tritonkit.fileio import read_user_text
 from tritonkit.server.state import Deployment, check_secret, load_deployment
@@ -135,16 +134,6 @@ def server_version(endpoint: Endpoint) -> str | None:
     finally:
         client.close()
     return str(version) if version else None
-
-
-def check_triton(endpoint: Endpoint, timeout: float = 5.0) -> dict:
-    """The server's metadata, once it has said it is Triton 2 (``GET /v2``): NotTriton if
-    it is another service or version. Errors reaching it are tritonclient's, as raised."""
-    client = endpoint.http(connection_timeout=timeout, network_timeout=timeout)
-    try:
-        return client.get_server_metadata()
-    finally:
-        client.close()
 
 
 class TritonHttp:

@@ -8,7 +8,8 @@ class's ``exit_code``. ``TRITONKIT_DEBUG=1`` shows the traceback as well.
     ├── UsageError                  the user's input is wrong: a path, a flag, a file (exit 2)
     │   └── ProfileError            a GPU profile or server-settings file is invalid
     ├── ServerError                 tritonserver could not be found, started, reached or stopped
-    │   └── ModelLoadError          Triton refused to load a model (its own message is kept)
+    │   ├── ModelLoadError          Triton refused to load a model (its own message is kept)
+    │   └── NotTriton               what answered is not Triton 2 (another service, version)
     ├── ExportError                 a model could not be exported
     │   ├── VerificationError       the exported model disagrees with PyTorch
     │   └── UserCodeError           the user's code ended the run itself (sys.exit(), its
@@ -67,6 +68,11 @@ class ServerError(TritonkitError):
 
 class ModelLoadError(ServerError):
     """Triton refused to load a model; ``message`` carries Triton's own words."""
+
+
+class NotTriton(ServerError):
+    """The server answered, but not as Triton 2 does: another service on the port, or
+    another version (``tritonkit.answers`` checks every answer read)."""
 
 
 class ExportError(TritonkitError):

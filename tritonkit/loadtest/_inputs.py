@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tritonkit.client import Endpoint, NotTriton, example_input, triton_message
-from tritonkit.errors import ServerError, UsageError
+from tritonkit.client import Endpoint, example_input, triton_message
+from tritonkit.errors import NotTriton, ServerError, UsageError
 from tritonkit.fileio import check_regular, read_user_file
 from tritonkit.loadtest._deployment import server_hint, unknown_model
 from tritonkit.loadtest._sequences import Sequencing, sequencing

@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tritonkit.answers import INFER_RESPONSE, NotTriton, expect, not_triton
+from tritonkit.answers import INFER_RESPONSE, expect, not_triton
 from tritonkit.client import Endpoint, server_version
-from tritonkit.errors import Interrupted, LoadTestError, ServerError, UsageError
+from tritonkit.errors import Interrupted, LoadTestError, NotTriton, ServerError, UsageError
 from tritonkit.loadtest._deployment import (refuse_crowding_the_server, refuse_gone_server,
                                             server_hint)
 from tritonkit.loadtest._inputs import (

@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from tritonkit.answers import not_triton
-from tritonkit.client import (SECRET_ENV, Endpoint, NotTriton, health, split_message,
-                              triton_message, wait_until)
-from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
+from tritonkit.client import (SECRET_ENV, Endpoint, health, split_message, triton_message,
+                              wait_until)
+from tritonkit.errors import Interrupted, ModelLoadError, NotTriton, ServerError, UsageError
 from tritonkit.server.local import Deadline, Progress
 from tritonkit.warmup._errors import InputRefused, ServerGone
 
