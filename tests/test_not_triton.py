@@ -86,6 +86,13 @@ def test_loadtest_says_a_peer_is_not_triton(capsys, peer):
     says_not_triton(capsys, code, address)
 
 
+def test_tune_says_a_peer_is_not_triton(capsys, peer, monkeypatch):
+    address, _ = peer
+    monkeypatch.setenv("TRITONKIT_REPOSITORY_SECRET", "abc")
+    code = run_cli("tune", "m", "--url", address, "--sla-p99-ms", "50")
+    says_not_triton(capsys, code, address)
+
+
 @pytest.mark.parametrize("verb", [["monitor", "--once"], ["diagnose", "--live", "--duration", "5"]])
 def test_monitor_and_diagnose_say_a_metrics_port_is_not_triton(capsys, peer, verb):
     address, answered = peer
