@@ -1,7 +1,9 @@
 """Reaching a Triton server: where it is, the secret header, inputs from a model's config.
 
 A tritonclient client object is not thread-safe: make one per worker with
-``Endpoint.http()`` / ``Endpoint.grpc()``.
+``Endpoint.http()`` / ``Endpoint.grpc()``. The HTTP client checks every answer tritonkit
+reads against the shape Triton gives it (``tritonkit.answers``): a server that is not
+Triton is said to be so in one line (``NotTriton``), wherever it is first asked.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
+from tritonkit import answers
 from tritonkit.errors import UsageError
 from tritonkit.fileio import read_user_text
 from tritonkit.server.state import Deployment, check_secret, load_deployment
@@ -58,10 +61,11 @@ class Endpoint:
                    repository_headers=deployment.repository_headers(),
                    log_path=deployment.log_path)
 
-    def http(self, **kwargs: Any):
+    def http(self, **kwargs: Any) -> "TritonHttp":
         import tritonclient.http as httpclient
 
-        return httpclient.InferenceServerClient(self.http_url, **kwargs)
+        return TritonHttp(httpclient.InferenceServerClient(self.http_url, **kwargs),
+                          self.http_url)
 
     def grpc(self, **kwargs: Any):
         if not self.grpc_url:
@@ -132,6 +136,114 @@ def server_version(endpoint: Endpoint) -> str | None:
     return str(version) if version else None
 
 
+class TritonHttp:
+    """tritonclient's HTTP client, each answer tritonkit reads checked against the shape
+    Triton gives it (``tritonkit.answers``) before anyone reads it: NotTriton when it has
+    another. The same names as tritonclient's; what it does not check passes through."""
+
+    def __init__(self, client: Any, server: str) -> None:
+        self._client = client
+        self.server = server            # host:port, as errors name it
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def get_server_metadata(self, *args: Any, **kwargs: Any) -> dict:
+        return answers.check_server_metadata(
+            self._asked("GET /v2", self._client.get_server_metadata, *args, **kwargs), self.server)
+
+    def get_model_metadata(self, model_name: str, *args: Any, **kwargs: Any) -> dict:
+        return self._checked(f"its metadata of model '{model_name}'", answers.MODEL_METADATA,
+                             f"GET /v2/models/{model_name}", self._client.get_model_metadata,
+                             model_name, *args, **kwargs)
+
+    def get_model_config(self, model_name: str, *args: Any, **kwargs: Any) -> dict:
+        return self._checked(f"its config of model '{model_name}'", answers.MODEL_CONFIG,
+                             f"GET /v2/models/{model_name}/config", self._client.get_model_config,
+                             model_name, *args, **kwargs)
+
+    def get_inference_statistics(self, *args: Any, **kwargs: Any) -> dict:
+        return self._checked("its inference statistics", answers.STATISTICS, "GET .../stats",
+                             self._client.get_inference_statistics, *args, **kwargs)
+
+    def get_model_repository_index(self, *args: Any, **kwargs: Any) -> list:
+        return self._checked("its model-repository index", answers.REPOSITORY_INDEX,
+                             "POST /v2/repository/index",
+                             self._client.get_model_repository_index, *args, **kwargs)
+
+    def is_server_live(self, headers: dict | None = None, query_params: dict | None = None) -> bool:
+        return self._ready("v2/health/live", headers, query_params)
+
+    def is_server_ready(self, headers: dict | None = None, query_params: dict | None = None) -> bool:
+        return self._ready("v2/health/ready", headers, query_params)
+
+    def is_model_ready(self, model_name: str, model_version: str = "",
+                       headers: dict | None = None, query_params: dict | None = None) -> bool:
+        from urllib.parse import quote
+
+        version = f"/versions/{model_version}" if model_version else ""
+        return self._ready(f"v2/models/{quote(model_name)}{version}/ready", headers, query_params)
+
+    def infer(self, model_name: str, *args: Any, **kwargs: Any) -> Any:
+        request = f"POST /v2/models/{model_name}/infer"
+        return self._inferred(self._asked(request, self._client.infer, model_name, *args,
+                                          **kwargs), request)
+
+    def async_infer(self, model_name: str, *args: Any, **kwargs: Any) -> Any:
+        checked = self
+        request = self._client.async_infer(model_name, *args, **kwargs)
+        said = f"POST /v2/models/{model_name}/infer"
+
+        class _Checked:
+            def get_result(self, *a: Any, **k: Any) -> Any:
+                return checked._inferred(checked._asked(said, request.get_result, *a, **k), said)
+
+        return _Checked()
+
+    def _inferred(self, result: Any, request: str) -> Any:
+        answers.expect(result.get_response(), answers.INFER_RESPONSE,
+                       what=f"its answer to {request}", server=self.server)
+        return result
+
+    def _checked(self, what: str, shape: Any, request: str, call: Callable, *args: Any,
+                 **kwargs: Any) -> Any:
+        return answers.expect(self._asked(request, call, *args, **kwargs), shape, what=what,
+                              server=self.server)
+
+    def _asked(self, request: str, call: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``call``'s answer; NotTriton where it is no JSON, or an error answer is not
+        Triton's (``{"error": "..."}``)."""
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            return call(*args, **kwargs)
+        except InferenceServerException as exc:
+            if triton_message(exc).startswith(_UNDECODABLE):
+                raise answers.not_triton(self.server, f"its HTTP {exc.status()} answer to "
+                                         f"{request} is not Triton's error JSON") from None
+            raise
+        except ValueError:      # rapidjson's JSONDecodeError, UnicodeDecodeError
+            raise answers.not_triton(self.server, f"its answer to {request} is not JSON") from None
+
+    def _ready(self, uri: str, headers: dict | None, query_params: dict | None) -> bool:
+        """Triton answers a readiness check with 200 and no body when ready."""
+        response = self._client._get(request_uri=uri, headers=headers, query_params=query_params)
+        body = response.read()
+        if response.status_code == 200 and body.strip():
+            raise answers.not_triton(self.server, f"it answers GET /{uri} with a body, where "
+                                     "Triton's is empty")
+        if response.status_code == 404 and uri.startswith("v2/health/"):
+            raise answers.not_triton(self.server, f"it has no /{uri} (HTTP 404)")
+        return response.status_code == 200
+
+
+# How tritonclient says an error answer was not the JSON it expects.
+_UNDECODABLE = "an exception occurred in the client while decoding the response"
+
+
 def check_address(address: str, flag: str) -> str:
     """``address`` if it is HOST:PORT (a port 1-65535; an IPv6 host in brackets, one
     trailing slash allowed), else a UsageError naming ``flag``."""
@@ -179,7 +291,8 @@ def split_message(text: str) -> tuple[str, str | None]:
 
 def health(http_url: str, path: str = "/v2/health/live", timeout: float = 1.0) -> str | None:
     """None if ``GET http://<http_url><path>`` answers 200 within ``timeout`` seconds, else
-    why not, in a few words.
+    why not, in a few words; NotTriton if the answer is none Triton gives (a body with its
+    200, a 404 for its health endpoints).
 
     Every poll of a server's health goes through here. It goes straight to the server,
     past any HTTP(S)_PROXY in the environment (a proxy would answer for a server on
@@ -187,10 +300,17 @@ def health(http_url: str, path: str = "/v2/health/live", timeout: float = 1.0) -
     open holds a stopping Triton for its exit timeout.
     """
     url = f"http://{http_url.removeprefix('http://')}{path}"
+    server = http_url.removeprefix("http://")
     try:
         with open_direct(url, timeout=max(timeout, 0.05)) as response:
+            if response.status == 200 and response.read(64).strip():
+                raise answers.not_triton(server, f"it answers GET {path} with a body, where "
+                                         "Triton's is empty")
             return None if response.status == 200 else f"HTTP {response.status} from {path}"
     except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code == 404 and path.startswith("/v2/health/"):
+            raise answers.not_triton(server, f"it has no {path} (HTTP 404)") from None
         return f"HTTP {exc.code} from {path}"
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -8,9 +8,12 @@ class's ``exit_code``. ``TRITONKIT_DEBUG=1`` shows the traceback as well.
     ├── UsageError                  the user's input is wrong: a path, a flag, a file (exit 2)
     │   └── ProfileError            a GPU profile or server-settings file is invalid
     ├── ServerError                 tritonserver could not be found, started, reached or stopped
-    │   └── ModelLoadError          Triton refused to load a model (its own message is kept)
+    │   ├── ModelLoadError          Triton refused to load a model (its own message is kept)
+    │   └── NotTriton               what answered is not Triton 2 (another service, version)
     ├── ExportError                 a model could not be exported
-    │   └── VerificationError       the exported model disagrees with PyTorch
+    │   ├── VerificationError       the exported model disagrees with PyTorch
+    │   └── UserCodeError           the user's code ended the run itself (sys.exit(), its
+    │                               own KeyboardInterrupt): no exporter is tried after it
     ├── LoadTestError               a load test could not run or ended in errors (exit 4)
     └── DeployInterrupted           a signal ended a deploy that leaves something behind
                                     (compose containers): exit 128 + the signal, 130 for Ctrl-C
@@ -67,12 +70,23 @@ class ModelLoadError(ServerError):
     """Triton refused to load a model; ``message`` carries Triton's own words."""
 
 
+class NotTriton(ServerError):
+    """The server answered, but not as Triton 2 does: another service on the port, or
+    another version (``tritonkit.answers`` checks every answer read)."""
+
+
 class ExportError(TritonkitError):
     """A PyTorch model could not be exported."""
 
 
 class VerificationError(ExportError):
     """The exported model's outputs disagree with PyTorch beyond tolerance."""
+
+
+class UserCodeError(ExportError):
+    """The user's code (the SPEC's file, the factory, forward()) raised what is no
+    Exception: sys.exit(), a KeyboardInterrupt of its own, GeneratorExit, a BaseException.
+    It ends the export: the next exporter would run the same code."""
 
 
 class LoadTestError(TritonkitError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -786,19 +787,55 @@ def edited_by_hand(path: Path) -> str | None:
 
 
 def read_config(path: Path) -> mc.ModelConfig:
-    """Parse a config.pbtxt with Triton's schema; unknown fields name Triton's field."""
+    """Parse a config.pbtxt with Triton's schema. An error names the file, the line and
+    what is wrong there (a field Triton does not know by its name), never the file's text
+    or a value in it (a config.pbtxt may be a link to any file)."""
     if not os.path.lexists(path):
         raise UsageError(f"no model config at {path}",
                          hint="generate one: tritonkit config NAME --repository DIR")
     text = read_user_text(path, what="model config", limit=CONFIG_MAX_BYTES,
-                          hint="a model's config.pbtxt is a text file: regenerate it with "
-                               "tritonkit config NAME --force")
+                          hint=_config_hint(Path(path)))
     try:
         return text_format.Parse(text, mc.ModelConfig())
     except text_format.ParseError as exc:
-        raise UsageError(f"{path} is not a valid Triton model config: {exc}",
-                         hint="fix the field Triton's schema names (see model_config.proto)") \
-            from None
+        # A link may lead to any file: not even the name of a field it does not know is said.
+        linked = Path(path).is_symlink()
+        raise UsageError(f"{path}{' (a link to another file)' if linked else ''} is not a valid "
+                         f"Triton model config: line {exc.GetLine()}, column {exc.GetColumn()}: "
+                         f"{parse_problem(exc, names=not linked)}",
+                         hint=_config_hint(Path(path))) from None
+
+
+def _config_hint(path: Path) -> str:
+    model = path.parent.name if path.name == "config.pbtxt" else path.parent.parent.name
+    return ("fix it there against Triton's schema (model_config.proto), or write it anew: "
+            f"tritonkit config {model} --force")
+
+
+# protobuf's text-format errors, said without the text they quote: (pattern, words).
+_PARSE_PROBLEMS = (
+    (r'Message type "inference\.([\w.]+)" has no field named "([A-Za-z_]\w{0,63})"',
+     'Triton\'s {0} has no field named "{1}"'),
+    (r'Message type "inference\.([\w.]+)" has no field named', "a field Triton's {0} does not have"),
+    (r'Message type "inference\.([\w.]+)" should not have multiple "(\w+)" fields',
+     "field '{1}' of {0} given twice"),
+    (r"Couldn't parse integer", "a value that is not an integer"),
+    (r"Couldn't parse (?:float|double)", "a value that is not a number"),
+    (r'Enum type "inference\.([\w.]+)" has no value named', "a value Triton's {0} does not have"),
+    (r"Value out of range", "a number out of its field's range"),
+    (r"Expected string", "a value that is not a quoted string"),
+    (r"String missing ending quote", "a string without its closing quote"),
+)
+
+
+def parse_problem(exc: text_format.ParseError, names: bool = True) -> str:
+    """What is wrong where a config stopped parsing, in the schema's words: the name of a
+    field it does not know (unless ``names`` is false), never a value or the text around it."""
+    for pattern, words in _PARSE_PROBLEMS[0 if names else 1:]:
+        found = re.search(pattern, str(exc))
+        if found:
+            return words.format(*found.groups())
+    return "text the model-config format cannot read"
 
 
 def config_problems(config: mc.ModelConfig) -> list[str]:

@@ -384,8 +384,11 @@ def spikes_table(result: LoadTestResult) -> Table | None:
     return table
 
 
-def print_report(console: Console, result: LoadTestResult, verdict: Verdict) -> None:
-    """Everything a person reads after a run: levels, server split, spikes, the verdict."""
+def print_report(console: Console, result: LoadTestResult, verdict: Verdict,
+                 errors: Console | None = None) -> None:
+    """Everything a person reads after a run: levels, server split, spikes, the verdict.
+    A failed run's verdict is an error: on ``errors`` (stderr) as ``error: run failed: …``
+    where it is given."""
     console.print(levels_table(result))
     for table in (server_split_table(result), spikes_table(result)):
         if table is not None:
@@ -409,6 +412,9 @@ def print_report(console: Console, result: LoadTestResult, verdict: Verdict) -> 
         console.print(f"[bold red]SLA missed[/bold red]: {escape('; '.join(verdict.reasons))}")
     elif verdict.outcome == INTERRUPTED:
         console.print(f"[bold red]run cut short[/bold red]: {escape('; '.join(verdict.reasons))}")
+    elif errors is not None:
+        errors.print(f"error: run failed: {escape('; '.join(verdict.reasons))}", highlight=False,
+                     soft_wrap=True)
     else:
         console.print(f"[bold red]run failed[/bold red]: {escape('; '.join(verdict.reasons))}")
 

@@ -18,10 +18,30 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 def check_model_name(name: str) -> None:
-    """A UsageError unless ``name`` can name a model folder and sit in a request's URL."""
-    if not _MODEL_NAME.fullmatch(name):
-        raise UsageError(f"model name '{name}' is not a plain folder name",
-                         hint="use letters, digits, '_', '.' or '-' (up to 128), e.g. --name mlp")
+    """A UsageError unless ``name`` can name a model folder and sit in a request's URL.
+
+    Triton itself serves a folder named ``.x`` or ``-x``; tritonkit does not: its own
+    folders in a repository are hidden ones (``.tritonkit``, export staging), which it never
+    takes for models, and a leading '-' reads as a flag on every command line the name is on.
+    """
+    if _MODEL_NAME.fullmatch(name):
+        return
+    shown = repr(name)[1:-1]            # control characters escaped, never printed as they are
+    shown = shown if len(shown) <= 60 else shown[:59] + "…"
+    if not name:
+        why = "it is empty"
+    elif name[0] in ".-":
+        why = (f"it starts with '{name[0]}'" + (", as tritonkit's own folders do (.tritonkit, "
+                                                "export staging), which it never serves"
+                                                if name[0] == "." else ", which reads as a flag"))
+    elif len(name) > 128:
+        why = f"it is {len(name)} characters long"
+    else:
+        bad = next(c for c in name if not re.fullmatch(r"[A-Za-z0-9_.-]", c))
+        why = f"it holds {bad!r}"
+    raise UsageError(f"model name '{shown}' is not a plain folder name: {why}",
+                     hint="use ASCII letters, digits, '_', '.' and '-', up to 128, starting with a "
+                          "letter, digit or '_', e.g. --name mlp")
 
 
 def is_model_dir(path: Path) -> bool:
@@ -49,6 +69,32 @@ def model_names(repository: Path) -> list[str]:
                          hint="export one first: tritonkit export SPEC --name NAME "
                               f"--repository {repository}")
     return names
+
+
+# Triton's version folders: numerically named, not starting with "0" (it ignores "0", "01").
+_VERSION = re.compile(r"^[1-9][0-9]*$")
+
+
+def version_folders(model_dir: Path) -> list[Path]:
+    """The version folders Triton serves a model from, lowest first."""
+    found = [p for p in Path(model_dir).iterdir() if p.is_dir() and _VERSION.fullmatch(p.name)]
+    return sorted(found, key=lambda p: int(p.name))
+
+
+def refuse_versionless(repository: Path, models: list[str]) -> None:
+    """A UsageError naming the first model that has no version folder Triton would serve:
+    Triton refuses such a model at its load, or at the server's start."""
+    for model in models:
+        model_dir = Path(repository) / model
+        if version_folders(model_dir):
+            continue
+        ignored = sorted(p.name + "/" for p in model_dir.iterdir()
+                         if p.is_dir() and p.name.isdigit())
+        said = f" (Triton ignores {', '.join(ignored)}: a version is 1 or more)" if ignored else ""
+        raise UsageError(f"model '{model}' has no version folder{said}: Triton serves a model "
+                         f"from {model_dir}/<version>/",
+                         hint=f"put its files in {model_dir}/1/ (tritonkit export writes them "
+                              "there)")
 
 
 def refuse_missing_gpu_configs(repository: Path, models: list[str], gpu: str) -> None:

@@ -159,11 +159,9 @@ def loadtest(
                 unwritten.append(f"error: could not write {path}: {exc.strerror or exc}")
             else:
                 written.append(path)
-    report.print_report(console, result, verdict)
+    report.print_report(console, result, verdict, errors=err_console)
     for path in written:
         console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
-    if result.ended_early:
-        err_console.print(f"error: {result.ended_early}")
     for line in unwritten:
         err_console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.interrupted is not None:

@@ -25,8 +25,9 @@ import onnx
 import torch
 
 from tritonkit.errors import ExportError
+from tritonkit.export import user_code
 from tritonkit.export.forward import ForwardCall
-from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
+from tritonkit.export.spec import BATCH_AXIS_NAME, FORWARD_DUTY, ModelInputs
 
 EXPORTERS = ("dynamo", "torchscript")
 # Protobuf cannot hold more than 2 GiB; past this the weights go to an external file.
@@ -76,7 +77,8 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
         # tensors by position, in forward()'s order (order_like_forward saw to that).
         module = module.model
     args = traceable_inputs(inputs)
-    with _quiet() as captured, _tracer_warnings() as tracer_warnings:
+    with _quiet() as captured, _tracer_warnings() as tracer_warnings, user_code.running(
+            f"the model's forward() (traced by the {exporter} exporter)", FORWARD_DUTY):
         try:
             if exporter == "dynamo":
                 model = _export_dynamo(module, args, inputs, output_names, opset, max_batch_size)

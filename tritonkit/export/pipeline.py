@@ -27,11 +27,12 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from tritonkit.errors import ExportError, TritonkitError, UsageError, VerificationError
-from tritonkit.export import onnx_export, reproduce, staging, tensorrt
+from tritonkit.errors import (ExportError, TritonkitError, UsageError, UserCodeError,
+                             VerificationError)
+from tritonkit.export import onnx_export, reproduce, staging, tensorrt, user_code
 from tritonkit.export.forward import ForwardCall, call, named_outputs
 from tritonkit.export.report import build_report, file_record
-from tritonkit.export.spec import (ModelInputs, axes_by_input, default_output_name,
+from tritonkit.export.spec import (FORWARD_DUTY, ModelInputs, axes_by_input, default_output_name,
                                    load_factory, normalize_inputs, order_like_forward,
                                    passes_by_keyword, refuse_empty_names)
 from tritonkit.export.verify import (check_graph, open_session, reference_mode,
@@ -133,7 +134,11 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
     for note in cleared if on_note else ():
         on_note(note)
     try:
-        result = _export_cleared(module, example_inputs, options, profile, dynamic_axes, spec)
+        # Around the rest: the model's code also runs outside forward() (its train(),
+        # parameters(), a tensor subclass's methods).
+        with user_code.running("the model's code", "the model's code computes its outputs"):
+            result = _export_cleared(module, example_inputs, options, profile, dynamic_axes,
+                                     spec)
     except BaseException as exc:
         for note in cleared if hasattr(exc, "add_note") else ():    # Python 3.11+
             exc.add_note(note)
@@ -349,15 +354,16 @@ def _check_options(options: ExportOptions) -> None:
 def _reference_outputs(module: torch.nn.Module,
                        inputs: ModelInputs) -> list[tuple[str | None, torch.Tensor]]:
     """forward() on the example inputs, called as the export calls it: its named tensors."""
-    try:
-        with reference_mode():
-            # Copies: see torch_outputs.
-            result = call(module, tuple(tensor.clone() for tensor in inputs.tensors),
-                          inputs.keywords)
-    except Exception as exc:
-        raise UsageError(f"the model's forward() raised {type(exc).__name__} on the example "
-                         f"inputs: {onnx_export.summarize_exception(exc)}",
-                         hint="check the example inputs' shapes and dtypes") from exc
+    with user_code.running("the model's forward() on the example inputs", FORWARD_DUTY):
+        try:
+            with reference_mode():
+                # Copies: see torch_outputs.
+                result = call(module, tuple(tensor.clone() for tensor in inputs.tensors),
+                              inputs.keywords)
+        except Exception as exc:
+            raise UsageError(f"the model's forward() raised {type(exc).__name__} on the "
+                             f"example inputs: {onnx_export.summarize_exception(exc)}",
+                             hint="check the example inputs' shapes and dtypes") from exc
     named = named_outputs(result)
     if not named:
         raise UsageError("the model's forward() returns no tensor",
@@ -479,6 +485,8 @@ def _export_verified(module, inputs: ModelInputs, output_names, outputs,
                         max_batch_size=options.max_batch_size, atol=options.atol,
                         rtol=options.rtol, example_outputs=outputs, loaded=exported.model,
                         session=session)
+        except UserCodeError:
+            raise                   # the next exporter would run the same code
         except ExportError as exc:
             attempts.append({"exporter": exporter, "ok": False,
                              "error": _without_prefix(exc.message, exporter),

@@ -25,8 +25,11 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from tritonkit.errors import UsageError
+from tritonkit.export import user_code
 
 BATCH_AXIS_NAME = "batch"
+FACTORY_DUTY = "a factory returns (module, example_inputs[, dynamic_axes])"
+FORWARD_DUTY = "forward() returns the model's outputs"
 
 
 def default_input_name(index: int) -> str:
@@ -74,11 +77,12 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
     if not callable(factory):
         raise UsageError(f"{target}:{attr} is a {type(factory).__name__}, not a function",
                          hint="the factory must be a callable returning (model, example_inputs)")
-    try:
-        built = factory()
-    except Exception as exc:  # the user's code: its failure is their input, not our bug
-        raise UsageError(f"factory {spec} raised {type(exc).__name__}: {one_line(exc)}",
-                         hint="fix the factory; TRITONKIT_DEBUG=1 shows the traceback") from exc
+    with user_code.running(f"the factory {spec}", FACTORY_DUTY):
+        try:
+            built = factory()
+        except Exception as exc:  # the user's code: its failure is their input, not our bug
+            raise UsageError(f"factory {spec} raised {type(exc).__name__}: {one_line(exc)}",
+                             hint="fix the factory; TRITONKIT_DEBUG=1 shows the traceback") from exc
     return _unpack(built, spec)
 
 
@@ -95,28 +99,41 @@ def _import_target(target: str):
         # itself in sys.modules, as dataclasses and pickling look it up there.
         sys.modules[name] = module
         try:
-            with _on_sys_path(path.resolve().parent):
-                loader_spec.loader.exec_module(module)
-        except Exception as exc:
+            with _importing(path), _on_sys_path(path.resolve().parent):
+                try:
+                    loader_spec.loader.exec_module(module)
+                except Exception as exc:
+                    raise UsageError(f"importing {path} raised {type(exc).__name__}: "
+                                     f"{one_line(exc)}", hint="fix the file; TRITONKIT_DEBUG=1 "
+                                     "shows the traceback") from exc
+        except BaseException:
             sys.modules.pop(name, None)
-            raise UsageError(f"importing {path} raised {type(exc).__name__}: {one_line(exc)}",
-                             hint="fix the file; TRITONKIT_DEBUG=1 shows the traceback") from exc
+            raise
         return module
-    try:
-        # A console script (and Python under -P or PYTHONSAFEPATH) leaves the working folder
-        # off sys.path, where `python -c "import examples.mlp"` has it: look there first,
-        # as uvicorn's and gunicorn's app-dir does.
-        with _on_sys_path(Path.cwd()):
-            return importlib.import_module(target)
-    except ModuleNotFoundError as exc:
-        if exc.name and target.startswith(exc.name):
-            raise UsageError(f"no Python module named '{target}'",
-                             hint="pass FILE.py:FACTORY, or a module importable from here") from exc
-        raise UsageError(f"importing {target} failed: {one_line(exc)}",
-                         hint="install what the module needs") from exc
-    except Exception as exc:
-        raise UsageError(f"importing {target} raised {type(exc).__name__}: {one_line(exc)}",
-                         hint="fix the module; TRITONKIT_DEBUG=1 shows the traceback") from exc
+    with _importing(target):
+        try:
+            # A console script (and Python under -P or PYTHONSAFEPATH) leaves the working
+            # folder off sys.path, where `python -c "import examples.mlp"` has it: look
+            # there first, as uvicorn's and gunicorn's app-dir does.
+            with _on_sys_path(Path.cwd()):
+                return importlib.import_module(target)
+        except ModuleNotFoundError as exc:
+            if exc.name and target.startswith(exc.name):
+                raise UsageError(f"no Python module named '{target}'",
+                                 hint="pass FILE.py:FACTORY, or a module importable from "
+                                      "here") from exc
+            raise UsageError(f"importing {target} failed: {one_line(exc)}",
+                             hint="install what the module needs") from exc
+        except Exception as exc:
+            raise UsageError(f"importing {target} raised {type(exc).__name__}: {one_line(exc)}",
+                             hint="fix the module; TRITONKIT_DEBUG=1 shows the traceback") from exc
+
+
+def _importing(what: str | Path):
+    """The boundary around a SPEC's file or module while it is imported."""
+    return user_code.running(f"importing {what}", "importing the file only defines the "
+                             "factory (a script's own run goes under if __name__ == "
+                             "\"__main__\":)")
 
 
 @contextmanager

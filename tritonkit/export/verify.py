@@ -27,8 +27,9 @@ import onnx
 import torch
 
 from tritonkit.errors import ExportError, UsageError, VerificationError
+from tritonkit.export import user_code
 from tritonkit.export.onnx_export import NOT_BATCH_FIRST_HINT
-from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs, one_line
+from tritonkit.export.spec import BATCH_AXIS_NAME, FORWARD_DUTY, ModelInputs, one_line
 
 # Defaults by precision: fp32 kernels differ in summation order between frameworks.
 DEFAULT_TOLERANCES = {
@@ -396,6 +397,12 @@ def _keep_worst(worst: dict, found: Comparison) -> None:
 def _reference(module: torch.nn.Module, case: Case,
                example_lengths: dict[str, int] | None = None,
                inputs: ModelInputs | None = None) -> list[np.ndarray]:
+    with user_code.running(f"the model's forward() at {_where(case)}", FORWARD_DUTY):
+        return _reference_outputs(module, case, example_lengths, inputs)
+
+
+def _reference_outputs(module: torch.nn.Module, case: Case, example_lengths: dict[str, int] | None,
+                       inputs: ModelInputs | None) -> list[np.ndarray]:
     try:
         return torch_outputs(module, case.tensors)
     except Exception as exc:  # the model itself, whichever exporter: the user's to fix

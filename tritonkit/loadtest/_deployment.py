@@ -5,6 +5,8 @@ the command that fixes either, spelled with the real folder or address."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from tritonkit.client import Endpoint
@@ -27,6 +29,49 @@ def refuse_gone_server(repository: Path | None) -> None:
     except UsageError:
         return              # resolving the endpoint said what is wrong with the record
     refuse_gone_local_server(deployment)
+
+
+# Files a serving Triton opens besides the load's connections (model files, logs, the python
+# backend's shared memory, the load test's watcher) while a run goes on: left free.
+_SERVER_SPARE_FILES = 64
+
+
+def refuse_crowding_the_server(repository: Path | None, connections: int) -> None:
+    """A UsageError before any worker starts if the local server ``repository`` records
+    cannot hold ``connections`` more open files: past its open-files limit it stops taking
+    connections, and the rest hang until their request timeout. Nothing is said where
+    the server's limits cannot be read (another target, another user's process)."""
+    if repository is None:
+        return
+    try:
+        deployment = load_deployment(repository)
+    except UsageError:
+        return
+    if deployment.target != "local" or not deployment.pid:
+        return
+    try:
+        limits = Path(f"/proc/{deployment.pid}/limits").read_text()
+        in_use = len(os.listdir(f"/proc/{deployment.pid}/fd"))
+    except OSError:
+        return
+    found = re.search(r"^Max open files\s+(\S+)", limits, re.MULTILINE)
+    if found is None or not found[1].isdigit():
+        return                                  # "unlimited"
+    limit = int(found[1])
+    room = limit - in_use - _SERVER_SPARE_FILES
+    if connections > room:
+        raise UsageError(
+            f"the server (pid {deployment.pid}) may open {limit} files and holds {in_use}: "
+            f"{connections} connections do not fit (past its limit it takes no more, and the "
+            "rest hang)",
+            hint=f"lower --concurrency (or --max-in-flight) to {max(room, 0)} connections or "
+                 f"fewer, or redeploy with a higher limit: ulimit -n {_enough(connections)}, "
+                 f"then {redeploy_command(repository)}")
+
+
+def _enough(connections: int) -> int:
+    """A round open-files limit with room for ``connections`` and the server's own files."""
+    return 1 << (connections + 4 * _SERVER_SPARE_FILES).bit_length()
 
 
 def server_hint(endpoint: Endpoint, repository: Path | None, protocol: str = "http") -> str:

@@ -40,10 +40,19 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", kind, flags, stream) + payload
 
 
+# How long a connection may take to open, whatever the request timeout: a server that
+# takes no more connections (its open-files limit reached, its listen backlog full) drops
+# the handshake, which the kernel retries at 1 s and 3 s; a run must not wait out a 30 s
+# request timeout per connection to learn it.
+CONNECT_TIMEOUT_S = 5.0
+
+
 def open_socket(module: Any, address: tuple[str, int], timeout: float) -> Any:
     """A connected TCP socket (``module`` is ``socket`` or gevent's), Nagle off: a request
-    is written whole, and waiting to coalesce it would only add latency."""
-    sock = module.create_connection(address, timeout=timeout)
+    is written whole, and waiting to coalesce it would only add latency. Opened within
+    CONNECT_TIMEOUT_S (or ``timeout``, if shorter); each read then waits up to ``timeout``."""
+    sock = module.create_connection(address, timeout=min(timeout, CONNECT_TIMEOUT_S))
+    sock.settimeout(timeout)
     sock.setsockopt(module.IPPROTO_TCP, module.TCP_NODELAY, 1)
     return sock
 

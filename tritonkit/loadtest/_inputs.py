@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tritonkit.client import Endpoint, example_input, triton_message
-from tritonkit.errors import ServerError, UsageError
+from tritonkit.errors import NotTriton, ServerError, UsageError
 from tritonkit.fileio import check_regular, read_user_file
 from tritonkit.loadtest._deployment import server_hint, unknown_model
 from tritonkit.loadtest._sequences import Sequencing, sequencing
@@ -130,8 +130,11 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
     """
     client = endpoint.http()
     try:
+        client.get_server_metadata()        # Triton 2, or NotTriton
         metadata = client.get_model_metadata(model)
         config = client.get_model_config(model)
+    except NotTriton:
+        raise
     except Exception as exc:  # tritonclient raises transport and server errors alike
         message = triton_message(exc)
         if "unknown model" in message.lower() or "not found" in message.lower():
@@ -494,8 +497,10 @@ def _fit(array: np.ndarray, name: str, datatype: str, dims: list[int], batches: 
     else:
         try:
             array = np.asarray(array).astype(triton_to_np_dtype(datatype))
-        except (ValueError, TypeError) as exc:
-            raise UsageError(f"input data for {name} cannot be read as {datatype} ({exc})",
+        except (ValueError, TypeError, OverflowError):
+            # Not numpy's words: they quote the item, and the file may be a link to any file.
+            raise UsageError(f"input data for {name} cannot be read as {datatype}: an item of "
+                             "it is not such a number",
                              hint=f"the model takes {datatype} for {name}: give numbers") from None
     wanted = ([batch_size] if batches else []) + dims
     given = list(array.shape)

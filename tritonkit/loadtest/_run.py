@@ -19,9 +19,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tritonkit.answers import INFER_RESPONSE, expect, not_triton
 from tritonkit.client import Endpoint, server_version
-from tritonkit.errors import Interrupted, LoadTestError, ServerError, UsageError
-from tritonkit.loadtest._deployment import refuse_gone_server, server_hint
+from tritonkit.errors import Interrupted, LoadTestError, NotTriton, ServerError, UsageError
+from tritonkit.loadtest._deployment import (refuse_crowding_the_server, refuse_gone_server,
+                                            server_hint)
 from tritonkit.loadtest._inputs import (
     RequestTemplate, Shapes, check_shapes, input_refusal, request_template, unwarmed_warning)
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
@@ -31,7 +33,7 @@ from tritonkit.loadtest._sequences import (
 from tritonkit.loadtest._server import (
     ServerEvent, ServerWatcher, StatsSnapshot, served_nothing_since_load)
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
-from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender
+from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender, infer_answer
 from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -54,6 +56,9 @@ MAX_SECONDS = 86_400.0              # --warmup-s, --request-timeout
 MAX_DURATION_S = 3_600.0            # per level: every request's record is held in memory...
 MAX_WINDOWS = 1_000                 # ...and a histogram per timeline window (~0.2 MB each)
 _SPARE_FILES = 64                   # descriptors a worker needs besides its sockets
+_WATCHER_CONNECTIONS = 4            # the server watcher's, beside the workers'
+_SPARE_PORTS = 256                  # local ports left to everything else on the host
+_PORT_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 _REFUSAL_CHARS = 200                # of the server's reason in a refused probe's one line
 # A spawned worker imports the main script again: one with no ``if __name__ == "__main__":``
 # guard calls run_loadtest in it, and says so by its exit code. It knows itself by its
@@ -324,7 +329,7 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     # Each level's workers, once: the plan checked here is the plan run (the CPUs this
     # process may use can change in between).
     workers = [(level, default_workers(spec, level)) for level in spec.levels()]
-    _check_plans(spec, [(level, plan_slots(spec, level, n)) for level, n in workers])
+    _check_plans(spec, [(level, plan_slots(spec, level, n)) for level, n in workers], repository)
     url = _protocol_url(endpoint, spec.protocol)
     template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed,
                                 shapes=dict(spec.shapes), repository=repository)
@@ -332,7 +337,7 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     _check_sequence_flags(spec, template)
     planned = [(level, plan_slots(spec, level, n, stateful)) for level, n in workers]
     if stateful:            # open loop: the live sequences are the slots
-        _check_plans(spec, planned)
+        _check_plans(spec, planned, repository)
     # The probe is the model's first request since its load when it has served none (its
     # model_warmup aside): its cold start, which no level would see (each starts after the
     # probe, and its warm-up).
@@ -370,8 +375,13 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
                           unwarmed=[u.as_dict() for u in template.unwarmed])
 
 
-def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]]) -> None:
-    """Every level's connections within what one load generator, and one process, holds."""
+def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]],
+                 repository: Path | None = None) -> None:
+    """Every level's connections within what one load generator, one process, this host's
+    local ports and the server ``repository`` records (a local one's open files) hold."""
+    connections = max(sum(slots) for _, slots in planned)
+    _check_local_ports(connections)
+    refuse_crowding_the_server(repository, connections)
     for level, slots in planned:
         if sum(slots) > MAX_CONCURRENCY:     # --max-in-flight times the workers the CPUs gave
             raise UsageError(f"{len(slots)} workers x {max(slots)} requests in flight at "
@@ -379,6 +389,21 @@ def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]]) -> None
                              f"holds ({MAX_CONCURRENCY})",
                              hint="lower --max-in-flight or --workers")
         _check_open_files(max(slots))
+
+
+def _check_local_ports(connections: int) -> None:
+    """Each connection to the one server address takes a local port of its own: more than
+    the host's ephemeral range holds is a UsageError now, not connections that fail to open."""
+    try:
+        low, high = map(int, Path(_PORT_RANGE).read_text().split())
+    except (OSError, ValueError):
+        return
+    ports = high - low + 1
+    if connections + _WATCHER_CONNECTIONS + _SPARE_PORTS > ports:
+        raise UsageError(f"{connections} connections to one server take as many local ports; "
+                         f"this host has {ports} ({low}-{high}, {_PORT_RANGE})",
+                         hint="lower --concurrency (or --max-in-flight), or widen the range "
+                              "(sysctl net.ipv4.ip_local_port_range)")
 
 
 def _check_sequence_flags(spec: LoadSpec, template: RequestTemplate) -> None:
@@ -428,11 +453,19 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
                 send()
             else:
                 send(step)
-            return (time.perf_counter_ns() - began) / 1e6
+            took_ms = (time.perf_counter_ns() - began) / 1e6
+            if protocol == "http":
+                _check_answer(send.__self__.answer(), url, template.model)
+            return took_ms
         finally:
             send.__self__.close()           # the probe's own connection
+    except NotTriton:
+        raise
     except RequestFailed as exc:
         said, _, rest = exc.said.strip().partition("\n")
+        if exc.foreign:
+            raise not_triton(url, f"it answered an inference request over {protocol} with "
+                             f"{_shortened(said, 120)!r}") from None
         sent = f"model '{template.model}' ({template.describe()})"
         refusal = said if exc.refused else input_refusal(said)
         if refusal is not None:
@@ -449,6 +482,16 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
         # Nothing was run: a server that cannot be reached (exit 1), as when its model could
         # not be read — not a run whose requests failed (exit 4).
         raise ServerError(f"could not reach {url} over {protocol}: {exc}", hint=hint) from None
+
+
+def _check_answer(body: bytes, url: str, model: str) -> None:
+    """The probe's HTTP answer is Triton's: its JSON header names the model's outputs."""
+    request = f"its answer to POST /v2/models/{model}/infer"
+    try:
+        header = infer_answer(body)
+    except ValueError:
+        raise not_triton(url, f"{request} does not start with JSON") from None
+    expect(header, INFER_RESPONSE, what=request, server=url)
 
 
 def _shortened(text: str, most: int) -> str:
@@ -653,7 +696,10 @@ def _wait_ready(pipes: list, procs: list) -> None:
             raise LoadTestError(f"load-test worker {i} did not start within {_READY_TIMEOUT_S:g} s")
         status, detail = _receive(pipe, procs[i], what="start")
         if status != "ready":
-            raise LoadTestError(f"load-test worker {i} could not start: {detail}")
+            raise LoadTestError(f"load-test worker {i} could not start: {detail}",
+                                hint="a server that takes no more connections (its open-files "
+                                     "limit, ulimit -n where it starts, or its listen backlog) "
+                                     "drops the rest: lower --concurrency (or --max-in-flight)")
 
 
 def _receive(pipe, proc, what: str = "finish") -> Any:
@@ -732,8 +778,8 @@ def _merge(spec: LoadSpec, level: float, summaries: list[dict], events: list[Ser
     ended_early = None
     if down_at_ns is not None:
         span_s = max(0.0, min(spec.duration_s, (down_at_ns - start_ns) / 1e9))
-        ended_early = (f"the server stopped answering {span_s:.1f} s into the measurement; "
-                       f"these figures cover those {span_s:.1f} s only")
+        ended_early = (f"server gone at t={span_s:.1f} s (it stopped answering then): these "
+                       f"figures cover the {span_s:.1f} s before")
     n_windows = max(1, math.ceil(span_s / spec.window_s - 1e-9)) if span_s > 0 else 0
     timeline = []
     for index in range(n_windows):

@@ -39,11 +39,13 @@ class RequestFailed(Exception):
     knowing the model (404, NOT_FOUND).
     """
 
-    def __init__(self, kind: str, said: str = "", refused: bool = False) -> None:
+    def __init__(self, kind: str, said: str = "", refused: bool = False,
+                 foreign: bool = False) -> None:
         super().__init__(kind)
         self.kind = kind
         self.said = said or kind
         self.refused = refused
+        self.foreign = foreign      # an answer no Triton gives: not its error JSON, no gRPC service
 
 
 def error_kind(exc: BaseException) -> str:
@@ -184,9 +186,13 @@ class _HttpConnection:
         if not self._keep_alive:
             self.close()
         if status != 200:
-            said = _http_error(b"".join(self._body))
+            said, triton = _http_error(b"".join(self._body))
             raise RequestFailed(f"HTTP {status}: {_first_line(said)}", said=f"HTTP {status}: {said}",
-                                refused=status == 400)
+                                refused=status == 400, foreign=not triton)
+
+    def answer(self) -> bytes:
+        """The body of the last answer."""
+        return b"".join(self._body)
 
 
 def grpc_sender(url: str, template: RequestTemplate, timeout: float, cooperative: bool = False) -> Send:
@@ -228,12 +234,15 @@ class _GrpcCall(GrpcConnection):
             self.call(None if step is None else _sequence_parameters(step))
         except GrpcFailed as exc:
             raise RequestFailed(f"gRPC {_first_line(str(exc))}", said=f"gRPC {exc}",
-                                refused=exc.code in _REFUSED) from None
+                                refused=exc.code in _REFUSED,
+                                foreign=exc.code in (None, _UNIMPLEMENTED)) from None
 
 
 # The grpc-status codes of the errors Triton's HTTP endpoint answers with 400
 # (HttpCodeFromError: CANCELLED, UNKNOWN, INVALID_ARG, ALREADY_EXISTS).
 _REFUSED = frozenset({1, 2, 3, 6})
+# The grpc-status of a call to a service the server does not have (not Triton's gRPC port).
+_UNIMPLEMENTED = 12
 
 
 def _socket_module(cooperative: bool):
@@ -244,15 +253,23 @@ def _socket_module(cooperative: bool):
     return socket_module
 
 
-def _http_error(body: bytes) -> str:
-    """The server's words in an error answer: Triton's ``{"error": ...}``, else the body."""
+def _http_error(body: bytes) -> tuple[str, bool]:
+    """The server's words in an error answer, and whether they are Triton's (``{"error":
+    ...}``); else the body."""
     try:
         said = json.loads(body)["error"]
         if not isinstance(said, str):
             raise TypeError(said)
     except (ValueError, KeyError, TypeError):
-        said = body.decode("utf-8", "replace")
-    return said.strip() or "(no body)"
+        return body.decode("utf-8", "replace").strip() or "(no body)", False
+    return said.strip() or "(no body)", True
+
+
+def infer_answer(body: bytes) -> object:
+    """The JSON header an HTTP inference answer starts with (binary tensors may follow);
+    ValueError where it starts with none."""
+    text = body.decode("latin-1")       # offsets kept: the header is ASCII JSON
+    return json.JSONDecoder().raw_decode(text)[0]
 
 
 def _first_line(text: str | None) -> str:

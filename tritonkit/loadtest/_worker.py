@@ -34,6 +34,7 @@ import numpy as np
 from tritonkit.loadtest._inputs import RequestTemplate
 from tritonkit.loadtest._sequences import LiveSequence, SequencePlan
 from tritonkit.loadtest._transport import Send, error_kind, grpc_sender, http_sender
+from tritonkit.server.local import raise_open_files_limit
 
 LOWEST_US, DIGITS = 1, 3
 # prctl(2): how late the kernel may end this process's sleeps (50 µs unless asked)
@@ -72,24 +73,27 @@ def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     """Entry point of a spawned worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # inherited so, unless started off the main thread
     _leave_with_the_parent()
-    _raise_open_files()
+    raise_open_files_limit()        # the parent checked the plan against the hard limit
     if plan.offsets_ns is not None:
         _precise_sleeps(_cooperative(plan))
     try:
         senders = _senders(plan)
-    except Exception as exc:  # a bad URL, a refused connection, a missing library: the parent says so
-        _tell(conn, ("failed", error_kind(exc)))
-        return
-    if not _tell(conn, ("ready", None)):
+    except _NotOpened as exc:  # a bad URL, a refused connection, a missing library: the parent says so
+        _tell(conn, ("failed", str(exc)))
         return
     try:
-        t0 = conn.recv()
-    except (EOFError, OSError):     # the parent gave up before the start
-        return
-    records = _Records()
-    cpu_start = time.process_time()
-    _drive(plan, senders, t0, records, done, stop)
-    cpu_s = time.process_time() - cpu_start
+        if not _tell(conn, ("ready", None)):
+            return
+        try:
+            t0 = conn.recv()
+        except (EOFError, OSError):     # the parent gave up before the start
+            return
+        records = _Records()
+        cpu_start = time.process_time()
+        _drive(plan, senders, t0, records, done, stop)
+        cpu_s = time.process_time() - cpu_start
+    finally:
+        _close(senders)             # every connection, before the figures: none outlives the run
     summary = records.summary(plan, t0)
     # CPU this process spent driving the load (warm-up included): what a request costs the client.
     summary.update(cpu_s=cpu_s)
@@ -119,19 +123,6 @@ def _leave_with_the_parent() -> None:
         return
     if os.getppid() != parent.pid:      # the parent died before the signal was asked for
         os._exit(_ORPHANED_EXIT)
-
-
-def _raise_open_files() -> None:
-    """The soft open-files limit up to the hard one: a worker holds a socket per slot, and
-    the usual soft 1024 is less than the hard limit the parent checked the plan against."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):
-            pass                                    # the check in the parent stands anyway
 
 
 def _tell(conn: Any, message: tuple) -> bool:
@@ -171,11 +162,28 @@ def _cooperative(plan: WorkerPlan) -> bool:
     return plan.slots > 1
 
 
+class _NotOpened(Exception):
+    """A slot's connection could not be opened; those opened before it are closed."""
+
+
 def _senders(plan: WorkerPlan) -> list[Send]:
     """One send per slot, each on a connection of its own."""
     make = http_sender if plan.protocol == "http" else grpc_sender
-    return [make(plan.url, plan.template, plan.timeout_s, cooperative=_cooperative(plan))
-            for _ in range(plan.slots)]
+    senders: list[Send] = []
+    for slot in range(plan.slots):
+        try:
+            senders.append(make(plan.url, plan.template, plan.timeout_s,
+                                cooperative=_cooperative(plan)))
+        except Exception as exc:
+            _close(senders)
+            raise _NotOpened(f"connection {slot + 1} of its {plan.slots} to {plan.url} did not "
+                             f"open ({error_kind(exc)})") from None
+    return senders
+
+
+def _close(senders: list[Send]) -> None:
+    for send in senders:
+        send.__self__.close()       # type: ignore[attr-defined]
 
 
 class _Records:
@@ -428,10 +436,17 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
             except Exception:
                 sequence.answered(False)
 
+    def pause(seconds: float) -> None:
+        """Wait ``seconds`` (never past the end), leaving as soon as the run stops."""
+        until = min(clock() + round(seconds * 1e9), end)
+        while not stop.value and not closed[0] and clock() < until:
+            wait_until(min(until, clock() + _PAUSE_STEP_NS))
+
     def requests(slot: int) -> None:
         send = senders[slot]
         sequence = live[slot] if live else None
         waited = False
+        backoff = _BACKOFF_FIRST_S
         while not stop.value and not closed[0]:
             if arrivals is None:            # closed loop: the next request leaves at once
                 due = clock()
@@ -483,6 +498,14 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
                     lags(start - due)
                     waits(waited)
                 done[index] += 1
+            # Closed loop: a user whose server is gone (refused, reset) tries again after a
+            # back-off, each try one error, not thousands a second until the watcher says it
+            # is gone. (Open loop's arrivals fail one each, as scheduled.)
+            if isinstance(failure, ConnectionError) and not open_loop:
+                pause(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+            elif failure is None:
+                backoff = _BACKOFF_FIRST_S
 
     wait_until(t0)
     deadline_s = max(0.0, (end - clock()) / 1e9) + plan.grace_s
@@ -513,6 +536,11 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     if arrivals is not None and not stop.value:     # a stopped run sends nothing more, by design
         _never_sent([*taken.values(), *arrivals], end, rec, back_at, held_since)
 
+
+# A closed-loop user's back-off after its connection failed (refused, reset): doubled at
+# each failure, from the first to the most; checked for the run's end every step.
+_BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.05, 1.0
+_PAUSE_STEP_NS = 50_000_000
 
 NOT_SENT = "not sent: the load generator fell behind its schedule (add --workers or --max-in-flight)"
 HELD_BACK = -1

@@ -665,7 +665,7 @@ def check_repository(repository: Path) -> Check:
     """The repository lays out models Triton can load: configs parse, names match, versions,
     and each ONNX model file reads as ONNX (``onnx_file_problem``: its fields' headers only)."""
     from tritonkit.model_config import read_config
-    from tritonkit.repository import model_names
+    from tritonkit.repository import model_names, refuse_versionless, version_folders
 
     try:
         names = model_names(repository)
@@ -685,10 +685,11 @@ def check_repository(repository: Path) -> Check:
                 return Check("repository", False,
                              f"{config_path} names the model '{config.name}' in folder '{name}'",
                              "make the config's name match its folder (Triton refuses it)")
-        versions = sorted(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
-        if not versions:
-            return Check("repository", False, f"model '{name}' has no version folder",
-                         f"put the model file in {model_dir}/1/")
+        try:
+            refuse_versionless(Path(repository), [name])
+        except UsageError as exc:
+            return Check("repository", False, exc.message, exc.hint or "")
+        versions = version_folders(model_dir)
         for model_file in _onnx_files(versions, config):
             problem = onnx_file_problem(model_file)
             if problem:

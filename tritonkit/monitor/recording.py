@@ -311,8 +311,9 @@ def read_monitor_csv(path: Path) -> list[MonitorRow]:
         header = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
-            raise UsageError(f"{path} has no column '{missing[0]}' (it has: "
-                             f"{', '.join(header) or 'no header'})",
+            # Its header is not quoted: the file may be any file (a link), its first line a secret.
+            raise UsageError(f"{path} has no column '{missing[0]}' in its first line: it is no "
+                             "recording of tritonkit monitor",
                              hint="record it with tritonkit monitor --csv FILE")
         has_triton = "request_success" in header
         rows = []
@@ -342,7 +343,7 @@ def _number(text: str | None, path: Path, line: int, column: str) -> float | Non
     try:
         value = float(text)
     except ValueError:
-        raise UsageError(f"{path}:{line}: column '{column}' = {text!r} is not a number",
+        raise UsageError(f"{path}:{line}: column '{column}' is not a number",
                          hint="fix or drop that row") from None
     if not math.isfinite(value):
         return None

@@ -70,6 +70,7 @@ from typing import Collection
 from prometheus_client.parser import text_string_to_metric_families
 
 from tritonkit import client
+from tritonkit.answers import not_triton
 from tritonkit.errors import ServerError
 from tritonkit.monitor.nvml import GpuSample
 
@@ -235,7 +236,8 @@ def parse_metrics(text: str, at: float = 0.0) -> TritonMetrics:
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
-        raise ServerError(f"Triton's metrics endpoint sent text that is not Prometheus ({exc})",
+        raise ServerError(f"Triton's metrics endpoint sent text that is not Prometheus "
+                          f"({_reason(exc)})",
                           hint="point --metrics-port/--url at Triton's metrics port (8002)") from None
     for family in families:
         target = _COUNTERS.get(family.name)
@@ -481,6 +483,11 @@ def scrape(url: str, at: float, timeout: float = 5.0) -> TritonMetrics:
     try:
         with client.open_direct(url, timeout=timeout) as response:
             text = response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:     # an answer, not Triton's metrics endpoint's
+        exc.close()
+        raise ServerError(f"{url} is not Triton's metrics endpoint: it answered HTTP {exc.code}",
+                          hint="point --metrics-port (or the deployment) at Triton's metrics "
+                               "port (8002 by default), not its HTTP port") from None
     # A server restarting mid-response gives http.client's own errors (IncompleteRead,
     # BadStatusLine): not OSErrors, and urllib lets them through.
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
@@ -488,7 +495,35 @@ def scrape(url: str, at: float, timeout: float = 5.0) -> TritonMetrics:
         raise ServerError(f"Triton's metrics endpoint {url} did not answer ({reason})",
                           hint="check the server is up and that the port is its --metrics-port "
                                "(8002 by default)") from None
-    return parse_metrics(text, at=at)
+    return parse_metrics(_triton_exposition(text, url), at=at)
+
+
+def _triton_exposition(text: str, url: str) -> str:
+    """``text`` if it is Triton's metrics: Prometheus text with its ``nv_`` families (every
+    Triton 2 lists them, with no model loaded too). Else NotTriton, or a ServerError for an
+    answer with nothing in it."""
+    server = urllib.parse.urlsplit(url).netloc
+    if not text.strip():
+        raise ServerError(f"the metrics endpoint {url} answered nothing",
+                          hint="point --metrics-port (or the deployment) at Triton's metrics port "
+                               "(8002 by default); a Triton started with --allow-metrics=false "
+                               "has none")
+    try:
+        names = {family.name for family in text_string_to_metric_families(text)}
+    except ValueError as exc:
+        raise not_triton(server, f"its answer to GET {urllib.parse.urlsplit(url).path} is not "
+                         f"Prometheus text ({_reason(exc)})") from None
+    if not any(name.startswith("nv_") for name in names):
+        raise not_triton(server, f"its metrics at {url} hold none of Triton's (nv_*)")
+    return text
+
+
+def _reason(exc: ValueError) -> str:
+    """prometheus_client's words for a line it cannot parse, cut short, with the server's
+    control characters escaped (never sent to the terminal as they are)."""
+    text = str(exc).strip() or "a line it cannot parse"
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= 100 else text[:99] + "…"
 
 
 class EnsembleCheck:

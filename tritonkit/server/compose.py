@@ -46,7 +46,7 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from tritonkit.client import health, wait_until
+from tritonkit.client import Endpoint, health, wait_until
 from tritonkit.errors import (DeployInterrupted, Interrupted, ModelLoadError, ServerError,
                               UsageError, interrupted_by)
 from tritonkit.fileio import atomic_write, check_folder, ensure_ignored
@@ -514,13 +514,12 @@ def load_models(deployment: Deployment, deadline: Deadline,
 def _load_model(deployment: Deployment, model: str, deadline: Deadline) -> bool:
     """Load ``model`` unless it is READY: True once it is, False if the server went away
     (no answer, or a refusal while it no longer answers live)."""
-    import tritonclient.http as httpclient
     from gevent import Timeout
     from tritonclient.utils import InferenceServerException
 
     headers = deployment.repository_headers()
-    client = httpclient.InferenceServerClient(deployment.http_url,
-                                              network_timeout=max(deadline.left(), 1.0))
+    # Answers checked: a port answered by something else is NotTriton, said as it is.
+    client = Endpoint.from_deployment(deployment).http(network_timeout=max(deadline.left(), 1.0))
     try:
         if not client.is_model_ready(model):
             client.load_model(model, headers=headers)

@@ -20,7 +20,8 @@ import yaml
 from tritonkit.errors import UsageError
 from tritonkit.model_config import read_config, read_report
 from tritonkit.profiles import GpuProfile, load_profile
-from tritonkit.repository import REPORT_FILENAME, model_names, refuse_missing_gpu_configs
+from tritonkit.repository import (REPORT_FILENAME, model_names, refuse_missing_gpu_configs,
+                                  refuse_versionless)
 from tritonkit.server.settings import (Ports, ServerSettings, load_server_settings,
                                        restricted_api_value, tritonserver_argv)
 
@@ -102,6 +103,7 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
     """Decide what the Triton container for ``repository`` on a ``gpu`` card runs."""
     repository = Path(repository)
     models = model_names(repository)
+    refuse_versionless(repository, models)
     profile = load_profile(gpu)
     refuse_missing_gpu_configs(repository, models, profile.name)
     settings = profile.server_settings(load_server_settings(server_config))

@@ -355,6 +355,7 @@ def start_local(
         python_shm_prefix=f"tritonkit_{ports.http}_{secrets.token_hex(4)}_")
     log_path = server_log(repository)
     proc = None
+    raise_open_files_limit()                # inherited by the server: a file per connection
     try:
         with _new_log(repository) as log:
             # A new session: the server outlives this command and Ctrl-C here does not
@@ -396,6 +397,21 @@ def _new_log(repository: Path):
     with state_folder(repository, create=True) as folder:
         folder.rotate(LOG_FILENAME, LOG_FILENAME + ".1")
         return os.fdopen(folder.create(LOG_FILENAME), "wb")
+
+
+def raise_open_files_limit() -> None:
+    """This process's soft open-files limit up to its hard one, for it and the processes it
+    starts: a server holds a file per client connection, a load-test worker a socket per
+    slot, and the usual soft 1024 stops either near a thousand where the hard limit allows
+    far more. Left as it is where the hard limit cannot be taken (unlimited, say)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
 
 
 # The servers this process started and left running, as a deploy does: held so that their

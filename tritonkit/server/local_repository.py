@@ -198,9 +198,12 @@ def _mirror_onnx_model(source: Path, target: OwnedFolder, config: mc.ModelConfig
     servable = [(name, real) for name, real in versions
                 if _taken(real / ONNX_FILENAME, repository, missing_ok=True) is not None]
     if not servable:
+        plans = any((real / "model.plan").is_file() for _, real in versions)
         raise UsageError(f"model '{source.name}' has no {ONNX_FILENAME} to serve locally "
                          f"(looked in {', '.join(str(source / v) for v, _ in versions) or source})",
-                         hint="a TensorRT-only model needs a GPU host: deploy --target compose")
+                         hint="a TensorRT-only model needs a GPU host: deploy --target compose"
+                         if plans else f"export it again: tritonkit export SPEC --name "
+                                       f"{source.name} --force")
     # The adapter runs ONNX Runtime in the server's python backend, on this interpreter's
     # packages: said now, not as a load failure inside Triton.
     require("local", LOCAL_MODULES, needed_by=f"serving ONNX model '{source.name}' locally")

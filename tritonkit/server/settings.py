@@ -9,6 +9,7 @@ are the same everywhere.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,10 +106,49 @@ class Ports:
                                  hint="give each its own port (0 picks a free one)")
 
 
+# What tritonkit, and an orchestrator's probes, ask without the secret header: health
+# (readiness waits), metadata and model-config (warm-up, load tests), inference.
+_READ_WITHOUT_SECRET = ("health", "metadata", "inference", "model-config")
+
+
 def load_server_settings(path: Path | None = None) -> ServerSettings:
-    """Read server settings from ``path`` (default ``configs/server.toml``)."""
+    """Read server settings from ``path`` (default ``configs/server.toml``); settings
+    tritonkit cannot deploy with are a ProfileError naming the field and the fix, before
+    any server starts."""
     path = path or configs_dir() / "server.toml"
-    return dataclass_from_table(ServerSettings, load_toml(path), source=str(path))
+    settings = dataclass_from_table(ServerSettings, load_toml(path), source=str(path))
+    _refuse_conflicts(settings, str(path))
+    return settings
+
+
+def _refuse_conflicts(settings: ServerSettings, where: str) -> None:
+    """Settings Triton takes but that cannot work with how tritonkit runs it."""
+    if settings.model_control_mode != "explicit":
+        raise ProfileError(
+            f"{where}: model_control_mode = \"{settings.model_control_mode}\" cannot work with "
+            "tritonkit: it loads every model itself (--load-model at start-up, loads at "
+            "warm-up), which Triton allows in explicit mode only",
+            hint='set model_control_mode = "explicit"')
+    for name in ("exit_timeout_secs", "pinned_memory_pool_byte_size",
+                 "min_supported_compute_capability", "log_verbose"):
+        if getattr(settings, name) < 0:
+            raise ProfileError(f"{where}: field '{name}' = {getattr(settings, name)} must be 0 "
+                               "or more", hint=f"see {name} in configs/server.toml")
+    try:
+        ipaddress.IPv4Address(settings.bind_address)
+    except ValueError:
+        # A name resolves to whichever address comes first for Triton, and maybe another
+        # for its clients (localhost: ::1 for them, 127.0.0.1 for it): never ready.
+        raise ProfileError(f"{where}: field 'bind_address' = '{settings.bind_address}' is not "
+                           "an IPv4 address", hint="an IPv4 address of this host: 127.0.0.1, "
+                                                  "or 0.0.0.0 for every interface") from None
+    unreadable = [c for c in settings.restricted_api.categories if c in _READ_WITHOUT_SECRET]
+    if unreadable:
+        raise ProfileError(
+            f"{where}: restricted_api.categories restricts {', '.join(unreadable)}, which "
+            "tritonkit's readiness waits, warm-ups and load tests (and an orchestrator's "
+            "probes) ask without the secret header",
+            hint=f"take {', '.join(unreadable)} out of restricted_api.categories")
 
 
 def restricted_api_value(settings: ServerSettings, secret: str) -> str:

@@ -20,7 +20,8 @@ from tritonkit.loadtest import NOT_SENT, LoadSpec, run_loadtest
 from tritonkit.server.local import Deadline
 from tritonkit.tune._search import CLOSED, Probe
 from tritonkit.tune._space import as_json
-from tritonkit.warmup import load_and_warm, load_model, quiet_interrupts, repository_index
+from tritonkit.warmup import (check_triton, load_and_warm, load_model, quiet_interrupts,
+                              repository_index)
 
 # Warm-up requests per swap: every batch size of the config until steady, as a deploy's.
 WARMUP_REQUESTS = 500
@@ -54,6 +55,7 @@ class ServedModel:
         quiet_interrupts()
         client = self.endpoint.http(connection_timeout=5.0, network_timeout=30.0)
         try:
+            check_triton(client)            # Triton 2, or NotTriton
             index = repository_index(client, self.endpoint)
             if self.model not in index:
                 raise UsageError(f"no model named '{self.model}' in the server's repository",

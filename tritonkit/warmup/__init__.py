@@ -59,9 +59,9 @@ from tritonkit.warmup._errors import InputRefused, ModelCrashed, WarmupFailed
 from tritonkit.warmup._model import CHECK_CLIENTS, CHECK_REQUESTS, cold_start_figures
 from tritonkit.warmup._results import ColdStart, ModelWarmup, SteadyRule
 from tritonkit.warmup._run import DEFAULT_REQUESTS, REFUSED_GRACE_S, load_and_warm, warm_up
-from tritonkit.warmup._server import (RELOAD_PARAMETER, load_model, never_served,
-                                     quiet_interrupts, repository_index, served_counts, wait_live,
-                                     warmup_counts)
+from tritonkit.warmup._server import (RELOAD_PARAMETER, check_triton, load_model,
+                                     never_served, quiet_interrupts, repository_index,
+                                     served_counts, wait_live, warmup_counts)
 
 __all__ = [
     "ABOUT",
@@ -76,6 +76,7 @@ __all__ = [
     "ModelWarmup",
     "SteadyRule",
     "WarmupFailed",
+    "check_triton",
     "cold_start_figures",
     "load_and_warm",
     "load_model",

@@ -16,8 +16,8 @@ import numpy as np
 from tritonkit.client import Endpoint, example_input, infer_inputs, triton_message
 from tritonkit.deadline import Deadline
 from tritonkit.warmup._config import sequence_ids
-from tritonkit.warmup._errors import InputRefused, ServerGone
-from tritonkit.warmup._server import error_status, infer_failed, model_ready
+from tritonkit.warmup._errors import InputRefused
+from tritonkit.warmup._server import error_status, gone, infer_failed, model_ready
 
 SEQUENCE_LENGTH = 3                 # a stateful model's warm-up sequence: start, continue, end
 
@@ -110,7 +110,7 @@ class _StreamRequests:
             return bool(self.client.is_model_ready(
                 name, client_timeout=max(0.5, self.deadline.left())))
         except Exception as exc:
-            raise ServerGone(triton_message(exc)) from None
+            raise gone(exc) from None
 
     def infer(self, name: str, inputs: list, version: str, sequence: tuple | None) -> float:
         """One request, until its final response; when its first response came

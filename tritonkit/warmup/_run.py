@@ -24,6 +24,7 @@ from tritonkit.warmup._record import (
 from tritonkit.warmup._results import DEFAULT_REQUESTS, ModelWarmup, SteadyRule
 from tritonkit.warmup._server import (
     Notice,
+    check_triton,
     http_client,
     load_model,
     model_ready,
@@ -124,9 +125,15 @@ def _load_and_warm_once(endpoint: Endpoint, models: Sequence[str] | None, *, req
     figures or failure on it."""
     client = http_client(endpoint, deadline)
     try:
+        check_triton(client)
         index = repository_index(client, endpoint)
         names = (list(dict.fromkeys(models)) if models
                  else sorted(n for n in index if not n.startswith(".")))
+        if not names:
+            raise ServerError(f"the server at {endpoint.http_url} has no model in its "
+                              "repository: nothing to warm up",
+                              hint="export a model into the folder it serves, then load it: "
+                                   "tritonkit warmup --model NAME (or redeploy)")
         unknown = [n for n in names if n not in index]
         if unknown:
             raise UsageError(

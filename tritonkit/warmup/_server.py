@@ -12,8 +12,10 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from tritonkit.client import SECRET_ENV, Endpoint, health, split_message, triton_message, wait_until
-from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
+from tritonkit.answers import not_triton
+from tritonkit.client import (SECRET_ENV, Endpoint, health, split_message, triton_message,
+                              wait_until)
+from tritonkit.errors import Interrupted, ModelLoadError, NotTriton, ServerError, UsageError
 from tritonkit.server.local import Deadline, Progress
 from tritonkit.server.loading import stub_crash
 from tritonkit.warmup._errors import InputRefused, ModelCrashed, ServerGone
@@ -128,6 +130,20 @@ def _waiting_for(endpoint: Endpoint, deadline: Deadline, why: str,
     return line + " …"
 
 
+def gone(exc: Exception) -> Exception:
+    """What a failed call to the server means: it went away (ServerGone, warmed again once it
+    is back), unless it answered as no Triton does (NotTriton, said as it is)."""
+    return exc if isinstance(exc, NotTriton) else ServerGone(triton_message(exc))
+
+
+def check_triton(client) -> None:
+    """The server says it is Triton 2 (its metadata), or NotTriton; ServerGone if it is not there."""
+    try:
+        client.get_server_metadata()
+    except Exception as exc:
+        raise gone(exc) from None
+
+
 def repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
     """Model name → the states of its versions (empty: known, never loaded)."""
     from tritonclient.utils import InferenceServerException
@@ -147,9 +163,9 @@ def repository_index(client, endpoint: Endpoint) -> dict[str, set[str]]:
                     f"secret), or the server's secret with --secret-file FILE or {SECRET_ENV}")
             raise UsageError(f"the server at {endpoint.http_url} refused the model-repository "
                              f"API with {what} ({triton_message(exc)})", hint=hint) from None
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
     except Exception as exc:
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
     states: dict[str, set[str]] = {}
     for entry in index:
         states.setdefault(entry["name"], set())
@@ -162,14 +178,14 @@ def model_ready(client, name: str) -> bool:
     try:
         return bool(client.is_model_ready(name))
     except Exception as exc:
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
 
 
 def server_config(client, name: str) -> dict:
     try:
         return client.get_model_config(name)
     except Exception as exc:
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
 
 
 def ready_versions(client, name: str) -> list[str]:
@@ -177,7 +193,7 @@ def ready_versions(client, name: str) -> list[str]:
     try:
         return [str(v) for v in client.get_model_metadata(name).get("versions", [])]
     except Exception as exc:
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
 
 
 def served_counts(client, endpoint: Endpoint, name: str) -> dict[str, Counts] | None:
@@ -264,7 +280,7 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline, started: fl
             raise UsageError(f"the server refused to load '{name}': {triton_message(exc)}",
                              hint="pass --repository DIR of the running deployment (its secret)") from None
         if _not_live(endpoint, deadline):
-            raise ServerGone(triton_message(exc)) from None
+            raise gone(exc) from None
         message, detail = split_message(triton_message(exc))
         if crash := stub_crash(name, message, endpoint.log_path, during="while it loaded"):
             raise ModelLoadError(crash, hint=read_the_log(endpoint.log_path),
@@ -281,7 +297,7 @@ def _load(client, endpoint: Endpoint, name: str, deadline: Deadline, started: fl
     except Exception as exc:
         if _timed_out(exc):
             raise _out_of_time(f"loading '{name}' did not finish", started, deadline) from None
-        raise ServerGone(triton_message(exc)) from None
+        raise gone(exc) from None
 
 
 def read_the_log(log_path: str | None = None) -> str:
@@ -312,7 +328,9 @@ def infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadli
                  started: float, log_from: int | None = None) -> Exception:
     """What a failed warm-up request means: out of time, the server gone, the model's
     process crashed (its lines in the server's log past ``log_from``, where the log is a
-    file here), or the input refused."""
+    file here), the peer not Triton, or the input refused."""
+    if isinstance(exc, NotTriton):
+        return exc
     if _timed_out(exc):
         return _out_of_time(f"'{name}' did not answer a warm-up request", started, deadline)
     if _not_live(endpoint, deadline) or not _ready_quietly(endpoint, name, deadline):
@@ -323,6 +341,9 @@ def infer_failed(exc: Exception, endpoint: Endpoint, name: str, deadline: Deadli
         return ModelCrashed(crash, hint=f"no input was refused: its process died or hung "
                                         f"(out of memory? see dmesg); {read_the_log(endpoint.log_path)}",
                             detail=detail)
+    if error_status(exc) == "StatusCode.UNIMPLEMENTED":    # a gRPC server, not Triton's
+        return not_triton(endpoint.grpc_url or endpoint.http_url,
+                          f"its gRPC port has no Triton inference service ({message})")
     if error_status(exc) == "StatusCode.UNAVAILABLE":      # HTTP answers (above), gRPC does not
         return ServerError(
             f"no gRPC answer at {endpoint.grpc_url} for '{name}' ({message}), though the "
