@@ -321,17 +321,19 @@ def levels_table(result: LoadTestResult) -> Table:
         table.add_row(_short(lv), f"{lv.qps:,.1f}", *([f"{lv.infer_per_s:,.1f}"] if batched else []),
                       *[_ms(lat.get(f"p{p:g}")) for p in PERCENTILES],
                       _ms(lat.get("max")), f"[red]{lv.error_count}[/red]" if lv.error_count else "0")
-    table.caption = ("latency in ms; c= concurrency (closed loop)" if result.spec.mode == "closed" else
-                     "latency in ms from each request's scheduled send time; /s offered rate (open loop)")
+    # A footnote a line: each fits a terminal line, as one sentence joined by ';' did not.
+    notes = ["latency in ms; c= concurrency (closed loop)" if result.spec.mode == "closed" else
+             "latency in ms from each request's scheduled send time; /s offered rate (open loop)"]
     if batched:
-        table.caption += (f"; QPS: requests/s, each a batch of {result.spec.batch_size}; "
-                          "infer/s: inferences/s (perf_analyzer's figure)")
+        notes.append(f"QPS: requests/s, each a batch of {result.spec.batch_size}; "
+                     "infer/s: inferences/s (perf_analyzer's figure)")
     if result.interrupted is not None:
-        table.caption += f"; {_cut_short(result)}"
+        notes.append(_cut_short(result))
     seq = next((lv.sequences for lv in result.levels if lv.sequences), None)
     if seq:
-        table.caption += (f"; stateful: each {'user' if result.spec.mode == 'closed' else 'of the live sequences'}"
-                          f" sends whole sequences (START ... END) of {_sequence_length(seq)} requests")
+        notes.append(f"stateful: each {'user' if result.spec.mode == 'closed' else 'live sequence'}"
+                     f" sends whole sequences (START ... END) of {_sequence_length(seq)} requests")
+    table.caption = "\n".join(notes)
     return table
 
 
