@@ -511,9 +511,9 @@ def test_a_cpu_server_recording_gets_triton_s_verdict_without_a_gpu_profile(tmp_
     (data,) = json.loads(out.read_text())["diagnoses"]
     assert (data["gpu"], data["profile"], data["wall"]) == (None, "", "none")
     assert data["figures"]["loaded_samples"] == 8
-    (nvml,) = [n for n in data["notes"] if "need NVML samples" in n]
-    assert "the memory, bandwidth and I/O walls need NVML samples" in nvml
-    assert "the memory, bandwidth and I/O walls need NVML samples" in " ".join(printed.split())
+    (nvml,) = [n for n in data["notes"] if "need GPU samples" in n]
+    assert "the memory, bandwidth and I/O walls need GPU samples" in nvml
+    assert "the memory, bandwidth and I/O walls need GPU samples" in " ".join(printed.split())
 
 
 def test_a_cpu_server_recording_with_gpu_given_is_judged_and_says_the_profile_is_unused(
@@ -617,7 +617,7 @@ def test_diagnose_live_on_a_cpu_server_gives_triton_s_verdict_as_a_recording_doe
     (verdict,) = json.loads(out.read_text())["diagnoses"]
     assert verdict["gpu"] is None and verdict["profile"] == ""
     assert verdict["wall"] in ("scheduling", "none", "idle")
-    assert any("need NVML samples" in note for note in verdict["notes"])
+    assert any("need GPU samples" in note for note in verdict["notes"])
 
 
 class _NoGpus:

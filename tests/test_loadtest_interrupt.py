@@ -78,14 +78,14 @@ def test_a_model_that_ran_only_its_model_warmup_since_its_load_is_called_cold(
     said = " ".join(capsys.readouterr().out.split())
     data = json.loads(cold.read_text())
     assert (data["cold_first_request_ms"] or 0) > 0
-    assert f"cold start: model '{model}' had run no inference since it was loaded" in said
+    assert f"cold start: model '{model}': first request since its load" in said
     assert any("model_warmup aside" in w for w in data["verdict"]["warnings"])
     warm = tmp_path / "warm.json"
     assert run_cli("loadtest", "--repository", served.repository, "--model", model, "--concurrency", "1",
                    "--duration", "0.5", "--warmup-s", "0", "--json", warm) == 0
     data = json.loads(warm.read_text())
     assert data["cold_first_request_ms"] is None
-    assert not any("had run no inference" in w for w in data["verdict"]["warnings"])
+    assert not any("first request since its load" in w for w in data["verdict"]["warnings"])
 
 
 def _workers_of(pid: int) -> set[int]:

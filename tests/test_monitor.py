@@ -279,10 +279,10 @@ def _triton_rows(out: str) -> list[dict[str, str]]:
             header = None
         elif words[:1] == ["model"]:
             header = words
+        elif header and words[:1] == ["counts"]:
+            header = None       # the table ends: its caption is no row
         elif header and len(words) == len(header):
             rows.append(dict(zip(header, words)))
-        elif header and not words and rows:
-            header = None       # the table ends: its caption is no row
     return rows
 
 
@@ -305,7 +305,7 @@ def test_the_triton_table_shows_failures_per_second_beside_their_lifetime_count(
     resnet, bert = second["resnet"], second["bert"]
     assert (resnet["fail"], resnet["fail/s"], resnet["req/s"]) == ("530", "3.0", "20.0")
     assert (bert["fail"], bert["fail/s"]) == ("0", "0.0")
-    assert "fail: since the model loaded; the rest: since the last sample" in " ".join(out.split())
+    assert "counts since load; rates and means since the last sample" in " ".join(out.split())
 
 
 @pytest.mark.slow
@@ -590,7 +590,7 @@ def test_monitor_shows_real_triton_counters_without_a_gpu(deployed, tmp_path, ca
     out = capsys.readouterr()
     assert "example" in out.out
     if not _nvml_works():
-        assert out.err.count("\n") == 1 and "showing Triton's metrics only" in out.err
+        assert out.err.count("\n") == 1 and "watching Triton's metrics only" in out.err
 
     (row,) = list(csv.DictReader(by_state.open()))
     assert float(row["request_success"]) - before.request_success == 3
@@ -1514,7 +1514,7 @@ def test_once_shows_each_models_batch_queue_and_compute_means_since_load_not_das
                      # (40 * 0.1 ms + 60 * 4 ms) of queueing over 100 requests
                      "vision": ("4.40", "2.44", "0.77", "—", "—", "—")}
     caption = " ".join(out.split())
-    assert "batch, queue ms, comp ms (means): since load" in caption
+    assert "counts and means since load; the rates need a second sample" in caption
     assert "since the last sample" not in caption
 
 

@@ -261,7 +261,7 @@ def test_a_redeploy_keeps_the_previous_servers_log(example_repository, capsys):
         assert f" {first} " in (logs / "server.log.1").read_text()
         assert f" {first} " not in (logs / "server.log").read_text()
         assert f" {second} " in (logs / "server.log").read_text()
-        said = "note: Triton takes the secret only on its command line" in \
+        said = "note: the secret is on Triton's command line" in \
             " ".join(capsys.readouterr().out.split())
         assert said == others_see_command_lines()      # hidepid: nothing to say
     finally:

@@ -31,6 +31,7 @@ from tritonkit.errors import EXIT_OK, EXIT_RUN_ERRORS, EXIT_SLA_MISS, UsageError
 from tritonkit.fileio import atomic_write
 from tritonkit.loadtest import (
     ERROR_WINDOW_SHARE, PERCENTILES, LevelResult, LoadTestResult, Spike, Window)
+from tritonkit.tables import fitted, new_table
 
 __all__ = [
     "Check",
@@ -41,6 +42,7 @@ __all__ = [
     "print_report",
     "result_dict",
     "server_split_table",
+    "spike_warning",
     "spikes_table",
     "timeline_csv",
     "write_csv",
@@ -163,8 +165,7 @@ def judge(result: LoadTestResult, sla: Sla) -> Verdict:
                           "(lengthen --duration, or --warmup-s may swallow the run)")
     if result.ended_early:
         errors.insert(0, result.ended_early)
-    warnings = [f"{lv.label} at {s.start_s:g} s: {s.cause} ({_spike_figures(s)}typical p99 "
-                f"{s.typical_p99_ms:.2f} ms)" for lv in result.levels for s in lv.spikes]
+    warnings = [spike_warning(lv, s) for lv in result.levels for s in lv.spikes]
     warnings += [w for lv in result.levels for w in _open_loop_warnings(lv)]
     warnings += [w for lv in result.levels for w in _sequence_warnings(lv)]
     warnings += [f"{lv.label}: the server began shutting down {e['t_s']:.2f} s into the measurement "
@@ -205,12 +206,16 @@ def _cold_first_request(result: LoadTestResult) -> str:
     load, aside): its first request, sent before the levels and not counted in them, was
     its cold start."""
     p50 = next((lv.latency_ms["p50"] for lv in result.levels if lv.latency_ms.get("p50")), None)
-    against = f" against a p50 of {p50:.2f} ms" if p50 else ""
-    return (f"cold start: model '{result.spec.model}' had run no inference since it was loaded (its "
-            f"config's model_warmup aside): its first "
-            f"request (tritonkit's check before the run, not in the figures) took "
-            f"{result.cold_first_request_ms:.2f} ms{against}; every restart brings that back "
-            "(tritonkit warmup sends it before users do)")
+    ratio = f", {result.cold_first_request_ms / p50:.1f}x the p50" if p50 else ""
+    return (f"cold start: model '{result.spec.model}': first request since its load (model_warmup "
+            f"aside) {result.cold_first_request_ms:.2f} ms{ratio}; run tritonkit warmup")
+
+
+def spike_warning(lv: LevelResult, spike: Spike) -> str:
+    """A spike, stall or error window as a warning (the JSON's; the terminal shows it in
+    ``spikes_table``)."""
+    return (f"{lv.label} at {spike.start_s:g} s: {spike.cause} ({_spike_figures(spike)}typical p99 "
+            f"{spike.typical_p99_ms:.2f} ms)")
 
 
 def _spike_figures(spike: Spike) -> str:
@@ -245,23 +250,21 @@ def _open_loop_warnings(lv: LevelResult) -> list[str]:
         per = lv.max_in_flight // max(1, lv.workers) if lv.max_in_flight else "allowed"
         whose = "the load generator" if lv.workers == 1 else \
             f"their load-generating process (one of {lv.workers})"
-        warnings = [f"{lv.label}: the server was saturated: {lv.saturated} requests fell due while every one "
-                    f"of the {per} requests {whose} may have in flight was waiting on it, so they left late "
-                    f"or never{sent}; their latencies include that wait (--max-in-flight, per process, "
-                    "allows more at once)"]
+        warnings = [f"{lv.label}: the server was saturated: {lv.saturated} requests fell due while all "
+                    f"{per} requests {whose} may have in flight waited on it, and left late or never"
+                    f"{sent}; the wait is in their latencies (--max-in-flight allows more per process)"]
         busy = _client_cores_per_worker(lv)
         if busy is not None and busy >= CLIENT_CPU_BOUND:
-            warnings.append(f"{lv.label}: the load generator was short of CPU as well ({busy:.0%} of a core "
-                            "per process): some requests may have left late on its account (add --workers)")
+            warnings.append(f"{lv.label}: the load generator was short of CPU too ({busy:.0%} of a core "
+                            "per process; add --workers)")
         return warnings
     warnings = []
     if behind:
         warnings.append(f"{lv.label}: sent {lv.achieved_rate:,.1f} requests/s of the {lv.offered_rate:g} "
                         "offered (the load generator fell behind; add --workers)")
     if late:
-        warnings.append(f"{lv.label}: requests left late (p99 {lv.send_lag_ms['p99']:.2f} ms after they "
-                        "were due) while they could have been in flight: the load generator fell behind "
-                        "(add --workers); the latencies include that wait")
+        warnings.append(f"{lv.label}: requests left late (p99 {lv.send_lag_ms['p99']:.2f} ms), the load "
+                        "generator behind; the latencies include it (add --workers)")
     return warnings
 
 
@@ -306,8 +309,8 @@ def _short(lv: LevelResult) -> str:
 def levels_table(result: LoadTestResult) -> Table:
     """One row per concurrency or rate: counts, QPS (requests/s), with a batch of several
     inferences/s too (what perf_analyzer reports), and the latency percentiles (ms)."""
-    table = Table(title=escape(f"{result.spec.model} over {result.spec.protocol.upper()} at {result.server} "
-                               f"({result.request})"), title_justify="left")
+    table = new_table(escape(f"{result.spec.model} over {result.spec.protocol.upper()} at {result.server} "
+                             f"({result.request})"))
     batched = result.spec.batch_size > 1
     columns = ["level", "QPS", *(["infer/s"] if batched else []), *[f"p{p:g}" for p in PERCENTILES],
                "max", "errors"]
@@ -318,17 +321,19 @@ def levels_table(result: LoadTestResult) -> Table:
         table.add_row(_short(lv), f"{lv.qps:,.1f}", *([f"{lv.infer_per_s:,.1f}"] if batched else []),
                       *[_ms(lat.get(f"p{p:g}")) for p in PERCENTILES],
                       _ms(lat.get("max")), f"[red]{lv.error_count}[/red]" if lv.error_count else "0")
-    table.caption = ("latency in ms; c= concurrency (closed loop)" if result.spec.mode == "closed" else
-                     "latency in ms from each request's scheduled send time; /s offered rate (open loop)")
+    # A footnote a line: each fits a terminal line, as one sentence joined by ';' did not.
+    notes = ["latency in ms; c= concurrency (closed loop)" if result.spec.mode == "closed" else
+             "latency in ms from each request's scheduled send time; /s offered rate (open loop)"]
     if batched:
-        table.caption += (f"; QPS: requests/s, each a batch of {result.spec.batch_size}; "
-                          "infer/s: inferences/s (perf_analyzer's figure)")
+        notes.append(f"QPS: requests/s, each a batch of {result.spec.batch_size}; "
+                     "infer/s: inferences/s (perf_analyzer's figure)")
     if result.interrupted is not None:
-        table.caption += f"; {_cut_short(result)}"
+        notes.append(_cut_short(result))
     seq = next((lv.sequences for lv in result.levels if lv.sequences), None)
     if seq:
-        table.caption += (f"; stateful: each {'user' if result.spec.mode == 'closed' else 'of the live sequences'}"
-                          f" sends whole sequences (START ... END) of {_sequence_length(seq)} requests")
+        notes.append(f"stateful: each {'user' if result.spec.mode == 'closed' else 'live sequence'}"
+                     f" sends whole sequences (START ... END) of {_sequence_length(seq)} requests")
+    table.caption = "\n".join(notes)
     return table
 
 
@@ -356,10 +361,9 @@ def server_split_table(result: LoadTestResult) -> Table | None:
     rows = [(_short(lv), lv.server_split_ms, lv.server_batch) for lv in result.levels if lv.server_split_ms]
     if not rows:
         return None
-    table = Table(title="where the mean request's time went (ms; Triton's statistics: queue, compute "
-                        "input/infer/output; batch: samples per model execution)", title_justify="left")
+    table = new_table("where a request's time went (ms, means; Triton's statistics)")
     for name in ("level", "queue", "input", "infer", "output", "server", "client+net", "batch"):
-        table.add_column(name, justify="left" if name == "level" else "right")
+        table.add_column(name, justify="left" if name == "level" else "right", no_wrap=name != "level")
     for label, split, batch in rows:
         table.add_row(label, _ms(split.get("queue")), _ms(split.get("compute_input")),
                       _ms(split.get("compute_infer")), _ms(split.get("compute_output")),
@@ -373,11 +377,10 @@ def spikes_table(result: LoadTestResult) -> Table | None:
     rows = [(_short(lv), s) for lv in result.levels for s in lv.spikes]
     if not rows:
         return None
-    table = Table(title="latency spikes (windows far above the run's typical p99), stalls (requests "
-                        "out, none back) and error windows (every request failed, or "
-                        f"{ERROR_WINDOW_SHARE:.0%} or more)", title_justify="left")
-    for name in ("level", "at s", "p99 ms", "max ms", "typical p99", "cause"):
-        table.add_column(name, justify="left" if name in ("level", "cause") else "right")
+    table = new_table("spikes, stalls and error windows")
+    for name in ("level", "at s", "p99 ms", "max ms", "typical p99 ms", "cause"):
+        table.add_column(name, justify="left" if name in ("level", "cause") else "right",
+                         no_wrap=name not in ("level", "cause"))
     for label, s in rows:
         cause = f"[bold yellow]{escape(s.cause)}[/bold yellow]" if s.cold_start else escape(s.cause)
         table.add_row(label, f"{s.start_s:g}", _ms(s.p99_ms), _ms(s.max_ms), _ms(s.typical_p99_ms), cause)
@@ -389,10 +392,10 @@ def print_report(console: Console, result: LoadTestResult, verdict: Verdict,
     """Everything a person reads after a run: levels, server split, spikes, the verdict.
     A failed run's verdict is an error: on ``errors`` (stderr) as ``error: run failed: …``
     where it is given."""
-    console.print(levels_table(result))
+    console.print(fitted(levels_table(result)))
     for table in (server_split_table(result), spikes_table(result)):
         if table is not None:
-            console.print(table)
+            console.print(fitted(table))
     for lv in result.levels:
         if lv.sequences:
             console.print(_sequences_line(lv))
@@ -400,8 +403,10 @@ def print_report(console: Console, result: LoadTestResult, verdict: Verdict,
     for lv in result.levels:
         for kind, count in lv.errors.items():
             console.print(f"[red]{escape(f'{lv.label}: {count} x {kind}')}[/red]")
+    in_table = {spike_warning(lv, s) for lv in result.levels for s in lv.spikes}
     for warning in verdict.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        if warning not in in_table:     # a spike's line is its row in the spikes table
+            console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     for check in verdict.checks:
         mark = "[green]PASS[/green]" if check.passed else "[red]FAIL[/red]"
         console.print(f"{mark} {escape(check.describe())}")
@@ -581,9 +586,10 @@ def _plain_log_labels(axis) -> None:
 
 
 def _legend(ax) -> None:
-    """A legend for what was drawn; a level where nothing succeeded draws nothing."""
+    """A legend for what was drawn, beside the panel: inside, it covered the lines it names
+    (a run's max is near the top right). A level where nothing succeeded draws nothing."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", loc="upper right")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def _once(unused: set[str], label: str) -> str | None:

@@ -288,9 +288,8 @@ def _print_ps_note() -> None:
     """Where the secret can be seen all the same: Triton 2.51 takes it only on its command
     line, which every user of the host may read unless /proc hides it."""
     if others_see_command_lines():
-        console.print("  note: Triton takes the secret only on its command line: other users "
-                      "of this host see it in ps (mount /proc with hidepid=2 to hide it)",
-                      highlight=False, soft_wrap=True)
+        console.print("  note: the secret is on Triton's command line: other users here see it "
+                      "in ps (hidepid=2 on /proc hides it)", highlight=False, soft_wrap=True)
 
 
 def _print_k8s(written) -> None:
@@ -308,12 +307,14 @@ def _print_k8s(written) -> None:
     console.print(f"  {escape(said)}", highlight=False, soft_wrap=True)
     _print_ignored(written.gitignore, written.gitignore_created, "secret.yaml")
     requests, limits = written.resources["requests"], written.resources["limits"]
-    sized = ("--memory" if written.memory_rule == "--memory"
-             else f"sized as {written.memory_rule}")
+    given = " (--memory)" if written.memory_rule == "--memory" else ""
     console.print(f"  each replica: cpu {requests['cpu']} requested (no limit), memory "
-                  f"{limits['memory']} requested and limit ({sized}); {written.startup_s} s to "
-                  f"load and warm its models (--timeout), {PRESTOP_S} s of preStop before "
-                  "Triton stops", highlight=False, soft_wrap=True)
+                  f"{limits['memory']} requested and limit{given}", highlight=False, soft_wrap=True)
+    if not given:
+        console.print(f"  memory {limits['memory']} = {written.memory_rule}", highlight=False,
+                      soft_wrap=True)
+    console.print(f"  startup: {written.startup_s} s to load and warm its models (--timeout); "
+                  f"stop: {PRESTOP_S} s of preStop first", highlight=False, soft_wrap=True)
     if written.pdb:
         console.print(f"  PodDisruptionBudget {written.pdb}: a node drain evicts one of the "
                       f"{written.replicas} replicas at a time", highlight=False, soft_wrap=True)
@@ -322,9 +323,8 @@ def _print_k8s(written) -> None:
                       "node drain is an outage; --replicas 2 or more avoids it",
                       highlight=False, soft_wrap=True)
     else:
-        console.print("  one replica: each rollout or node drain is an outage (maxSurge 0: one "
-                      "GPU a replica, none spare for a second pod); --replicas 2 or more avoids "
-                      "it", highlight=False, soft_wrap=True)
+        console.print("  one replica: each rollout or node drain is an outage (maxSurge 0: no "
+                      "spare GPU); --replicas 2 or more avoids it", highlight=False, soft_wrap=True)
     if written.pdb_removed:
         console.print(f"  removed {K8S_DIRNAME}/pod-disruption-budget.yaml of the run with more "
                       f"replicas: kubectl delete pdb {written.pdb_removed} (apply -k leaves it "

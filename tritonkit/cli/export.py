@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from tritonkit.cli import app
 from tritonkit.cli.options import Repository, console, err_console
+from tritonkit.tables import fitted, new_table
 
 if TYPE_CHECKING:       # the export package imports torch: only `tritonkit export` pays for it
     from tritonkit.export import ExportResult
@@ -91,15 +91,18 @@ def _render(result: ExportResult, said: list[str]) -> None:
     # |onnx - torch| <= atol + rtol·|torch| per element: "err/tol" is the largest share of
     # that any element took (at most 1 passes), where max abs and max rel errors are often
     # of different elements (a rel error of 0.9 on a logit near 0, well within atol).
-    table = Table("tensor", "dtype", "shape", "max abs err", "max rel err", "atol", "rtol",
-                  "err/tol", "verified")
+    table = new_table()
+    for name in ("tensor", "dtype", "shape", "max abs err", "max rel err", "atol", "rtol",
+                 "err/tol", "check"):
+        table.add_column(name, no_wrap=name not in ("tensor", "shape"),
+                         justify="right" if name in NUMERIC else "left")
     errors = (report["verification"].get("max_errors") or {})
     for spec in report["inputs"]:
-        table.add_row(f"in  {spec['name']}", spec["dtype"], _shape(spec), *[""] * 6)
+        table.add_row(f"in  {spec['name']}", _dtype(spec), _shape(spec), *[""] * 6)
     for spec in report["outputs"]:
-        table.add_row(f"out {spec['name']}", spec["dtype"], _shape(spec),
+        table.add_row(f"out {spec['name']}", _dtype(spec), _shape(spec),
                       *_verified_columns(errors.get(spec["name"])))
-    console.print(table)
+    console.print(fitted(table))
     for attempt in report["exporter_attempts"]:
         if not attempt["ok"]:
             note = f": {attempt['note']}" if attempt.get("note") else ""
@@ -121,6 +124,9 @@ def _render(result: ExportResult, said: list[str]) -> None:
         console.print(f"  wrote {escape(str(path))}")
 
 
+NUMERIC = ("max abs err", "max rel err", "atol", "rtol", "err/tol")
+
+
 def _verified_columns(worst: dict | None) -> list[str]:
     """max abs err, max rel err, atol, rtol, err/tol and the verdict of one output."""
     if not worst:
@@ -129,6 +135,14 @@ def _verified_columns(worst: dict | None) -> list[str]:
     return [f"{worst['max_abs_error']:.2e}", f"{worst['max_rel_error']:.2e}",
             *(["exact", ""] if exact else [f"{worst['atol']:.1e}", f"{worst['rtol']:.1e}"]),
             f"{worst['tolerance_share']:.2f}", "pass" if worst["passed"] else "[red]fail[/]"]
+
+
+def _dtype(spec: dict) -> str:
+    """Triton's name of a tensor's dtype (FP32, INT64), as its config and loadtest say it."""
+    import numpy as np
+    from tritonclient.utils import np_to_triton_dtype
+
+    return np_to_triton_dtype(np.dtype(spec["dtype"])) or spec["dtype"]
 
 
 def _shape(spec: dict) -> str:

@@ -26,8 +26,8 @@ def install_server(
     commands = binary.install_commands()
     if not commands:
         install = binary.find_install()
-        console.print(f"the embedded tritonserver is installed ({escape(str(install.binary))}), "
-                      "and ONNX Runtime: nothing to do", highlight=False, soft_wrap=True)
+        console.print(f"nothing to do: the embedded tritonserver ({escape(str(install.binary))}) "
+                      "and ONNX Runtime are installed", highlight=False, soft_wrap=True)
         return
     if not dry_run and importlib.util.find_spec("pip") is None:
         raise UsageError("this Python environment has no pip to install the server with",

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich import box
 from rich.console import Group
 from rich.live import Live
 from rich.markup import escape
@@ -34,6 +33,7 @@ from tritonkit.monitor.recording import (COLUMNS, MODEL_COLUMNS, CsvRecorder, mo
 from tritonkit.monitor.triton_metrics import DEFAULT_METRICS_PORT, resolve_server_urls
 from tritonkit.monitor.watch import Snapshot, open_monitor, record, watch
 from tritonkit.profiles import load_profile
+from tritonkit.tables import fitted, new_table
 
 MetricsPort = Annotated[int, typer.Option(
     help="Triton's metrics port on the --url host.", min=1, max=65535)]
@@ -124,12 +124,10 @@ def _failure_rate(per_s: float | None) -> str:
 
 
 def _table(title: str, headers: tuple[str, ...], rows: list[list[str]]) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0,
-                  pad_edge=False)
+    # One space between columns: the densest table, Triton's fits 80 columns with 7-digit counts.
+    table = new_table(title, gap=1)
     for i, header in enumerate(headers):
-        # the name column never shrinks: the numbers' headers are short enough to fit
-        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=True,
-                         min_width=max((len(r[0]) for r in rows), default=4) if i == 0 else None)
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i > 0)
     for row in rows:
         table.add_row(*row)
     return table
@@ -153,7 +151,6 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
             + (f"; clocks held down by {'+'.join(g.slowdowns)}" if g.slowdowns else "")
             + (f"; cannot be read: {g.error}" if g.error else "")
             for g in snapshot.gpus))
-        table.caption_justify = "left"
         parts.append(table)
     if snapshot.triton:
         rows = []
@@ -172,15 +169,13 @@ def _snapshot_view(snapshot: Snapshot) -> Group:
         table = _table(f"Triton {at}", (
             "model", "req", "infer", "fail", "req/s", "fail/s", "inf/s", "batch", "queue ms",
             "comp ms", "pend"), rows)
-        table.caption = ("req, infer, fail, and batch, queue ms, comp ms (means): since load; "
-                         "the rates need a second sample" if snapshot.since_load else
-                         "req, infer, fail: since the model loaded; the rest: since the last "
-                         "sample")
-        table.caption_justify = "left"
+        table.caption = ("counts and means since load; the rates need a second sample"
+                         if snapshot.since_load else
+                         "counts since load; rates and means since the last sample")
         parts.append(table)
     if snapshot.triton_error:
         parts.append(f"Triton: {escape(snapshot.triton_error)}")
-    return Group(*parts)
+    return Group(*[fitted(part) if isinstance(part, Table) else part for part in parts])
 
 
 @app.command(epilog="Example: tritonkit diagnose gpu.csv --gpu a10")

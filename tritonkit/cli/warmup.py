@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
-from rich import box
 from rich.table import Table
 
 from tritonkit import warmup as warmup_lib
@@ -27,6 +26,7 @@ from tritonkit.cli.options import (
 from tritonkit.client import SECRET_ENV, read_secret_file
 from tritonkit.errors import TritonkitError
 from tritonkit.fileio import atomic_write, check_outputs
+from tritonkit.tables import fitted, new_table
 
 
 def _ms(value: float | None) -> str:
@@ -38,36 +38,32 @@ def _ratio(value: float | None) -> str:
 
 
 def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
-    """One row per model: load, the cold first request and steady p50 of its first shape,
-    the worst shape's ratio, and a user's first after."""
-    table = Table(title=f"warm-up (1st, p50: the first shape's; worst: the 1st ms and 1st/p50 "
-                        f"of the shape most above its own p50, named below; after: a fresh "
-                        f"client's first, median of {warmup_lib.CHECK_CLIENTS}, once warm)",
-                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1))
-    table.add_column("model", overflow="fold")      # the one column that folds when narrow
-    for column in ("load s", "1st ms", "p50 ms", "1st/p50", "worst", "reqs", "after ms",
-                   "after/p50", "steady"):
+    """One row per model: the load, the first request (the cold start) and steady p50 of
+    its first shape, the worst shape's first request, and a new client's first after."""
+    table = new_table("warm-up (first: the cold start; after: a new client's first, once warm)")
+    table.add_column("model")
+    for column in COLUMNS:
         table.add_column(column, justify="right", no_wrap=True)
     for r in results:
         table.add_row(
-            r.model, _load(r), _ms(r.first_ms),
-            _ms(r.steady_p50_ms), _ratio(r.ratio), _worst(r),
+            escape(r.model), _load(r), _ms(r.first_ms),
+            _ms(r.steady_p50_ms), _ratio(r.ratio), _ms(r.worst.first_ms if r.worst else None),
             str(r.requests),
             _ms(r.after.first_ms if r.after else None),
             _ratio(r.after.ratio if r.after else None),
             _steady(r))
-    legend = {"start": "start = loaded as the server started (or since), no request "
-                       "served before warm-up: its 1st was the cold start",
-              "ready": "ready = READY before warm-up (no load, no cold start)"}
-    shown = [legend[label] for label in legend if label in {_load(r) for r in results}]
+    shown = [LOAD_LEGEND[label] for label in LOAD_LEGEND if label in {_load(r) for r in results}]
     if shown:
-        table.caption, table.caption_justify = "load s: " + "; ".join(shown), "left"
+        table.caption = "; ".join(shown)
     return table
 
 
-def _worst(r: warmup_lib.ModelWarmup) -> str:
-    worst = r.worst
-    return "-" if worst is None else f"{_ms(worst.first_ms)} {_ratio(worst.ratio)}"
+# The table's columns; docs/commands/warmup.md says what each holds.
+COLUMNS = ("load s", "first ms", "p50 ms", "first/p50", "worst ms", "reqs", "after ms",
+           "after/p50", "steady")
+# Why a model has no load time (the "load s" column).
+LOAD_LEGEND = {"start": "start: loaded at server start, first request still cold",
+               "ready": "ready: already warm, no cold start"}
 
 
 def _load(r: warmup_lib.ModelWarmup) -> str:
@@ -89,14 +85,13 @@ def _steady(r: warmup_lib.ModelWarmup) -> str:
 
 def print_results(results: list[warmup_lib.ModelWarmup]) -> None:
     """The table, then each model's note on a line of its own (a narrow terminal would
-    fold a note inside the table a word per line), and its worst shape's figures."""
-    console.print(warmup_table(results))
+    fold a note inside the table a word per line), and which shape its worst cold start
+    was (with its figures, unless it was the first shape, whose the row's are)."""
+    console.print(fitted(warmup_table(results)))
     for r in results:
-        if (worst := r.worst) is not None and len(r.series_ms) > 1:
-            console.print(f"  {escape(r.model)}: worst cold start {escape(worst.shape)}: 1st "
-                          f"{_ms(worst.first_ms)} ms, p50 {_ms(worst.p50_ms)} ms "
-                          f"(+{_ms(worst.penalty_ms)} ms, {_ratio(worst.ratio)})",
-                          highlight=False, soft_wrap=True)
+        if r.worst is not None and len(r.series_ms) > 1:
+            console.print(f"  {escape(r.model)}: {escape(worst_line(r))}", highlight=False,
+                          soft_wrap=True)
         if r.note:
             console.print(f"  {escape(r.model)}: {escape(r.note)}", highlight=False, soft_wrap=True)
         if r.error is not None:
@@ -107,13 +102,22 @@ def print_results(results: list[warmup_lib.ModelWarmup]) -> None:
                           soft_wrap=True)
 
 
+def worst_line(r: warmup_lib.ModelWarmup) -> str:
+    """The shape whose cold start cost the most milliseconds, and its figures."""
+    worst = r.worst
+    if worst.shape == next(iter(r.series_ms), None):
+        return f"worst cold start {worst.shape}, the first shape"
+    return (f"worst cold start {worst.shape}: first {_ms(worst.first_ms)} ms, steady p50 "
+            f"{_ms(worst.p50_ms)} ms (+{_ms(worst.penalty_ms)} ms, {_ratio(worst.ratio)})")
+
+
 def first_response_line(r: warmup_lib.ModelWarmup) -> str:
     """A streamed model's time to its first response, as the table gives its final one."""
-    line = f"first response (time to first token): 1st {_ms(r.first_response_ms)} ms"
+    line = f"time to first token: first {_ms(r.first_response_ms)} ms"
     if r.first_response_p50_ms is not None:
-        line += f", p50 {_ms(r.first_response_p50_ms)} ms"
+        line += f", steady p50 {_ms(r.first_response_p50_ms)} ms"
     if r.first_response_ratio is not None:
-        line += f", 1st/p50 {_ratio(r.first_response_ratio)}"
+        line += f" ({_ratio(r.first_response_ratio)})"
     if r.after is not None and r.after.first_response_ms is not None:
         line += f", after {_ms(r.after.first_response_ms)} ms"
     return line

@@ -408,9 +408,8 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
         notes.append(verification["largest_batch"])
     if verification and served.serving.precision != "fp32":
         verification["served_precision"] = (
-            f"verified in the graph's own precision on ONNX Runtime's CPU provider; the "
-            f"{served.name} config serves {served.serving.precision.upper()}, which only a run on "
-            f"the {served.display_name} checks")
+            f"the {served.name} config serves {served.serving.precision.upper()}, checked only on "
+            f"the {served.display_name} (verified here as exported, on CPU)")
         notes.append(verification["served_precision"])
     report = build_report(
         name=options.name, model=model, fmt=options.format, max_batch_size=options.max_batch_size,

@@ -75,9 +75,8 @@ SERVER_TITLES = {
     "none": "no scheduling wall: Triton forms batches or requests do not wait for them",
     "idle": "no load recorded",
 }
-NVML_NEEDED = ("no GPU samples in the recording: only Triton's scheduling was judged; the "
-               "memory, bandwidth and I/O walls need NVML samples (record on a GPU host: "
-               "tritonkit monitor --csv FILE, or diagnose --live there)")
+NVML_NEEDED = ("only Triton's scheduling was judged: the memory, bandwidth and I/O walls "
+               "need GPU samples (record on a GPU host)")
 
 
 @dataclass(frozen=True)

@@ -251,8 +251,7 @@ def open_monitor(metrics_url: str | None, thresholds: AlertThresholds,
         if metrics_url is None:
             raise
         return Monitor(None, metrics_url, thresholds, http_url=http_url), (
-            f"{exc.message}; showing Triton's metrics only (its GPU gauges where the server "
-            "reports them)")
+            f"{exc.message}; watching Triton's metrics only")
     unreachable = "; ".join(map(str, nvml.unreachable))
     return Monitor(nvml, metrics_url, thresholds, http_url=http_url), (
         f"{unreachable}: not watched" if unreachable else None)

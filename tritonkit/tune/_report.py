@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tritonkit.fileio import atomic_write
+from tritonkit.tables import fitted, new_table
 from tritonkit.tune._run import TuneResult, Trial
 from tritonkit.tune._search import CLOSED, OPEN
 from tritonkit.tune._space import LABEL_LEGEND
@@ -43,54 +44,72 @@ def _row(trial: Trial) -> dict[str, Any]:
 
 def trials_table(result: TuneResult) -> Table:
     """A row per config tried: throughput at the SLA (open loop), its p50/p99, the batch
-    Triton formed, queue against compute time."""
-    table = Table(title=escape(f"{result.model} at {result.server}: p99 <= {result.sla.p99_ms:g} ms"
-                               + (f", >= {result.sla.min_qps:g} QPS" if result.sla.min_qps else "")),
-                  title_justify="left")
-    for name in ("config", "role", "QPS at SLA", "c", "p50", "p99", "batch", "queue", "compute",
-                 "load s", "probes", "note"):
-        table.add_column(name, justify="left" if name in ("config", "role", "note") else "right",
-                         no_wrap=name != "note")
+    Triton formed, queue against compute time. Why a config has no figure is a line under
+    the table (``unmet_lines``)."""
+    table = new_table(escape(f"{result.model} at {result.server}: p99 <= {result.sla.p99_ms:g} ms"
+                             + (f", >= {result.sla.min_qps:g} QPS" if result.sla.min_qps else "")))
+    for name in ("config", "QPS at SLA", "c", "p50 ms", "p99 ms", "batch", "queue ms",
+                 "comp ms", "load s", "probes"):
+        table.add_column(name, justify="left" if name == "config" else "right",
+                         no_wrap=name != "config")
     for trial in result.trials:
         row = _row(trial)
-        if trial is result.winner:
-            role = "[bold green]winner[/bold green]" + (f", {trial.role}" if trial.role else "")
-        else:
-            role = escape(trial.role)
-        note = "skipped: see below" if trial.skipped else ""
-        if not trial.skipped and trial.found is not None and trial.found.judged is None:
-            best = trial.found.best_p99_ms
-            note = "SLA not met at any load" + (f" (best p99 {best:.2f} ms)" if best else "")
-        table.add_row(escape(trial.point.label), role,
+        label = escape(_label(trial, result))
+        table.add_row(f"[bold green]{label}[/bold green]" if trial is result.winner else label,
                       "-" if row["throughput_at_sla"] is None else f"{row['throughput_at_sla']:,.1f}",
                       "-" if row["concurrency_at_sla"] is None else str(row["concurrency_at_sla"]),
                       _ms(row["p50_ms"]), _ms(row["p99_ms"]),
                       "-" if row["batch"] is None else f"{row['batch']:.1f}",
                       _ms(row["queue_ms"]), _ms(row["compute_ms"]),
                       "-" if row["load_s"] is None else f"{row['load_s']:.1f}",
-                      str(row["probes"]), note)
-    table.caption = (f"{LABEL_LEGEND}; QPS at SLA: the highest open-loop rate (Poisson arrivals) "
-                     "whose p99 met the limit, c: the highest concurrency that did (closed loop); "
-                     "latency, queue and compute in ms at that rate")
-    table.caption_justify = "left"
+                      str(row["probes"]))
+    table.caption = (f"config: {LABEL_LEGEND}\nQPS at SLA: the highest open-loop rate whose p99 "
+                     "met the SLA; c: the highest concurrency that did")
     return table
+
+
+def _label(trial: Trial, result: TuneResult) -> str:
+    """The config's label with its role: ``i1 b32 d0 t0 (served, winner)``, ``bare default``."""
+    roles = [trial.role] if trial.role and not trial.point.bare else []
+    roles += ["winner"] if trial is result.winner else []
+    return trial.point.label + (f" ({', '.join(roles)})" if roles else "")
+
+
+def unmet_lines(result: TuneResult) -> list[str]:
+    """A line for each config measured that has no figure at the SLA, saying why."""
+    return [f"{_label(trial, result)}: {_unmet(trial.found)}" for trial in result.trials
+            if not trial.skipped and trial.found is not None and trial.found.judged is None]
+
+
+def _unmet(found) -> str:
+    """Why a config has no figure at the SLA: no load met its p99, or only a closed loop's
+    (open loop adds the queueing a closed loop hides, or the load generator fell behind)."""
+    best = found.best_p99_ms
+    if found.concurrency is None:
+        return "SLA not met at any load" + (f" (best p99 {best:.2f} ms)" if best else "")
+    opened = [p for p in found.probes if p.mode == OPEN]
+    best_open = min((p.p99_ms for p in opened if p.p99_ms is not None), default=None)
+    behind = " (the load generator fell behind)" if any(p.behind for p in opened) else ""
+    return (f"met at c={found.concurrency}, not in open loop"
+            + (f" (best p99 {best_open:.2f} ms)" if best_open is not None and not behind else behind))
 
 
 def print_report(console: Console, result: TuneResult) -> None:
     """The table, the comparisons, notes, and the verdict."""
-    console.print(trials_table(result))
+    console.print(fitted(trials_table(result)))
     say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
+    for line in unmet_lines(result):
+        say(escape(line))
     for trial in result.trials:
         if trial.skipped:
             say(f"skipped {escape(trial.point.label)}: {escape(trial.skipped)}")
     for note in result.notes:
         say(f"note: {escape(note)}")
     if result.not_tried:
-        say(f"{result.not_tried} other point(s) of the space not tried (one knob at a time from "
+        say(f"{result.not_tried} other points of the space not tried (one knob at a time from "
             "the served config, within the budget)")
     for comparison in result.comparisons:
-        say(f"{escape(result.best.point.label)} {escape(comparison.describe())} (throughput, "
-            "closed loop at each one's concurrency at the SLA, runs interleaved)")
+        say(f"throughput, {escape(result.best.point.label)} {escape(comparison.describe())}")
     say(f"tune took {result.elapsed_s:.0f} s of its {result.budget_s:g} s budget")
     if result.winner is not None:
         say(f"[bold green]SLA met[/bold green]: {escape(result.winner.label)}, "
@@ -163,8 +182,8 @@ def write_plot(path: Path, result: TuneResult) -> Path:
                  "concurrency; x: open loop; ring: the highest rate meeting the SLA; star: the "
                  "winner)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", loc="upper left")
+    if ax.get_legend_handles_labels()[0]:        # beside the panel, never over the points
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)

@@ -69,8 +69,8 @@ class Candidate:
         return {k: getattr(self, k) for k in KNOBS if getattr(self, k) is not None}
 
 
-LABEL_LEGEND = ("i instances, b max batch, d queue delay us, t ONNX Runtime threads (0: one per "
-                "core), +p preferred batch sizes, trt/cuda the GPU accelerator")
+LABEL_LEGEND = ("i instances, b max batch, d queue delay µs, t threads (0: one a core), "
+                "+p preferred sizes")
 
 
 def read_space_file(path: Path) -> TuneSpace:

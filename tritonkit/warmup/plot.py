@@ -72,7 +72,7 @@ def warmup_figure(results: list[ModelWarmup]):
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_xlabel("warm-up sample (the first: the cold one)")
+        ax.set_xlabel("warm-up request (the first: the cold start)")
         ax.set_ylabel("latency (ms)")
         ax.set_title(_title(result), fontsize="medium")
         ax.grid(True, which="both", alpha=0.3)
@@ -105,14 +105,14 @@ def _title(result: ModelWarmup) -> str:
     worst = result.worst
     several = len(result.series_ms) > 1
     if worst is not None:
-        title += (f": worst 1st {worst.first_ms:.2f} ms, {worst.ratio:.1f}x its steady p50"
+        title += (f": worst cold start {worst.first_ms:.2f} ms, {worst.ratio:.1f}x its steady p50"
                   + (f"\n({worst.shape})" if several else ""))
     elif result.first_ms is not None:
-        title += f": 1st {result.first_ms:.2f} ms"
         if result.ratio is not None:
-            title += f", {result.ratio:.1f}x the steady p50"
-        elif not result.cold:
-            title += " (already warm)"
+            title += f": cold start {result.first_ms:.2f} ms, {result.ratio:.1f}x the steady p50"
+        else:
+            title += f": first request {result.first_ms:.2f} ms" + (
+                "" if result.cold else " (already warm)")
         if several and result.series_ms:
             title += f"\n(first shape, {next(iter(result.series_ms))})"
     if not result.steady:
