@@ -45,11 +45,11 @@ def test_every_verified_batch_is_drawn_and_run_at_its_own_size():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 def test_random_float_inputs_keep_the_examples_dtype_mean_and_spread(dtype):
-    example = (torch.randn(64, 32, dtype=torch.float64) * 3 + 5).to(dtype)
+    example = (torch.randn(64, 256, dtype=torch.float64) * 3 + 5).to(dtype)
     for case in verification_cases(normalize_inputs(example), 64)[1:]:
         drawn = case.tensors[0]
         assert drawn.dtype == dtype
-        if case.batch == 64:
+        if case.batch == 64:            # 16384 values: both within 6 standard errors
             values = drawn.double()
-            assert abs(float(values.mean()) - 5) < 0.1
-            assert abs(float(values.std()) - 3) < 0.1
+            assert abs(float(values.mean()) - 5) < 0.15
+            assert abs(float(values.std()) - 3) < 0.15
