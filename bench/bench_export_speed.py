@@ -196,7 +196,8 @@ def main() -> int:
                       f"{row['tritonkit_cpu_s']:.1f}", fmt_spread(row["ratio_spread"]) + "x",
                       fmt_spread(row["cpu_ratio_spread"]) + "x")
     console.print(table)
-    phases = Table(title="where tritonkit's time went: CPU s (wall s), medians")
+    phases = Table(title="where tritonkit's time went: CPU s (wall s), medians; a phase's CPU is the "
+                           "process's, so it counts what ran beside it")
     for column in ("model", *PHASES):
         phases.add_column(column.strip(), justify="left" if column == "model" else "right")
     for row in rows:
