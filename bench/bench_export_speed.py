@@ -8,17 +8,18 @@ model, so imports and model building are left out of both:
              with the same dynamic axes: the floor, a graph written and nothing checked;
 - tritonkit: ``tritonkit.export(...)``: the same exporter, then the ONNX checker, ONNX
              Runtime against PyTorch at the example, batch 1, the middle batch and the
-             maximum (32), each sample of the largest batch against itself alone, the
+             maximum (32), 8 samples of the largest batch against themselves alone, the
              configs, the report.
 
 Both sides run with ``OMP_WAIT_POLICY=PASSIVE``, as ``tritonkit export`` sets it unless it
-is set. The sides alternate per round (A B, B A, ...), so a busy machine slows both alike. The
-ratio is tritonkit's seconds over the bare export's within each round: the median of the
-rounds with their min–max, in wall time and in CPU time (the process's, every thread
-counted: what other work on a shared machine disturbs least). tritonkit's side also says
-where its wall time went (exporter, saving, checker, verification's PyTorch runs, ONNX
-Runtime's session, configs). With ``--check``: exit 1 unless every model's median ratios
-are at most 2. Every run's JSON is kept in out/bench-runs/.
+is set. Each round runs every model, its sides alternating (A B, B A, ...), so a busy
+machine slows both sides, and all models, alike. The ratio is tritonkit's seconds over
+the bare export's within each round: the median of the rounds with their min–max, in wall
+time and in CPU time (the process's, every thread counted: what other work on a shared
+machine disturbs least). tritonkit's side also says where its time went (exporter,
+saving, checker, verification's PyTorch runs, ONNX Runtime's session and runs, configs,
+file hashes), in CPU and wall seconds. With ``--check``: exit 1 unless every model's median
+ratios are at most 2. Every run's JSON is kept in out/bench-runs/.
 
     .venv/bin/python bench/bench_export_speed.py [--models bert_base,gpt2,resnet50]
         [--rounds 3] [--gpt2-layers 2] [--json out.json] [--check]
@@ -47,8 +48,9 @@ MODELS = ("bert_base", "gpt2", "resnet50")
 SIDES = ("bare", "tritonkit")
 GOAL = 2.0
 MAX_BATCH = 32
-# Where tritonkit's time goes: (module, function) timed each call, nested ones included
-# in their callers' figures too.
+# Where tritonkit's time goes: ("module:object", attribute) timed each call, nested ones
+# included in their callers' figures too. A phase's CPU time is the process's, so it
+# counts what other threads did meanwhile (ONNX Runtime's session loads beside the checker).
 PHASES = {
     "exporter": ("tritonkit.export.onnx_export", "export_onnx"),
     "save": ("tritonkit.export.onnx_export", "save_model"),
@@ -56,7 +58,9 @@ PHASES = {
     "verification": ("tritonkit.export.pipeline", "verify_against_torch"),
     "  pytorch runs": ("tritonkit.export.verify", "torch_outputs"),
     "  ORT session": ("tritonkit.export.pipeline", "open_session"),
+    "  ORT runs": ("onnxruntime:InferenceSession", "run"),
     "configs": ("tritonkit.export.pipeline", "configure"),
+    "hashes": ("tritonkit.export.pipeline", "file_record"),
 }
 
 
@@ -103,22 +107,26 @@ def child(side: str, model: str, gpt2_layers: int) -> dict:
 
 
 def _timed_phases() -> dict:
-    """Wrap each PHASES function so that its calls add up their seconds."""
+    """Wrap each PHASES function so that its calls add up their wall and CPU seconds."""
     import importlib
 
-    totals: dict = defaultdict(float)
-    for label, (module_name, attribute) in PHASES.items():
-        module = importlib.import_module(module_name)
-        original = getattr(module, attribute)
+    totals: dict = defaultdict(lambda: {"seconds": 0.0, "cpu_seconds": 0.0})
+    for label, (where, attribute) in PHASES.items():
+        module_name, _, inner = where.partition(":")
+        owner = importlib.import_module(module_name)
+        for name in filter(None, inner.split(".")):
+            owner = getattr(owner, name)
+        original = getattr(owner, attribute)
 
         def timed(*args, __original=original, __label=label, **kwargs):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             try:
                 return __original(*args, **kwargs)
             finally:
-                totals[__label] += time.perf_counter() - started
+                totals[__label]["seconds"] += time.perf_counter() - started
+                totals[__label]["cpu_seconds"] += time.process_time() - cpu
 
-        setattr(module, attribute, timed)
+        setattr(owner, attribute, timed)
     return totals
 
 
@@ -159,52 +167,75 @@ def main() -> int:
 
     facts = run_facts()
     console = Console(width=None if sys.stdout.isatty() else 200)
-    rows = []
-    for model in chosen:
-        rounds = []
-        for index in range(args.rounds):
+    rounds: dict[str, list] = {model: [] for model in chosen}
+    for index in range(args.rounds):
+        for model in chosen:
             entry: dict = {"round": index, "order": abba(SIDES, index)}
             for side in entry["order"]:
                 with console.status(f"round {index + 1}/{args.rounds}: {side} export of {model}"):
                     entry[side] = run_side(side, model, args.gpt2_layers)
             entry["ratio"] = entry["tritonkit"]["seconds"] / entry["bare"]["seconds"]
             entry["cpu_ratio"] = entry["tritonkit"]["cpu_seconds"] / entry["bare"]["cpu_seconds"]
-            console.print(f"{model} round {index + 1}: bare {entry['bare']['seconds']:.1f} s "
+            console.print(f"round {index + 1}, {model}: bare {entry['bare']['seconds']:.1f} s "
                           f"({entry['bare']['cpu_seconds']:.1f} s CPU), tritonkit "
                           f"{entry['tritonkit']['seconds']:.1f} s "
                           f"({entry['tritonkit']['cpu_seconds']:.1f} s CPU): "
                           f"{entry['ratio']:.2f}x, CPU {entry['cpu_ratio']:.2f}x")
-            rounds.append(entry)
-        ratio = spread((r["ratio"] for r in rounds), f"{model} ratio")
-        cpu_ratio = spread((r["cpu_ratio"] for r in rounds), f"{model} CPU ratio")
-        phases = {label: statistics.median(r["tritonkit"]["phases"].get(label, 0.0)
-                                           for r in rounds) for label in PHASES}
-        rows.append({"model": model, "rounds": rounds, "ratio": ratio["median"],
-                     "ratio_spread": ratio, "cpu_ratio": cpu_ratio["median"],
-                     "cpu_ratio_spread": cpu_ratio,
-                     "bare_s": statistics.median(r["bare"]["seconds"] for r in rounds),
-                     "tritonkit_s": statistics.median(r["tritonkit"]["seconds"] for r in rounds),
-                     "phases_s": phases,
-                     "max_errors": rounds[-1]["tritonkit"]["max_errors"]})
+            rounds[model].append(entry)
+    rows = [_row(model, rounds[model]) for model in chosen]
 
-    table = Table(title=f"tritonkit export + verification vs a bare dynamo export, {args.rounds} "
-                        "round(s) per model, sides alternating; seconds: medians (wall); "
-                        "ratios: median (min–max) of the rounds' tritonkit/bare, wall and "
-                        "CPU time; then where tritonkit's wall time went")
-    for column in ("model", "bare s", "tritonkit s", "ratio", "CPU ratio", *PHASES):
-        table.add_column(column.strip(), justify="left" if column == "model" else "right")
+    table = Table(title=f"tritonkit export + verification vs a bare dynamo export: {args.rounds} "
+                        "round(s), medians; ratios: median (min–max) of the rounds' "
+                        "tritonkit/bare")
+    for column in ("model", "bare s", "bare CPU s", "tritonkit s", "tritonkit CPU s",
+                   "ratio (wall)", "ratio (CPU)"):
+        table.add_column(column, justify="left" if column == "model" else "right")
     for row in rows:
-        name = row["model"] if row["model"] != "gpt2" else f"gpt2 ({args.gpt2_layers} layers)"
-        table.add_row(name, f"{row['bare_s']:.1f}", f"{row['tritonkit_s']:.1f}",
-                      fmt_spread(row["ratio_spread"]) + "x",
-                      fmt_spread(row["cpu_ratio_spread"]) + "x",
-                      *(f"{row['phases_s'][label]:.1f}" for label in PHASES))
+        table.add_row(_label(row["model"], args.gpt2_layers), f"{row['bare_s']:.1f}",
+                      f"{row['bare_cpu_s']:.1f}", f"{row['tritonkit_s']:.1f}",
+                      f"{row['tritonkit_cpu_s']:.1f}", fmt_spread(row["ratio_spread"]) + "x",
+                      fmt_spread(row["cpu_ratio_spread"]) + "x")
     console.print(table)
+    phases = Table(title="where tritonkit's time went: CPU s (wall s), medians; a phase's CPU is the "
+                           "process's, so it counts what ran beside it")
+    for column in ("model", *PHASES):
+        phases.add_column(column.strip(), justify="left" if column == "model" else "right")
+    for row in rows:
+        phases.add_row(_label(row["model"], args.gpt2_layers),
+                       *(f"{row['phases_cpu_s'][label]:.1f} ({row['phases_s'][label]:.1f})"
+                         for label in PHASES))
+    console.print(phases)
     goal_met = all(row["ratio"] <= GOAL and row["cpu_ratio"] <= GOAL for row in rows)
     report = {"goal": f"tritonkit/bare <= {GOAL:g}", "goal_met": goal_met,
               "gpt2_layers": args.gpt2_layers, "max_batch_size": MAX_BATCH, "rows": rows}
     write_report(args.json, report, "export_speed", facts)
     return EXIT_GOAL_MISSED if args.check and not goal_met else 0
+
+
+def _row(model: str, rounds: list[dict]) -> dict:
+    """One model's rounds summed up: median seconds and ratios with their spread."""
+    ratio = spread((r["ratio"] for r in rounds), f"{model} ratio")
+    cpu_ratio = spread((r["cpu_ratio"] for r in rounds), f"{model} CPU ratio")
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(r[side][key] for r in rounds)
+
+    def phase(label: str, key: str) -> float:
+        return statistics.median(r["tritonkit"]["phases"].get(label, {}).get(key, 0.0)
+                                 for r in rounds)
+
+    return {"model": model, "rounds": rounds, "ratio": ratio["median"], "ratio_spread": ratio,
+            "cpu_ratio": cpu_ratio["median"], "cpu_ratio_spread": cpu_ratio,
+            "bare_s": median("bare", "seconds"), "bare_cpu_s": median("bare", "cpu_seconds"),
+            "tritonkit_s": median("tritonkit", "seconds"),
+            "tritonkit_cpu_s": median("tritonkit", "cpu_seconds"),
+            "phases_s": {label: phase(label, "seconds") for label in PHASES},
+            "phases_cpu_s": {label: phase(label, "cpu_seconds") for label in PHASES},
+            "max_errors": rounds[-1]["tritonkit"]["max_errors"]}
+
+
+def _label(model: str, gpt2_layers: int) -> str:
+    return f"gpt2 ({gpt2_layers} layers)" if model == "gpt2" else model
 
 
 if __name__ == "__main__":

@@ -208,16 +208,26 @@ def name_symbolic_dims(model: onnx.ModelProto, inputs: ModelInputs,
                 dim.dim_param = f"{name}_dim{axis}"
 
 
-def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
-    """Write the graph (and, past protobuf's 2 GiB, its weights beside it); return the files."""
+def save_model(model: onnx.ModelProto, path: Path) -> tuple[list[Path], bytes | None]:
+    """Write the graph (and, past protobuf's 2 GiB, its weights beside it).
+
+    Returns the files written and, for a graph written whole, its bytes, which the checker
+    reads rather than the file (check_graph). Serialized once: upb's ByteSize() serializes
+    the whole model to count it, a second pass over every weight.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    if model.ByteSize() > _EXTERNAL_DATA_BYTES:
-        data = path.with_name(path.name + ".data")
-        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data.name)
-        return [path, data] if data.exists() else [path]   # small tensors stay inline
-    onnx.save_model(model, path)
-    return [path]
+    try:
+        serialized = model.SerializeToString()
+    except ValueError:              # past protobuf's 2 GiB
+        serialized = None
+    if serialized is not None and len(serialized) <= _EXTERNAL_DATA_BYTES:
+        path.write_bytes(serialized)
+        return [path], serialized
+    serialized = None
+    data = path.with_name(path.name + ".data")
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=data.name)
+    return ([path, data] if data.exists() else [path]), None   # small tensors stay inline
 
 
 def opset_of(model: onnx.ModelProto) -> int:

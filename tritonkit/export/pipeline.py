@@ -471,13 +471,14 @@ def _export_verified(module, inputs: ModelInputs, output_names, outputs,
             exported = onnx_export.export_onnx(module, inputs, exporter=exporter,
                                                output_names=output_names, opset=options.opset,
                                                max_batch_size=options.max_batch_size)
-            saved = onnx_export.save_model(exported.model, model_path)
+            saved, serialized = onnx_export.save_model(exported.model, model_path)
             verification = None
             with ThreadPoolExecutor(max_workers=1) as loader:
                 # ONNX Runtime loads the graph while the checker reads it (one core each:
                 # the session lets go of the GIL); a checker's error still comes first.
                 session = loader.submit(open_session, model_path) if options.verify else None
-                check_graph(model_path)
+                check_graph(model_path, serialized)
+                serialized = None       # not held through the verification
                 if options.verify:
                     verification = verify_against_torch(
                         model_path, module, inputs, output_names=output_names,
