@@ -36,7 +36,7 @@ from tritonkit.deploy import deploy_local, down
 from tritonkit.model_config import config_to_text, read_config
 from tritonkit.warmup import model_instances, warmup_shapes
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timing]
 
 PAUSE_S = 1.0
 GOAL = 1.5                  # a first request within 1.5x of a long-warm model's, after the same pause
@@ -196,4 +196,4 @@ def test_without_warm_up_the_same_probe_sees_the_cold_starts(tmp_path):
     vocabulary-wide logits (4 x 24 x 50,257 floats) are allocated for the first time."""
     ratios = _fresh_against_long_warm(tmp_path / "repo", warmup=False)
     assert ratios["twins", "smallest"] > 10, ratios
-    assert ratios["gpt2", "largest"] > 2 * GOAL, ratios
+    assert ratios["gpt2", "largest"] > GOAL, ratios      # what the warmed test above would fail

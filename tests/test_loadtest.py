@@ -1854,10 +1854,14 @@ def test_inputs_onnx_runtime_cannot_run_are_a_usage_error_with_the_sizes_the_mod
     err = capsys.readouterr().err
     assert code == EXIT_USAGE, err
     first, hint = err.splitlines()
-    assert re.fullmatch(re.escape("error: model 'enc' (input_ids INT64[1, 12], attention_mask INT64[1, 6]) "
-                                  "refused the request: HTTP 500: ONNX Runtime FAIL in Add node '")
-                        + r"[^']+': Attempting to broadcast an axis by a dimension other than 1\. 6 by 12",
-                        first), first
+    # ONNX Runtime's reason depends on the node the exporter made of the mask (an Add that
+    # broadcasts, a Reshape): its words with both sizes, never where in its source it failed.
+    said = re.fullmatch(re.escape("error: model 'enc' (input_ids INT64[1, 12], attention_mask INT64[1, 6]) "
+                                  "refused the request: HTTP 500: ONNX Runtime FAIL in ")
+                        + r"\w+ node '[^']+': (?P<reason>[^\n]+)", first)
+    assert said, first
+    assert re.search(r"\b6\b", said["reason"]) and re.search(r"\b12\b", said["reason"]), first
+    assert "onnxruntime_src" not in first and "was false" not in first and ".cc:" not in first
     assert hint == ("hint: its model_warmup warms it at --shape input_ids:18 --shape attention_mask:18, "
                     "also at 6, 12 (a tritonkit export's: the sizes it verified); check --shape and "
                     "--input-data (inputs that share a dynamic axis take the same size) and --batch-size")
@@ -3164,14 +3168,15 @@ def test_the_plot_draws_each_windows_slowest_request_so_a_lone_outlier_shows(tmp
 @pytest.mark.server
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("ids, mask, why", [
-    (300, 300, "128 by 300"),           # past the encoder's position table
-    (16, 17, "16 by 17"),               # two sizes for the axis the inputs share
+    (300, 300, (128, 300)),             # past the encoder's position table
+    (16, 17, (16, 17)),                 # two sizes for the axis the inputs share
 ], ids=["past the position table", "two sizes"])
 def test_a_shape_the_onnx_graph_refuses_is_a_usage_error_in_one_line_and_nothing_more_is_sent(
         encoder_served, capsys, protocol, ids, mask, why):
     """A shape the exported graph cannot run, over either protocol (gRPC: INTERNAL): one line
     with what was sent and ONNX Runtime's reason, a hint with the sizes the export verified
-    and warmed, exit 2 — and the run never starts."""
+    and warmed, exit 2 — and the run never starts. ``why`` holds the sizes ONNX Runtime's
+    reason names (its words depend on the node the exporter made: Add, Reshape …)."""
     before = _requests_seen(encoder_served, "enc")
     code = _loadtest_model(encoder_served, "enc", "--protocol", protocol, "--duration", "30",
                            "--shape", f"input_ids:{ids}", "--shape", f"attention_mask:{mask}")
@@ -3181,7 +3186,9 @@ def test_a_shape_the_onnx_graph_refuses_is_a_usage_error_in_one_line_and_nothing
     word = "HTTP 500" if protocol == "http" else "gRPC INTERNAL"
     assert first.startswith(f"error: model 'enc' (input_ids INT64[1, {ids}], attention_mask "
                             f"INT64[1, {mask}]) refused the request: {word}: ONNX Runtime FAIL in "), first
-    assert first.endswith(f": Attempting to broadcast an axis by a dimension other than 1. {why}"), first
+    said = re.search(r"ONNX Runtime FAIL in \w+ node '[^']+': (?P<reason>.+)$", first)
+    assert said, first
+    assert all(re.search(rf"\b{size}\b", said["reason"]) for size in why), first
     assert "onnxruntime_src" not in first and "was false" not in first
     assert hint.startswith("hint: its model_warmup warms it at --shape input_ids:18 --shape "
                            "attention_mask:18, also at 6, 12 (a tritonkit export's: the sizes it "

@@ -67,6 +67,7 @@ def test_more_connections_than_the_local_server_may_open_are_refused_before_any_
                    "--concurrency", "2", "--duration", "1", "--warmup-s", "0") == 0
 
 
+@pytest.mark.server
 def test_deploy_gives_the_server_the_hard_open_files_limit(tmp_path):
     """A soft 1024 (a common default) would stop the server near a thousand connections
     where the hard limit allows more: the server gets the hard one."""

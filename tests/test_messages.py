@@ -87,6 +87,7 @@ def test_doctor_says_the_same_of_a_versionless_model(capsys, tmp_path, example_r
         capsys.readouterr().out
 
 
+@pytest.mark.server
 def test_warmup_of_a_server_with_an_empty_repository_is_an_error(capsys, tmp_path,
                                                                   monkeypatch):
     """A real Triton serving an empty folder: nothing to warm is no success."""

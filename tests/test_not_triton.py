@@ -197,6 +197,7 @@ def test_a_shape_names_the_first_place_an_answer_differs():
         expect({"model_name": "m"}, INFER_RESPONSE, what="its answer", server="h:1")
 
 
+@pytest.mark.server
 def test_warmup_says_a_grpc_port_without_tritons_service_is_not_triton(capsys, tmp_path):
     """A decoupled model is warmed over gRPC streaming: --grpc-url answered by a gRPC
     server that has no service is not Triton, not "a model that refused its input"."""
