@@ -16,6 +16,7 @@ loads them.
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Sequence
 
 from tritonkit.errors import UsageError
@@ -29,6 +30,19 @@ HINTS = {
     "local": "tritonkit install-server (it installs ONNX Runtime with the embedded server), "
              'or pip install "tritonkit[local]"',
 }
+
+
+# ONNX Runtime 1.29+ on Linux records every session it opens in a database under
+# ~/.cache/Microsoft/DeveloperTools unless this is set before its import; a user's own
+# value stands.
+ORT_TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
+
+
+def onnxruntime_telemetry_off(env=os.environ):
+    """Set ORT_DISABLE_TELEMETRY=1 in ``env`` (this process's by default) unless it is set;
+    returns ``env``."""
+    env.setdefault(ORT_TELEMETRY_ENV, "1")
+    return env
 
 
 def missing(modules: Sequence[str]) -> list[str]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tritonkit.extras import EXPORT_MODULES, require
+from tritonkit.extras import EXPORT_MODULES, onnxruntime_telemetry_off, require
 
 require("export", EXPORT_MODULES, needed_by="tritonkit export")   # before torch is imported
+onnxruntime_telemetry_off()                     # before anything imports ONNX Runtime
 
 import torch  # noqa: E402
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonkit.errors import ServerError
+from tritonkit.extras import onnxruntime_telemetry_off
 from tritonkit.fileio import OwnedFolder
 
 BINARY_ENV = "TRITONKIT_TRITONSERVER_HOME"
@@ -127,4 +128,4 @@ def server_environment(install: TritonInstall) -> dict[str, str]:
     if env.get("LD_LIBRARY_PATH"):
         ld.append(env["LD_LIBRARY_PATH"])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(ld)
-    return env
+    return onnxruntime_telemetry_off(env)       # the ONNX adapter's sessions, in the stubs

@@ -15,8 +15,12 @@ tritonkit.
 import json
 import os
 
-import numpy as np
-import onnxruntime as ort
+# Before ONNX Runtime's import: no record of each session under ~/.cache/Microsoft (1.29+),
+# unless the server's environment says otherwise.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils
 
 
