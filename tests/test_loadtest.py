@@ -1342,7 +1342,7 @@ def test_arrivals_a_stalled_server_held_back_count_as_its_latency_not_as_client_
     assert level.latency_ms["p90"] > 5000           # each waited ~5-6 s for the slot
     verdict = report.judge(result, report.Sla(p99_ms=100))
     assert verdict.exit_code == EXIT_SLA_MISS       # the server missed the SLA; the run did not fail
-    assert any("the server was saturated" in w and "of the 1 requests the load generator may have in "
+    assert any("the server was saturated" in w and "while all 1 requests the load generator may have in "
                "flight" in w for w in verdict.warnings), verdict.warnings
     assert not any("add --workers" in w for w in verdict.warnings), verdict.warnings
 
