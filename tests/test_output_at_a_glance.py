@@ -195,6 +195,17 @@ def test_a_config_met_only_in_closed_loop_says_so_not_that_no_load_met_it():
     assert not any("not met at any load" in line for line in said)
 
 
+def _nvml_starts() -> bool:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
 @pytest.mark.server
 def test_diagnose_live_without_a_gpu_says_once_why(deployed, capsys):
     """The missing driver was said as a warning and again in the diagnosis' note."""
@@ -203,7 +214,7 @@ def test_diagnose_live_without_a_gpu_says_once_why(deployed, capsys):
     out = capsys.readouterr()
     assert code == 0
     said = out.out + out.err
-    if "GPU " in out.out.splitlines()[0]:
+    if _nvml_starts():
         pytest.skip("this host has a GPU NVML reaches")
     assert said.count("NVML could not start") == 1 and said.count("no NVIDIA driver") == 1
     assert "only Triton's scheduling was judged" in out.out
