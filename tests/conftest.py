@@ -288,9 +288,10 @@ def engine(tmp_path_factory):
 SERVER_FIXTURES = frozenset({
     "deployed", "example_server", "served", "encoder_served", "stateful_served",
     "failing_server", "warm_server", "stateful_and_decoupled"})
-# Module fixtures that cost seconds to make (a server, models exported): under xdist the
-# tests that use one go to one worker (an xdist_group, with --dist loadgroup), which makes
-# it once, not once per worker.
+# Module (or package) fixtures that cost seconds to make (a server, models exported): under
+# xdist the tests that use one go to one worker (an xdist_group, with --dist loadgroup), which
+# makes it once, not once per worker. A package-scoped one (tests/loadtest/conftest.py) is
+# grouped by its package: its tests in several files still share one.
 COSTLY_MODULE_FIXTURES = frozenset({
     "served", "encoder_served", "stateful_served", "failing_server", "warm_server",
     "stateful_and_decoupled", "exported"})
@@ -317,7 +318,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.quick)
         if not item.get_closest_marker("xdist_group"):     # a module's own group comes first
             for fixture in sorted(COSTLY_MODULE_FIXTURES.intersection(item.fixturenames)):
-                item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{fixture}"))
+                item.add_marker(pytest.mark.xdist_group(f"{_sharers(item, fixture)}.{fixture}"))
         if item.get_closest_marker("engine") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("engine"))    # one Docker engine, in order
         if item.get_closest_marker("timing") and not item.get_closest_marker("xdist_group"):
@@ -330,6 +331,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (bool(item.get_closest_marker("quick")),
                                  not item.get_closest_marker("slow"), item.module.__name__,
                                  not _timing(item), order[id(item)]))
+
+
+def _sharers(item, fixture: str) -> str:
+    """Who shares one instance of ``fixture`` with ``item``: its module, or for a
+    package-scoped fixture the package that defines it."""
+    made_by = item._fixtureinfo.name2fixturedefs[fixture][-1]   # the one the test gets
+    if made_by.scope == "package":
+        return made_by.func.__module__.rpartition(".")[0]      # tests.loadtest.conftest
+    return item.module.__name__
 
 
 @pytest.hookimpl(trylast=True)          # after xdist named each item's group in its node id

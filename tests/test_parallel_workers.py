@@ -95,6 +95,35 @@ def test_a_make_that_failed_fails_every_worker_that_asks_without_trying_again(su
     result.stdout.fnmatch_lines(["*RuntimeError: no engine here*"])
 
 
+def test_a_costly_package_fixture_is_made_once_for_its_tests_in_every_file_of_the_package(
+        suite, tmp_path):
+    """Its tests go to one worker, grouped by the package (not each file's group, whose
+    workers would each start the server)."""
+    log = tmp_path / "log"
+    uses = """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(3))
+        def test_uses(served, i):
+            pass
+        """
+    result = suite({
+        "pkg/__init__": "",
+        "pkg/conftest": f"""
+            import pytest
+
+            @pytest.fixture(scope="package")
+            def served():
+                with open({str(log)!r}, "a") as f:
+                    f.write("made\\n")
+            """,
+        "pkg/test_a": uses, "pkg/test_b": uses}, "-n", "2", "--dist", "loadgroup", "-v")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*pkg/test_a.py::test_uses?0?@pkg.served*",
+                                 "*pkg/test_b.py::test_uses?2?@pkg.served*"], consecutive=False)
+    assert log.read_text() == "made\n"
+
+
 def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path):
     spans = tmp_path / "spans"
     spans.mkdir()
