@@ -4,7 +4,7 @@ Triton cannot be made to send a GOAWAY, a refused stream, padded or continued he
 blocks or a shrunken window on demand, so these tests put a scripted HTTP/2 peer on a
 real loopback TCP socket: it reads the frames our connection writes and answers with the
 frames each case needs (HPACK by the same ``hpack`` library a server would use). What
-Triton itself does with our calls is tested against the real server in test_loadtest.py.
+Triton itself does with our calls is tested against the real server in tests/loadtest/.
 """
 
 from __future__ import annotations
