@@ -203,7 +203,7 @@ def test_warmup_says_a_grpc_port_without_tritons_service_is_not_triton(capsys, t
     server that has no service is not Triton, not "a model that refused its input"."""
     import grpc
 
-    from tests.test_warmup import DECOUPLED_CONFIG, DECOUPLED_MODEL, _python_model
+    from tests.warmup.conftest import DECOUPLED_CONFIG, DECOUPLED_MODEL, _python_model
 
     repo = tmp_path / "repo"
     _python_model(repo, "streaming", DECOUPLED_CONFIG,
