@@ -382,7 +382,7 @@ def test_clocks_held_down_under_load_are_named_with_how_often(tmp_path):
 
 
 def test_ctrl_c_ends_a_live_recording_early_and_what_it_sampled_is_diagnosed(monkeypatch, capsys):
-    from tests.test_monitor import _fake_pynvml
+    from tests.monitor.conftest import _fake_pynvml
 
     fake = _fake_pynvml()
     samples = iter(range(1_000))

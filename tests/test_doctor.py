@@ -245,7 +245,7 @@ def test_bad_memory_the_card_has_not_yet_set_aside_is_a_problem_p100_pages_a10_r
 
 
 def test_nvml_memory_bookkeeping_is_read_where_the_card_has_it():
-    from tests.test_monitor import _fake_pynvml
+    from tests.monitor.conftest import _fake_pynvml
     from tritonkit.monitor.nvml import Nvml
 
     fake = _fake_pynvml()                           # a P100: no row remapping
@@ -498,7 +498,7 @@ def test_a_configs_folder_made_for_its_settings_alone_still_has_the_image_table(
 def test_a_host_whose_every_gpu_is_another_users_is_not_told_to_install_the_driver():
     """The driver answered; the GPUs' handles were NO_PERMISSION. Doctor said "install
     NVIDIA driver >= 560" and "no NVIDIA GPU visible"."""
-    from tests.test_monitor import _fake_pynvml, _raising
+    from tests.monitor.conftest import _fake_pynvml, _raising
     from tritonkit.monitor.doctor import gather_host_facts
 
     fake = _fake_pynvml()

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.test_monitor import _Clock, _fake_pynvml, _served, triton_exposition
+from tests.monitor.conftest import _Clock, _fake_pynvml, _served, triton_exposition
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import diagnose
 from tritonkit.monitor.nvml import Nvml
@@ -316,7 +316,7 @@ def test_a_slow_scrape_skips_the_slots_it_ran_past_instead_of_sampling_back_to_b
 
 
 def test_a_gpu_nvml_cannot_reach_is_named_when_the_monitor_opens():
-    from tests.test_monitor import _raising
+    from tests.monitor.conftest import _raising
     from tritonkit.monitor.watch import open_monitor
 
     fake = _fake_pynvml()
@@ -331,7 +331,7 @@ def test_a_gpu_nvml_cannot_reach_is_named_when_the_monitor_opens():
 
 def test_a_gpu_lost_mid_recording_is_said_in_the_csv_and_by_diagnose(tmp_path):
     """Its rows' empty cells were those of a card that does not report them."""
-    from tests.test_monitor import _failing_from_now_on
+    from tests.monitor.conftest import _failing_from_now_on
 
     fake = _fake_pynvml()
     with Nvml(fake) as nvml:
