@@ -50,6 +50,6 @@ timeout 60 "$PY" -m tritonkit monitor --interval 0.5 --duration 2 --csv "$OUT/mo
 
 step "tests that read a GPU (TensorRT plan build, NVML, doctor)"
 timeout 300 "$PY" -m pytest -q -rs -p no:cacheprovider -m "not server" \
-  tests/test_export_tensorrt.py tests/test_doctor.py tests/test_monitor.py 2>&1 \
+  tests/test_export_tensorrt.py tests/test_doctor.py tests/monitor 2>&1 \
   | tee "$OUT/tests.log"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
 exit $status
