@@ -325,11 +325,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("timing"))
     # The slow tests (minutes) first, then the others of seconds, then those of
     # milliseconds, which fill the workers' gaps at the end (xdist hands tests out in this
-    # order); in each module the timing tests first, one after another: their worker takes
-    # the machine once for the lot (_Machine).
+    # order); in each module (or package sharing a server) the timing tests first, one after
+    # another: their worker takes the machine once for the lot (_Machine), on a fresh server.
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (bool(item.get_closest_marker("quick")),
-                                 not item.get_closest_marker("slow"), item.module.__name__,
+                                 not item.get_closest_marker("slow"), _together(item),
                                  not _timing(item), order[id(item)]))
 
 
@@ -339,6 +339,16 @@ def _sharers(item, fixture: str) -> str:
     made_by = item._fixtureinfo.name2fixturedefs[fixture][-1]   # the one the test gets
     if made_by.scope == "package":
         return made_by.func.__module__.rpartition(".")[0]      # tests.loadtest.conftest
+    return item.module.__name__
+
+
+def _together(item) -> str:
+    """The tests kept together in the run's order: a module's, or a package's that share a
+    package-scoped server."""
+    for fixture in sorted(COSTLY_MODULE_FIXTURES.intersection(item.fixturenames)):
+        sharers = _sharers(item, fixture)
+        if sharers != item.module.__name__:
+            return sharers
     return item.module.__name__
 
 

@@ -124,6 +124,35 @@ def test_a_costly_package_fixture_is_made_once_for_its_tests_in_every_file_of_th
     assert log.read_text() == "made\n"
 
 
+def test_the_timing_tests_sharing_a_package_server_run_first_one_after_another(suite):
+    """As a module's do: their worker takes the machine once for them, on a fresh server."""
+    result = suite({
+        "pkg/__init__": "",
+        "pkg/conftest": """
+            import pytest
+
+            @pytest.fixture(scope="package")
+            def served():
+                pass
+            """,
+        "pkg/test_a": """
+            import pytest
+
+            def test_plain(served): pass
+
+            @pytest.mark.timing
+            def test_timed_a(served): pass
+            """,
+        "pkg/test_b": """
+            import pytest
+
+            @pytest.mark.timing
+            def test_timed_b(served): pass
+            """}, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["pkg/test_a.py::test_timed_a", "pkg/test_b.py::test_timed_b",
+                                 "pkg/test_a.py::test_plain"], consecutive=True)
+
+
 def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path):
     spans = tmp_path / "spans"
     spans.mkdir()
