@@ -8,10 +8,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
-workers=(-n "${TRITONKIT_TEST_WORKERS:-4}" --dist loadgroup)
+# -n N on the command line replaces the worker count only: --dist loadgroup stays, which
+# runs each costly server fixture's tests on one worker (made once). --dist or -p no:xdist
+# there replaces both.
+workers=(-n "${TRITONKIT_TEST_WORKERS:-4}")
+dist=(--dist loadgroup)
 for arg in "$@"; do
   case "$arg" in
-    -n*|--numprocesses*|no:xdist) workers=() ;;
+    -n*|--numprocesses*) workers=() ;;
+    --dist*|-d) dist=() ;;
+    no:xdist) workers=(); dist=() ;;
   esac
 done
-exec python -m pytest ${workers[@]+"${workers[@]}"} "$@"
+exec python -m pytest ${workers[@]+"${workers[@]}"} ${dist[@]+"${dist[@]}"} "$@"
