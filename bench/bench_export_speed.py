@@ -6,10 +6,11 @@ model, so imports and model building are left out of both:
 
 - bare:      ``torch.onnx.export(model, kwargs=..., f=..., dynamo=True, dynamic_shapes=...)``
              with the same dynamic axes: the floor, a graph written and nothing checked;
-- tritonkit: ``tritonkit.export(...)``: the same exporter, then the ONNX checker, ONNX
-             Runtime against PyTorch at the example, batch 1, the middle batch and the
-             maximum (32), 8 samples of the largest batch against themselves alone, the
-             configs, the report.
+- tritonkit: ``tritonkit.export(...)`` with its defaults: the same exporter, then the ONNX
+             checker, ONNX Runtime against PyTorch at the example, batch 1 and a small
+             batch, the middle batch (16) and the maximum (32) while verification's budget
+             allows (the batches verified and left out are in the JSON), up to 8 samples
+             of the largest batch against themselves alone, the configs, the report.
 
 Both sides run with ``OMP_WAIT_POLICY=PASSIVE``, as ``tritonkit export`` sets it unless it
 is set. Each round runs every model, its sides alternating (A B, B A, ...), so a busy
@@ -103,7 +104,9 @@ def child(side: str, model: str, gpt2_layers: int) -> dict:
         seconds = time.perf_counter() - started
         return {"seconds": seconds, "cpu_seconds": time.process_time() - cpu,
                 "phases": dict(phases),
-                "max_errors": result.report["verification"]["max_errors"]}
+                "max_errors": result.report["verification"]["max_errors"],
+                **{key: result.report["verification"].get(key)
+                   for key in ("batches", "left_out", "budget")}}
 
 
 def _timed_phases() -> dict:
@@ -180,7 +183,9 @@ def main() -> int:
                           f"({entry['bare']['cpu_seconds']:.1f} s CPU), tritonkit "
                           f"{entry['tritonkit']['seconds']:.1f} s "
                           f"({entry['tritonkit']['cpu_seconds']:.1f} s CPU): "
-                          f"{entry['ratio']:.2f}x, CPU {entry['cpu_ratio']:.2f}x")
+                          f"{entry['ratio']:.2f}x, CPU {entry['cpu_ratio']:.2f}x; verified at "
+                          f"batch {entry['tritonkit']['batches']}, left out "
+                          f"{entry['tritonkit']['left_out'] or 'none'}")
             rounds[model].append(entry)
     rows = [_row(model, rounds[model]) for model in chosen]
 
@@ -231,7 +236,9 @@ def _row(model: str, rounds: list[dict]) -> dict:
             "tritonkit_cpu_s": median("tritonkit", "cpu_seconds"),
             "phases_s": {label: phase(label, "seconds") for label in PHASES},
             "phases_cpu_s": {label: phase(label, "cpu_seconds") for label in PHASES},
-            "max_errors": rounds[-1]["tritonkit"]["max_errors"]}
+            "max_errors": rounds[-1]["tritonkit"]["max_errors"],
+            "verified_batches": [r["tritonkit"]["batches"] for r in rounds],
+            "left_out": [r["tritonkit"]["left_out"] or [] for r in rounds]}
 
 
 def _label(model: str, gpt2_layers: int) -> str:

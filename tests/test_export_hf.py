@@ -162,8 +162,11 @@ FULL_SIZE = {
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(FULL_SIZE))
 def test_full_size_models_export_verified_from_the_cli(tmp_path, capsys, family):
+    """At every batch (--verify-batches all): the default budget leaves a CNN's large ones
+    out (tests/test_verification_budget.py)."""
     spec, outputs = FULL_SIZE[family]
-    code = run_cli("export", ROOT / spec, "--name", family, "--repository", tmp_path)
+    code = run_cli("export", ROOT / spec, "--name", family, "--repository", tmp_path,
+                   "--verify-batches", "all")
     assert code == 0
     assert "pass" in capsys.readouterr().out
     report = json.loads((tmp_path / family / "export-report.json").read_text())

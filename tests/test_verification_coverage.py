@@ -39,8 +39,8 @@ def test_every_verified_batch_is_drawn_and_run_at_its_own_size():
     example = torch.randn(2, 3, 8, 8)
     cases = verification_cases(normalize_inputs(example), 32)
     assert [(case.label, case.batch) for case in cases] == [
-        ("example inputs", 2), ("batch 1", 1), ("batch 16", 16), ("batch 32", 32)]
-    assert [case.tensors[0].shape[0] for case in cases] == [2, 1, 16, 32]
+        ("example inputs", 2), ("batch 1", 1), ("batch 3", 3), ("batch 16", 16), ("batch 32", 32)]
+    assert [case.tensors[0].shape[0] for case in cases] == [2, 1, 3, 16, 32]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])

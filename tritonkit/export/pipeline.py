@@ -35,8 +35,8 @@ from tritonkit.export.report import build_report, file_record
 from tritonkit.export.spec import (FORWARD_DUTY, ModelInputs, axes_by_input, default_output_name,
                                    load_factory, normalize_inputs, order_like_forward,
                                    passes_by_keyword, refuse_empty_names)
-from tritonkit.export.verify import (check_graph, open_session, reference_mode,
-                                     verify_against_torch)
+from tritonkit.export.verify import (VERIFY_BATCHES, budget_for, check_graph, open_session,
+                                     reference_mode, verify_against_torch)
 from tritonkit.fileio import atomic_write, refuse_overwrite
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
 from tritonkit.profiles import GpuProfile, load_profile
@@ -50,7 +50,11 @@ VERSION = "1"
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """How to export: where to, which format and checks. ``exporters`` are tried in order."""
+    """How to export: where to, which format and checks. ``exporters`` are tried in order.
+
+    ``verify_batches``: "budget" verifies the example, batch 1 and a small batch always, the
+    middle and largest batches while their runs fit a share of the exporter's CPU time
+    (verify.BUDGET_SHARE); "all" verifies every batch whatever it costs."""
 
     name: str
     repository: Path
@@ -61,6 +65,7 @@ class ExportOptions:
     atol: float | None = None
     rtol: float | None = None
     verify: bool = True
+    verify_batches: str = "budget"
     force: bool = False
     input_names: tuple[str, ...] | None = None
     output_names: tuple[str, ...] | None = None
@@ -345,6 +350,10 @@ def _check_options(options: ExportOptions) -> None:
             raise UsageError(f"{flag} {tolerance} is not a tolerance: it must be 0 or more",
                              hint=f"e.g. {flag} 1e-3, or leave it out for the output "
                                   "dtype's default")
+    if options.verify_batches not in VERIFY_BATCHES:
+        raise UsageError(f"--verify-batches {options.verify_batches} is not one of "
+                         f"{', '.join(VERIFY_BATCHES)}",
+                         hint="use --verify-batches all to verify every batch, whatever it costs")
     unknown = set(options.exporters) - set(onnx_export.EXPORTERS)
     if unknown or not options.exporters:
         raise UsageError(f"unknown exporter(s) {', '.join(sorted(unknown)) or '(none given)'}",
@@ -404,8 +413,9 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
     written = list(saved)   # the graph, and past 2 GiB its weights file beside it
     notes = list(unwrapped)
     served = profile or load_profile(DEFAULT_GPU)
-    if verification and verification.get("largest_batch"):
-        notes.append(verification["largest_batch"])
+    for said in ("largest_batch", "left_out_note"):
+        if verification and verification.get(said):
+            notes.append(verification[said])
     if verification and served.serving.precision != "fp32":
         verification["served_precision"] = (
             f"the {served.name} config serves {served.serving.precision.upper()}, checked only on "
@@ -434,7 +444,8 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
     options_as_flags = reproduce.cli_options(
         name=options.name, repository=options.repository, gpu=options.gpu, fmt=options.format,
         max_batch_size=options.max_batch_size, opset=options.opset, atol=options.atol,
-        rtol=options.rtol, verify=options.verify, input_names=options.input_names,
+        rtol=options.rtol, verify=options.verify, verify_batches=options.verify_batches,
+        input_names=options.input_names,
         output_names=options.output_names, dynamic_axes=inputs.dynamic_axes,
         exporters=options.exporters if options.exporters != onnx_export.EXPORTERS else None)
     written.append(reproduce.write_reproduce_script(stage, spec=spec, options=options_as_flags))
@@ -466,11 +477,12 @@ def _export_verified(module, inputs: ModelInputs, output_names, outputs,
     attempts: list[dict] = []
     failures: list[tuple[str, TritonkitError]] = []
     for exporter in options.exporters:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             exported = onnx_export.export_onnx(module, inputs, exporter=exporter,
                                                output_names=output_names, opset=options.opset,
                                                max_batch_size=options.max_batch_size)
+            exporter_cpu_s = time.process_time() - cpu
             saved, serialized = onnx_export.save_model(exported.model, model_path)
             verification = None
             with ThreadPoolExecutor(max_workers=1) as loader:
@@ -484,7 +496,8 @@ def _export_verified(module, inputs: ModelInputs, output_names, outputs,
                         model_path, module, inputs, output_names=output_names,
                         max_batch_size=options.max_batch_size, atol=options.atol,
                         rtol=options.rtol, example_outputs=outputs, loaded=exported.model,
-                        session=session)
+                        session=session, budget_cpu_s=budget_for(exporter_cpu_s)
+                        if options.verify_batches == "budget" else None)
         except UserCodeError:
             raise                   # the next exporter would run the same code
         except ExportError as exc:

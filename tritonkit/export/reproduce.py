@@ -41,6 +41,7 @@ sys.exit(main(argv))
 
 def cli_options(*, name: str, repository: Path, gpu: str | None, fmt: str, max_batch_size: int,
                 opset: int, atol: float | None, rtol: float | None, verify: bool,
+                verify_batches: str,
                 input_names: tuple[str, ...] | None, output_names: tuple[str, ...] | None,
                 dynamic_axes: dict[str, dict[int, str]],
                 exporters: tuple[str, ...] | None = None) -> dict:
@@ -55,6 +56,7 @@ def cli_options(*, name: str, repository: Path, gpu: str | None, fmt: str, max_b
         "--atol": atol,
         "--rtol": rtol,
         "--no-verify": not verify,
+        "--verify-batches": verify_batches if verify and verify_batches != "budget" else None,
         "--input-names": ",".join(input_names) if input_names else None,
         "--output-names": ",".join(output_names) if output_names else None,
         "--dynamic-axis": [f"{inp}:{axis}={label}" for inp, axes in dynamic_axes.items()

@@ -1,8 +1,9 @@
 """Does the exported graph compute what the PyTorch module computes?
 
 First the ONNX checker (with shape inference); then ONNX Runtime against PyTorch eager
-on random inputs at several batch sizes (1, a middle one, the maximum) and, for dynamic
-axes besides the batch, other lengths than the example's. Each output is compared with
+on random inputs at several batch sizes (1 and a small one always; a middle one and the
+maximum within a CPU budget, or always if asked) and, for dynamic axes besides the batch,
+other lengths than the example's. Each output is compared with
 ``|onnx - torch| <= atol + rtol * |torch|``; the report keeps the largest absolute and
 relative error per output. ``atol`` is meant for an output of unit scale: one whose
 largest finite magnitude is below 1 has it scaled down by that magnitude, or an output of
@@ -16,11 +17,12 @@ batch, and each sample's output must not depend on the other samples its batch h
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -50,16 +52,36 @@ INDEPENDENCE_ROWS = 8
 # of random inputs and outputs, held by PyTorch and ONNX Runtime at once (the kernel killed
 # the export): past this, the largest batch verified is the largest that fits.
 CASE_IO_BYTES = 256 * 2**20
+# What the verified batches' runs may cost by default, in process CPU seconds, as a share
+# of the exporter's own: the middle and largest batches are verified only within it (a
+# large CNN's runs at every batch cost twice its export), batch 1 and a small batch always.
+# Below 1, so that the export's other steps (saving, the checker, ONNX Runtime's session)
+# fit beside it in twice a bare export's time: BERT-base's and GPT-2's runs at every batch
+# take 0.4-0.5 of it, ResNet-50's 0.8 at batch 16 alone (docs/benchmarks.md).
+BUDGET_SHARE = 0.6
+VERIFY_BATCHES = ("budget", "all")
+
+
+def budget_for(exporter_cpu_s: float) -> float:
+    """The CPU seconds the default (budgeted) verification may take after an exporter took
+    ``exporter_cpu_s``."""
+    return BUDGET_SHARE * exporter_cpu_s
+
+
+EXAMPLE_LABEL = "example inputs"
 
 
 @dataclass(frozen=True)
 class Case:
-    """One verification run: a batch size, a length per dynamic label, and the inputs."""
+    """One verification run: a batch size, a length per dynamic label, and the inputs.
+
+    ``optional``: verified only while the budget allows (the middle and largest batches)."""
 
     label: str
     batch: int
     lengths: dict[str, int]
     tensors: tuple[torch.Tensor, ...]
+    optional: bool = False
 
 
 def check_graph(path: Path, serialized: bytes | None = None) -> None:
@@ -80,29 +102,37 @@ def check_graph(path: Path, serialized: bytes | None = None) -> None:
 
 
 def verification_cases(inputs: ModelInputs, max_batch_size: int, *, seed: int = 0) -> list[Case]:
-    """The example itself, then random inputs at batch 1, a middle batch and the maximum.
+    """The example itself, then random inputs at batch 1, a small batch, a middle batch and
+    the maximum; the last two ``optional`` (verify_against_torch's budget).
 
-    Dynamic lengths: the example's at batch 1, longer at the middle batch, shorter at the
-    maximum, so a graph that baked in any size fails somewhere.
+    The small batch is 2, or 3 when the example's is 2: a graph that holds only at the
+    example's batch, or only at 1 (the dynamo exporter specialises a size of 1), fails at
+    one of them. Dynamic lengths: longer at the small batch, shorter at the others, so a
+    graph that baked in any size fails without the optional cases, which stay cheap.
     """
     example_lengths = _example_lengths(inputs)
     longer = {label: size + max(1, size // 2) for label, size in example_lengths.items()}
     shorter = {label: size // 2 if size > 1 else 2 for label, size in example_lengths.items()}
-    plan = [("batch 1", 1, example_lengths)]
+    small = min(max_batch_size, 3 if inputs.batch_size == 2 else 2)
     middle = (max_batch_size + 1) // 2
-    if 1 < middle < max_batch_size:
-        plan.append((f"batch {middle}", middle, longer))
-    if max_batch_size > 1:
-        plan.append((f"batch {max_batch_size}", max_batch_size, shorter))
-
+    plan = [(1, shorter, False), (small, longer, False), (middle, shorter, True),
+            (max_batch_size, shorter, True)]
     generator = torch.Generator().manual_seed(seed)
-    cases = [Case("example inputs", inputs.batch_size, example_lengths, inputs.tensors)]
-    for label, batch, lengths in plan:
+    cases = [Case(EXAMPLE_LABEL, inputs.batch_size, example_lengths, inputs.tensors)]
+    planned: set[int] = set()
+    for batch, lengths, optional in plan:
+        if batch in planned:
+            continue
+        planned.add(batch)
         tensors = tuple(_random_like(tensor, _shape(inputs, name, tensor, batch, lengths),
                                      generator).to(tensor.device)
                         for name, tensor in zip(inputs.names, inputs.tensors))
-        cases.append(Case(label, batch, dict(lengths), tensors))
+        cases.append(Case(f"batch {batch}", batch, dict(lengths), tensors, optional))
     return cases
+
+
+def _elements(case: Case) -> int:
+    return sum(tensor.numel() for tensor in case.tensors)
 
 
 def _example_lengths(inputs: ModelInputs) -> dict[str, int]:
@@ -293,41 +323,122 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                          atol: float | None = None, rtol: float | None = None,
                          example_outputs: list[torch.Tensor] | None = None,
                          loaded: onnx.ModelProto | None = None,
-                         session: Future | None = None) -> dict:
+                         session: Future | None = None,
+                         budget_cpu_s: float | None = None) -> dict:
     """Run the graph in ONNX Runtime and PyTorch on every case; a VerificationError if they differ.
 
     ``module`` takes the tensors by position and returns a flat tuple (forward.ForwardCall);
     ``example_outputs``, its outputs on the example inputs, ``loaded``, the model at
     ``path``, and ``session``, open_session(path) under way, where the caller has them
-    already: PyTorch computes the cases' outputs while the session loads. Returns the
-    verification section of the export report.
+    already. ``budget_cpu_s``: the process CPU seconds the cases' runs (PyTorch, ONNX
+    Runtime, the comparison) may take, None for no limit: an optional case
+    (verification_cases) runs only if the cases run so far and its estimate (_Checked)
+    stay within it. Returns the verification section of the export report.
     """
     import onnxruntime as ort
 
     _refuse_bfloat16(path, loaded)
-    tolerances: dict[str, tuple[float, float]] = {}
-    worst: dict[str, dict] = {name: {} for name in output_names}
-    cases = []
-    largest: tuple[Case, list[np.ndarray]] | None = None
-    example = Case("example inputs", inputs.batch_size, _example_lengths(inputs), inputs.tensors)
+    example = Case(EXAMPLE_LABEL, inputs.batch_size, _example_lengths(inputs), inputs.tensors)
     example_outputs = [to_numpy(tensor) for tensor in example_outputs] \
         if example_outputs is not None else _reference(module, example)
     batch_limit = verifiable_batch(inputs, example_outputs, max_batch_size)
-    expected_by_case = ((case, example_outputs if case.tensors is inputs.tensors else
-                         _reference(module, case, example.lengths, inputs))
-                        for case in verification_cases(inputs, batch_limit))
-    computed = []
-    if session is not None:
-        for found in expected_by_case:          # while ONNX Runtime loads, not after
-            computed.append(found)
-            if session.done() or len(computed) > 2:     # the example's and two more at most
-                break
+    planned = verification_cases(inputs, batch_limit)
+
+    def reference(case: Case) -> list[np.ndarray]:
+        return example_outputs if case.tensors is inputs.tensors else \
+            _reference(module, case, example.lengths, inputs)
+
     session = session.result() if session is not None else open_session(path)
-    declared = {value.name: value.shape for value in session.get_outputs()}
-    for case, expected in chain(computed, expected_by_case):
-        feed = {name: to_numpy(tensor) for name, tensor in zip(inputs.names, case.tensors)}
+    checked = _Checked(path, module, session, inputs.names, output_names, atol, rtol)
+    left_out = []
+    for case in planned:
+        if case.optional and budget_cpu_s is not None and \
+                checked.cpu_seconds + checked.estimate(case) > budget_cpu_s:
+            left_out.append(case.batch)
+            continue
+        checked.run(case, reference)
+    tolerances = checked.tolerances
+    verified = {
+        "passed": True,
+        "runtime": f"onnxruntime {ort.__version__}",
+        "provider": PROVIDER,
+        "tolerances": {name: {"atol": a, "rtol": r} for name, (a, r) in tolerances.items()},
+        "max_errors": {name: {**found, "rtol": tolerances[name][1], "passed": True}
+                       for name, found in checked.worst.items()},
+        "cases": checked.cases,
+        "independent_samples": _check_independent_samples(
+            path, session, inputs.names, output_names, *checked.largest, tolerances, atol, rtol),
+        "batches": sorted({case["batch"] for case in checked.cases}),
+        "plan": "all" if budget_cpu_s is None else "budget",
+    }
+    if budget_cpu_s is not None:
+        verified["budget"] = {"cpu_seconds": round(budget_cpu_s, 3),
+                              "spent_cpu_seconds": round(checked.cpu_seconds, 3)}
+    if left_out:
+        verified["left_out"] = left_out
+        verified["left_out_note"] = (
+            f"batch {', '.join(map(str, left_out))} not verified, over the verification budget "
+            f"({budget_cpu_s:.1f} CPU s): --verify-batches all verifies them")
+    if batch_limit < max_batch_size:
+        verified["largest_batch"] = (
+            f"verified up to batch {batch_limit}, not --max-batch-size {max_batch_size}: a "
+            f"batch of {max_batch_size}'s inputs and outputs alone would take "
+            f"{max_batch_size * _io_bytes_per_sample(inputs, example_outputs) / 2**30:.3g} GiB here")
+    return verified
+
+
+class _Checked:
+    """The cases run so far: each output's tolerances and worst errors, each case's record
+    and CPU cost, and the largest case with ONNX Runtime's outputs (for the independence
+    check)."""
+
+    def __init__(self, path: Path, module: torch.nn.Module, session, input_names: tuple[str, ...],
+                 output_names: tuple[str, ...], atol: float | None, rtol: float | None):
+        self.path, self.module, self.session = path, module, session
+        self.input_names, self.output_names = input_names, output_names
+        self.atol, self.rtol = atol, rtol
+        self.declared = {value.name: value.shape for value in session.get_outputs()}
+        self.tolerances: dict[str, tuple[float, float]] = {}
+        self.worst: dict[str, dict] = {name: {} for name in output_names}
+        self.cases: list[dict] = []
+        self.largest: tuple[Case, list[np.ndarray]] | None = None
+        # (input elements, CPU seconds) of each random case run, and batch 1's seconds
+        self.costs: list[tuple[int, float]] = []
+        self.single = 0.0
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(cost for _, cost in self.costs)
+
+    def estimate(self, case: Case) -> float:
+        """The CPU seconds ``case`` would take, by its input elements (samples times their
+        lengths): on the line through the two largest cases run, and never below the
+        largest's cost per element (a CNN's cost per image grows with the batch, past the
+        caches); plus the samples the independence check would run alone on top of those
+        it runs now, each at batch 1's cost."""
+        (low, low_cost), (high, cost) = sorted(self.costs)[-2:]
+        size = _elements(case)
+        line = cost + (cost - low_cost) / (high - low) * (size - high) if high > low else 0.0
+        more_rows = len(_rows_to_check(case.batch)) - len(_rows_to_check(self.largest[0].batch))
+        return max(line, cost / high * size) + max(0, more_rows) * self.single
+
+    def run(self, case: Case, reference: Callable[[Case], list[np.ndarray]]) -> None:
+        """ONNX Runtime on ``case`` against PyTorch's outputs (``reference``), timed; a
+        VerificationError if an output differs, or is not batch-first, or is shaped unlike
+        the graph says."""
+        started = time.process_time()
+        self._check(case, reference(case))
+        cost = time.process_time() - started
+        if case.label != EXAMPLE_LABEL:     # the example's reference was computed before
+            self.costs.append((max(_elements(case), 1), cost))
+            self.single = cost if case.batch == 1 else self.single
+        self.cases[-1]["cpu_seconds"] = round(cost, 4)
+
+    def _check(self, case: Case, expected: list[np.ndarray]) -> None:
+        output_names, tolerances, atol, rtol = self.output_names, self.tolerances, self.atol, self.rtol
+        feed = {name: to_numpy(tensor) for name, tensor in zip(self.input_names, case.tensors)}
         try:
-            actual = session.run(list(output_names), feed)
+            actual = self.session.run(list(output_names), feed)
         except Exception as exc:
             raise VerificationError(f"ONNX Runtime failed at {_where(case)}: {one_line(exc)}",
                                     hint="the graph baked in a size; check the dynamic axes") from exc
@@ -339,9 +450,9 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                     f"output {name} has shape {list(got.shape)} in ONNX Runtime but "
                     f"{list(want.shape)} in PyTorch at {_where(case)}",
                     hint="the graph baked in a size; declare the axis dynamic")
-            if not _fits(declared[name], got.shape):
+            if not _fits(self.declared[name], got.shape):
                 raise VerificationError(
-                    f"output {name} is declared {_spell(declared[name])} in the graph but is "
+                    f"output {name} is declared {_spell(self.declared[name])} in the graph but is "
                     f"{list(got.shape)} at {_where(case)}",
                     hint="the exporter fixed a dynamic size in the graph's output shape")
             tolerances.setdefault(name, tolerance_for(_dtype_name(want, got), atol, rtol))
@@ -351,10 +462,10 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                             "shape": list(got.shape), "tolerance_share": found.tolerance_share}
             if found.atol < tolerances[name][0]:
                 errors[name]["atol_scaled"] = found.atol    # an output smaller than 1
-            _keep_worst(worst[name], found)
+            _keep_worst(self.worst[name], found)
             if not found.within:
-                _refuse_nondeterministic(module, case, output_names, expected, atol, rtol)
-                _refuse_integer_near_tie(path, feed, name, want, got,
+                _refuse_nondeterministic(self.module, case, output_names, expected, atol, rtol)
+                _refuse_integer_near_tie(self.path, feed, name, want, got,
                                          f"differs from PyTorch at {_where(case)}", atol, rtol)
                 raise VerificationError(
                     f"output {name} differs from PyTorch at {_where(case)}: max abs error "
@@ -370,27 +481,10 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                     hint="give example inputs the model computes finite outputs for: the random "
                          "inputs are drawn like them (their mean and spread, or their integer "
                          "range); or pass --no-verify")
-        cases.append({"case": case.label, "batch": case.batch, "lengths": case.lengths,
-                      "outputs": errors})
-        if largest is None or case.batch >= largest[0].batch:
-            largest = (case, actual)
-    verified = {
-        "passed": True,
-        "runtime": f"onnxruntime {ort.__version__}",
-        "provider": PROVIDER,
-        "tolerances": {name: {"atol": a, "rtol": r} for name, (a, r) in tolerances.items()},
-        "max_errors": {name: {**found, "rtol": tolerances[name][1], "passed": True}
-                       for name, found in worst.items()},
-        "cases": cases,
-        "independent_samples": _check_independent_samples(
-            path, session, inputs.names, output_names, *largest, tolerances, atol, rtol),
-    }
-    if batch_limit < max_batch_size:
-        verified["largest_batch"] = (
-            f"verified up to batch {batch_limit}, not --max-batch-size {max_batch_size}: a "
-            f"batch of {max_batch_size}'s inputs and outputs alone would take "
-            f"{max_batch_size * _io_bytes_per_sample(inputs, example_outputs) / 2**30:.3g} GiB here")
-    return verified
+        self.cases.append({"case": case.label, "batch": case.batch, "lengths": case.lengths,
+                           "outputs": errors})
+        if self.largest is None or case.batch >= self.largest[0].batch:
+            self.largest = (case, actual)
 
 
 def _keep_worst(worst: dict, found: Comparison) -> None:
