@@ -462,7 +462,7 @@ def test_a_model_that_fails_at_a_longer_sequence_is_told_the_length_not_the_batc
                                     "--name", "m", "--exporter", "torchscript",
                                     "--max-batch-size", "8")
     assert code == EXIT_USAGE
-    assert line == ("error: the model's forward() raised IndexError at batch 4, sequence 18: "
+    assert line == ("error: the model's forward() raised IndexError at batch 3, sequence 18: "
                     "index out of range in self")
     assert "other sequence lengths than the example's" in hint
     assert "at most two thirds of a longest length" in hint     # 10 of 16 would do

@@ -1,8 +1,8 @@
 """The default verification fits a budget: the example, batch 1 and a small batch always,
 the middle and largest batches while their cost stays within a share of the exporter's CPU
 time; ``verify_batches="all"`` (``--verify-batches all``) verifies every batch, whatever it
-costs. Budgets are set here through ``verify.BUDGET_SHARE``: 0 leaves every optional batch
-out, whatever the machine's speed."""
+costs. Budgets are set here through ``verify.BUDGET_SHARE`` and ``BUDGET_FLOOR_S``: 0 leaves
+every optional batch out, whatever the machine's speed."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def no_budget(monkeypatch):
     monkeypatch.setattr(verify, "BUDGET_SHARE", 0.0)
+    monkeypatch.setattr(verify, "BUDGET_FLOOR_S", 0.0)
 
 
 class BranchesOnLargeBatches(torch.nn.Module):
@@ -36,13 +37,16 @@ class BranchesOnLargeBatches(torch.nn.Module):
         return y * 2 if x.shape[0] > 8 else y
 
 
-def test_a_small_model_keeps_every_batch_under_the_default_budget(tmp_path):
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_small_model_keeps_every_batch_under_the_default_budget(tmp_path, exporter):
+    """However quick its exporter (TorchScript's takes milliseconds): the budget has a floor."""
     result = tritonkit.export(torch.nn.Linear(8, 4), torch.randn(2, 8), name="m",
-                              repository=tmp_path, max_batch_size=32)
+                              repository=tmp_path, max_batch_size=32, exporters=(exporter,))
     verification = result.report["verification"]
     assert verification["plan"] == "budget"
     assert verification["batches"] == [1, 2, 3, 16, 32]
     assert "left_out" not in verification
+    assert verification["budget"]["cpu_seconds"] >= verify.BUDGET_FLOOR_S
     assert 0 < verification["budget"]["spent_cpu_seconds"] <= verification["budget"]["cpu_seconds"]
 
 

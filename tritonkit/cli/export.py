@@ -52,7 +52,8 @@ def export(
         "--verify/--no-verify", help="Compare ONNX Runtime with PyTorch on several batches.")] = True,
     verify_batches: Annotated[str, typer.Option(
         "--verify-batches", help="budget: batch 1 and a small batch always, the middle and max "
-                                 "batches while their runs fit 0.6x the exporter's CPU time; "
+                                 "batches while their runs fit 0.6x the exporter's CPU time "
+                                 "(2 s at least); "
                                  "all: every batch.")] = "budget",
     exporter: Annotated[Optional[list[str]], typer.Option(
         "--exporter", help="dynamo or torchscript, tried in the order given (repeatable; "

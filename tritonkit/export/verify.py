@@ -59,13 +59,16 @@ CASE_IO_BYTES = 256 * 2**20
 # fit beside it in twice a bare export's time: BERT-base's and GPT-2's runs at every batch
 # take 0.4-0.5 of it, ResNet-50's 0.8 at batch 16 alone (docs/benchmarks.md).
 BUDGET_SHARE = 0.6
+# ...and never less than this: a small model's exporter takes milliseconds (TorchScript),
+# and cutting a verification that cheap would only make its batches depend on the noise.
+BUDGET_FLOOR_S = 2.0
 VERIFY_BATCHES = ("budget", "all")
 
 
 def budget_for(exporter_cpu_s: float) -> float:
     """The CPU seconds the default (budgeted) verification may take after an exporter took
     ``exporter_cpu_s``."""
-    return BUDGET_SHARE * exporter_cpu_s
+    return max(BUDGET_SHARE * exporter_cpu_s, BUDGET_FLOOR_S)
 
 
 EXAMPLE_LABEL = "example inputs"
