@@ -14,6 +14,7 @@ requests with correlation IDs, as perf_analyzer sends them (``_sequences``).
 """
 
 from tritonkit.loadtest._inputs import RequestTemplate, parse_shapes, request_template
+from tritonkit.loadtest._pool import WorkerPool
 from tritonkit.loadtest._run import (
     PERCENTILES,
     Interruption,
@@ -51,6 +52,7 @@ __all__ = [
     "Spike",
     "StatsSnapshot",
     "Window",
+    "WorkerPool",
     "closed_loop",
     "cold_start_windows",
     "default_workers",

@@ -34,7 +34,8 @@ from tritonkit.loadtest._server import (
     ServerEvent, ServerWatcher, StatsSnapshot, served_nothing_since_load)
 from tritonkit.loadtest._timeline import Spike, Window, cold_start_windows, model_outages
 from tritonkit.loadtest._transport import RequestFailed, grpc_sender, http_sender, infer_answer
-from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan, worker_main
+from tritonkit.loadtest._pool import MAX_WORKERS, WORKER_NAME, FreshCrew, WorkerPool
+from tritonkit.loadtest._worker import DIGITS, LOWEST_US, WorkerPlan
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 PROTOCOLS = ("http", "grpc")
@@ -50,7 +51,6 @@ _ABANDON_PATIENCE_S = 2.0
 # turn a typo (--rate 1e9, -c 100000) into a usage error at once, not minutes of
 # building a schedule gigabytes long or starting sockets, then a run error blaming the server.
 MAX_CONCURRENCY = 4096              # requests in flight: --concurrency, --max-in-flight x workers
-MAX_WORKERS = 64
 MAX_ARRIVALS = 20_000_000           # per level: the open-loop schedule is held in memory
 MAX_SECONDS = 86_400.0              # --warmup-s, --request-timeout
 MAX_DURATION_S = 3_600.0            # per level: every request's record is held in memory...
@@ -64,7 +64,7 @@ _REFUSAL_CHARS = 200                # of the server's reason in a refused probe'
 # guard calls run_loadtest in it, and says so by its exit code. It knows itself by its
 # process name, which spawn sets before that import: a mark in os.environ would be
 # inherited by any child another thread starts meanwhile, and is no thread's to change.
-_WORKER_NAME = "tritonkit-loadtest-"
+_WORKER_NAME = WORKER_NAME
 _UNGUARDED_EXIT = 86
 
 # progress(label, elapsed_s, total_s, requests_done)
@@ -310,7 +310,8 @@ def default_workers(spec: LoadSpec, level: float) -> int:
 
 def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None = None,
                  repository: Path | None = None,
-                 warn: Callable[[str], None] | None = None) -> LoadTestResult:
+                 warn: Callable[[str], None] | None = None,
+                 pool: WorkerPool | None = None) -> LoadTestResult:
     """Run every level of ``spec`` against the server at ``endpoint``, one after the other.
 
     ``repository``: the deployment's folder ``endpoint`` was found through (None: an
@@ -321,7 +322,10 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
 
     A signal (``Interrupted``, or KeyboardInterrupt) after one level or more had finished
     returns those levels, ``interrupted`` saying which level it cut short (dropped) and
-    which never ran; one before any level finished is raised."""
+    which never ran; one before any level finished is raised.
+
+    ``pool``: workers kept between runs (``WorkerPool``), for many short runs one after
+    the other; None: each level's workers are spawned for it and end with it."""
     if multiprocessing.current_process().name.startswith(_WORKER_NAME):
         raise SystemExit(_UNGUARDED_EXIT)   # a worker importing an unguarded script: the parent says why
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -356,7 +360,7 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     try:
         for level, slots in planned:
             running = level_label(spec.mode, level)
-            result = _run_level(endpoint, url, spec, template, level, slots, progress)
+            result = _run_level(endpoint, url, spec, template, level, slots, progress, pool)
             levels.append(result)
             running = None
             if result.ended_early:
@@ -555,25 +559,16 @@ def _ns(seconds: float) -> int:
 
 
 def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTemplate,
-               level: float, slots: list[int], progress: Progress | None) -> LevelResult:
+               level: float, slots: list[int], progress: Progress | None,
+               pool: WorkerPool | None = None) -> LevelResult:
     sequences = _sequence_plans(spec, template, level, slots) if template is not None else None
     plans = _plans(spec, template, url, level, slots, sequences)
-    ctx = multiprocessing.get_context("spawn")
-    stop = ctx.RawValue("b", 0)
-    done = ctx.RawArray("q", len(plans))
-    pipes, procs = [], []
+    crew = pool.crew(plans, _signals_held) if pool is not None else FreshCrew(plans, _signals_held)
+    stop, done, pipes, procs = crew.stop, crew.done, crew.pipes, crew.procs
     watcher: ServerWatcher | None = None
     finished = False
     try:
-        for plan in plans:
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=worker_main, args=(plan, child, done, stop),
-                               name=f"{_WORKER_NAME}{plan.index}", daemon=True)
-            with _signals_held():           # a worker is started and counted, or neither
-                proc.start()
-                procs.append(proc)
-                pipes.append(parent)
-                child.close()
+        crew.start()
         _wait_ready(pipes, procs)
         watcher = ServerWatcher(endpoint, spec.model, on_down=lambda: setattr(stop, "value", 1)).start()
         label = level_label(spec.mode, level)
@@ -610,11 +605,10 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
         # a wait per worker.
         give_up_at = time.monotonic() + (_EXIT_PATIENCE_S if finished else _ABANDON_PATIENCE_S)
         stop.value = 1
-        for pipe in pipes:  # a worker still waiting for its start time reads the end and leaves
-            pipe.close()
+        crew.let_go(finished)       # a worker still waiting for its start time leaves
         if watcher is not None:       # its thread polls until stopped, whatever went wrong
             watcher.stop(abandon_at=None if finished else give_up_at)
-        _end_workers(procs, give_up_at)
+        crew.reap(give_up_at)
     in_flight = sum(plan.slots for plan in plans)
     result = _merge(spec, level, list(summaries.values()), watcher.events, watcher.down_at_ns,
                     after.minus(before), start_ns, in_flight if spec.mode == "open" else None)
@@ -675,18 +669,6 @@ def _signals_held():
             signal.signal(sig, handler)
         if held:
             signal.raise_signal(held[0])
-
-
-def _end_workers(procs: list, give_up_at: float) -> None:
-    """Every worker leaves by ``give_up_at`` (one deadline for all), or is killed then."""
-    for proc in procs:
-        proc.join(timeout=max(0.0, give_up_at - time.monotonic()))
-    left = [proc for proc in procs if proc.is_alive()]
-    for proc in left:
-        proc.kill()
-    reaped_by = time.monotonic() + 1.0
-    for proc in left:
-        proc.join(timeout=max(0.0, reaped_by - time.monotonic()))
 
 
 def _wait_ready(pipes: list, procs: list) -> None:

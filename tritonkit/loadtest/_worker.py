@@ -70,12 +70,39 @@ class WorkerPlan:
 
 
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
-    """Entry point of a spawned worker process."""
+    """Entry point of a spawned worker process: one plan, then it ends."""
+    _prepare(open_loop=plan.offsets_ns is not None, cooperative=_cooperative(plan))
+    _run_plan(plan, conn, done, stop)
+    conn.close()
+
+
+def pooled_worker_main(kind: tuple[bool, bool], conn: Any, done: Any, stop: Any) -> None:
+    """Entry point of a worker kept by a ``WorkerPool``: plan after plan from the pipe,
+    each run as ``worker_main`` runs its one, until the parent closes its end. ``kind``:
+    (open loop, cooperative), what the process is set up for once (gevent's loop and
+    the timer slack are chosen before the first plan), so every plan it takes is one a
+    fresh worker would have run the same way."""
+    _prepare(*kind)
+    while True:
+        try:
+            plan = conn.recv()
+        except (EOFError, OSError):     # the pool is closed, or the parent gave up
+            return
+        _run_plan(plan, conn, done, stop)
+
+
+def _prepare(open_loop: bool, cooperative: bool) -> None:
+    """What a worker process sets once, before its first plan."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # inherited so, unless started off the main thread
     _leave_with_the_parent()
     raise_open_files_limit()        # the parent checked the plan against the hard limit
-    if plan.offsets_ns is not None:
-        _precise_sleeps(_cooperative(plan))
+    if open_loop:
+        _precise_sleeps(cooperative)
+
+
+def _run_plan(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
+    """One plan: connections opened, "ready", the start time awaited, the load driven,
+    the connections closed, the summary sent."""
     try:
         senders = _senders(plan)
     except _NotOpened as exc:  # a bad URL, a refused connection, a missing library: the parent says so
@@ -98,7 +125,11 @@ def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
     # CPU this process spent driving the load (warm-up included): what a request costs the client.
     summary.update(cpu_s=cpu_s)
     _tell(conn, ("done", summary))
-    conn.close()
+
+
+def worker_kind(plan: WorkerPlan) -> tuple[bool, bool]:
+    """What a process must be set up for to run ``plan``: (open loop, cooperative)."""
+    return plan.offsets_ns is not None, _cooperative(plan)
 
 
 def _leave_with_the_parent() -> None:

@@ -16,6 +16,7 @@ from tritonkit import __version__
 from tritonkit.client import Endpoint
 from tritonkit.errors import (EXIT_OK, EXIT_SLA_MISS, LoadTestError, ServerError, TritonkitError,
                               UsageError)
+from tritonkit.loadtest import WorkerPool
 from tritonkit.profiles import TuneSpace, load_profile
 from tritonkit.report import Sla
 from tritonkit.server.state import load_deployment
@@ -198,8 +199,10 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
             progress(TuneProgress(phase["name"], phase["current"], len(result.trials),
                                   clock() - started, budget_s))
 
+    # The load generator's workers are started once for the whole tune, and end with it.
+    pool = WorkerPool()
     served_model = ServedModel(endpoint, model, protocol=protocol, shapes=tuple(shapes),
-                               probe_s=probe_s, repository=repository, tick=tell)
+                               probe_s=probe_s, repository=repository, tick=tell, pool=pool)
     original = served_model.served_config()
     served = parse_served(original)
     result.target = "gpu" if on_gpu(served) else "cpu"
@@ -216,18 +219,19 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
     if write is not None:
         write.check()
     start_point = served_point(served, wanted)
-    try:
-        _search(result, served_model, served, start_point, sla, max_concurrency, clock, started,
-                phase, tell)
-        _compare(result, served_model, served, sla, clock, started, phase, tell)
-    except ServerError as exc:          # the server failed or went away in the middle
-        error = LoadTestError(exc.message, hint=exc.hint, detail=exc.detail)
-        _restore(served_model, original, phase, tell, error)
-        raise error from None
-    except BaseException as exc:        # Ctrl-C, SIGTERM, a run error: put it back, then go on
-        _restore(served_model, original, phase, tell, exc)
-        raise
-    _restore(served_model, original, phase, tell)
+    with pool:
+        try:
+            _search(result, served_model, served, start_point, sla, max_concurrency, clock, started,
+                    phase, tell)
+            _compare(result, served_model, served, sla, clock, started, phase, tell)
+        except ServerError as exc:          # the server failed or went away in the middle
+            error = LoadTestError(exc.message, hint=exc.hint, detail=exc.detail)
+            _restore(served_model, original, phase, tell, error)
+            raise error from None
+        except BaseException as exc:        # Ctrl-C, SIGTERM, a run error: put it back, then go on
+            _restore(served_model, original, phase, tell, exc)
+            raise
+        _restore(served_model, original, phase, tell)
     result.elapsed_s = clock() - started
     if write is not None and result.winner is not None:
         result.written = write_winner(write, result, served_point=start_point)

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonkit.client import Endpoint, triton_message
 from tritonkit.errors import (Interrupted, LoadTestError, ModelLoadError, ServerError, TritonkitError,
                               UsageError)
-from tritonkit.loadtest import NOT_SENT, LoadSpec, run_loadtest
+from tritonkit.loadtest import NOT_SENT, LoadSpec, WorkerPool, run_loadtest
 from tritonkit.server.local import Deadline
 from tritonkit.tune._search import CLOSED, Probe
 from tritonkit.tune._space import as_json
@@ -42,8 +42,11 @@ class ServedModel:
     def __init__(self, endpoint: Endpoint, model: str, *, protocol: str = "http",
                  shapes: tuple = (), probe_s: float = 2.0, probe_warmup_s: float = 0.5,
                  load_timeout_s: float = 120.0, repository: Path | None = None,
-                 tick: Callable[[], None] | None = None) -> None:
+                 tick: Callable[[], None] | None = None, pool: WorkerPool | None = None) -> None:
         self.endpoint, self.model, self.protocol, self.shapes = endpoint, model, protocol, shapes
+        # The load generator's workers, kept from one measurement to the next: a fresh
+        # one costs seconds to start here, more than a short probe measures.
+        self.pool = pool
         self.probe_s, self.probe_warmup_s = probe_s, probe_warmup_s
         self.load_timeout_s, self.repository = load_timeout_s, repository
         self._tick = tick or (lambda: None)
@@ -120,7 +123,7 @@ class ServedModel:
                         protocol=self.protocol, shapes=self.shapes, window_s=min(1.0, seconds),
                         **load)
         result = run_loadtest(self.endpoint, spec, repository=self.repository,
-                              progress=lambda *_: self._tick())
+                              progress=lambda *_: self._tick(), pool=self.pool)
         if result.interrupted is not None:
             raise Interrupted(result.interrupted.signum)
         level_result = result.levels[0]
