@@ -21,7 +21,7 @@ from tritonkit.profiles import TuneSpace, load_profile
 from tritonkit.report import Sla
 from tritonkit.server.state import load_deployment
 from tritonkit.tune._interval import RatioInterval, interleave, paired_interval
-from tritonkit.tune._search import CLOSED, Found, Probe, coordinate_search, highest_load
+from tritonkit.tune._search import Found, coordinate_search, highest_load, throughput_at_sla
 from tritonkit.tune._space import (KNOBS, Candidate, applicable, candidate_config, check_space,
                                    cpu_space, merged, on_gpu, parse_served, served_point)
 from tritonkit.tune._trial import Refused, ServedModel
@@ -87,12 +87,15 @@ class Trial:
 @dataclass
 class Comparison:
     """The winner against one baseline, re-measured interleaved: each round's throughput
-    (closed loop, each at its own concurrency at the SLA) and the ratio's interval."""
+    (closed loop, each side at its own highest concurrency under the SLA that round, and
+    that concurrency) and the ratio's interval."""
 
     baseline: str
     winner_runs: list[float]
     baseline_runs: list[float]
     interval: RatioInterval | None
+    winner_concurrency: list[int | None] = field(default_factory=list)
+    baseline_concurrency: list[int | None] = field(default_factory=list)
 
     def describe(self) -> str:
         if self.interval is None:
@@ -102,6 +105,8 @@ class Comparison:
     def as_dict(self) -> dict:
         return {"baseline": self.baseline, "winner_runs": self.winner_runs,
                 "baseline_runs": self.baseline_runs,
+                "winner_concurrency": self.winner_concurrency,
+                "baseline_concurrency": self.baseline_concurrency,
                 "interval": self.interval.as_dict() if self.interval else None}
 
 
@@ -223,7 +228,8 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
         try:
             _search(result, served_model, served, start_point, sla, max_concurrency, clock, started,
                     phase, tell)
-            _compare(result, served_model, served, sla, clock, started, phase, tell)
+            _compare(result, served_model, served, sla, max_concurrency, clock, started, phase,
+                     tell)
         except ServerError as exc:          # the server failed or went away in the middle
             error = LoadTestError(exc.message, hint=exc.hint, detail=exc.detail)
             _restore(served_model, original, phase, tell, error)
@@ -325,11 +331,13 @@ def _space_size(values: dict) -> int:
     return math.prod(len(v) for v in values.values()) if values else 0
 
 
-def _compare(result: TuneResult, served_model: ServedModel, served, sla: Sla, clock,
+def _compare(result: TuneResult, served_model: ServedModel, served, sla: Sla, most: int, clock,
              started: float, phase: dict, tell) -> None:
-    """The best config against the served config and the bare default, interleaved; the
-    winner is the best unless the served config meets the SLA and the best is not shown
-    to beat it."""
+    """The best config against the served config and the bare default, interleaved, each
+    side in each round at its own load under the SLA, found again from where it met last
+    (``throughput_at_sla``: what an independent perf_analyzer climb measures of it, not the
+    figure at a concurrency the search found minutes before); the winner is the best
+    unless the served config meets the SLA and the best is not shown to beat it."""
     best = result.best
     if best is None:
         return
@@ -342,27 +350,30 @@ def _compare(result: TuneResult, served_model: ServedModel, served, sla: Sla, cl
         result.winner = best
         return
     names = list(sides)
+    levels: dict[str, list[int | None]] = {name: [] for name in names}
+    start = {name: trial.found.concurrency for name, trial in sides.items()}
 
     def run(name: str) -> float:
         trial = sides[name]
-        tell(f"{name} (round {len(figures_so_far[name]) + 1})")
+        tell(f"{name} (round {len(levels[name]) + 1})")
         try:
             served_model.swap(candidate_config(served, trial.point))
-            probe: Probe = served_model.measure(CLOSED, trial.found.concurrency)
+            at = throughput_at_sla(served_model.measure, sla.p99_ms, start=start[name], most=most)
         except Refused as refused:
             raise LoadTestError(f"a comparison run of {name} failed: {refused.reason}",
                                 hint="rerun tune; if it persists, the config is unstable") from None
-        figures_so_far[name].append(probe.qps)
-        return probe.qps
+        levels[name].append(at.concurrency)
+        start[name] = at.concurrency or start[name]
+        return at.qps
 
-    figures_so_far: dict[str, list[float]] = {name: [] for name in names}
     figures = interleave(names, run, min_rounds=MIN_ROUNDS, max_rounds=MAX_ROUNDS,
                          precision=PRECISION, confidence=CONFIDENCE,
                          time_left=lambda: result.budget_s - (clock() - started), clock=clock)
     for name in names[1:]:
         result.comparisons.append(Comparison(
             baseline=sides[name].role, winner_runs=figures[names[0]], baseline_runs=figures[name],
-            interval=paired_interval(figures[names[0]], figures[name], CONFIDENCE)))
+            interval=paired_interval(figures[names[0]], figures[name], CONFIDENCE),
+            winner_concurrency=levels[names[0]], baseline_concurrency=levels[name]))
     served_trial = next((t for t in result.trials if t.role == SERVED), None)
     versus_served = next((c for c in result.comparisons if c.baseline == SERVED), None)
     if (best is not served_trial and served_trial is not None and served_trial.meets(sla)

@@ -76,16 +76,38 @@ class Found:
 def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int = 256,
                  resolution: float = 0.25, rate_step: float = 0.7, rate_tries: int = 6,
                  out_of_time: Callable[[], bool] = lambda: False) -> Found:
-    """Bracket the highest concurrency whose p99 meets ``p99_ms`` (doubling or halving from
-    ``start``, at most ``most``, then bisecting until the bracket is within ``resolution``
-    of its low end), then judge the SLA in open loop at the throughput it carried, the rate
-    times ``rate_step`` after each miss, ``rate_tries`` times at most. Once
-    ``out_of_time()``, the bisection stops at the bracket it has."""
+    """Bracket the highest concurrency whose p99 meets ``p99_ms`` (``highest_concurrency``),
+    then judge the SLA in open loop at the throughput it carried, the rate times
+    ``rate_step`` after each miss, ``rate_tries`` times at most."""
     found = Found()
+    found.concurrency = highest_concurrency(measure, p99_ms, found.probes, start=start, most=most,
+                                            resolution=resolution, out_of_time=out_of_time)
+    if found.concurrency is None:
+        return found                    # not even one request at a time meets it
+    rate = found.at_concurrency.qps
+    for _ in range(rate_tries):
+        if rate <= 0:
+            break
+        probe = measure(OPEN, rate)
+        found.probes.append(probe)
+        if probe.meets(p99_ms):
+            found.judged = probe
+            break
+        rate *= rate_step
+    return found
+
+
+def highest_concurrency(measure: Measure, p99_ms: float, probes: list[Probe], *, start: int,
+                        most: int, resolution: float,
+                        out_of_time: Callable[[], bool] = lambda: False) -> int | None:
+    """The highest closed-loop concurrency whose p99 meets ``p99_ms`` (None: not even 1),
+    each probe added to ``probes``: doubling (or halving) from ``start``, at most
+    ``most``, then bisecting until the bracket is within ``resolution`` of its low end or
+    ``out_of_time()``."""
 
     def closed(level: int) -> bool:
         probe = measure(CLOSED, level)
-        found.probes.append(probe)
+        probes.append(probe)
         return probe.meets(p99_ms)
 
     level = max(1, min(start, most))
@@ -108,7 +130,7 @@ def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int =
                 break
             high = level
     if low is None:
-        return found                    # not even one request at a time meets it
+        return None
     while (high is not None and high - low > 1 and high > low * (1 + resolution)
            and not out_of_time()):
         middle = (low + high) // 2
@@ -116,18 +138,30 @@ def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int =
             low = middle
         else:
             high = middle
-    found.concurrency = low
-    rate = found.at_concurrency.qps
-    for _ in range(rate_tries):
-        if rate <= 0:
-            break
-        probe = measure(OPEN, rate)
-        found.probes.append(probe)
-        if probe.meets(p99_ms):
-            found.judged = probe
-            break
-        rate *= rate_step
-    return found
+    return low
+
+
+@dataclass(frozen=True)
+class AtSla:
+    """A config's closed-loop throughput under the p99 limit, re-found: the highest
+    throughput of the probes that met it, at the highest concurrency that did."""
+
+    qps: float                          # 0: no probe met the limit
+    concurrency: int | None
+    probes: tuple[Probe, ...]
+
+
+def throughput_at_sla(measure: Measure, p99_ms: float, *, start: int, most: int = 256) -> AtSla:
+    """The throughput ``measure``'s config carries under ``p99_ms``, judged as
+    perf_analyzer's climb judges it (the highest throughput among the concurrencies whose
+    p99 met the limit, climbing until one does not), from ``start`` — where the config met
+    it last — rather than from 1: the concurrency doubled until the p99 passes the limit,
+    or halved until it meets it, so a config whose load at the SLA moved since the last
+    look is measured at its own, in two probes or three where it did not."""
+    probes: list[Probe] = []
+    level = highest_concurrency(measure, p99_ms, probes, start=start, most=most, resolution=1.0)
+    met = [p.qps for p in probes if p.meets(p99_ms)]
+    return AtSla(qps=max(met, default=0.0), concurrency=level, probes=tuple(probes))
 
 
 #: Candidate -> its score (higher is better), or None when it could not be measured
