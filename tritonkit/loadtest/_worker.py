@@ -9,7 +9,9 @@ recording costs nothing while the clock runs.
 
 Protocol with the parent, over a Pipe: worker sends ("ready", None) or ("failed", why);
 parent sends the start time t0 (``time.perf_counter_ns``, the same monotonic clock in
-every process); worker sends ("done", summary). A parent that gives up closes its end: a
+every process); worker sends ("done", summary). A worker kept by a pool
+(``pooled_worker_main``) is sent each plan over the same pipe before that, and after its
+summary waits for the next plan, until the pipe closes. A parent that gives up closes its end: a
 worker waiting for t0 reads the end of the pipe and leaves at once. Ctrl-C is the
 parent's to handle: workers ignore SIGINT (the terminal sends it to all of them) from
 their start — they inherit it ignored — and stop on the shared ``stop`` flag; one
