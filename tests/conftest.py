@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import json
+import multiprocessing.context
 import os
 import shutil
 import signal
@@ -79,6 +80,20 @@ def example_server(tmp_path_factory):
                     ignore=shutil.ignore_patterns(".tritonkit", "__pycache__"))
     yield _deploy_example(repository)
     run_cli("down", "--repository", repository)
+
+
+@pytest.fixture
+def spawned(monkeypatch) -> list[str]:
+    """The names of the processes multiprocessing spawns while the test runs (load-test workers)."""
+    names: list[str] = []
+    start = multiprocessing.context.SpawnProcess.start
+
+    def counted(self):
+        names.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", counted)
+    return names
 
 
 def add_broken_model(repository: Path, name: str = "broken") -> Path:
