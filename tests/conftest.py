@@ -351,8 +351,9 @@ def pytest_collection_modifyitems(config, items):
 def _sharers(item, fixture: str) -> str:
     """Who shares one instance of ``fixture`` with ``item``: its module, or for a
     package-scoped fixture the package that defines it."""
-    made_by = item._fixtureinfo.name2fixturedefs[fixture][-1]   # the one the test gets
-    if made_by.scope == "package":
+    defs = item._fixtureinfo.name2fixturedefs.get(fixture)    # none: a parameter of that name
+    made_by = defs[-1] if defs else None                        # the one the test gets
+    if made_by is not None and made_by.scope == "package":
         return made_by.func.__module__.rpartition(".")[0]      # tests.loadtest.conftest
     return item.module.__name__
 
