@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
@@ -100,6 +101,17 @@ def _requests_seen(deployment, model: str) -> int:
     return sum(int(m["inference_stats"][k]["count"]) for m in stats for k in ("success", "fail"))
 
 
+def _requests_settled(deployment, model: str, before: int, timeout: float = 5.0) -> int:
+    """_requests_seen once it has moved past ``before`` (Triton counts a request in its
+    statistics after it answers it: read at once, the count may not have moved yet), and
+    a moment more for any request that would follow."""
+    deadline = time.monotonic() + timeout
+    while _requests_seen(deployment, model) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    return _requests_seen(deployment, model)
+
+
 @pytest.mark.server
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_shapes_the_model_refuses_are_a_usage_error_before_the_run_in_the_servers_words(
@@ -119,7 +131,7 @@ def test_shapes_the_model_refuses_are_a_usage_error_before_the_run_in_the_server
                      "must share their sequence length")
     assert hint.startswith("hint: send what the model takes: check --shape and --input-data")
     assert "Traceback" not in err and len(err.splitlines()) == 2
-    assert _requests_seen(encoder_served, "pair") - before == 1      # the probe alone: no level ran
+    assert _requests_settled(encoder_served, "pair", before) - before == 1      # the probe alone: no level ran
 
 
 @pytest.mark.server
@@ -145,7 +157,7 @@ def test_inputs_onnx_runtime_cannot_run_are_a_usage_error_with_the_sizes_the_mod
     assert hint == ("hint: its model_warmup warms it at --shape input_ids:18 --shape attention_mask:18, "
                     "also at 6, 12 (a tritonkit export's: the sizes it verified); check --shape and "
                     "--input-data (inputs that share a dynamic axis take the same size) and --batch-size")
-    assert _requests_seen(encoder_served, "enc") - before == 1      # the probe alone: no level ran
+    assert _requests_settled(encoder_served, "enc", before) - before == 1      # the probe alone: no level ran
 
 
 @pytest.mark.parametrize("flag, says", [
@@ -243,7 +255,7 @@ def test_a_shape_the_onnx_graph_refuses_is_a_usage_error_in_one_line_and_nothing
     assert hint.startswith("hint: its model_warmup warms it at --shape input_ids:18 --shape "
                            "attention_mask:18, also at 6, 12 (a tritonkit export's: the sizes it "
                            "verified); check --shape")
-    assert _requests_seen(encoder_served, "enc") - before == 1      # the probe alone
+    assert _requests_settled(encoder_served, "enc", before) - before == 1      # the probe alone
 
 
 @pytest.mark.slow

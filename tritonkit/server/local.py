@@ -332,13 +332,40 @@ def start_local(
     holds ``deploy_lock``; an exception of any kind (Ctrl-C too) stops the server and
     clears its record.
     """
+    host = host or settings.bind_address
+    picked_by_us = {port for port in ports.as_dict().values() if not port}
+    for attempt in range(1, PORT_PICKS + 1):
+        chosen = resolve_ports(host, ports)
+        try:
+            return _start_local(repository, settings, chosen, models=models, timeout=timeout,
+                                host=host, model_config_name=model_config_name,
+                                serve_from=serve_from, progress=progress, gpu=gpu,
+                                server_config=server_config)
+        except PortTaken as exc:
+            # A port picked here (0 asked for one) was taken by another process between the
+            # pick and the server's bind: pick again. A port the user named is theirs to fix.
+            given = {port for role, port in chosen.as_dict().items() if ports.as_dict()[role]}
+            if not picked_by_us or exc.port in given or attempt == PORT_PICKS:
+                raise
+    raise AssertionError("unreachable")
+
+
+# How many times ports picked for a deploy (0 given) are picked again when another process
+# takes one before tritonserver binds it (the pick and the bind cannot be one step).
+PORT_PICKS = 3
+
+
+def _start_local(repository: Path, settings: ServerSettings, ports: Ports, *,
+                 models: Sequence[str], timeout: float, host: str,
+                 model_config_name: str | None, serve_from: Path | None,
+                 progress: Progress | None, gpu: str | None,
+                 server_config: Path | None) -> Deployment:
+    """start_local on ports resolved already."""
     repository = Path(repository).resolve()
     deadline = StallDeadline(timeout)
     refuse_if_recorded(repository)
     install = find_install()
     env = server_environment(install)
-    host = host or settings.bind_address
-    ports = resolve_ports(host, ports)
     with state_folder(repository, create=True) as sdir, \
             sdir.child(BACKENDS_DIRNAME, create=True) as backends_dir:
         backends = prepare_backends(install, backends_dir)
@@ -544,11 +571,29 @@ def _ended_by_signal(deployment: Deployment, code: int | str, when: str) -> Serv
     return ServerError(f"tritonserver exited with code {code} {when}: {how}", hint=hint)
 
 
+class PortTaken(ServerError):
+    """tritonserver could not listen on a port: another process bound it between the check
+    and the server's own bind (``port`` the one it named)."""
+
+    def __init__(self, message: str, *, port: int, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.port = port
+
+
+# How tritonserver says it (HTTP, gRPC and metrics alike): "Socket '127.0.0.1:8000' already in use".
+_PORT_IN_USE = re.compile(r"Socket '[^']*:(\d+)' already in use")
+
+
 def _startup_failure(deployment: Deployment, code: int) -> ServerError:
     """Turn an exited server's log into one error that carries Triton's own message."""
     if signalled := _ended_by_signal(deployment, code, "before its models were READY"):
         return signalled
     log = _log_of(deployment)
+    if taken := _PORT_IN_USE.search(log):
+        port = int(taken.group(1))
+        return PortTaken(f"tritonserver could not listen on port {port}: another process took "
+                         "it as the server started", port=port,
+                         hint=f"pass free ports (0 picks one); full server log: {deployment.log_path}")
     model_errors = [m.group(1).split("\\n")[0] for m in _MODEL_ERROR.finditer(log)
                     if "version" in m.group(1) or "Poll failed" in m.group(1)]
     server_errors = _SERVER_ERROR.findall(log)

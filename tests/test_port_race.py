@@ -1,0 +1,75 @@
+"""A port picked for a deploy (0 asked for one) is free when it is picked and checked, and
+may be taken by another process before tritonserver binds it: the pick and the bind cannot
+be one step. Tests running side by side met it ("Socket '127.0.0.1:36439' already in use").
+The deploy then picks again; a port the user named is theirs to fix, and said so.
+
+The race is made here, not waited for: the first pick hands out a port a socket of the
+test's listens on, and the check before the start lets it through, as it would have seen
+the port free a moment before."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import tritonkit.server.local as local
+from tests.conftest import run_cli
+from tritonkit.server.state import is_recorded, load_deployment
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def _check_misses(monkeypatch, port: int) -> None:
+    """The check before the start sees ``port`` free, as it was a moment before."""
+    check = local.check_port_free
+    monkeypatch.setattr(local, "check_port_free",
+                        lambda host, p, role: None if p == port else check(host, p, role))
+
+
+@pytest.mark.server
+def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
+        example_repository, monkeypatch, taken_port, capsys):
+    picks = []
+    pick = local.free_ports
+
+    def first_pick_taken(count, host="127.0.0.1", avoid=()):
+        ports = pick(count, host, avoid)
+        if not picks:
+            ports[0] = taken_port                       # the HTTP port, picked first
+        picks.append(ports)
+        return ports
+
+    monkeypatch.setattr(local, "free_ports", first_pick_taken)
+    _check_misses(monkeypatch, taken_port)
+    code = run_cli("deploy", "--repository", example_repository, "--http-port", "0",
+                   "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")
+    try:
+        assert code == 0, capsys.readouterr().err
+        assert len(picks) == 2
+        deployment = load_deployment(example_repository)
+        assert deployment.http_port == picks[1][0] != taken_port
+        assert "already in use" in (example_repository / ".tritonkit" / "server.log.1").read_text()
+    finally:
+        run_cli("down", "--repository", example_repository)
+
+
+@pytest.mark.server
+def test_a_named_port_taken_before_the_server_binds_it_is_an_error_naming_it(
+        example_repository, monkeypatch, taken_port, capsys):
+    _check_misses(monkeypatch, taken_port)
+    code = run_cli("deploy", "--repository", example_repository, "--http-port", str(taken_port),
+                   "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")
+    err = capsys.readouterr().err
+    assert code == 1, err
+    first, hint = err.splitlines()[-2:]
+    assert first == (f"error: tritonserver could not listen on port {taken_port}: another "
+                     "process took it as the server started"), err
+    assert hint.startswith("hint: pass free ports (0 picks one); full server log: "), err
+    assert not is_recorded(example_repository)
