@@ -244,14 +244,20 @@ class TritonHttp:
 _UNDECODABLE = "an exception occurred in the client while decoding the response"
 
 
+# A host name or IPv4 address, or an IPv6 address in brackets (a zone after '%').
+_HOST = re.compile(r"[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}(%[A-Za-z0-9_.-]{1,64})?\]")
+
+
 def check_address(address: str, flag: str) -> str:
-    """``address`` if it is HOST:PORT (a port 1-65535; an IPv6 host in brackets, one
-    trailing slash allowed), else a UsageError naming ``flag``."""
+    """``address`` if it is HOST:PORT (a host name or address, an IPv6 host in brackets;
+    a port 1-65535; one trailing slash allowed), else a UsageError naming ``flag``.
+    A space or a control character in the host is refused here: the client libraries
+    refuse it only at the request, which a wait for the server would retry for minutes."""
     address = address.removesuffix("/")
     host, _, port = address.rpartition(":")
-    bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
-    if not host or bare_ipv6 or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address:
-        raise UsageError(f"{flag} {address} is not HOST:PORT",
+    if not _HOST.fullmatch(host) or not port.isascii() or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise UsageError(f"{flag} {address!r} is not HOST:PORT",
                          hint=f"e.g. {flag} 127.0.0.1:8000")
     return address
 

@@ -626,7 +626,10 @@ def resolve_server_urls(repository=None, url: str | None = None,
     ``repository``, or ``--url`` and its host on ``metrics_port``; None, None when
     neither is given (GPU-only monitoring)."""
     if url:
-        return metrics_url_for(url, metrics_port), url.removeprefix("http://")
+        from tritonkit.client import check_address
+
+        url = check_address(url.removeprefix("http://"), "--url")
+        return metrics_url_for(url, metrics_port), url
     if repository is None:
         return None, None
     from tritonkit.server.state import load_deployment
