@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from tritonkit import answers
-from tritonkit.errors import UsageError
+from tritonkit.errors import Interrupted, UsageError
 from tritonkit.fileio import read_user_text
 from tritonkit.server.state import Deployment, check_secret, load_deployment
 
@@ -64,6 +64,7 @@ class Endpoint:
     def http(self, **kwargs: Any) -> "TritonHttp":
         import tritonclient.http as httpclient
 
+        _interrupts_pass_through_gevent()
         return TritonHttp(httpclient.InferenceServerClient(self.http_url, **kwargs),
                           self.http_url)
 
@@ -74,6 +75,18 @@ class Endpoint:
         import tritonclient.grpc as grpcclient
 
         return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
+
+
+def _interrupts_pass_through_gevent() -> None:
+    """Ctrl-C (``Interrupted``) while a request waits is raised in gevent's hub, which the
+    HTTP client waits in: gevent would print it as a traceback of its own, and one raised
+    in a callback would not reach the command at all. Said as a system error, as gevent
+    says KeyboardInterrupt: passed to the waiting code, not printed."""
+    from gevent.hub import Hub
+
+    if not issubclass(Interrupted, Hub.SYSTEM_ERROR):
+        Hub.SYSTEM_ERROR = (*Hub.SYSTEM_ERROR, Interrupted)
+        Hub.NOT_ERROR = (*Hub.NOT_ERROR, Interrupted)
 
 
 def resolve_endpoint(repository: Path | None = None, url: str | None = None,
