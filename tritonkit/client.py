@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from tritonkit import answers
-from tritonkit.errors import UsageError
+from tritonkit.errors import Interrupted, UsageError
 from tritonkit.fileio import read_user_text
 from tritonkit.server.state import Deployment, check_secret, load_deployment
 
@@ -64,6 +64,7 @@ class Endpoint:
     def http(self, **kwargs: Any) -> "TritonHttp":
         import tritonclient.http as httpclient
 
+        _interrupts_pass_through_gevent()
         return TritonHttp(httpclient.InferenceServerClient(self.http_url, **kwargs),
                           self.http_url)
 
@@ -74,6 +75,18 @@ class Endpoint:
         import tritonclient.grpc as grpcclient
 
         return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
+
+
+def _interrupts_pass_through_gevent() -> None:
+    """Ctrl-C (``Interrupted``) while a request waits is raised in gevent's hub, which the
+    HTTP client waits in: gevent would print it as a traceback of its own, and one raised
+    in a callback would not reach the command at all. Said as a system error, as gevent
+    says KeyboardInterrupt: passed to the waiting code, not printed."""
+    from gevent.hub import Hub
+
+    if not issubclass(Interrupted, Hub.SYSTEM_ERROR):
+        Hub.SYSTEM_ERROR = (*Hub.SYSTEM_ERROR, Interrupted)
+        Hub.NOT_ERROR = (*Hub.NOT_ERROR, Interrupted)
 
 
 def resolve_endpoint(repository: Path | None = None, url: str | None = None,
@@ -244,14 +257,20 @@ class TritonHttp:
 _UNDECODABLE = "an exception occurred in the client while decoding the response"
 
 
+# A host name or IPv4 address, or an IPv6 address in brackets (a zone after '%').
+_HOST = re.compile(r"[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}(%[A-Za-z0-9_.-]{1,64})?\]")
+
+
 def check_address(address: str, flag: str) -> str:
-    """``address`` if it is HOST:PORT (a port 1-65535; an IPv6 host in brackets, one
-    trailing slash allowed), else a UsageError naming ``flag``."""
+    """``address`` if it is HOST:PORT (a host name or address, an IPv6 host in brackets;
+    a port 1-65535; one trailing slash allowed), else a UsageError naming ``flag``.
+    A space or a control character in the host is refused here: the client libraries
+    refuse it only at the request, which a wait for the server would retry for minutes."""
     address = address.removesuffix("/")
     host, _, port = address.rpartition(":")
-    bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
-    if not host or bare_ipv6 or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address:
-        raise UsageError(f"{flag} {address} is not HOST:PORT",
+    if not _HOST.fullmatch(host) or not port.isascii() or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise UsageError(f"{flag} {address!r} is not HOST:PORT",
                          hint=f"e.g. {flag} 127.0.0.1:8000")
     return address
 

@@ -68,6 +68,10 @@ def load_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path} is not valid TOML: {exc}",
                            hint="fix the syntax at the line named") from None
+    except RecursionError:      # arrays or tables nested thousands deep
+        raise ProfileError(f"{path} is not valid TOML for tritonkit: its arrays or tables nest "
+                           "deeper than a parser follows",
+                           hint="give a TOML file, e.g. one from configs/") from None
 
 
 def _matches(value: Any, annotation: Any) -> bool:

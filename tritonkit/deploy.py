@@ -206,4 +206,12 @@ def down(repository: Path, *, timeout: float = 40.0,
         return stopped[-1]
     if deployment.target == "compose":
         return compose.compose_down(deployment, timeout=timeout)
-    return stop_local(deployment, timeout=timeout, progress=progress)
+    deadline = Deadline(timeout)
+    stopped = stop_local(deployment, timeout=timeout, progress=progress)
+    if not stopped:
+        # The record names no live server of ours (its pid is another process's, or from
+        # another pid namespace), yet one may serve the repository: found by its command line.
+        if strays := stop_unrecorded(repository, deadline.left(), progress):
+            remove_mirror(repository)
+            return strays[-1]
+    return stopped

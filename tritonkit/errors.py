@@ -121,6 +121,15 @@ class DeployInterrupted(TritonkitError):
         return 128 + self.signum
 
 
+def printable(text: str) -> str:
+    """``text`` with each control or other unprintable character written as its escape
+    (``\\x1b``, ``\\r\\n``): a path, flag or folder name said in an error or a report reaches
+    the terminal as one line of text, never as a command to the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def interrupted_by(signum: int) -> str:
     """How an error names the signal that ended a command: "interrupted" for Ctrl-C."""
     return "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"

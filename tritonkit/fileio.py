@@ -28,6 +28,7 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_replaceable(path)
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -47,9 +48,39 @@ def refuse_overwrite(path: Path, *, force: bool, what: str = "file",
                      instead: str | None = None) -> None:
     """Raise a UsageError if ``path`` exists and ``force`` was not given. ``instead`` is
     the other way out the hint offers, if the command has one ("give another path")."""
-    if Path(path).exists() and not force:
+    if not os.path.lexists(path):       # a link that leads nowhere is a file of the user's too
+        return
+    if not force:
         raise UsageError(f"{what} {path} already exists",
                          hint="pass --force to replace it" + (f", or {instead}" if instead else ""))
+    check_replaceable(path, what=what)
+
+
+def check_replaceable(path: Path, *, what: str = "file") -> None:
+    """A UsageError if what is at ``path`` is not a file a write may replace: a FIFO, a
+    device or a socket (``--json /dev/null --force`` as root would put a file in its
+    place; a FIFO opened to write blocks until a reader comes), or a link to one
+    (``/dev/stdout``). A regular file, a link to one, a link that leads nowhere and no file
+    at all pass; a folder is refused by the write itself."""
+    path = Path(path)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return
+    mode = info.st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = file_kind(mode)
+    if stat.S_ISLNK(info.st_mode):
+        kind = f"symbolic link to a {kind}"
+    raise UsageError(f"{what} {path} is a {kind}, not a file tritonkit may replace",
+                     hint="give the path of a regular file (or of none yet); tritonkit writes "
+                          "a new file and renames it into place, never into a pipe or a device")
 
 
 #: The file type each output flag writes, for the example a hint gives.

@@ -868,6 +868,9 @@ def read_report(model_dir: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON ({exc})",
                          hint="re-export the model with --force") from None
+    except RecursionError:      # arrays or objects nested thousands deep
+        raise UsageError(f"{path} is no export report: it nests deeper than a JSON parser follows",
+                         hint="re-export the model with --force") from None
 
 
 @dataclass(frozen=True)

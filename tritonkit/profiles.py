@@ -214,15 +214,26 @@ def load_profile(name_or_path: str | Path) -> GpuProfile:
     return profile
 
 
+INT32_MAX = 2**31 - 1
+
+
 def check_tune_space(space: TuneSpace, where: str) -> None:
     """A ProfileError naming ``where`` and the field for a value no config can take."""
     lowest = {"instance_count": 1, "max_batch_size": 1, "max_queue_delay_us": 0,
               "intra_op_thread_count": 0}
+    # The largest each field of Triton's config holds (int32; the queue delay a uint64).
+    highest = {"instance_count": INT32_MAX, "max_batch_size": INT32_MAX,
+               "max_queue_delay_us": 2**64 - 1, "intra_op_thread_count": INT32_MAX}
     for name, least in lowest.items():
         bad = [v for v in getattr(space, name) if v < least]
         if bad:
             raise ProfileError(f"{where}: field 'tune.{name}' holds {bad[0]}, below {least}",
                                hint=f"list values of at least {least}, e.g. {name} = [{least + 1}]")
+        bad = [v for v in getattr(space, name) if v > highest[name]]
+        if bad:
+            raise ProfileError(f"{where}: field 'tune.{name}' holds {bad[0]}, more than Triton's "
+                               f"config holds ({highest[name]})",
+                               hint=f"list values from {least} to {highest[name]}")
     odd = [a for a in space.accelerator if a not in ACCELERATORS["gpu"]]
     if odd:
         raise ProfileError(f"{where}: field 'tune.accelerator' holds '{odd[0]}', not one of "

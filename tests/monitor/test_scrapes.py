@@ -51,7 +51,7 @@ class _Answer:
     def __enter__(self): return self
     def __exit__(self, *exc): pass
 
-    def read(self) -> bytes:
+    def read(self, amt: int | None = None) -> bytes:
         if self.error:
             raise self.error
         return self.text.encode()

@@ -16,7 +16,7 @@ import traceback
 import typer
 
 from tritonkit.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TritonkitError,
-                             interrupted_by)
+                             interrupted_by, printable)
 
 DEBUG_ENV = "TRITONKIT_DEBUG"
 
@@ -117,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, OSError) and exc.filename:
             # A path the user gave that the OS refused (a file where a folder must be, no
             # permission, a name too long): bad input, said in the OS's words.
-            print(f"error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
-            print("hint: check the path: a folder where a file is needed or the other way "
-                  "round, its permissions, its length", file=sys.stderr)
+            _print_error(f"cannot use {exc.filename}: {exc.strerror or exc}",
+                         "check the path: a folder where a file is needed or the other way "
+                         "round, its permissions, its length")
             return _exit(EXIT_USAGE)
-        print(f"error: internal error: {exc.__class__.__name__}: {exc}", file=sys.stderr)
-        print(f"hint: this is a tritonkit bug; rerun with {DEBUG_ENV}=1 for the traceback "
-              "and report it", file=sys.stderr)
+        _print_error(f"internal error: {exc.__class__.__name__}: {exc}",
+                     f"this is a tritonkit bug; rerun with {DEBUG_ENV}=1 for the traceback "
+                     "and report it")
         return _exit(EXIT_ERROR)
     if code == EXIT_INTERRUPTED:
         # Typer turns Ctrl-C into a silent exit 130 (no command of ours returns it).
@@ -136,9 +136,10 @@ def _exit(code: int | None) -> int:
 
 
 def _print_error(message: str, hint: str | None) -> None:
-    print(f"error: {message}", file=sys.stderr)
+    """One line each: what the user typed or a folder holds may carry a control character."""
+    print(f"error: {printable(message)}", file=sys.stderr)
     if hint:
-        print(f"hint: {hint}", file=sys.stderr)
+        print(f"hint: {printable(hint)}", file=sys.stderr)
 
 
 def _usage_message(exc: typer.TyperException) -> str:

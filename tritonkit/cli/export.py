@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from tritonkit.cli import app
 from tritonkit.cli.options import Repository, console, err_console
+from tritonkit.server.local import signals_interrupt
 from tritonkit.tables import fitted, new_table
 
 if TYPE_CHECKING:       # the export package imports torch: only `tritonkit export` pays for it
@@ -84,7 +85,8 @@ def export(
         console.print(escape(note))
         said.append(note)
 
-    with err_console.status(f"exporting {spec}"):
+    # SIGTERM and SIGHUP end an export as Ctrl-C does: its staging folder removed.
+    with signals_interrupt(), err_console.status(f"exporting {spec}"):
         result = export_spec(spec, options, dynamic_axes=axes, on_note=say)
     _render(result, said)
 

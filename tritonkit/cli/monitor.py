@@ -23,7 +23,7 @@ from tritonkit.cli.options import (
     console,
     err_console,
 )
-from tritonkit.errors import TritonkitError, UsageError
+from tritonkit.errors import TritonkitError, UsageError, printable
 from tritonkit.fileio import atomic_write, check_output
 from tritonkit.monitor import doctor as doctor_lib
 from tritonkit.monitor.alerts import load_thresholds
@@ -278,9 +278,9 @@ def doctor(
     for check in [] if to_stdout else checks:
         status = {"ok": "[green]ok     [/green]", "warning": "[yellow]warning[/yellow]",
                   "problem": "[red]problem[/red]"}[check.status]
-        line = f"{status} {check.name:<{width}}  {escape(check.detail)}"
+        line = f"{status} {check.name:<{width}}  {escape(printable(check.detail))}"
         if check.fix:
-            line += f" [dim]— fix: {escape(check.fix)}[/dim]"
+            line += f" [dim]— fix: {escape(printable(check.fix))}[/dim]"
         console.print(line, highlight=False, soft_wrap=True)
     if json_out:
         _write_json(json_out, report.to_json())

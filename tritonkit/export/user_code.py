@@ -25,7 +25,7 @@ import sys
 import threading
 from typing import Iterator
 
-from tritonkit.errors import UserCodeError
+from tritonkit.errors import Interrupted, UserCodeError
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
                  if hasattr(signal, name))
@@ -43,8 +43,9 @@ def running(what: str, duty: str) -> Iterator[None]:
         except Exception:
             raise
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt) and ctrl_c.is_set():
-                raise               # the user's Ctrl-C, not the code's own KeyboardInterrupt
+            if isinstance(exc, KeyboardInterrupt) and ctrl_c.is_set() \
+                    or isinstance(exc, Interrupted):
+                raise               # the user's Ctrl-C (SIGTERM, SIGHUP), not the code's own
             did, cause = _what_it_did(exc)
             raise UserCodeError(f"{what} {did}: nothing was exported",
                                 hint=f"take the {cause} out: {duty} (TRITONKIT_DEBUG=1 shows "

@@ -390,6 +390,10 @@ def _read_json(path: Path, raw: bytes) -> dict[str, np.ndarray]:
     except json.JSONDecodeError as exc:
         raise UsageError(f"input data file {path} is not valid JSON ({exc})",
                          hint=f"write an object, input name -> array: {_JSON_SHAPE}") from None
+    except RecursionError:      # arrays nested thousands deep
+        raise UsageError(f"input data file {path} nests its arrays deeper than a JSON parser "
+                         "follows", hint=f"write an object, input name -> array: {_JSON_SHAPE}") \
+            from None
     if not isinstance(data, dict):
         raise UsageError(f"input data file {path} must hold an object: input name -> array",
                          hint=f"e.g. {_JSON_SHAPE}")

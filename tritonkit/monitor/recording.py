@@ -73,12 +73,14 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import TritonkitError, UsageError
 from tritonkit.fileio import read_user_file, refuse_overwrite
 from tritonkit.monitor.nvml import GpuSample, slowdowns
 from tritonkit.monitor.triton_metrics import ModelCounters
@@ -232,7 +234,10 @@ class CsvRecorder:
             raise UsageError(f"cannot write the CSV file {path} ({exc.strerror})",
                              hint="pass --csv with a writable path") from None
         try:
-            file = open(path, "w" if self.force else "x", newline="")
+            if self.force and os.path.lexists(path):
+                # Replaced, not written through: a link's target is not the file named.
+                path.unlink()
+            file = open(path, "x", newline="")
         except FileExistsError:
             refuse_overwrite(path, force=False, what="monitor CSV")   # it raises (a race)
         except OSError as exc:
@@ -245,29 +250,43 @@ class CsvRecorder:
         return writer
 
     def __exit__(self, *exc: object) -> None:
-        for file in self._files:
-            file.close()
-        self._files = []
+        files, self._files = self._files, []
+        with self._writing():
+            for file in files:
+                file.close()
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write the disk refuses (full, gone, read-only now) is said with the file's
+        name: the samples taken before it are in the file."""
+        try:
+            yield
+        except OSError as exc:
+            raise TritonkitError(f"could not write the monitor CSV {self.path} "
+                                 f"({exc.strerror or exc})",
+                                 hint="free space on its disk or pass --csv with another "
+                                      "path; the rows written before are kept") from None
 
     def write(self, rows: list[MonitorRow], model_rows: list[ModelRow] = ()) -> None:
         """One sample: its GPU rows, and its per-model rows where this recorder keeps them."""
-        for row in rows:
-            counters = row.triton
-            values = {"timestamp": row.timestamp, "elapsed_s": round(row.elapsed_s, 3),
-                      "gpu": row.gpu, "name": row.name, "uuid": row.uuid,
-                      **{c: getattr(row, c) for c in GPU_COLUMNS},
-                      **{c: getattr(counters, c) if counters else None for c in TRITON_COLUMNS},
-                      "nvml_error": row.nvml_error or None,
-                      **{OWN_PREFIX + c: getattr(row.gpu_triton, c) if row.gpu_triton else None
-                         for c in TRITON_COLUMNS}}
-            self._writer.writerow([_cell(values[c]) for c in COLUMNS])
-        if self._models_writer:
-            for row in model_rows:
-                self._models_writer.writerow(
-                    [row.timestamp, _cell(round(row.elapsed_s, 3)), row.model, row.version,
-                     *(_cell(getattr(row.counters, c)) for c in TRITON_COLUMNS)])
-        for file in self._files:
-            file.flush()
+        with self._writing():
+            for row in rows:
+                counters = row.triton
+                values = {"timestamp": row.timestamp, "elapsed_s": round(row.elapsed_s, 3),
+                          "gpu": row.gpu, "name": row.name, "uuid": row.uuid,
+                          **{c: getattr(row, c) for c in GPU_COLUMNS},
+                          **{c: getattr(counters, c) if counters else None for c in TRITON_COLUMNS},
+                          "nvml_error": row.nvml_error or None,
+                          **{OWN_PREFIX + c: getattr(row.gpu_triton, c) if row.gpu_triton else None
+                             for c in TRITON_COLUMNS}}
+                self._writer.writerow([_cell(values[c]) for c in COLUMNS])
+            if self._models_writer:
+                for row in model_rows:
+                    self._models_writer.writerow(
+                        [row.timestamp, _cell(round(row.elapsed_s, 3)), row.model, row.version,
+                         *(_cell(getattr(row.counters, c)) for c in TRITON_COLUMNS)])
+            for file in self._files:
+                file.flush()
 
 
 #: The largest recording diagnose reads whole (a week of 1 s samples of 8 GPUs is 1.4 GB).

@@ -71,7 +71,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tritonkit import client
 from tritonkit.answers import not_triton
-from tritonkit.errors import ServerError
+from tritonkit.errors import NotTriton, ServerError
 from tritonkit.monitor.nvml import GpuSample
 
 DEFAULT_METRICS_PORT = 8002
@@ -478,11 +478,26 @@ def metrics_url_for(http_url: str, metrics_port: int = DEFAULT_METRICS_PORT) -> 
     return f"http://{host}:{metrics_port}/metrics"
 
 
+#: The most of one answer the monitor reads: Triton's metrics for hundreds of models, or a
+#: model's config, are a few MiB. A peer that sends without end is not read without end.
+ANSWER_MAX_BYTES = 64 << 20
+
+
+def _bounded(response, url: str) -> bytes:
+    """The body of ``response``, NotTriton once it passes ``ANSWER_MAX_BYTES``."""
+    body = response.read(ANSWER_MAX_BYTES + 1)
+    if len(body) > ANSWER_MAX_BYTES:
+        raise not_triton(urllib.parse.urlsplit(url).netloc,
+                         f"its answer to GET {urllib.parse.urlsplit(url).path} is more than "
+                         f"{ANSWER_MAX_BYTES >> 20} MiB")
+    return body
+
+
 def scrape(url: str, at: float, timeout: float = 5.0) -> TritonMetrics:
     """Fetch and parse Triton's metrics; ServerError naming the URL if it does not answer."""
     try:
         with client.open_direct(url, timeout=timeout) as response:
-            text = response.read().decode("utf-8", errors="replace")
+            text = _bounded(response, url).decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:     # an answer, not Triton's metrics endpoint's
         exc.close()
         raise ServerError(f"{url} is not Triton's metrics endpoint: it answered HTTP {exc.code}",
@@ -592,7 +607,7 @@ class EnsembleCheck:
         url = f"http://{self.http_url}{path}"
         try:
             with client.open_direct(url, timeout=self.timeout) as response:
-                config = json.loads(response.read())
+                config = json.loads(_bounded(response, url))
             if not isinstance(config, dict):
                 raise ValueError(config)
         except urllib.error.HTTPError as exc:
@@ -610,7 +625,7 @@ class EnsembleCheck:
             self._failure = (f"{self.http_url} did not answer ({reason}); asked again in "
                              f"{self.ASK_AGAIN_S:g} s")
             return
-        except ValueError:      # the metrics port answers any path, with no JSON
+        except (ValueError, RecursionError, NotTriton):  # the metrics port answers any path, with no JSON
             self._not_triton = True
             self._untold.add(pair)
             self._failure = (f"{self.http_url} answered {path} with no model config: it is "
@@ -626,7 +641,8 @@ def resolve_server_urls(repository=None, url: str | None = None,
     ``repository``, or ``--url`` and its host on ``metrics_port``; None, None when
     neither is given (GPU-only monitoring)."""
     if url:
-        return metrics_url_for(url, metrics_port), url.removeprefix("http://")
+        url = client.check_address(url.removeprefix("http://"), "--url")
+        return metrics_url_for(url, metrics_port), url
     if repository is None:
         return None, None
     from tritonkit.server.state import load_deployment

@@ -185,8 +185,8 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
     ready = f"http://127.0.0.1:{CONTAINER_PORTS.http}/v2/health/ready"
     server: dict = {
         "image": spec.image,
-        "command": [arg.replace("$", "$$") for arg in command],    # "$$": a $ for the shell
-        "environment": {**environment, SECRET_VARIABLE: secret},
+        "command": list(command),
+        "environment": dict(environment),
         **gpu,
         "shm_size": SHM_SIZE,
         "ulimits": dict(ulimits),
@@ -224,9 +224,25 @@ def compose_dict(spec: ContainerSpec, repository: Path, *, ports: Ports = Ports(
         server["depends_on"] = {name: {"condition": "service_completed_successfully"}
                                 for name in services}
     services[SERVICE] = server
+    services = _literal(services)
+    # The one value Compose is to fill in: the secret, from the env file.
+    services[SERVICE]["environment"][SECRET_VARIABLE] = secret
     # No top-level "version": the Compose Specification dropped it (v2 warns about it).
     named = {"volumes": {cache_volume(spec.image): {}}} if spec.engine_cache else {}
     return {"services": services, **named}
+
+
+def _literal(value: object) -> object:
+    """``value`` with each ``$`` in its strings written ``$$``: Compose fills ``$VAR`` and
+    ``${VAR}`` in every value, so a repository at ``/data/$HOME`` would mount another
+    folder, and the shell in the command must get its ``$`` as written."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list):
+        return [_literal(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _literal(item) for key, item in value.items()}
+    return value
 
 
 def _state_mask(repository_at: str) -> dict:

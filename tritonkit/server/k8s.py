@@ -400,7 +400,7 @@ def _kept_secret(secret_file: Path, name: str, repository: Path) -> tuple[str | 
         return None, edited_by_hand(secret_file, repository)
     try:
         document = yaml.safe_load(body)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         document = None
     if not isinstance(document, dict) or document.get("kind") != "Secret":
         return None, "holds no Secret"

@@ -121,6 +121,10 @@ def load_server_settings(path: Path | None = None) -> ServerSettings:
     return settings
 
 
+_FLAG_MOST = {"exit_timeout_secs": 2**31 - 1, "pinned_memory_pool_byte_size": 2**63 - 1,
+              "log_verbose": 2**31 - 1}
+
+
 def _refuse_conflicts(settings: ServerSettings, where: str) -> None:
     """Settings Triton takes but that cannot work with how tritonkit runs it."""
     if settings.model_control_mode != "explicit":
@@ -134,6 +138,13 @@ def _refuse_conflicts(settings: ServerSettings, where: str) -> None:
         if getattr(settings, name) < 0:
             raise ProfileError(f"{where}: field '{name}' = {getattr(settings, name)} must be 0 "
                                "or more", hint=f"see {name} in configs/server.toml")
+        # tritonserver parses its flags as int32 (the pool's size as int64) and refuses more
+        # only once started, in its usage text.
+        most = _FLAG_MOST.get(name)
+        if most is not None and getattr(settings, name) > most:
+            raise ProfileError(f"{where}: field '{name}' = {getattr(settings, name)} is more "
+                               f"than tritonserver takes ({most})",
+                               hint=f"see {name} in configs/server.toml")
     try:
         ipaddress.IPv4Address(settings.bind_address)
     except ValueError:

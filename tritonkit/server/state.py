@@ -203,6 +203,10 @@ def load_deployment(repository: Path) -> Deployment:
                          hint=f"start one: tritonkit deploy --repository {repository}")
     try:
         data = json.loads(raw)
+    except RecursionError:                     # nested thousands deep: no record of ours
+        raise CorruptState(f"deployment state {path} is corrupt (it nests deeper than a JSON "
+                           "parser follows)", hint=CORRUPT_HINT.format(repository=repository)) \
+            from None
     except ValueError as exc:                  # bad JSON, bad bytes
         raise CorruptState(f"deployment state {path} is corrupt ({exc})",
                            hint=CORRUPT_HINT.format(repository=repository)) from None
