@@ -262,12 +262,16 @@ def test_a_server_that_dies_in_the_middle_is_a_run_error(deployed_mlp, tmp_path)
                 break
             time.sleep(0.2)
         os.killpg(deployment.pid, signal.SIGKILL)      # the server and its stubs, as the OOM killer
+        killed = time.monotonic()
         _, stderr = run.communicate(timeout=180)
+        ended_after = time.monotonic() - killed
     finally:
         if run.poll() is None:
             run.kill()
             run.communicate()
     assert run.returncode == 4, stderr
+    # at once, not after waiting out a restart (warm-up waits for one up to its 120 s timeout)
+    assert ended_after < 60, (ended_after, stderr)
     # (gevent's hub may print a refused connection of the client's pool above it: left, see
     # the report of the tune branch)
     assert "\nerror: " in "\n" + stderr and "stopped answering" in stderr, stderr

@@ -80,11 +80,13 @@ class ServedModel:
         """Warm up the config served now, as every trial is before it is measured."""
         try:
             load_and_warm(self.endpoint, [self.model], requests=WARMUP_REQUESTS,
-                          deadline=Deadline(self.load_timeout_s), check=False)
+                          deadline=Deadline(self.load_timeout_s), check=False, max_restarts=0)
         except TritonkitError as exc:
             if exc.exit_code == 2:
                 raise
             raise Refused(f"warm-up failed: {exc.message}") from None
+        except Exception as exc:            # the server went away
+            raise self._stopped_answering("was warmed", exc) from None
         self._tick()
 
     def swap(self, config: mc.ModelConfig | dict) -> float:
@@ -97,19 +99,24 @@ class ServedModel:
             seconds = load_model(self.endpoint, self.model, deadline, config=body)
             self._tick()
             load_and_warm(self.endpoint, [self.model], requests=WARMUP_REQUESTS,
-                          deadline=deadline, check=False)
+                          deadline=deadline, check=False, max_restarts=0)
         except ModelLoadError as exc:
             raise Refused(exc.message.removeprefix(f"Triton could not load '{self.model}': ")) from None
         except TritonkitError as exc:
             if exc.exit_code == 2:          # the secret refused: the user's to fix
                 raise
             raise Refused(f"warm-up failed: {exc.message}") from None
-        except Exception as exc:            # warm-up's own: the server went away
-            raise ServerError(f"the server at {self.endpoint.http_url} stopped answering while "
-                              f"'{self.model}' loaded ({triton_message(exc)})",
-                              hint="read the server's log") from None
+        except Exception as exc:            # the server went away
+            raise self._stopped_answering("loaded", exc) from None
         self._tick()
         return seconds
+
+    def _stopped_answering(self, while_it: str, exc: Exception) -> ServerError:
+        """A server gone in the middle of a tune: a run error at once, not a wait for a
+        restart (which would serve other configs than the ones measured)."""
+        return ServerError(f"the server at {self.endpoint.http_url} stopped answering while "
+                           f"'{self.model}' {while_it} ({triton_message(exc)})",
+                           hint="read the server's log")
 
     def measure(self, mode: str, level: float, seconds: float | None = None) -> Probe:
         """One load level: closed loop at concurrency ``level`` or open loop (Poisson

@@ -59,6 +59,7 @@ def load_and_warm(
     fresh: bool = False,
     notice: Notice | None = None,
     refused_grace_s: float | None = None,
+    max_restarts: int = MAX_RESTARTS,
 ) -> list[ModelWarmup]:
     """Load ``models`` (default: every model in the server's repository) and warm each up.
 
@@ -81,6 +82,8 @@ def load_and_warm(
     ``notice`` is told, always (a progress line shows only on a terminal), what the first
     wait for the server waits for; ``refused_grace_s`` ends that wait early for an address that refuses every
     connection (``wait_live``: a restart in the middle is always waited for).
+    ``max_restarts``: how many times a server that goes away is waited for and warmed
+    again; 0 raises its ``ServerGone`` at once (tune: a restart would void its figures).
     """
     if requests < 1:
         raise UsageError(f"--requests must be at least 1 (got {requests})")
@@ -99,8 +102,10 @@ def load_and_warm(
         except ServerGone as gone:
             if server_exited is not None and (error := server_exited()) is not None:
                 raise error from None
+            if max_restarts == 0:
+                raise
             restarts += 1
-            if restarts > MAX_RESTARTS or deadline.expired():
+            if restarts > max_restarts or deadline.expired():
                 raise ServerError(
                     f"the server at {endpoint.http_url} went away during warm-up "
                     f"{restarts} time(s) (last: {gone})",
