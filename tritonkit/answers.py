@@ -62,6 +62,17 @@ INFER_RESPONSE = {"model_name": str, "outputs": [{"name": str, "datatype": str,
                                                   "shape": [INT]}]}
 ERROR = {"error": str}
 
+#: The most of one answer tritonkit reads: Triton's metadata, config, statistics, index or
+#: metrics for hundreds of models are a few MiB. A peer that sends more is not Triton.
+ANSWER_MAX_BYTES = 64 << 20
+#: The most of one inference answer: its outputs, however large a model's, within this.
+INFER_ANSWER_MAX_BYTES = 1 << 30
+
+
+def too_large(server: str, request: str, limit: int) -> NotTriton:
+    """NotTriton: the peer's answer to ``request`` ("GET /v2") passed ``limit`` bytes."""
+    return not_triton(server, f"its answer to {request} is more than {limit >> 20} MiB")
+
 
 def expect(answer: Any, shape: Any, *, what: str, server: str) -> Any:
     """``answer`` if it has ``shape``, else NotTriton: the server at ``server`` (host:port)

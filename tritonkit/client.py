@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -65,8 +66,10 @@ class Endpoint:
         import tritonclient.http as httpclient
 
         _interrupts_pass_through_gevent()
-        return TritonHttp(httpclient.InferenceServerClient(self.http_url, **kwargs),
-                          self.http_url)
+        client = httpclient.InferenceServerClient(self.http_url, **kwargs)
+        # tritonclient's defaults: each request within connection + network timeout in all
+        timeout = kwargs.get("connection_timeout", 60.0) + kwargs.get("network_timeout", 60.0)
+        return TritonHttp(client, self.http_url, timeout)
 
     def grpc(self, **kwargs: Any):
         if not self.grpc_url:
@@ -154,9 +157,13 @@ class TritonHttp:
     Triton gives it (``tritonkit.answers``) before anyone reads it: NotTriton when it has
     another. The same names as tritonclient's; what it does not check passes through."""
 
-    def __init__(self, client: Any, server: str) -> None:
+    def __init__(self, client: Any, server: str, timeout: float = 120.0) -> None:
         self._client = client
         self.server = server            # host:port, as errors name it
+        # A request's whole time: tritonclient's timeouts are per socket read, which a peer
+        # sending a byte at a time keeps from ever passing.
+        self.timeout = timeout
+        client._client_stub = _BoundedStub(client._client_stub, server)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -232,7 +239,8 @@ class TritonHttp:
         from tritonclient.utils import InferenceServerException
 
         try:
-            return call(*args, **kwargs)
+            with _deadline(self.timeout):
+                return call(*args, **kwargs)
         except InferenceServerException as exc:
             if triton_message(exc).startswith(_UNDECODABLE):
                 raise answers.not_triton(self.server, f"its HTTP {exc.status()} answer to "
@@ -243,14 +251,83 @@ class TritonHttp:
 
     def _ready(self, uri: str, headers: dict | None, query_params: dict | None) -> bool:
         """Triton answers a readiness check with 200 and no body when ready."""
-        response = self._client._get(request_uri=uri, headers=headers, query_params=query_params)
-        body = response.read()
+        with _deadline(self.timeout):
+            response = self._client._get(request_uri=uri, headers=headers,
+                                         query_params=query_params)
+            body = response.read()
         if response.status_code == 200 and body.strip():
             raise answers.not_triton(self.server, f"it answers GET /{uri} with a body, where "
                                      "Triton's is empty")
         if response.status_code == 404 and uri.startswith("v2/health/"):
             raise answers.not_triton(self.server, f"it has no /{uri} (HTTP 404)")
         return response.status_code == 200
+
+
+def _deadline(seconds: float):
+    """A whole request within ``seconds``, else TimeoutError("timed out"): the same error as
+    a peer that says nothing, for one that trickles its answer a byte at a time."""
+    import gevent
+
+    return gevent.Timeout(seconds, TimeoutError("timed out"))
+
+
+class _BoundedStub:
+    """geventhttpclient's client as tritonclient uses it, each answer read with a bound
+    (``answers.ANSWER_MAX_BYTES``; an inference answer's ``INFER_ANSWER_MAX_BYTES``):
+    a peer that announces or sends more is not Triton, never a MemoryError."""
+
+    def __init__(self, stub: Any, server: str) -> None:
+        self._stub, self._server = stub, server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stub, name)
+
+    def get(self, request_uri: str, headers: dict | None = None) -> "_BoundedAnswer":
+        return self._bounded("GET", request_uri, self._stub.get(request_uri, headers=headers or {}))
+
+    def post(self, request_uri: str, body: Any = "", headers: dict | None = None) -> "_BoundedAnswer":
+        return self._bounded("POST", request_uri,
+                             self._stub.post(request_uri, body=body, headers=headers))
+
+    def _bounded(self, method: str, uri: str, response: Any) -> "_BoundedAnswer":
+        path = uri.split("?", 1)[0]
+        limit = (answers.INFER_ANSWER_MAX_BYTES if path.endswith("/infer")
+                 else answers.ANSWER_MAX_BYTES)
+        return _BoundedAnswer(response, limit, self._server, f"{method} /{path.lstrip('/')}")
+
+
+class _BoundedAnswer:
+    def __init__(self, response: Any, limit: int, server: str, request: str) -> None:
+        self._response, self._limit, self._server, self._request = response, limit, server, request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._response, name)
+
+    def read(self, length: int | None = None) -> bytes:
+        response = self._response
+        if length is not None:
+            return response.read(length)
+        announced = response.get("content-length")
+        if announced is not None and announced.strip().isdigit() and int(announced) > self._limit:
+            _drop(response)
+            raise answers.too_large(self._server, self._request, self._limit)
+        body = bytearray()
+        while True:
+            block = response.read(1 << 20)
+            if not block:
+                return bytes(body)
+            body += block
+            if len(body) > self._limit:
+                _drop(response)
+                raise answers.too_large(self._server, self._request, self._limit)
+
+
+def _drop(response: Any) -> None:
+    """Close a half-read answer's connection: it must never go back to the pool."""
+    sock, pool = getattr(response, "_sock", None), getattr(response, "_pool", None)
+    response._sock = None
+    if sock is not None and pool is not None:
+        pool.release_socket(sock)
 
 
 # How tritonclient says an error answer was not the JSON it expects.
@@ -338,13 +415,52 @@ def health(http_url: str, path: str = "/v2/health/live", timeout: float = 1.0) -
         return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
 
 
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+class _DeadlineSocket(socket.socket):
+    """A socket whose every read waits only for what is left of ``deadline`` (monotonic):
+    a peer that trickles its answer ends as one that says nothing, within the timeout."""
+
+    deadline = float("inf")
+
+    def _wait_left(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        self.settimeout(left)
+
+    def recv_into(self, *args: Any) -> int:
+        self._wait_left()
+        return super().recv_into(*args)
+
+    def recv(self, *args: Any) -> bytes:
+        self._wait_left()
+        return super().recv(*args)
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """An HTTP connection whose request, headers and body alike, ends within its timeout."""
+
+    def connect(self) -> None:
+        deadline = time.monotonic() + (self.timeout if isinstance(self.timeout, (int, float))
+                                       else 60.0)
+        super().connect()
+        plain = self.sock
+        self.sock = _DeadlineSocket(plain.family, plain.type, plain.proto, fileno=plain.detach())
+        self.sock.deadline = deadline
+
+
+class _DeadlineHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request):
+        return self.do_open(_DeadlineConnection, req)
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}), _DeadlineHandler)
 
 
 def open_direct(url: str, timeout: float):
     """``urllib.request.urlopen`` that ignores ``http_proxy``: Triton's ports are reached
     directly, as tritonclient reaches them. A corporate or CI proxy would otherwise answer
-    for the server (refused, or its own error page)."""
+    for the server (refused, or its own error page). The whole request, its answer read
+    to the end included, is given ``timeout`` seconds, not each read."""
     return _DIRECT.open(url, timeout=timeout)
 
 

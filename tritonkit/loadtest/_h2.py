@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import functools
 import struct
+import time
 from typing import Any
 from urllib.parse import unquote
 
 import hpack
+
+from tritonkit.answers import INFER_ANSWER_MAX_BYTES
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
@@ -45,6 +48,10 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
 # the handshake, which the kernel retries at 1 s and 3 s; a run must not wait out a 30 s
 # request timeout per connection to learn it.
 CONNECT_TIMEOUT_S = 5.0
+
+
+# Triton's answer headers and trailers are a few hundred bytes.
+HEADER_BLOCK_MAX_BYTES = 1 << 20
 
 
 def open_socket(module: Any, address: tuple[str, int], timeout: float) -> Any:
@@ -121,6 +128,10 @@ class GrpcConnection:
         self._max_frame = DEFAULT_FRAME
         self._received = 0                          # DATA bytes since our last top-up
         self._goaway = False
+        self._shortened = False                     # a read's timeout cut to the call's time left
+        self._deadline = float("inf")
+        self._call_bytes = 0
+        self._read_once = False
 
     def close(self) -> None:
         if self._sock is not None:
@@ -135,6 +146,9 @@ class GrpcConnection:
         if extra:
             message = self._message + extra
             body = struct.pack(">BI", 0, len(message)) + message
+        self._deadline = time.monotonic() + self._timeout     # the call's whole time
+        self._call_bytes = 0
+        self._read_once = False             # the first read waits the whole timeout
         for attempt in (1, 2):
             if self._sock is None or self._goaway or self._next_stream > MAX_WINDOW:
                 self.close()
@@ -149,6 +163,9 @@ class GrpcConnection:
             except BaseException:
                 self.close()                # a half-read answer: never reuse the connection
                 raise
+        if self._shortened:
+            self._sock.settimeout(self._timeout)
+            self._shortened = False
         self._check(self._answer)
 
     def _exchange(self, body: bytes) -> None:
@@ -187,7 +204,16 @@ class GrpcConnection:
     def _recv_exactly(self, n: int) -> bytes:
         buffer = self._buffer
         while len(buffer) < n:
+            if self._read_once:
+                # A read within what is left of the call's time, not a timeout of its own:
+                # a peer trickling its answer ends as one that says nothing.
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("timed out")
+                self._sock.settimeout(left)
+                self._shortened = True
             data = self._sock.recv(65536)
+            self._read_once = True
             if not data:
                 raise ConnectionResetError("the server closed the connection")
             buffer += data
@@ -230,6 +256,9 @@ class GrpcConnection:
 
     def _on_data(self, flags: int, stream: int, payload: bytes) -> None:
         self._received += len(payload)
+        self._call_bytes += len(payload)
+        if self._call_bytes > INFER_ANSWER_MAX_BYTES:
+            raise GrpcFailed(f"an answer of more than {INFER_ANSWER_MAX_BYTES >> 20} MiB")
         if self._received > MAX_WINDOW // 2:
             self._sock.sendall(_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self._received)))
             self._received = 0
@@ -246,6 +275,8 @@ class GrpcConnection:
             head = self._recv_exactly(9)
             more = not head[4] & END_HEADERS
             block += self._recv_exactly(int.from_bytes(head[:3], "big"))
+            if len(block) > HEADER_BLOCK_MAX_BYTES:
+                raise GrpcFailed(f"a header block of more than {HEADER_BLOCK_MAX_BYTES >> 10} KiB")
         headers = self._decode(bytes(block))
         if stream == self._stream:
             self._answer.update(headers)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Callable
 from urllib.parse import quote, urlsplit
 
+from tritonkit.answers import INFER_ANSWER_MAX_BYTES
 from tritonkit.client import infer_inputs
 from tritonkit.loadtest._h2 import GrpcConnection, GrpcFailed, authority, open_socket
 from tritonkit.loadtest._inputs import RequestTemplate
@@ -143,11 +145,14 @@ class _HttpConnection:
         self._body: list[bytes] = []
         self._complete = False
         self._keep_alive = True
+        self._received = 0
+        self._shortened = False             # a read's timeout cut to the request's time left
         self._connect()                     # now, so a request never pays for the handshake
 
     def _connect(self) -> None:
         self._sock = open_socket(self._socket_module, self._address, self._timeout)
         self._parser = self._parser_class(self)
+        self._shortened = False
 
     def close(self) -> None:
         if self._sock is not None:
@@ -160,7 +165,9 @@ class _HttpConnection:
         self._keep_alive = self._parser.should_keep_alive()
 
     def on_body(self, chunk: bytes) -> None:
-        self._body.append(chunk)
+        self._received += len(chunk)
+        if self._received <= INFER_ANSWER_MAX_BYTES:    # beyond: send() ends the request
+            self._body.append(chunk)
 
     def on_message_complete(self) -> None:
         self._complete = True
@@ -171,17 +178,34 @@ class _HttpConnection:
             self._connect()
         sock, parser = self._sock, self._parser
         self._body.clear()
+        self._received = 0
         self._complete = False
+        deadline = time.monotonic() + self._timeout
         try:
             sock.sendall(request)
-            while not self._complete:
+            while True:
                 data = sock.recv(65536)
                 if not data:
                     raise ConnectionResetError("the server closed the connection")
                 parser.feed_data(data)
+                if self._received > INFER_ANSWER_MAX_BYTES:
+                    raise RequestFailed(f"an answer of more than {INFER_ANSWER_MAX_BYTES >> 20} "
+                                        "MiB", foreign=True)
+                if self._complete:
+                    break
+                # The request's whole time, not each read's: a peer trickling its answer
+                # ends as one that says nothing.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("timed out")
+                sock.settimeout(left)
+                self._shortened = True
         except BaseException:
             self.close()                    # a half-read answer: never reuse the connection
             raise
+        if self._shortened:
+            sock.settimeout(self._timeout)
+            self._shortened = False
         status = parser.get_status_code()
         if not self._keep_alive:
             self.close()
