@@ -26,6 +26,8 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
 from rich.table import Column, Table
 
+from tritonkit.errors import printable
+
 __all__ = ["NAME_FLOOR", "fitted", "new_table"]
 
 # The narrowest a row-naming column folds to: a model or tensor name cut to fewer
@@ -33,9 +35,20 @@ __all__ = ["NAME_FLOOR", "fitted", "new_table"]
 NAME_FLOOR = 12
 
 
+class _Table(Table):
+    """A table whose every text cell says a control character as its escape: a model name a
+    server gives, or a user's, never drives the terminal or splits a row."""
+
+    def add_row(self, *renderables, **kwargs) -> None:
+        super().add_row(*(printable(r) if isinstance(r, str) else r for r in renderables),
+                        **kwargs)
+
+
 def new_table(title: str | None = None, *, caption: str | None = None, gap: int = 2) -> Table:
     """An empty table in our look, its title and caption (one line each) left-aligned."""
-    return Table(title=title, caption=caption, title_justify="left", caption_justify="left",
+    title = printable(title) if title is not None else None
+    caption = printable(caption) if caption is not None else None
+    return _Table(title=title, caption=caption, title_justify="left", caption_justify="left",
                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                  padding=(0, gap - 1, 0, 0))
 
