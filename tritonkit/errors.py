@@ -27,6 +27,7 @@ something running, it becomes a ``DeployInterrupted`` that says what and how to 
 
 from __future__ import annotations
 
+import shlex
 import signal
 
 EXIT_OK = 0
@@ -128,6 +129,12 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shell_word(value: object) -> str:
+    """``value`` as one word of a shell command a hint or a report prints for the user to
+    paste: quoted where a space, quote or ``$`` would split it or run something."""
+    return shlex.quote(str(value))
 
 
 def interrupted_by(signum: int) -> str:

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 
 
 def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> Path:
@@ -320,7 +320,7 @@ def foreign_object(path: Path, mode: int | None = None, *, expected: str = "file
             pass
     return UsageError(f"{path} is a {kind}, not a {expected} tritonkit made: it is not "
                       "followed, read or written",
-                      hint=f"remove it (rm {'-r ' if stat.S_ISDIR(mode) else ''}{path}) and "
+                      hint=f"remove it (rm {'-r ' if stat.S_ISDIR(mode) else ''}{shell_word(path)}) and "
                            "run the command again; tritonkit keeps only its own files there")
 
 

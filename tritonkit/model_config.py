@@ -25,7 +25,7 @@ from onnx import helper, shape_inference
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import np_to_triton_dtype
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit.fileio import (GIB, MIB, atomic_write, check_regular, read_stamp, read_user_file,
                               read_user_text, refuse_overwrite, sha256_of, stamp_digest)
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
@@ -809,7 +809,7 @@ def read_config(path: Path) -> mc.ModelConfig:
 def _config_hint(path: Path) -> str:
     model = path.parent.name if path.name == "config.pbtxt" else path.parent.parent.name
     return ("fix it there against Triton's schema (model_config.proto), or write it anew: "
-            f"tritonkit config {model} --force")
+            f"tritonkit config {shell_word(model)} --force")
 
 
 # protobuf's text-format errors, said without the text they quote: (pattern, words).
@@ -898,8 +898,8 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
     model_dir = Path(repository) / name
     if not model_dir.is_dir():
         raise UsageError(f"no model '{name}' in {repository}",
-                         hint=f"export it first: tritonkit export SPEC --name {name} "
-                              f"--repository {repository}")
+                         hint=f"export it first: tritonkit export SPEC --name {shell_word(name)} "
+                              f"--repository {shell_word(repository)}")
     report = read_report(model_dir)
     onnx_path = _find_onnx(model_dir)
     graph = read_graph(onnx_path, report, loaded)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 
 #: What ``tritonkit export`` writes in a model's folder, and what the config generator,
 #: the local mirror and the container recipes read back.
@@ -67,7 +67,7 @@ def model_names(repository: Path) -> list[str]:
     if not names:
         raise UsageError(f"model repository {repository} holds no models",
                          hint="export one first: tritonkit export SPEC --name NAME "
-                              f"--repository {repository}")
+                              f"--repository {shell_word(repository)}")
     return names
 
 
@@ -111,5 +111,5 @@ def refuse_missing_gpu_configs(repository: Path, models: list[str], gpu: str) ->
             raise UsageError(
                 f"model '{model}' has no configs/{gpu}.pbtxt: Triton would serve it on the {gpu} "
                 "with config.pbtxt, made for another GPU",
-                hint=f"see why with: tritonkit config {model} --repository {repository} --gpu {gpu} "
+                hint=f"see why with: tritonkit config {shell_word(model)} --repository {shell_word(repository)} --gpu {shell_word(gpu)} "
                      "--force (a card the model does not fit is left out)")

@@ -9,7 +9,7 @@ import typer
 
 from tritonkit.cli import app
 from tritonkit.cli.options import Repository, console
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit.model_config import DEFAULT_GPU, config_problems, configure, read_config
 from tritonkit.repository import check_model_name
 
@@ -34,7 +34,7 @@ def config(
             parsed = read_config(path)
             if problems := config_problems(parsed):
                 raise UsageError(f"{path}: {problems[0]}",
-                                 hint=f"regenerate it: tritonkit config {name} --force")
+                                 hint=f"regenerate it: tritonkit config {shell_word(name)} --force")
             console.print(f"ok  {path}  ({parsed.platform or parsed.backend}, "
                           f"max_batch_size {parsed.max_batch_size})")
         return

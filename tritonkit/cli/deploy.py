@@ -13,7 +13,7 @@ from rich.markup import escape
 from tritonkit.cli import app
 from tritonkit.cli.options import (PHASE_LINES_EVERY_S, Repository, Timeout, console,
                                    progress_status)
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit import deploy as deploy_lib
 from tritonkit.warmup import WarmupFailed
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
@@ -215,7 +215,7 @@ def _refuse_flags_not_used(ctx: typer.Context, target: str, *, repository: Path,
     also = f"; {', '.join(others)} {'does' if len(others) == 1 else 'do'} not apply either" \
         if others else ""
     raise UsageError(f"{flag} does not apply to --target {target} ({why.format(**fields)})",
-                     hint=hint.format(**fields) + also)
+                     hint=hint.format(**{**fields, "repository": shell_word(repository)}) + also)
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -270,7 +270,9 @@ def _print_compose(files, running, repository: Path, gpu: str | None) -> None:
         return
     if running is None:
         where = " on a GPU host" if files.uses_gpu else ""
-        console.print(f"  start it{where}: docker compose -f {files.compose_file} up -d")
+        console.print(escape(f"  start it{where}: docker compose -f "
+                             f"{shell_word(files.compose_file)} up -d"), highlight=False,
+                      soft_wrap=True)
         return
     console.print(f"[green]Triton is up[/green] (compose project {files.project}, "
                   f"image {running.extra['image']}), models READY: {', '.join(running.models)}")

@@ -24,7 +24,7 @@ from tritonkit.cli.options import (
     progress_status,
 )
 from tritonkit.client import SECRET_ENV, read_secret_file
-from tritonkit.errors import TritonkitError
+from tritonkit.errors import TritonkitError, shell_word
 from tritonkit.fileio import atomic_write, check_outputs
 from tritonkit.tables import fitted, new_table
 
@@ -132,7 +132,7 @@ def print_warmup(records: list[dict], repository: Path) -> None:
         if r.warmed and not r.steady and r.error is None:
             console.print(f"[yellow]warning:[/yellow] {escape(r.model)}: {escape(r.note)}; "
                           "run: tritonkit warmup --repository "
-                          f"{escape(str(repository))} --model {escape(r.model)}",
+                          f"{escape(shell_word(repository))} --model {escape(shell_word(r.model))}",
                           highlight=False, soft_wrap=True)
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from tritonkit.errors import (ExportError, TritonkitError, UsageError, UserCodeError,
-                             VerificationError)
+                             VerificationError, shell_word)
 from tritonkit.export import onnx_export, reproduce, staging, tensorrt, user_code
 from tritonkit.export.forward import ForwardCall, call, named_outputs
 from tritonkit.export.report import build_report, file_record
@@ -172,7 +172,7 @@ def _still_served(options: ExportOptions) -> list[str]:
     # python backend's adapter, a snapshot, as the local target's)
     if deployment.target == "compose" and \
             deployment.extra.get("onnx_backend", "onnxruntime") == "onnxruntime":
-        how = (f"reload it (tritonkit warmup --repository {repository} --model {options.name} "
+        how = (f"reload it (tritonkit warmup --repository {shell_word(repository)} --model {shell_word(options.name)} "
                f"--reload) or {how}")
     return [f"the {deployment.target} server deployed from {repository} keeps serving the "
             f"'{options.name}' it loaded, not this export; to serve this one, {how}"]

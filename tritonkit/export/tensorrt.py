@@ -13,7 +13,7 @@ import importlib.util
 import shlex
 from pathlib import Path
 
-from tritonkit.errors import ExportError, UsageError
+from tritonkit.errors import ExportError, UsageError, shell_word
 from tritonkit.export.spec import BATCH_AXIS_NAME, ModelInputs
 from tritonkit.profiles import GpuProfile
 from tritonkit.repository import ONNX_FILENAME
@@ -33,14 +33,14 @@ def refuse_unsupported(profile: GpuProfile) -> None:
     if not profile.has_gpu:
         raise UsageError(f"--format tensorrt needs a GPU: the {profile.name} profile has none",
                          hint=f"export with --format onnx: Triton serves it with ONNX Runtime "
-                              f"on the CPU, the path for --gpu {profile.name}")
+                              f"on the CPU, the path for --gpu {shell_word(profile.name)}")
     if not profile.stack.tensorrt_plans:
         raise UsageError(
             f"--format tensorrt is not supported on {profile.display_name} (compute capability "
             f"{profile.cc_key}): TensorRT 10 cannot target it and "
             f"TensorRT {profile.stack.tensorrt_version} only deprecates it",
             hint=f"export with --format onnx: Triton serves it with ONNX Runtime on CUDA, the "
-                 f"supported path for --gpu {profile.name}")
+                 f"supported path for --gpu {shell_word(profile.name)}")
 
 
 def refuse_unshapeable_names(names: tuple[str, ...]) -> None:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from tritonkit.client import Endpoint
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit.repository import is_model_dir
 from tritonkit.server.state import load_deployment, redeploy_command
 
@@ -78,7 +78,7 @@ def server_hint(endpoint: Endpoint, repository: Path | None, protocol: str = "ht
     """What to check when nothing answers: the deployment's folder to deploy again, or the
     address given (``repository`` None: the server was named by ``--url``)."""
     if repository is not None:
-        return f"is the server up? start it: tritonkit deploy --repository {repository}"
+        return f"is the server up? start it: tritonkit deploy --repository {shell_word(repository)}"
     if protocol == "grpc":
         return (f"is a Triton server listening at {endpoint.grpc_url}? check --grpc-url (its gRPC "
                 "port, 8001 by default)")
@@ -94,7 +94,7 @@ def unknown_model(client, endpoint: Endpoint, model: str, message: str,
     that it does not know was added after the deploy, which a local server does not see (it
     serves the mirror made at the deploy), so it is redeployed; any other name is checked."""
     known = _index(client, endpoint)
-    where = f"--repository {repository}" if repository is not None else f"--url {endpoint.http_url}"
+    where = f"--repository {shell_word(repository)}" if repository is not None else f"--url {endpoint.http_url}"
     if known is not None and model not in known:
         if repository is not None and is_model_dir(Path(repository) / model):
             return UsageError(
@@ -106,7 +106,7 @@ def unknown_model(client, endpoint: Endpoint, model: str, message: str,
             f"(its models: {', '.join(sorted(known)) or 'none'})",
             hint="check the name given to --model")
     return UsageError(f"model '{model}' is not loaded on the server ({message})",
-                      hint=f"load it: tritonkit warmup {where} --model {model}"
+                      hint=f"load it: tritonkit warmup {where} --model {shell_word(model)}"
                            + ("" if known is not None else "; or check the name"))
 
 

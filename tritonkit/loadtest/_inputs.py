@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tritonkit.client import Endpoint, example_input, triton_message
-from tritonkit.errors import NotTriton, ServerError, UsageError
+from tritonkit.errors import NotTriton, ServerError, UsageError, shell_word
 from tritonkit.fileio import check_regular, read_user_file
 from tritonkit.loadtest._deployment import server_hint, unknown_model
 from tritonkit.loadtest._sequences import Sequencing, sequencing
@@ -436,7 +436,7 @@ def _perf_analyzer_entry(entries: list, path: Path) -> dict[str, object]:
     if any(isinstance(e, list) for e in entries):
         raise UsageError(f"input data file {path} holds perf_analyzer sequences (lists of requests)",
                          hint="tritonkit loadtest sends one request's data at every step of its sequences "
-                              f"(--sequence-length): keep one: jq '{{data: [.data[0][0]]}}' {path} > one.json")
+                              f"(--sequence-length): keep one: jq '{{data: [.data[0][0]]}}' {shell_word(path)} > one.json")
     if len(entries) > 1:
         raise UsageError(f"input data file {path} holds {len(entries)} perf_analyzer requests; tritonkit "
                          "loadtest sends one request again and again",

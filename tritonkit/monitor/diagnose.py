@@ -49,7 +49,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit.monitor.alerts import Thresholds
 from tritonkit.monitor.nvml import pcie_link_gb_s
 from tritonkit.monitor.recording import MonitorRow
@@ -357,7 +357,7 @@ def _diagnose_server(rows: list[MonitorRow], triton: dict[float, _Interval],
         notes.append(f"NVML could not read the GPU in any of its {len(lost)} sample(s) (last: "
                      f"{lost[-1].nvml_error}): the card needs looking at (dmesg for Xid errors)")
     if profile is not None:
-        notes.append(f"--gpu {profile.name} is not used: without GPU samples there is no "
+        notes.append(f"--gpu {shell_word(profile.name)} is not used: without GPU samples there is no "
                      "link or memory to judge against it")
     notes += _triton_gaps(figures)
     return Diagnosis(gpu=None, gpu_name="", profile="", wall=wall, title=SERVER_TITLES[wall],
@@ -542,7 +542,7 @@ def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[s
         if bigger:
             best = max(bigger, key=lambda p: p.memory.gib)
             advice.append(f"a card with more memory: {best.display_name} has {best.memory.gib:g} GiB "
-                          f"(the {profile.name} has {profile.memory.gib:g}) — --gpu {best.name}")
+                          f"(the {profile.name} has {profile.memory.gib:g}) — --gpu {shell_word(best.name)}")
         else:
             advice.append("a card with more memory than "
                           f"{profile.memory.gib:g} GiB")
@@ -562,7 +562,7 @@ def _advice(wall: str, f: Figures, profile: GpuProfile, t: Thresholds) -> list[s
         if faster:
             best = max(faster, key=lambda p: p.bus.link_gb_s)
             advice.append(f"a card on a faster link: {best.display_name} is PCIe Gen{best.bus.pcie_gen} "
-                          f"({best.bus.link_gb_s:g} GB/s vs {profile.bus.link_gb_s:g}) — --gpu {best.name}")
+                          f"({best.bus.link_gb_s:g} GB/s vs {profile.bus.link_gb_s:g}) — --gpu {shell_word(best.name)}")
         return advice
     if wall == "scheduling":
         advice = list(BATCHING_ADVICE)
@@ -608,7 +608,7 @@ def choose_profile(rows: list[MonitorRow], gpu: str | None) -> GpuProfile | None
         if profile.has_gpu:
             return profile
         if gpu_samples:
-            raise UsageError(f"--gpu {gpu}: the {profile.name} profile has no GPU to judge the "
+            raise UsageError(f"--gpu {shell_word(gpu)}: the {profile.name} profile has no GPU to judge the "
                              "recording's GPU samples against",
                              hint=f"name the GPU's profile ({', '.join(available_profiles('gpu'))}), "
                                   "or leave --gpu out to pick it by the GPU's name")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from tritonkit.datafiles import configs_dir, dataclass_from_table, load_toml, shipped_configs_dir
-from tritonkit.errors import ProfileError, UsageError
+from tritonkit.errors import ProfileError, UsageError, shell_word
 from tritonkit.fileio import open_regular
 from tritonkit.monitor.nvml import GpuFault, GpuIdentity, GpuUnavailableError, Nvml
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
@@ -533,7 +533,7 @@ def _fix_for_older_card(gpu: GpuIdentity, profile: GpuProfile) -> str:
         return (f"add a profile for it: copy configs/gpus/{profile.name}.toml with an image of "
                 "24.12 or earlier")
     if other != profile.name:
-        return f"--gpu {other} (its image: {load_profile(other).stack.triton_image})"
+        return f"--gpu {shell_word(other)} (its image: {load_profile(other).stack.triton_image})"
     return f"use {profile.stack.triton_image}, an image of 24.12 or earlier"
 
 
@@ -571,7 +571,7 @@ def _check_reached_gpus(facts: HostFacts, profile: GpuProfile, needs: ImageNeeds
             checks.append(Check(name, False,
                                 f"{gpu.name} is compute capability {cc}, the {profile.name} "
                                 f"profile is for {profile.cc_key}",
-                                f"--gpu {other}" if other else
+                                f"--gpu {shell_word(other)}" if other else
                                 f"add a profile for it: copy configs/gpus/{profile.name}.toml"))
         elif (gpu.memory_total_mib is not None
               and gpu.memory_total_mib < MIN_MEMORY_SHARE * profile.memory.gib * 1024):
@@ -647,7 +647,7 @@ def _check_ports(ports: tuple[PortFact, ...]) -> Check:
         repository = ours[0].held_by_deployment
         held = (f"in use by this repository's running deployment ({repository}): "
                 + ", ".join(f"{p.port} ({p.role})" for p in ours))
-        down = f"tritonkit down --repository {repository} first to redeploy on them"
+        down = f"tritonkit down --repository {shell_word(repository)} first to redeploy on them"
     if busy:
         listed = ", ".join(f"{p.port} ({p.role}) {p.problem or 'in use'}" for p in busy)
         flags = " ".join(f"--{p.role}-port N" for p in busy)
@@ -696,7 +696,7 @@ def check_repository(repository: Path) -> Check:
                 return Check("repository", False,
                              f"{model_file} cannot be read as ONNX: {problem}",
                              f"copy the model file again, or export it again: tritonkit "
-                             f"export SPEC --name {name} --force")
+                             f"export SPEC --name {shell_word(name)} --force")
             onnx_read += 1
     return Check("repository", True, f"{repository}: {len(names)} model(s) "
                                      f"({', '.join(names)}), configs parse"
@@ -819,7 +819,7 @@ def doctor_report(profile: GpuProfile | None, facts: HostFacts, *, image: str | 
             cpu = available_profiles("cpu")
             checks = [Check("profile", False, "no --gpu given and no known GPU found to pick one",
                             f"pass --gpu ({', '.join(available_profiles())})"
-                            + (f"; --gpu {cpu[0]} for a host without an NVIDIA GPU"
+                            + (f"; --gpu {shell_word(cpu[0])} for a host without an NVIDIA GPU"
                                if cpu else ""))]
             if facts.driver_version is None:
                 checks.append(Check("driver", False, facts.driver_error or "no NVIDIA driver",

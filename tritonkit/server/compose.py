@@ -48,7 +48,7 @@ from typing import Iterable, Sequence
 
 from tritonkit.client import Endpoint, health, wait_until
 from tritonkit.errors import (DeployInterrupted, Interrupted, ModelLoadError, ServerError,
-                              UsageError, interrupted_by)
+                              UsageError, interrupted_by, shell_word)
 from tritonkit.fileio import atomic_write, check_folder, ensure_ignored
 from tritonkit.server.container import (
     CONTAINER_PORTS,
@@ -308,7 +308,7 @@ def write_compose(spec: ContainerSpec, repository: Path, out: Path, *, ports: Po
         raise UsageError(f"a compose deployment is recorded for {repository}; new files would "
                          "change the secret it runs with",
                          hint=f"redeploy with --up, or stop it first: tritonkit down "
-                              f"--repository {repository}")
+                              f"--repository {shell_word(repository)}")
     # The secret file keeps DIR/.tritonkit/ in being: the compose file masks that folder
     # inside the container, and Docker cannot make a mountpoint in a read-only mount.
     secret = kept or new_secret(repository)
@@ -410,7 +410,7 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
             "on a host with Docker and Compose"
         raise ServerError(
             f"{problem}; wrote {files.compose_file} and {files.env_file} but started nothing",
-            hint=f"{where}: docker compose -f {files.compose_file} up -d")
+            hint=f"{where}: docker compose -f {shell_word(files.compose_file)} up -d")
     compose = compose_command() or []
     deployment = Deployment(
         target="compose", repository=str(repository), host=LOOPBACK,
@@ -434,12 +434,12 @@ def compose_up(files: ComposeFiles, spec: ContainerSpec, repository: Path, *,
         signum = getattr(exc, "signum", signal.SIGINT)
         raise DeployInterrupted(
             f"{interrupted_by(signum)} during docker compose up; containers it made may be "
-            "running", hint=f"remove them: tritonkit down --repository {repository}",
+            "running", hint=f"remove them: tritonkit down --repository {shell_word(repository)}",
             signum=signum) from None
     if code != 0:
         raise ServerError(f"docker compose up failed with exit code {code} (its output is above)",
                           hint=f"see: {' '.join(files.command(compose, 'logs'))}; remove what "
-                               f"it made: tritonkit down --repository {repository}")
+                               f"it made: tritonkit down --repository {shell_word(repository)}")
     deployment = replace(deployment, started_at=time.time())
     save_deployment(deployment)
     return deployment
@@ -477,14 +477,14 @@ def wait_ready(deployment: Deployment, deadline: Deadline,
 
 def left_running(repository: Path) -> str:
     """The hint's note for an error after the containers started."""
-    return f"the containers are left running; stop them: tritonkit down --repository {repository}"
+    return f"the containers are left running; stop them: tritonkit down --repository {shell_word(repository)}"
 
 
 def interrupted(signum: int, repository: Path) -> DeployInterrupted:
     """A deploy stopped by a signal once the containers run: they keep running, and it
     says how to stop them; exit 128 + the signal, as every interrupted command."""
     return DeployInterrupted(f"{interrupted_by(signum)}; the compose containers keep running",
-                             hint=f"stop them: tritonkit down --repository {repository}",
+                             hint=f"stop them: tritonkit down --repository {shell_word(repository)}",
                              signum=signum)
 
 
@@ -567,7 +567,7 @@ def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> Stopped | 
     compose = compose_command()
     if compose is None:
         raise ServerError("no Docker Compose on this machine to stop the deployment with",
-                          hint=f"stop it where it runs: docker compose -p {extra.get('project')} down")
+                          hint=f"stop it where it runs: docker compose -p {shell_word(extra.get('project'))} down")
     ended = stop_server(extra["project"], timeout)
     command, stdin, env = [*compose, "-p", extra["project"]], None, None
     if Path(extra["compose_file"]).is_file():
@@ -586,7 +586,7 @@ def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> Stopped | 
     down = ["down", "--timeout", str(int(timeout)), *(["--remove-orphans"] if stdin else [])]
     result = _run([*command, *down], timeout=timeout + 30, stdin=stdin, env=env)
     if result.returncode != 0:
-        by_hand = f"docker compose -p {extra['project']}" if stdin else " ".join(command)
+        by_hand = f"docker compose -p {shell_word(extra['project'])}" if stdin else " ".join(command)
         raise ServerError(f"docker compose down failed: {_last_line(result)}",
                           hint=f"run it by hand: {by_hand} down")
     clear_deployment(Path(deployment.repository))

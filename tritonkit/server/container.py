@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit.model_config import read_config, read_report
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import (REPORT_FILENAME, model_names, refuse_missing_gpu_configs,
@@ -112,7 +112,7 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
         raise UsageError(f"model '{plans[0]}' is served from a TensorRT plan, which needs a GPU; "
                          f"the {profile.name} profile has none",
                          hint=f"give it an ONNX config for the profile: tritonkit config "
-                              f"{plans[0]} --gpu {profile.name} --force (from its model.onnx)")
+                              f"{shell_word(plans[0])} --gpu {shell_word(profile.name)} --force (from its model.onnx)")
     tensorrt = bool(plans)
     chosen = profile.stack.triton_image_tensorrt if tensorrt else profile.stack.triton_image
     chosen = chosen if image is None else image     # an empty --image is refused, not ignored

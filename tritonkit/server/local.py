@@ -31,7 +31,7 @@ from typing import Callable, Iterator, Sequence
 
 from tritonkit.client import health
 from tritonkit.deadline import Deadline, StallDeadline
-from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError
+from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError, shell_word
 from tritonkit.fileio import read_tail
 from tritonkit.server.binary import find_install, prepare_backends, server_environment
 from tritonkit.server.loading import LoadWatch, stub_crash
@@ -200,12 +200,12 @@ def refuse_if_running(repository: Path) -> None:
     it that no record names (a second server would start beside it, out of `down`'s reach)."""
     if running_deployment(repository):
         raise UsageError(f"a tritonkit server is already running for {repository}",
-                         hint=f"stop it first: tritonkit down --repository {repository}")
+                         hint=f"stop it first: tritonkit down --repository {shell_word(repository)}")
     strays = unrecorded_servers(repository)
     if strays:
         raise UsageError(f"a tritonserver (pid {', '.join(map(str, strays))}) still serves "
                          f"{repository}, but no deployment records it (its state file was "
-                         "removed)", hint=f"stop it first: tritonkit down --repository {repository}")
+                         "removed)", hint=f"stop it first: tritonkit down --repository {shell_word(repository)}")
 
 
 def stop_unrecorded(repository: Path, timeout: float = 40.0,
@@ -235,7 +235,7 @@ def _not_ours_to_signal(pids: list[int], repository: Path) -> ServerError:
     listed = ", ".join(f"{pid} (user {_owner(pid)})" for pid in pids)
     return ServerError(f"not allowed to stop the tritonserver serving {repository}: pid {listed}",
                        hint="stop it as that user (tritonkit down --repository "
-                            f"{repository}), or with sudo: sudo kill -INT "
+                            f"{shell_word(repository)}), or with sudo: sudo kill -INT "
                             f"{' '.join(map(str, pids))}")
 
 
@@ -264,7 +264,7 @@ def refuse_if_recorded(repository: Path) -> None:
     if recorded.target != "local":
         raise UsageError(f"a {recorded.target} deployment is recorded for {repository}; a "
                          "local deploy would replace its state and secret",
-                         hint=f"stop it first: tritonkit down --repository {repository}")
+                         hint=f"stop it first: tritonkit down --repository {shell_word(repository)}")
     if recorded.pid:
         _clear_leftovers(recorded.pid, shm_prefix(recorded.argv))
 
@@ -699,7 +699,7 @@ def refuse_gone_local_server(deployment: Deployment) -> None:
     raise ServerError(
         f"the local server recorded in {repository} (pid {deployment.pid}) is no longer "
         f"running: {how_it_ended(deployment)}",
-        hint=f"start it again: tritonkit deploy --repository {repository} (it replaces the "
+        hint=f"start it again: tritonkit deploy --repository {shell_word(repository)} (it replaces the "
              f"stale record); its log: {deployment.log_path}")
 
 

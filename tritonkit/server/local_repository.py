@@ -32,7 +32,7 @@ from typing import Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit.extras import LOCAL_MODULES, require
 from tritonkit.fileio import OwnedFolder, file_kind
 from tritonkit.model_config import config_to_text, read_config
@@ -203,7 +203,7 @@ def _mirror_onnx_model(source: Path, target: OwnedFolder, config: mc.ModelConfig
                          f"(looked in {', '.join(str(source / v) for v, _ in versions) or source})",
                          hint="a TensorRT-only model needs a GPU host: deploy --target compose"
                          if plans else f"export it again: tritonkit export SPEC --name "
-                                       f"{source.name} --force")
+                                       f"{shell_word(source.name)} --force")
     # The adapter runs ONNX Runtime in the server's python backend, on this interpreter's
     # packages: said now, not as a load failure inside Triton.
     require("local", LOCAL_MODULES, needed_by=f"serving ONNX model '{source.name}' locally")

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit.fileio import KIB, MIB, OwnedFolder
 
 STATE_DIRNAME = ".tritonkit"
@@ -200,23 +200,23 @@ def load_deployment(repository: Path) -> Deployment:
             from None
     if raw is None:
         raise UsageError(f"no deployment recorded in {repository}",
-                         hint=f"start one: tritonkit deploy --repository {repository}")
+                         hint=f"start one: tritonkit deploy --repository {shell_word(repository)}")
     try:
         data = json.loads(raw)
     except RecursionError:                     # nested thousands deep: no record of ours
         raise CorruptState(f"deployment state {path} is corrupt (it nests deeper than a JSON "
-                           "parser follows)", hint=CORRUPT_HINT.format(repository=repository)) \
+                           "parser follows)", hint=CORRUPT_HINT.format(repository=shell_word(repository))) \
             from None
     except ValueError as exc:                  # bad JSON, bad bytes
         raise CorruptState(f"deployment state {path} is corrupt ({exc})",
-                           hint=CORRUPT_HINT.format(repository=repository)) from None
+                           hint=CORRUPT_HINT.format(repository=shell_word(repository))) from None
     # Fields a later tritonkit added are left aside: `down` must still stop its server.
     known = {f.name for f in fields(Deployment)}
     try:
         deployment = Deployment(**{k: v for k, v in data.items() if k in known})
     except (TypeError, AttributeError) as exc:  # a field missing, or not a JSON object
         raise CorruptState(f"deployment state {path} is corrupt ({exc})",
-                           hint=CORRUPT_HINT.format(repository=repository)) from None
+                           hint=CORRUPT_HINT.format(repository=shell_word(repository))) from None
     # The state belongs to the folder it was found in: a repository moved (or renamed)
     # after its deploy keeps its secret and record here, and `down` must clear this
     # record, never one a new repository at the old path keeps. How the server was started
@@ -248,7 +248,7 @@ def deploy_lock(repository: Path) -> Iterator[None]:
         except BlockingIOError:
             raise UsageError(f"another tritonkit deploy of {repository} is in progress",
                              hint="wait for it to end, or stop it: tritonkit down "
-                                  f"--repository {repository}") from None
+                                  f"--repository {shell_word(repository)}") from None
         yield
     finally:
         os.close(fd)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tritonkit.errors import UsageError
+from tritonkit.errors import UsageError, shell_word
 from tritonkit.fileio import atomic_write
 from tritonkit.model_config import Tuning, config_to_text, edited_by_hand, read_config
 from tritonkit.profiles import available_profiles
@@ -51,8 +51,8 @@ class WriteTarget:
         if not self.base.is_file():
             raise UsageError(f"no config of '{self.model}' to write the winner into "
                              f"({self.path} and {self.base} do not exist)",
-                             hint=f"generate it first: tritonkit config {self.model} "
-                                  f"--repository {self.repository}")
+                             hint=f"generate it first: tritonkit config {shell_word(self.model)} "
+                                  f"--repository {shell_word(self.repository)}")
         why = edited_by_hand(self.path) if self.path.is_file() else None
         if why and not self.force:
             raise UsageError(f"{self.path} was {why}: --write would replace it",

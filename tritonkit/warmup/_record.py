@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tritonkit.errors import ServerError, UsageError
+from tritonkit.errors import ServerError, UsageError, shell_word
 from tritonkit.repository import model_names
 from tritonkit.server.local import how_it_ended, is_our_server, mirror_dir, repository_of_mirror
 from tritonkit.server.state import Deployment, load_deployment, redeploy_command
@@ -34,8 +34,8 @@ def refuse_moved_repository(deployment: Deployment) -> None:
     raise ServerError(
         f"the server recorded in {here} serves this repository from its old place, {old} "
         "(it was moved after its deploy)",
-        hint=f"restart it from here: tritonkit down --repository {here}, then tritonkit "
-             f"deploy --repository {here}")
+        hint=f"restart it from here: tritonkit down --repository {shell_word(here)}, then tritonkit "
+             f"deploy --repository {shell_word(here)}")
 
 
 class GoneForGood:
@@ -74,7 +74,7 @@ class GoneForGood:
             f"the local server recorded in {repository} (pid {self.deployment.pid}) stopped "
             f"during the warm-up and no deploy replaced it within {self.grace_s:g} s: "
             f"{how_it_ended(self.deployment)}",
-            hint=f"start it again: tritonkit deploy --repository {repository}; its log: "
+            hint=f"start it again: tritonkit deploy --repository {shell_word(repository)}; its log: "
                  f"{self.deployment.log_path}")
 
 
@@ -125,7 +125,7 @@ def unserved_warning(deployment: Deployment) -> str:
                 f"{'it' if len(added) == 1 else 'them'}; redeploy: {_redeploy(repository)}")
     return (f"warning: {_were_added(added, repository)}, so the warm-up leaves "
             f"{'it' if len(added) == 1 else 'them'} out; to load and warm: tritonkit warmup "
-            f"-r {repository} " + " ".join(f"--model {name}" for name in added))
+            f"-r {shell_word(repository)} " + " ".join(f"--model {shell_word(name)}" for name in added))
 
 
 def _were_added(names: Sequence[str], repository: str) -> str:
