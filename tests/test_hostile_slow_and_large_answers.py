@@ -6,6 +6,8 @@ socket read), and a 10 GB Content-Length or an endless chunked answer read into 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,7 +18,7 @@ from tritonkit.client import Endpoint, open_direct
 from tritonkit.errors import NotTriton
 from tritonkit.loadtest._inputs import RequestTemplate
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 
 class HostilePeer:
@@ -52,12 +54,12 @@ class HostilePeer:
         self.sock.close()
 
 
-def trickle(data: bytes):
-    """Send ``data`` then zeros, a byte every 50 ms: never silent for a read's timeout."""
+def trickle(data: bytes, fill: bytes = b"a"):
+    """Send ``data`` then ``fill`` without end, a byte every 50 ms: never silent for a read's timeout."""
     def answer(conn, stop) -> None:
         rest = data
         while not stop.is_set():
-            conn.sendall(rest[:1] or b"\0")
+            conn.sendall(rest[:1] or fill)
             rest = rest[1:]
             time.sleep(0.05)
     return answer
@@ -97,7 +99,7 @@ def test_a_trickling_peer_ends_a_triton_http_request_within_its_timeout(peer):
         client.get_server_metadata()
     with pytest.raises(TimeoutError):
         client.is_server_live()
-    assert time.monotonic() - started < 2 * 2.0 + 1.0     # two requests of 1 + 1 s each
+    assert time.monotonic() - started < 2 * 1.0 + 1.0     # two requests of 1 s each
 
 
 @pytest.mark.parametrize("peer", [HEADERS_TRICKLE, BODY_TRICKLE], indirect=True,
@@ -128,7 +130,7 @@ def test_a_trickling_peer_ends_a_load_test_request_within_its_timeout(peer, coop
     assert time.monotonic() - started < 2.0
 
 
-@pytest.mark.parametrize("peer", [trickle(b"")], indirect=True)
+@pytest.mark.parametrize("peer", [trickle(b"", fill=b"\0")], indirect=True)
 def test_a_trickling_peer_ends_a_grpc_load_test_call_within_its_timeout(peer):
     from tritonkit.loadtest._transport import grpc_sender
 
@@ -157,3 +159,21 @@ def test_an_endless_inference_answer_fails_the_load_test_request(peer):
     with pytest.raises(RequestFailed, match="more than 1024 MiB") as failed:
         send()
     assert failed.value.foreign
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("peer", [HEADERS_TRICKLE, BODY_TRICKLE], indirect=True,
+                         ids=["headers", "body"])
+@pytest.mark.parametrize("verb", ["warmup", "monitor"])
+def test_a_command_at_a_trickling_peer_ends_within_its_timeout_as_at_a_silent_one(peer, verb):
+    argv = {"warmup": ["warmup", "--url", peer.address, "--timeout", "3"],
+            "monitor": ["monitor", "--url", peer.address, "--metrics-port", str(peer.port),
+                        "--duration", "1"]}[verb]
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "tritonkit", *argv], capture_output=True,
+                          text=True, timeout=90)
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert "timed out" in done.stderr.splitlines()[-2], done.stderr
+    assert "Traceback" not in done.stderr
+    assert took < 20, f"{verb} took {took:.0f} s at a peer answering a byte every 50 ms"

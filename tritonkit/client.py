@@ -67,9 +67,9 @@ class Endpoint:
 
         _interrupts_pass_through_gevent()
         client = httpclient.InferenceServerClient(self.http_url, **kwargs)
-        # tritonclient's defaults: each request within connection + network timeout in all
-        timeout = kwargs.get("connection_timeout", 60.0) + kwargs.get("network_timeout", 60.0)
-        return TritonHttp(client, self.http_url, timeout)
+        # A request as a whole within its network timeout (tritonclient's default: 60 s),
+        # as a peer that says nothing ends it
+        return TritonHttp(client, self.http_url, kwargs.get("network_timeout", 60.0))
 
     def grpc(self, **kwargs: Any):
         if not self.grpc_url:
@@ -157,7 +157,7 @@ class TritonHttp:
     Triton gives it (``tritonkit.answers``) before anyone reads it: NotTriton when it has
     another. The same names as tritonclient's; what it does not check passes through."""
 
-    def __init__(self, client: Any, server: str, timeout: float = 120.0) -> None:
+    def __init__(self, client: Any, server: str, timeout: float = 60.0) -> None:
         self._client = client
         self.server = server            # host:port, as errors name it
         # A request's whole time: tritonclient's timeouts are per socket read, which a peer

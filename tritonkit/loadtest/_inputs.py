@@ -128,7 +128,9 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
     an encoder's SLA at sequence length 1. ``repository``: the deployment's folder the
     server was found through (None: ``--url``), which errors name in what to run.
     """
-    client = endpoint.http()
+    # Metadata and config: milliseconds from a Triton; tritonclient's 60 s is a minute of a
+    # silent or trickling peer before the run can say so
+    client = endpoint.http(connection_timeout=5.0, network_timeout=30.0)
     try:
         client.get_server_metadata()        # Triton 2, or NotTriton
         metadata = client.get_model_metadata(model)
