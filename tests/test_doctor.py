@@ -464,7 +464,7 @@ def test_a_bad_row_in_the_image_table_names_the_file_and_the_field(tmp_path):
     from tritonkit.errors import ProfileError
 
     row = image_releases_path().read_text()
-    cases = [('driver = 545\n', 'driver = "545"\n', "'releases.24.04.driver' = '545' is not a int"),
+    cases = [('driver = 545\n', 'driver = "545"\n', "'releases.24.04.driver' = '545' must be an integer"),
              ('driver = 545\n', 'driver = 470\n', "'releases.24.04.driver' = 470 is below 525"),
              ('"545.23"]\nonnxruntime = "1.17.3"', '"555.42"]\nonnxruntime = "1.17.3"',
               "'releases.24.04.forward_compatible' = [") ,

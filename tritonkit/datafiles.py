@@ -132,7 +132,7 @@ def dataclass_from_table(cls: type[T], table: dict[str, Any], *, source: str,
             continue
         if not _matches(value, annotation):
             raise ProfileError(
-                f"{source}: field '{dotted}' = {value!r} is not a {_describe(annotation)}",
+                f"{source}: field '{dotted}' = {value!r} must be {_describe(annotation)}",
                 hint="fix the value's type in the file")
         if isinstance(value, list):
             value = tuple(value)
@@ -153,5 +153,24 @@ def _table_class(annotation: Any) -> type | None:
     return None
 
 
+_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+          dict: "a table", list: "a list", tuple: "a list", type(None): "absent"}
+
+
 def _describe(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+    """A field's type as a TOML user reads it: "an integer", "a list of strings"."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args if a is not type(None))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (list, tuple):
+        items = [a for a in args if a is not Ellipsis]
+        return "a list" + (f" of {_plural(items[0])}" if len(items) == 1 else "")
+    return _WORDS.get(origin or annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _plural(annotation: Any) -> str:
+    word = _describe(annotation)
+    return {"an integer": "integers", "a number": "numbers", "a string": "strings",
+            "a table": "tables", "a list": "lists"}.get(word, word)

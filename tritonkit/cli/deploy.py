@@ -112,7 +112,8 @@ def deploy(
     public: Annotated[bool, typer.Option(help="compose: publish the ports on every interface, not only 127.0.0.1.")] = False,
     image: Annotated[Optional[str], typer.Option(help="compose/k8s: Triton image instead of the GPU profile's.")] = None,
     device_ids: Annotated[str, typer.Option(help="compose: GPU device ids to reserve, comma-separated.")] = "0",
-    replicas: Annotated[int, typer.Option(help="k8s: replicas, one GPU each.", min=1)] = 1,
+    replicas: Annotated[int, typer.Option(
+        help="k8s: replicas, one GPU each.", min=1, max=2**31 - 1)] = 1,    # k8s: int32
     storage_class: Annotated[Optional[str], typer.Option(
         help="k8s: storage class of the model repository's ReadWriteMany claim "
              "(default: the cluster's).")] = None,

@@ -26,6 +26,7 @@ import torch
 
 from tritonkit.errors import UsageError
 from tritonkit.export import user_code
+from tritonkit.fileio import check_regular
 
 BATCH_AXIS_NAME = "batch"
 FACTORY_DUTY = "a factory returns (module, example_inputs[, dynamic_axes])"
@@ -89,9 +90,8 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
 def _import_target(target: str):
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = Path(target)
-        if not path.is_file():
-            raise UsageError(f"model file {path} does not exist",
-                             hint="pass FILE.py:FACTORY with a path to an existing file")
+        check_regular(path, what="model file",
+                      hint="pass FILE.py:FACTORY with a path to an existing file")
         name = f"_tritonkit_model_{abs(hash(str(path.resolve())))}"
         loader_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(loader_spec)

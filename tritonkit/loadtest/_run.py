@@ -143,6 +143,11 @@ class LoadSpec:
             raise UsageError(f"--concurrency {max(self.concurrency)} is more than one load "
                              f"generator holds ({MAX_CONCURRENCY} requests in flight)",
                              hint="run several tritonkit loadtest processes, on several hosts")
+        if few := [r for r in self.rates if r * self.duration_s < 1]:
+            raise UsageError(f"--rate {_listed(few)} for {self.duration_s:g} s offers less than "
+                             "one request to measure",
+                             hint=f"raise --rate to {1 / self.duration_s:.3g} or more, or "
+                                  "--duration")
         for rate in self.rates:
             if rate * (self.warmup_s + self.duration_s) > MAX_ARRIVALS:
                 raise UsageError(
