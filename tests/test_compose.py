@@ -587,8 +587,10 @@ def test_a_machine_without_docker_is_named(tmp_path, monkeypatch):
 
 
 # Shell: until this script's parent waits on it (its main thread in waitpid), 3 s at most.
-PARENT_WAITS = ('for _ in $(seq 60); do [ "$(cat /proc/$PPID/wchan)" = do_wait ] && break; '
-                'sleep 0.05; done')
+# Absolute paths: the fake docker runs with PATH its own folder alone (without them the wait
+# was no wait: `seq: not found`, and the signal could come before the deploy waited).
+PARENT_WAITS = ('for _ in $(/usr/bin/seq 60); do [ "$(/bin/cat /proc/$PPID/wchan)" = do_wait ] '
+                '&& break; /bin/sleep 0.05; done')
 
 
 def gpu_docker(tmp_path: Path, up: str) -> tuple[Path, Path]:

@@ -806,7 +806,7 @@ def test_a_profile_can_leave_the_shape_range_out_and_the_config_says_so(
 
 
 def test_a_profile_field_for_the_shape_range_must_be_a_bool(tmp_path):
-    with pytest.raises(ProfileError, match="'serving.trt_profile_shapes' = 'yes' is not a bool"):
+    with pytest.raises(ProfileError, match="'serving.trt_profile_shapes' = 'yes' must be true or false"):
         load_profile(_a10_copy(tmp_path, "trt_profile_shapes = true", 'trt_profile_shapes = "yes"'))
 
 

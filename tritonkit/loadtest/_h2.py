@@ -204,9 +204,10 @@ class GrpcConnection:
     def _recv_exactly(self, n: int) -> bytes:
         buffer = self._buffer
         while len(buffer) < n:
-            if self._read_once:
+            if self._read_once and self._deadline != float("inf"):
                 # A read within what is left of the call's time, not a timeout of its own:
-                # a peer trickling its answer ends as one that says nothing.
+                # a peer trickling its answer ends as one that says nothing. (Outside a
+                # call, the connection's handshake, there is no call's time to keep to.)
                 left = self._deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("timed out")
