@@ -332,6 +332,7 @@ def start_local(
     holds ``deploy_lock``; an exception of any kind (Ctrl-C too) stops the server and
     clears its record.
     """
+    refuse_if_recorded(Path(repository).resolve())   # before the ports: one in use may be its
     host = host or settings.bind_address
     picked_by_us = {port for port in ports.as_dict().values() if not port}
     for attempt in range(1, PORT_PICKS + 1):
