@@ -123,8 +123,9 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
 
 def _waiting_for(endpoint: Endpoint, deadline: Deadline, why: str,
                  refused_grace_s: float | None) -> str:
-    left = deadline.left()
-    line = f"waiting up to {left:.3g} s for Triton at {endpoint.http_url} to answer ({why})"
+    left = deadline.left()          # to a tenth: the first check took some of the timeout
+    line = (f"waiting up to {round(left, 1) if left >= 0.1 else round(left, 2):g} s for Triton "
+            f"at {endpoint.http_url} to answer ({why})")
     if refused_grace_s is not None and why == _REFUSED and refused_grace_s < left:
         line += f"; giving up after {refused_grace_s:g} s if every connection is refused"
     return line + " …"
