@@ -49,6 +49,16 @@ def test_highest_load_brackets_the_knee_then_judges_in_open_loop():
     assert found.throughput == pytest.approx(700.0)
 
 
+def test_a_probe_that_carried_no_requests_meets_no_sla():
+    """A level cut to no time (the server seen gone at its start) has latencies and no
+    throughput: a config judged on it would claim the SLA met at 0 requests/s."""
+    assert Probe(OPEN, 100.0, 50.0, 1.0, 2.0).meets(5.0)
+    assert not Probe(OPEN, 100.0, 0.0, 1.0, 2.0).meets(5.0)
+    found = highest_load(lambda mode, level: Probe(mode, level, 0.0 if mode == OPEN else 100.0,
+                                                   1.0, 2.0), p99_ms=5.0, start=1, most=1)
+    assert found.concurrency == 1 and found.judged is None and found.throughput == 0
+
+
 def test_highest_load_halves_down_from_a_start_above_the_knee():
     server = QueueModel(capacity=1000, service_ms=2.0)
     found = highest_load(server, p99_ms=4.0, start=32)    # only c <= 2 meets 4 ms

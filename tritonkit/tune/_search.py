@@ -42,7 +42,10 @@ class Probe:
     compute_ms: float | None = None
 
     def meets(self, p99_ms: float) -> bool:
-        return self.behind == 0 and self.p99_ms is not None and self.p99_ms <= p99_ms
+        """Its p99 within the limit, every arrival sent on time, and requests carried: a
+        probe that measured no throughput (its span cut to nothing) shows no SLA met."""
+        return (self.behind == 0 and self.qps > 0 and self.p99_ms is not None
+                and self.p99_ms <= p99_ms)
 
 
 #: (mode, level) -> Probe
