@@ -18,7 +18,7 @@ from tritonkit.client import Endpoint, open_direct
 from tritonkit.errors import NotTriton
 from tritonkit.loadtest._inputs import RequestTemplate
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
+pytestmark = pytest.mark.timeout(120)
 
 
 class HostilePeer:
