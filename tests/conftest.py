@@ -227,6 +227,7 @@ def _is_worker(config) -> bool:
 def pytest_sessionfinish(session):
     if _is_worker(session.config):
         return
+    _store_durations(session.config)
     factory = getattr(session.config, "_tmp_path_factory", None)  # as xdist itself reads it
     if factory is None:
         return
@@ -338,14 +339,122 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group("engine"))    # one Docker engine, in order
         if item.get_closest_marker("timing") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("timing"))
-    # The slow tests (minutes) first, then the others of seconds, then those of
-    # milliseconds, which fill the workers' gaps at the end (xdist hands tests out in this
-    # order); in each module (or package sharing a server) the timing tests first, one after
+    # In each module (or package sharing a server) the timing tests first, one after
     # another: their worker takes the machine once for the lot (_Machine), on a fresh server.
     order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (bool(item.get_closest_marker("quick")),
-                                 not item.get_closest_marker("slow"), _together(item),
-                                 not _timing(item), order[id(item)]))
+    items.sort(key=lambda item: (_together(item), not _timing(item), order[id(item)]))
+    _longest_first(config, items)
+
+
+# -- the order the workers take tests in -------------------------------------------------
+
+# Each test's seconds (set-up, call and tear-down) in the last run that stored them
+# (`bash scripts/test.sh --store-durations`), in tests/durations.json under the run's root
+# directory; a test not there is guessed by its markers.
+GUESSED_S = (("slow", 30.0), ("engine", 30.0), ("server", 3.0), ("quick", 0.05))
+
+
+def _durations_file(config) -> Path:
+    return config.rootpath / "tests" / "durations.json"
+
+
+def _recorded_durations(config) -> dict[str, float]:
+    try:
+        return json.loads(_durations_file(config).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _seconds(item, recorded: dict[str, float]) -> float:
+    if item.nodeid in recorded:
+        return recorded[item.nodeid]
+    return next((s for marker, s in GUESSED_S if item.get_closest_marker(marker)), 1.0)
+
+
+def _unit(item) -> tuple[str, bool]:
+    """What is ordered as one: a group (xdist hands it to one worker whole, --dist
+    loadgroup), or a module's ungrouped tests (kept in a row, so that a worker that takes
+    several of them sets the module's fixtures up once). True for a group."""
+    group = item.get_closest_marker("xdist_group")
+    if group:
+        return group.kwargs.get("name", group.args[0] if group.args else "default"), True
+    return item.module.__name__, False
+
+
+def _longest_first(config, items) -> None:
+    """Units with a test that takes the machine alone first, while nothing else runs yet
+    (none then waits for a long test to end), then the rest longest first (a group by its
+    tests' sum: one worker runs them; a module by its longest test: any worker takes one),
+    so that the run does not end waiting on a long test started late. xdist keeps this
+    order (scripts/test.sh passes --no-loadscope-reorder); a group's tests keep theirs."""
+    recorded = _recorded_durations(config)
+    seconds = {id(item): _seconds(item, recorded) for item in items}
+    unit_s: dict[tuple[str, bool], float] = {}
+    alone: set[tuple[str, bool]] = set()
+    for item in items:
+        unit = _unit(item)
+        grouped = unit[1]
+        unit_s[unit] = (unit_s.get(unit, 0.0) + seconds[id(item)] if grouped
+                        else max(unit_s.get(unit, 0.0), seconds[id(item)]))
+        if _alone(item):
+            alone.add(unit)
+    order = {id(item): i for i, item in enumerate(items)}
+
+    def key(item):
+        unit = _unit(item)
+        within = order[id(item)] if unit[1] else -seconds[id(item)]
+        return unit not in alone, -unit_s[unit], unit, within, order[id(item)]
+
+    items.sort(key=key)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup, a worker given its next unit once it has one test left. xdist's own
+    tops a worker up while it has three: a worker that finished short tests took the next
+    long ones, which then ran one after another there (three full-size exports in a row:
+    200 s) while other workers were done."""
+    if config.getoption("dist", None) != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class OneAhead(LoadGroupScheduling):
+        def _reschedule(self, node):
+            if (not node.shutting_down and self.workqueue
+                    and self._pending_of(self.assigned_work[node]) > 1):
+                return
+            super()._reschedule(node)
+
+    return OneAhead(config, log)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", action="store_true",
+                     help="write each test's seconds into tests/durations.json (the order "
+                          "the next runs hand tests out in)")
+
+
+_durations_seen: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each test's seconds, as the run's controller hears them (a worker's too)."""
+    nodeid = report.nodeid
+    if "@" in nodeid.rpartition("::")[2]:              # xdist's "@group" suffix
+        nodeid = nodeid.rpartition("@")[0]
+    _durations_seen[nodeid] = _durations_seen.get(nodeid, 0.0) + report.duration
+
+
+def _store_durations(config) -> None:
+    if not config.getoption("store_durations") or _is_worker(config) or not _durations_seen:
+        return
+    durations = _recorded_durations(config)
+    durations.update({nodeid: round(s, 2) for nodeid, s in _durations_seen.items()})
+    path = _durations_file(config)
+    path.parent.mkdir(exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(dict(sorted(durations.items())), indent=0) + "\n")
+    partial.replace(path)
 
 
 def _sharers(item, fixture: str) -> str:
@@ -480,20 +589,26 @@ def _timing(item) -> bool:
     return item is not None and item.get_closest_marker("timing") is not None
 
 
+def _alone(item) -> bool:
+    """A timing test, or one whose load beside other tests' would double its work (a
+    repository of full-size models warmed until steady: 120 CPU s alone, 240 beside)."""
+    return _timing(item) or (item is not None and item.get_closest_marker("alone") is not None)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Under xdist, a `timing` test waits until no other test runs, and none starts until it
-    is done; the next one on its worker (they are grouped) keeps the machine."""
+    """Under xdist, a `timing` or `alone` test waits until no other test runs, and none
+    starts until it is done; the next one on its worker (they are grouped) keeps the machine."""
     global _machine
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return (yield)
     if _machine is None:
         _machine = _Machine(run_folder(item.config._tmp_path_factory))  # as xdist reads it
-    _machine.enter(alone=_timing(item))
+    _machine.enter(alone=_alone(item))
     try:
         return (yield)
     finally:
-        if not (_timing(item) and _timing(nextitem)):
+        if not (_alone(item) and _alone(nextitem)):
             _machine.leave()
 
 

@@ -21,7 +21,9 @@ from tests import real_models
 from tests.conftest import run_cli
 from tritonkit.server.state import load_deployment
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+# alone: four full-size models warmed until steady take both cores for 90 s; beside other
+# tests their warm-up needs twice the requests (and the CPU) to become steady.
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.alone]
 
 PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
 

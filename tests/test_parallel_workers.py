@@ -153,7 +153,9 @@ def test_the_timing_tests_sharing_a_package_server_run_first_one_after_another(s
                                  "pkg/test_a.py::test_plain"], consecutive=True)
 
 
-def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path):
+@pytest.mark.parametrize("marker", ["timing", "alone"])
+def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path, marker):
+    """And an `alone` one: a load whose work would double beside other tests'."""
     spans = tmp_path / "spans"
     spans.mkdir()
     test = f"""
@@ -170,7 +172,7 @@ def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path)
         def test_other(i):
             span(f"other{{i}}")
 
-        @pytest.mark.timing
+        @pytest.mark.{marker}
         @pytest.mark.parametrize("i", range(3))
         def test_timing(i):
             span(f"timing{{i}}")
@@ -244,3 +246,40 @@ def test_a_worker_sees_the_terminal_size_the_run_was_started_with(suite):
                                   text=True).stdout == "[]\\n"
         """
     suite({"test_env": test}, "-n", "1").assert_outcomes(passed=1)
+
+
+ORDERED = {
+    "test_order": """
+        import time
+        import pytest
+
+        def test_short(): time.sleep(0.01)
+
+        def test_long(): time.sleep(0.3)
+
+        @pytest.mark.timing
+        def test_timed(): pass
+
+        @pytest.mark.xdist_group("shared")
+        def test_grouped_first(): pass
+
+        @pytest.mark.xdist_group("shared")
+        def test_grouped_second(): pass
+        """}
+
+
+def test_a_run_stores_each_tests_seconds_and_the_next_hands_out_the_longest_first(suite, pytester):
+    """The timing test's unit first (it then waits on no long test), then the longest; a
+    group's tests keep their order."""
+    first = suite(dict(ORDERED), "-p", "no:xdist", "--store-durations")
+    first.assert_outcomes(passed=5)
+    stored = json.loads((pytester.path / "tests" / "durations.json").read_text())
+    assert stored["test_order.py::test_long"] >= 0.3 > stored["test_order.py::test_short"]
+    stored["test_order.py::test_grouped_second"] = 1.0     # the group's sum: 1 s and more
+    (pytester.path / "tests" / "durations.json").write_text(json.dumps(stored))
+    collected = suite(dict(ORDERED), "--collect-only", "-q", "-n", "2", "--dist", "loadgroup")
+    collected.stdout.fnmatch_lines(["test_order.py::test_timed*",
+                                    "test_order.py::test_grouped_first*",
+                                    "test_order.py::test_grouped_second*",
+                                    "test_order.py::test_long*",
+                                    "test_order.py::test_short*"], consecutive=True)
