@@ -15,9 +15,10 @@ Measured from outside, as a user meets it: a fresh export, a deploy, a 1 s pause
 each model's first request (one per instance, sent together) at its smallest and its
 largest warmed shape; against the same requests, after the same pause, once the models
 are long warm. The models are exported once per module and each trial deploys a new copy
-of their files (new inodes, written just before the deploy, as an export leaves them):
-what the server meets is a fresh export's, at a fifth of the time. The configs carry no ``model_warmup`` (a config written by hand), so the
-figures are tritonkit's warm-up's alone; without it the same probe sees every cold start.
+of their files (new inodes, written just before the deploy, as an export leaves them): what
+the server meets is a fresh export's. The configs carry no ``model_warmup`` (a config
+written by hand), so the figures are tritonkit's warm-up's alone; without it the same probe
+sees every cold start.
 """
 
 from __future__ import annotations

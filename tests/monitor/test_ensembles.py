@@ -3,6 +3,8 @@ in their own row, and said when that cannot be told."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.conftest import run_cli
@@ -131,6 +133,18 @@ def test_monitor_watched_through_the_metrics_port_alone_says_once_it_cannot_tell
     assert len(_triton_rows(out.out)) in (2 * 3, 3 * 3)
 
 
+def _unloaded(client, model: str, headers: dict, within_s: float = 60.0) -> None:
+    """Until Triton's index says ``model`` is unloaded: its unload API returns once the
+    unload has begun, and a busy host finishes it later (its counters are there till then)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        index = client.get_model_repository_index(headers=headers)
+        if any(m["name"] == model and m.get("state") == "UNAVAILABLE" for m in index):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{model} not unloaded within {within_s:g} s")
+
+
 @pytest.mark.server
 def test_an_ensemble_unloaded_before_the_monitor_started_is_left_out_once_loaded_again(
         failing_server):
@@ -142,6 +156,7 @@ def test_an_ensemble_unloaded_before_the_monitor_started_is_left_out_once_loaded
     headers = failing_server.repository_headers()
     try:
         client.unload_model("pipeline", headers=headers)
+        _unloaded(client, "pipeline", headers)
         monitor = Monitor(None, failing_server.metrics_url, LIMITS,
                           http_url=failing_server.http_url)
         unloaded = monitor.snapshot()
