@@ -440,8 +440,8 @@ _durations_seen: dict[str, float] = {}
 def pytest_runtest_logreport(report):
     """Each test's seconds, as the run's controller hears them (a worker's too)."""
     nodeid = report.nodeid
-    if "@" in nodeid.rpartition("::")[2]:              # xdist's "@group" suffix
-        nodeid = nodeid.rpartition("@")[0]
+    if nodeid.rfind("@") > nodeid.rfind("]"):           # xdist's "@group" suffix, as xdist
+        nodeid = nodeid.rpartition("@")[0]              # reads it (an "@" in a parameter stays)
     _durations_seen[nodeid] = _durations_seen.get(nodeid, 0.0) + report.duration
 
 
