@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -85,6 +86,54 @@ def test_ctrl_c_while_the_commands_still_import_is_one_line_and_exit_130():
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert run.returncode == 130
     assert run.stderr == "error: interrupted\n"
+
+
+# An object whose __del__ fails (as tritonclient's client does when Ctrl-C cut its __init__
+# short), made where every command passes (the server's address), then the command ends.
+# Held by the failing frame, it is collected while the command ends; held by a module, as
+# the interpreter ends (after main() returned, in the console script).
+CUT_SHORT = """
+import sys
+import tritonkit.client as client
+
+class CutShort:
+    def __del__(self):
+        raise AttributeError("'InferenceServerClient' object has no attribute '_closed'")
+
+kept = []
+def post_init(self):
+    cut_short = CutShort()
+    {held}
+    raise {raised}
+
+client.Endpoint.__post_init__ = post_init
+from tritonkit._entry import main
+sys.argv = ["tritonkit", "warmup", "--url", "127.0.0.1:9", "--model", "m"]
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("held", ["pass", "kept.append(cut_short)"], ids=["by-frame", "to-exit"])
+@pytest.mark.parametrize("debug", ["", "1"])
+def test_what_an_interrupt_cut_short_is_collected_without_a_word_unless_debugging(debug, held):
+    probe = CUT_SHORT.format(raised="KeyboardInterrupt", held=held)
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "TRITONKIT_DEBUG": debug})
+    assert run.returncode == 130
+    if debug:
+        assert "Exception ignored" in run.stderr and "no attribute '_closed'" in run.stderr
+    else:
+        assert run.stderr == "error: interrupted\n"
+
+
+def test_a_failing_finaliser_in_a_command_that_was_not_interrupted_is_still_said():
+    run = subprocess.run([sys.executable, "-c", CUT_SHORT.format(raised="RuntimeError('bug')", held="pass")],
+                         capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k != "TRITONKIT_DEBUG"})
+    assert run.returncode == 1
+    assert run.stderr.startswith("error: internal error: RuntimeError: bug\n")
+    assert "Exception ignored in: <function CutShort.__del__" in run.stderr
+    assert "no attribute '_closed'" in run.stderr
 
 
 @pytest.mark.slow

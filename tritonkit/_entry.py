@@ -17,4 +17,10 @@ def main() -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
-    return run()
+    code = run()
+    from tritonkit.cli import _debug, interrupted
+
+    if interrupted(code) and not _debug():
+        # What a signal cut short and the interpreter collects as it ends says nothing.
+        sys.unraisablehook = lambda unraisable: None
+    return code

@@ -66,7 +66,7 @@ class Endpoint:
         import tritonclient.http as httpclient
 
         _interrupts_pass_through_gevent()
-        client = httpclient.InferenceServerClient(self.http_url, **kwargs)
+        client = _made(httpclient.InferenceServerClient, self.http_url, **kwargs)
         # A request as a whole within its network timeout (tritonclient's default: 60 s),
         # as a peer that says nothing ends it
         return TritonHttp(client, self.http_url, kwargs.get("network_timeout", 60.0))
@@ -77,7 +77,31 @@ class Endpoint:
                              hint="pass --grpc-url HOST:PORT with --url, or use --protocol http")
         import tritonclient.grpc as grpcclient
 
-        return grpcclient.InferenceServerClient(self.grpc_url, **kwargs)
+        return _made(grpcclient.InferenceServerClient, self.grpc_url, **kwargs)
+
+
+class _HalfMade:
+    """What a client whose ``__init__`` was cut short becomes: tritonclient's ``__del__``
+    would read attributes never set and print a traceback after our one-line error."""
+
+
+def _made(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``cls(*args, **kwargs)``, where Ctrl-C (or any error) in the middle of ``__init__``
+    closes what it had opened and leaves nothing that complains when collected."""
+    client = cls.__new__(cls)
+    try:
+        client.__init__(*args, **kwargs)
+    except BaseException:
+        parts = vars(client)
+        client.__class__ = _HalfMade
+        for name in ("_client_stub", "_channel"):   # HTTP's connection pool, gRPC's channel
+            if (part := parts.get(name)) is not None:
+                try:
+                    part.close()
+                except Exception:   # closing what never connected: nothing to lose
+                    pass
+        raise
+    return client
 
 
 def _interrupts_pass_through_gevent() -> None:

@@ -88,7 +88,42 @@ def _debug() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI. Every TritonkitError ends here as one line (and a hint) on stderr."""
+    """Run the CLI. Every TritonkitError ends here as one line (and a hint) on stderr.
+
+    A signal can cut a library object's ``__init__`` short (a tritonclient client's); its
+    ``__del__`` then fails when collected, and Python would print "Exception ignored in ..."
+    and a traceback around our one line. What is collected while a command runs is held
+    back: said after it if the command was not interrupted, else only with the debug
+    variable (the console script, ``tritonkit._entry``, does the same for what is
+    collected after an interrupted command, as the interpreter ends)."""
+    held: list[str] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: held.append(_said(unraisable))
+    code: int | None = None
+    try:
+        code = _main(argv)
+        return code
+    finally:
+        sys.unraisablehook = previous
+        if not (interrupted(code) and not _debug()):
+            sys.stderr.write("".join(held))
+
+
+def interrupted(code: int | None) -> bool:
+    """Whether ``main`` returned a signal's exit code (128 + the signal)."""
+    return code is not None and code >= 128
+
+
+def _said(unraisable) -> str:
+    """What Python's own hook prints for an exception nobody could catch."""
+    where = unraisable.err_msg or "Exception ignored in"
+    if unraisable.object is not None:
+        where = f"{where}: {unraisable.object!r}"
+    return where + "\n" + "".join(traceback.format_exception(
+        unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback))
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         # In non-standalone mode click returns typer.Exit's code instead of raising it.
         code = app(args=argv, prog_name=app.info.name, standalone_mode=False)
