@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from tests.conftest import default_signals
+
 pytestmark = pytest.mark.timeout(180)
 
 FACTORY = '''
@@ -31,7 +33,8 @@ def test_a_signal_during_the_factory_ends_the_export_and_leaves_nothing(tmp_path
     repository = tmp_path / "repo"
     proc = subprocess.Popen([sys.executable, "-m", "tritonkit", "export", f"{spec}:build",
                              "--name", "slow", "--repository", str(repository)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     deadline = time.monotonic() + 120
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -13,6 +13,8 @@ import threading
 
 import pytest
 
+from tests.conftest import default_signals
+
 pytestmark = pytest.mark.timeout(120)
 
 VERBS = {"loadtest": ("loadtest", "-m", "mlp", "-c", "1", "--duration", "1"),
@@ -53,7 +55,8 @@ def test_a_signal_while_a_request_waits_is_one_line_and_128_plus_the_signal(verb
     try:
         proc = subprocess.Popen([sys.executable, "-m", "tritonkit", *VERBS[verb], "--url",
                                  f"127.0.0.1:{peer.port}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=default_signals)
         assert peer.asked.wait(60), "the command never asked the peer"
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)

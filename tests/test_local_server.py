@@ -526,6 +526,39 @@ def test_a_server_that_crashed_is_said_to_have_crashed_with_its_last_words_not_s
         "before its models were READY: crashed (SIGBUS): backend segfaulted")
 
 
+# A start-up model failed, so tritonserver shut down, and crashed unloading the rest (seen
+# once in a suite run on a busy host; abridged from that log).
+CRASHED_ON_THE_WAY_OUT = """\
+I1205 08:03:08.410000 16560 model_lifecycle.cc:472] "loading: broken:1"
+E1205 08:03:08.574458 16560 model_lifecycle.cc:642] "failed to load 'broken' version 1: \
+Internal: RuntimeError: weights file is corrupt\\n\\nAt:\\n  {repo}/broken/1/model.py(1): <module>"
+I1205 08:03:08.574491 16560 model_lifecycle.cc:777] "failed to load 'broken'"
+I1205 08:03:10.005903 16560 model_lifecycle.cc:839] "successfully loaded 'example'"
+I1205 08:03:10.006405 16560 server.cc:305] "Waiting for in-flight requests to complete."
+I1205 08:03:10.006492 16560 server.cc:336] "All models are stopped, unloading models"
+I1205 08:03:10.006497 16560 server.cc:345] "Timeout 30: Found 1 live models and 0 in-flight \
+non-inference requests"
+"""
+
+
+def test_a_crash_as_the_server_shuts_down_after_a_failed_load_is_said_as_the_failed_load(tmp_path):
+    from tritonkit.errors import ModelLoadError
+    from tritonkit.server.local import _startup_failure
+
+    gone = _gone_server(tmp_path, CRASHED_ON_THE_WAY_OUT.format(repo=tmp_path))
+    error = _startup_failure(gone, -signal.SIGSEGV)
+    assert isinstance(error, ModelLoadError)
+    assert error.message == (
+        "Triton could not load a model: failed to load 'broken' version 1: Internal: "
+        "RuntimeError: weights file is corrupt (tritonserver then crashed as it shut down: "
+        "SIGSEGV)"), error.message
+    # the same crash with no failed load, or before the shutdown began, is the crash
+    loading_only = CRASHED_ON_THE_WAY_OUT.format(repo=tmp_path).split("I1205 08:03:10.0064")[0]
+    for log in ("I1205 loading: example:1\n", loading_only):
+        error = _startup_failure(_gone_server(tmp_path, log), -signal.SIGSEGV)
+        assert "before its models were READY: crashed (SIGSEGV)" in error.message, error.message
+
+
 @pytest.mark.parametrize("signum, said, quotes_log", [
     (signal.SIGINT, "stopped by SIGINT from outside", False),
     (signal.SIGTERM, "stopped by SIGTERM from outside", False),

@@ -585,18 +585,28 @@ class PortTaken(ServerError):
 _PORT_IN_USE = re.compile(r"Socket '[^']*:(\d+)' already in use")
 
 
+# What tritonserver logs as it begins to shut down (a start-up model failed: it exits).
+_SHUTTING_DOWN = '"Waiting for in-flight requests to complete."'
+
+
 def _startup_failure(deployment: Deployment, code: int) -> ServerError:
-    """Turn an exited server's log into one error that carries Triton's own message."""
-    if signalled := _ended_by_signal(deployment, code, "before its models were READY"):
-        return signalled
+    """Turn an exited server's log into one error that carries Triton's own message.
+
+    A model that failed to load makes tritonserver exit, and 2.51 sometimes crashes as it
+    unloads the rest (SIGSEGV: seen in a suite run on a busy host): the failed load is the
+    cause, said first; the crash after it is a clause."""
     log = _log_of(deployment)
+    crashed_on_the_way_out = (_signal_name(code) in _CRASHES and _SHUTTING_DOWN in log
+                              and any(_failed_loads(log)))
+    if not crashed_on_the_way_out and \
+            (signalled := _ended_by_signal(deployment, code, "before its models were READY")):
+        return signalled
     if taken := _PORT_IN_USE.search(log):
         port = int(taken.group(1))
         return PortTaken(f"tritonserver could not listen on port {port}: another process took "
                          "it as the server started", port=port,
                          hint=f"pass free ports (0 picks one); full server log: {deployment.log_path}")
-    model_errors = [m.group(1).split("\\n")[0] for m in _MODEL_ERROR.finditer(log)
-                    if "version" in m.group(1) or "Poll failed" in m.group(1)]
+    model_errors = list(_failed_loads(log))
     server_errors = _SERVER_ERROR.findall(log)
     hint = f"full server log: {deployment.log_path}"
     if model_errors:
@@ -605,10 +615,18 @@ def _startup_failure(deployment: Deployment, code: int) -> ServerError:
         if failed and (crash := stub_crash(failed.group(1), message, deployment.log_path,
                                            during="while it loaded")):
             return ModelLoadError(crash, hint=hint)
-        return ModelLoadError(f"Triton could not load a model: {message}", hint=hint)
+        then = f" (tritonserver then crashed as it shut down: {_signal_name(code)})" \
+            if crashed_on_the_way_out else ""
+        return ModelLoadError(f"Triton could not load a model: {message}{then}", hint=hint)
     if server_errors:
         return ServerError(f"tritonserver exited ({code}): {server_errors[-1]}", hint=hint)
     return ServerError(f"tritonserver exited with code {code}: {_tail(log)}", hint=hint)
+
+
+def _failed_loads(log: str):
+    """Triton's first line for each model it could not load, as its log says it."""
+    return (m.group(1).split("\\n")[0] for m in _MODEL_ERROR.finditer(log)
+            if "version" in m.group(1) or "Poll failed" in m.group(1))
 
 
 def _in_repository_terms(message: str, deployment: Deployment) -> str:
