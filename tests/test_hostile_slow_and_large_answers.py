@@ -177,3 +177,46 @@ def test_a_command_at_a_trickling_peer_ends_within_its_timeout_as_at_a_silent_on
     assert "timed out" in done.stderr.splitlines()[-2], done.stderr
     assert "Traceback" not in done.stderr
     assert took < 20, f"{verb} took {took:.0f} s at a peer answering a byte every 50 ms"
+
+
+class _LargeMetadata:
+    """A gRPC peer that answers ServerMetadata with ``size`` bytes of name."""
+
+    def __init__(self, size: int) -> None:
+        from concurrent import futures
+
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+            def ServerMetadata(self, request, context):
+                return service_pb2.ServerMetadataResponse(name="x" * size, version="2.51.0")
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), options=[
+            ("grpc.max_send_message_length", 2**31 - 1)])
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+
+def test_a_grpc_answer_larger_than_the_inference_bound_is_refused_not_read(monkeypatch):
+    """tritonclient's gRPC client takes answers up to 2 GiB; ours up to the bound an HTTP
+    answer has (answers.INFER_ANSWER_MAX_BYTES; 2 MiB here, so that the test sends 3)."""
+    from tritonclient.utils import InferenceServerException
+
+    from tritonkit import answers
+
+    monkeypatch.setattr(answers, "INFER_ANSWER_MAX_BYTES", 2 << 20)
+    large = _LargeMetadata(3 << 20)
+    try:
+        address = f"127.0.0.1:{large.port}"
+        client = Endpoint(address, grpc_url=address).grpc()
+        with pytest.raises(InferenceServerException, match="RESOURCE_EXHAUSTED|larger than max"):
+            client.get_server_metadata(client_timeout=30)
+        client.close()
+        monkeypatch.setattr(answers, "INFER_ANSWER_MAX_BYTES", 4 << 20)   # the control
+        within = Endpoint(address, grpc_url=address).grpc()
+        assert len(within.get_server_metadata(client_timeout=30).name) == 3 << 20
+        within.close()
+    finally:
+        large.server.stop(None)

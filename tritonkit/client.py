@@ -77,7 +77,22 @@ class Endpoint:
                              hint="pass --grpc-url HOST:PORT with --url, or use --protocol http")
         import tritonclient.grpc as grpcclient
 
+        if "channel_args" not in kwargs:
+            kwargs["channel_args"] = _grpc_channel_args(grpcclient.KeepAliveOptions())
         return _made(grpcclient.InferenceServerClient, self.grpc_url, **kwargs)
+
+
+def _grpc_channel_args(keepalive: Any) -> list[tuple[str, int]]:
+    """tritonclient's channel options, with an answer bounded as an HTTP one is: its own
+    let a peer send 2 GiB, which would be read whole into memory."""
+    return [
+        ("grpc.max_send_message_length", 2**31 - 1),
+        ("grpc.max_receive_message_length", answers.INFER_ANSWER_MAX_BYTES),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+    ]
 
 
 class _HalfMade:
