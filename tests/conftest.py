@@ -595,21 +595,37 @@ def _alone(item) -> bool:
     return _timing(item) or (item is not None and item.get_closest_marker("alone") is not None)
 
 
+def _alone_from_setup(item) -> bool:
+    """An `alone` test whose set-up measures too (a server warmed until steady): it takes
+    the machine from its set-up on. Any other takes it for its call only: what it prepares
+    (exports, a server started) runs beside other tests."""
+    return _alone(item) and bool(TIMING_FIXTURES.intersection(item.fixturenames))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Under xdist, a `timing` or `alone` test waits until no other test runs, and none
-    starts until it is done; the next one on its worker (they are grouped) keeps the machine."""
+    starts until it is done (from its call on, or from its set-up: ``_alone_from_setup``);
+    the next one on its worker (they are grouped) keeps the machine."""
     global _machine
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return (yield)
     if _machine is None:
         _machine = _Machine(run_folder(item.config._tmp_path_factory))  # as xdist reads it
-    _machine.enter(alone=_alone(item))
+    if not (_machine.held and _machine.alone and _alone(item)):
+        _machine.enter(alone=_alone_from_setup(item))
     try:
         return (yield)
     finally:
         if not (_alone(item) and _alone(nextitem)):
             _machine.leave()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    if _machine is not None and _alone(item):
+        _machine.enter(alone=True)
+    return (yield)
 
 
 # -- workers and commands see the run's environment --------------------------------------

@@ -32,18 +32,23 @@ MODELS = {"bert_base": real_models.bert_base, "gpt2": real_models.gpt2_2layer,
           "resnet50": real_models.resnet50, "vit": real_models.vit}
 
 
-def test_real_models_deploy_together_with_default_flags_warm_serve_and_stop(tmp_path):
-    repo, took = tmp_path / "repo", {}
-    started = time.monotonic()
-    vit_module = vit_inputs = None
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The four models exported (a fixture: beside other tests; the test alone), and the
+    ViT with its example inputs."""
+    repo = tmp_path_factory.mktemp("many") / "repo"
+    vit = None
     for name, build in MODELS.items():
         module, inputs, *axes = build()
         tritonkit.export(module, inputs, name=name, repository=repo,
                          dynamic_axes=axes[0] if axes else None, max_batch_size=8)
         if name == "vit":
-            vit_module, vit_inputs = module, inputs
-    took["export"] = time.monotonic() - started
+            vit = module, inputs
+    return repo, vit
 
+
+def test_real_models_deploy_together_with_default_flags_warm_serve_and_stop(exported, tmp_path):
+    (repo, (vit_module, vit_inputs)), took = exported, {}
     started = time.monotonic()
     code = run_cli("deploy", "--repository", repo, *PORTS)      # the default --timeout
     took["deploy"] = time.monotonic() - started

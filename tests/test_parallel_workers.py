@@ -155,7 +155,9 @@ def test_the_timing_tests_sharing_a_package_server_run_first_one_after_another(s
 
 @pytest.mark.parametrize("marker", ["timing", "alone"])
 def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path, marker):
-    """And an `alone` one: a load whose work would double beside other tests'."""
+    """And an `alone` one: a load whose work would double beside other tests'. From its
+    call on; from its set-up on where that set-up warms a server until steady (a timing
+    fixture, here `warm_server`)."""
     spans = tmp_path / "spans"
     spans.mkdir()
     test = f"""
@@ -168,6 +170,10 @@ def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path,
             pathlib.Path({str(spans)!r}, name).write_text(
                 json.dumps([started, time.monotonic()]))
 
+        @pytest.fixture
+        def warm_server(request):
+            span("timing-setup-" + request.node.name)
+
         @pytest.mark.parametrize("i", range(8))
         def test_other(i):
             span(f"other{{i}}")
@@ -176,9 +182,14 @@ def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path,
         @pytest.mark.parametrize("i", range(3))
         def test_timing(i):
             span(f"timing{{i}}")
+
+        @pytest.mark.{marker}
+        def test_timing_warmed(warm_server):
+            span("timing-warmed")
         """
-    suite({"test_spans": test}, "-n", "3", "--dist", "loadgroup").assert_outcomes(passed=11)
+    suite({"test_spans": test}, "-n", "3", "--dist", "loadgroup").assert_outcomes(passed=12)
     times = {path.name: json.loads(path.read_text()) for path in spans.iterdir()}
+    assert len(times) == 13
     for name, (start, end) in times.items():
         if name.startswith("timing"):
             beside = [other for other, (s, e) in times.items()
