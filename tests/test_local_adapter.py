@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -96,14 +97,22 @@ def test_concurrent_requests_are_batched_by_the_server(exported_repo):
     try:
         deployment = load_deployment(exported_repo)
         x = np.ones((1, 16), np.float32)
+        # 16 users who send together, 6 times: requests that arrive while the model runs
+        # queue, and the server batches them (16 threads that each first made a client
+        # could reach a busy host's server one after another, never queued)
+        together = threading.Barrier(16)
 
-        def one(_):
+        def user(_):
             client = httpclient.InferenceServerClient(deployment.http_url)
-            return _infer(client, "mlp", {"INPUT__0": x}, "OUTPUT__0")
+            answers = []
+            for _ in range(6):
+                together.wait(timeout=60)
+                answers.append(_infer(client, "mlp", {"INPUT__0": x}, "OUTPUT__0"))
+            return answers
 
         before = _stats(deployment.http_url)
         with ThreadPoolExecutor(16) as pool:
-            results = list(pool.map(one, range(96)))
+            results = [answer for answers in pool.map(user, range(16)) for answer in answers]
         after = _stats(deployment.http_url)
         assert all(np.array_equal(r, results[0]) for r in results)
         inferences = after["inference_count"] - before["inference_count"]
