@@ -220,3 +220,24 @@ def test_a_grpc_answer_larger_than_the_inference_bound_is_refused_not_read(monke
         within.close()
     finally:
         large.server.stop(None)
+
+
+@pytest.mark.parametrize("peer", [HEADERS_TRICKLE, BODY_TRICKLE], indirect=True,
+                         ids=["headers", "body"])
+def test_requests_sent_together_end_with_the_first_ones_deadline_and_the_client_closes(peer):
+    """Warm-up sends a burst (one request per instance) and waits for each: at a trickling
+    peer the first wait ends at its deadline, and the others, still reading in the
+    background, end with it; closing the client (which waits for them) takes no longer."""
+    import tritonclient.http as httpclient
+
+    client = Endpoint(http_url=peer.address).http(connection_timeout=1.0, network_timeout=1.0,
+                                                  concurrency=3)
+    tensor = httpclient.InferInput("INPUT__0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 4), np.float32))
+    started = time.monotonic()
+    pending = [client.async_infer("m", [tensor]) for _ in range(3)]
+    with pytest.raises(TimeoutError):
+        for request in pending:
+            request.get_result()
+    client.close()
+    assert time.monotonic() - started < 3.0

@@ -208,6 +208,12 @@ class TritonHttp:
         return getattr(self._client, name)
 
     def close(self) -> None:
+        # Requests sent together (async_infer) that are still reading when one's deadline
+        # ended the wait: ended here, where tritonclient's close would wait for them (at a
+        # peer that trickles its answer, for ever).
+        pool = getattr(self._client, "_pool", None)
+        if pool is not None:
+            pool.kill(block=True, timeout=5.0)
         self._client.close()
 
     def get_server_metadata(self, *args: Any, **kwargs: Any) -> dict:
