@@ -52,9 +52,10 @@ def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
                    "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60")
     try:
         assert code == 0, capsys.readouterr().err
-        assert len(picks) == 2
+        # picked again: once, or (on a host where other servers start too) up to 3 times
+        assert 2 <= len(picks) <= 3
         deployment = load_deployment(example_repository)
-        assert deployment.http_port == picks[1][0] != taken_port
+        assert deployment.http_port == picks[-1][0] != taken_port
         assert "already in use" in (example_repository / ".tritonkit" / "server.log.1").read_text()
     finally:
         run_cli("down", "--repository", example_repository)
