@@ -78,15 +78,16 @@ class Endpoint:
         import tritonclient.grpc as grpcclient
 
         if "channel_args" not in kwargs:
-            kwargs["channel_args"] = _grpc_channel_args(grpcclient.KeepAliveOptions())
+            kwargs["channel_args"] = _grpc_channel_args(grpcclient)
         return _made(grpcclient.InferenceServerClient, self.grpc_url, **kwargs)
 
 
-def _grpc_channel_args(keepalive: Any) -> list[tuple[str, int]]:
-    """tritonclient's channel options, with an answer bounded as an HTTP one is: its own
-    let a peer send 2 GiB, which would be read whole into memory."""
+def _grpc_channel_args(grpcclient: Any) -> list[tuple[str, int]]:
+    """tritonclient's channel options (it takes them all or none), with an answer bounded
+    as an HTTP one is: its own let a peer send 2 GiB, which would be read whole into memory."""
+    keepalive = grpcclient.KeepAliveOptions()
     return [
-        ("grpc.max_send_message_length", 2**31 - 1),
+        ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
         ("grpc.max_receive_message_length", answers.INFER_ANSWER_MAX_BYTES),
         ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
