@@ -5,11 +5,13 @@ checked, and a worker's environment as the run's."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import textwrap
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, YIELDING_NICE
 
 pytestmark = pytest.mark.slow        # each starts a pytest of its own, with workers
 
@@ -294,3 +296,41 @@ def test_a_run_stores_each_tests_seconds_and_the_next_hands_out_the_longest_firs
                                     "test_order.py::test_grouped_second*",
                                     "test_order.py::test_long*",
                                     "test_order.py::test_short*"], consecutive=True)
+
+
+
+@pytest.mark.skipif(os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NICE)[0] < 20,
+                    reason="a worker here could not take its priority back")
+def test_an_export_test_yields_the_cpu_and_its_worker_takes_its_priority_back(suite, tmp_path):
+    """An export test (EXPORT_MODULES, slow, no server) runs at YIELDING_NICE, a thread it
+    starts too; the next tests on its worker, a server test among them, at the worker's."""
+    log = tmp_path / "nice"
+    result = suite({"test_export": f"""
+        import os, threading, pytest
+
+        def note(what, value):
+            with open({str(log)!r}, "a") as f:
+                f.write(f"{{what}} {{value}}\\n")
+
+        def nice():
+            return os.getpriority(os.PRIO_PROCESS, 0)
+
+        @pytest.mark.slow
+        def test_a_export():
+            t = threading.Thread(target=lambda: note("thread", nice()))
+            t.start(); t.join()
+            note("export", nice())
+
+        def test_b_quick():
+            note("quick", nice())
+
+        @pytest.mark.slow
+        @pytest.mark.server
+        def test_c_served():
+            note("served", nice())
+        """}, "-n", "1")
+    result.assert_outcomes(passed=3)
+    seen = dict(line.split() for line in log.read_text().splitlines())
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert seen == {"thread": str(max(base, YIELDING_NICE)), "export": str(max(base, YIELDING_NICE)),
+                    "quick": str(base), "served": str(base)}

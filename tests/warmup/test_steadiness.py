@@ -20,16 +20,28 @@ from tritonkit.warmup._requests import Driver
 
 def test_steady_means_two_windows_in_a_row_agree_within_x_percent():
     rule = SteadyRule(window=3, tolerance=0.2)
-    assert not rule.is_steady([1.0] * 5)                                # too few: two windows
-    assert rule.is_steady([30.0, 1.0, 1.1, 0.95, 1.0, 1.05])            # the spike is past
-    assert not rule.is_steady([1.0, 1.0, 1.0, 30.0, 1.0, 1.1])          # ... in the last window
-    assert not rule.is_steady([1.0, 1.0, 1.0, 1.0, 1.0, 1.5])
+    assert not rule.is_steady([10.0] * 5)                                # too few: two windows
+    assert rule.is_steady([300.0, 10.0, 11.0, 9.5, 10.0, 10.5])          # the spike is past
+    assert not rule.is_steady([10.0, 10.0, 10.0, 300.0, 10.0, 11.0])     # ... in the last window
+    assert not rule.is_steady([10.0, 10.0, 10.0, 10.0, 10.0, 15.0])
     # A plateau still falling: the last window agrees with itself, not with the one before.
-    assert not rule.is_steady([4.0, 3.6, 3.2, 2.0, 1.8, 1.6])
+    assert not rule.is_steady([40.0, 36.0, 32.0, 20.0, 18.0, 16.0])
     assert not SteadyRule(window=3, tolerance=0.25).is_steady([21, 10, 9.5, 9.0, 8.6, 8.1,
                                                                 7.0, 6.0, 5.5])
     with pytest.raises(UsageError):
         SteadyRule(window=1)
+
+
+def test_a_sub_millisecond_requests_jitter_within_the_floor_is_steady_a_cold_start_is_not():
+    """0.5 ms requests that a busy host delays by up to a millisecond vary by 200 %, with
+    no cold start left; a cold start costs milliseconds more."""
+    jitter = [0.5, 1.4, 0.45, 0.5, 1.3, 0.48, 0.52, 1.5, 0.5, 0.47]
+    assert SteadyRule(floor_ms=1.0).is_steady(jitter)
+    assert not SteadyRule(floor_ms=0.0).is_steady(jitter)               # by the fraction alone
+    assert not SteadyRule().is_steady(jitter[:9] + [7.0])              # a cold start in the last
+    assert not SteadyRule().is_steady([3.0] * 5 + [0.5] * 5)            # still falling, by 2.5 ms
+    with pytest.raises(UsageError, match="steady floor"):
+        SteadyRule(floor_ms=-1)
 
 
 def test_an_unsteady_model_after_deploy_is_told_the_whole_command_to_rerun(tmp_path, capsys):
@@ -54,8 +66,14 @@ def test_a_model_that_never_becomes_steady_within_the_budget_exits_non_zero(warm
     assert captured.err.splitlines()[0] == ("error: not steady: example (the line under the "
                                             "table says why)")
     assert captured.err.splitlines()[1].startswith("hint: try --requests ")
+    assert captured.err.splitlines()[1].endswith("--steady-floor-ms (now 1)")
     assert len(captured.err) < 250
     assert _ready(warm_server)
+    # The rule's options reach it: the hint names those it ran with.
+    assert run_cli("warmup", "--repository", warm_server.repository, "--model", "example",
+                   "--requests", "2", "--steady-tolerance", "0.1", "--steady-floor-ms", "0") == 1
+    assert capsys.readouterr().err.splitlines()[1].endswith(
+        "--steady-tolerance (now 0.1) or --steady-floor-ms (now 0)")
 
 
 def test_a_models_unsteady_shapes_are_one_line_and_the_error_is_short(tmp_path, capsys):
@@ -77,7 +95,7 @@ def test_a_models_unsteady_shapes_are_one_line_and_the_error_is_short(tmp_path, 
     error = unsteady_error(results, SteadyRule(tolerance=0.001))
     assert error.message == "not steady: cnn, mlp (the line under the table says why)"
     assert error.hint == ("try --requests 500, or raise --timeout, or loosen "
-                          "--steady-tolerance (now 0.001)")
+                          "--steady-tolerance (now 0.001) or --steady-floor-ms (now 1)")
 
 
 @pytest.mark.server

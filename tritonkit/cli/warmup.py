@@ -177,7 +177,8 @@ def unsteady_error(results: list[warmup_lib.ModelWarmup],
         return None
     suggested = max((r.suggested_requests for r in unsteady if r.suggested_requests), default=None)
     fixes = [f"try --requests {suggested}"] if suggested else []
-    fixes += ["raise --timeout", f"loosen --steady-tolerance (now {rule.tolerance:g})"]
+    fixes += ["raise --timeout", f"loosen --steady-tolerance (now {rule.tolerance:g}) or "
+                                 f"--steady-floor-ms (now {rule.floor_ms:g})"]
     return TritonkitError(f"not steady: {', '.join(r.model for r in unsteady)} (the line "
                           f"under the table says why)", hint=", or ".join(fixes))
 
@@ -200,6 +201,9 @@ def warmup(
     steady_tolerance: Annotated[float, typer.Option(
         help="... each within this fraction of their median, and that median within it of "
              "the N before.", min=0.001)] = warmup_lib.SteadyRule.tolerance,
+    steady_floor_ms: Annotated[float, typer.Option(
+        help="... or within this many ms, whatever the fraction: a sub-millisecond "
+             "request's jitter is the host's.", min=0.0, max=1000.0)] = warmup_lib.SteadyRule.floor_ms,
     reload: Annotated[bool, typer.Option(
         "--reload", help="Reload models that are READY too, their files changed or not (their "
                          "cold start comes back; the old copy serves until the new one is READY).")] = False,
@@ -220,7 +224,8 @@ def warmup(
         repository = Path("model_repository")
     check_outputs({"--json": json_out, "--plot": plot}, force=force)  # before a 2-minute run
     secret = read_secret_file(secret_file) if secret_file else None
-    rule = warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance)
+    rule = warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance,
+                                 floor_ms=steady_floor_ms)
     started_at = warmup_lib.utc_now()
     try:
         with progress_status("warming up", plain_after=PHASE_LINES_EVERY_S,

@@ -21,10 +21,17 @@ class SteadyRule:
     """Latency is steady when the last ``window`` requests are each within ``tolerance``
     (a fraction) of their median, and that median is within ``tolerance`` of the median
     of the ``window`` before them: latency has settled, not merely slowed its fall (as
-    perf_analyzer asks consecutive measurement windows to agree)."""
+    perf_analyzer asks consecutive measurement windows to agree).
+
+    A difference of up to ``floor_ms`` passes whatever the fraction: a request under a
+    millisecond varies by more than 25 % on any host (a timer, an interrupt, a busy CPU's
+    scheduler) with no cold start left, and a cold start costs several milliseconds at
+    least (~30 on the local Triton here, a CUDA one hundreds). perf_analyzer's windows
+    average away what each request here is judged on."""
 
     window: int = 5
     tolerance: float = 0.25
+    floor_ms: float = 1.0
 
     def __post_init__(self) -> None:
         if self.window < 2:
@@ -33,16 +40,20 @@ class SteadyRule:
         if not 0 < self.tolerance < 10:
             raise UsageError(f"the steady tolerance must be a fraction above 0 (got {self.tolerance})",
                              hint="e.g. --steady-tolerance 0.25 for 25 %")
+        if not 0 <= self.floor_ms <= 1000:
+            raise UsageError(f"the steady floor must be 0 to 1000 ms (got {self.floor_ms})",
+                             hint="e.g. --steady-floor-ms 1; 0 judges by the fraction alone")
 
     def is_steady(self, latencies: Sequence[float]) -> bool:
         if len(latencies) < 2 * self.window:
             return False
         last = latencies[-self.window:]
         median = statistics.median(last)
-        if not all(abs(x - median) <= self.tolerance * median for x in last):
+        allowed = max(self.tolerance * median, self.floor_ms)
+        if not all(abs(x - median) <= allowed for x in last):
             return False
         before = statistics.median(latencies[-2 * self.window:-self.window])
-        return abs(before - median) <= self.tolerance * median
+        return abs(before - median) <= allowed
 
 
 @dataclass(frozen=True)
