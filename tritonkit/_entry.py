@@ -18,9 +18,9 @@ def main() -> int:
         print("error: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     code = run()
-    from tritonkit.cli import _debug, interrupted
+    from tritonkit.cli import debugging, interrupted
 
-    if interrupted(code) and not _debug():
+    if interrupted(code) and not debugging():
         # What a signal cut short and the interpreter collects as it ends says nothing.
         sys.unraisablehook = lambda unraisable: None
     return code

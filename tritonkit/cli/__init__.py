@@ -83,7 +83,8 @@ def _summaries_in_full() -> None:
 _summaries_in_full()
 
 
-def _debug() -> bool:
+def debugging() -> bool:
+    """Whether TRITONKIT_DEBUG asks for tracebacks and what finalisers print."""
     return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "no")
 
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     finally:
         sys.unraisablehook = previous
-        if not (interrupted(code) and not _debug()):
+        if not (interrupted(code) and not debugging()):
             sys.stderr.write("".join(held))
 
 
@@ -128,10 +129,10 @@ def _main(argv: list[str] | None) -> int:
         # In non-standalone mode click returns typer.Exit's code instead of raising it.
         code = app(args=argv, prog_name=app.info.name, standalone_mode=False)
     except TritonkitError as exc:
-        if _debug():
+        if debugging():
             traceback.print_exc()
         _print_error(exc.message, exc.hint)
-        if exc.detail and _debug():
+        if exc.detail and debugging():
             print(exc.detail, file=sys.stderr)
         return _exit(exc.exit_code)
     except typer.Exit as exc:
@@ -147,7 +148,7 @@ def _main(argv: list[str] | None) -> int:
             _print_error(_usage_message(exc), _usage_hint(exc))
         return _exit(getattr(exc, "exit_code", EXIT_USAGE))
     except Exception as exc:  # our bugs, and paths no check of ours foresaw
-        if _debug():
+        if debugging():
             traceback.print_exc()
         if isinstance(exc, OSError) and exc.filename:
             # A path the user gave that the OS refused (a file where a folder must be, no
