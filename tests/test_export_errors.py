@@ -352,6 +352,44 @@ def test_a_package_module_spec_is_found_in_the_working_folder_and_sys_path_is_le
     assert sys.path == before
 
 
+def test_a_files_factory_and_forward_import_its_neighbours_late_as_under_python_file(
+        tmp_path, monkeypatch):
+    """A factory or a forward() that imports a module beside its file when it runs (not at
+    the top) finds it, as `python FILE.py` would; sys.path is left as it was found."""
+    import sys
+
+    from tritonkit.export import ExportOptions, export_spec
+
+    folder = tmp_path / "user code"
+    folder.mkdir()
+    (folder / "layers_late.py").write_text(
+        "import torch\n\ndef head():\n    return torch.nn.Linear(4, 2)\n")
+    (folder / "scale_late.py").write_text("FACTOR = 2.0\n")
+    (folder / "lazy.py").write_text(
+        "import torch\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self, head):\n"
+        "        super().__init__()\n"
+        "        self.head = head\n\n"
+        "    def forward(self, x):\n"
+        "        from scale_late import FACTOR\n"
+        "        return self.head(x) * FACTOR\n\n"
+        "def build():\n"
+        "    from layers_late import head\n"
+        "    return Net(head()).eval(), torch.randn(2, 4)\n")
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    try:
+        result = export_spec(f"{folder / 'lazy.py'}:build",
+                             ExportOptions(repository=tmp_path / "repo", name="lazy"))
+    finally:
+        for name in ("layers_late", "scale_late"):
+            sys.modules.pop(name, None)
+    worst = result.report["verification"]["max_errors"].values()
+    assert worst and all(w["passed"] for w in worst)          # forward() ran, scaled
+    assert sys.path == before
+
+
 def test_an_existing_model_is_not_replaced_without_force(capsys, repository):
     code, line, _ = export_fails(capsys, repository, f"{MLP}:build", "--name", "existing")
     assert code == EXIT_USAGE

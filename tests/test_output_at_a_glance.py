@@ -125,7 +125,8 @@ def test_a_wide_terminal_gets_the_headers_on_one_line():
     text = _printed(fitted(warmup_cli.warmup_table(_warmups())), 160)
     header = next(line for line in text.splitlines() if line.startswith("model"))
     assert header.split() == ["model", "load", "s", "first", "ms", "p50", "ms", "first/p50",
-                              "worst", "ms", "reqs", "after", "ms", "after/p50", "steady"]
+                              "worst", "ms", "reqs", "after", "ms", "after/its", "p50",
+                              "steady"]
 
 
 def test_a_spike_is_a_row_of_its_table_and_not_said_again_as_a_warning():

@@ -31,7 +31,7 @@ def export(
     name: Annotated[str, typer.Option("--name", "-n", help="Model name (its folder in the repository).")],
     repository: Repository,
     gpu: Annotated[Optional[str], typer.Option(
-        "--gpu", help="Target GPU profile (p100, a10, or a profile .toml).")] = None,
+        "--gpu", help="Target GPU profile (a10, cpu, p100, or a profile .toml).")] = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="onnx, or tensorrt (a plan built on the target GPU).")] = "onnx",
     max_batch_size: Annotated[int, typer.Option(

@@ -40,7 +40,7 @@ MetricsPort = Annotated[int, typer.Option(
 ThresholdsFile = Annotated[Optional[Path], typer.Option(
     "--thresholds", help="Alert and wall thresholds TOML (default configs/alerts.toml).")]
 Gpu = Annotated[Optional[str], typer.Option(
-    "--gpu", help="GPU profile (p100, a10, or a .toml path).")]
+    "--gpu", help="GPU profile (a10, cpu, p100, or a .toml path).")]
 # A day: longer is no sampling interval (time.sleep overflows at inf), and a --live
 # recording is held in memory until it is diagnosed.
 DAY_S = 86_400.0

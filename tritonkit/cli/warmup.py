@@ -60,7 +60,7 @@ def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
 
 # The table's columns; docs/commands/warmup.md says what each holds.
 COLUMNS = ("load s", "first ms", "p50 ms", "first/p50", "worst ms", "reqs", "after ms",
-           "after/p50", "steady")
+           "after/its p50", "steady")
 # Why a model has no load time (the "load s" column).
 LOAD_LEGEND = {"start": "start: loaded at server start, first request still cold",
                "ready": "ready: already warm, no cold start"}

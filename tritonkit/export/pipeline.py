@@ -32,9 +32,10 @@ from tritonkit.errors import (ExportError, TritonkitError, UsageError, UserCodeE
 from tritonkit.export import onnx_export, reproduce, staging, tensorrt, user_code
 from tritonkit.export.forward import ForwardCall, call, named_outputs
 from tritonkit.export.report import build_report, file_record
-from tritonkit.export.spec import (FORWARD_DUTY, ModelInputs, axes_by_input, default_output_name,
-                                   load_factory, normalize_inputs, order_like_forward,
-                                   passes_by_keyword, refuse_empty_names)
+from tritonkit.export.spec import (FORWARD_DUTY, ModelInputs, axes_by_input, beside_the_file,
+                                   default_output_name, load_factory, names_a_file,
+                                   normalize_inputs, order_like_forward, passes_by_keyword,
+                                   refuse_empty_names)
 from tritonkit.export.verify import (VERIFY_BATCHES, budget_for, check_graph, open_session,
                                      reference_mode, verify_against_torch)
 from tritonkit.fileio import atomic_write, refuse_overwrite
@@ -96,15 +97,16 @@ def export_spec(spec: str, options: ExportOptions,
     # Refuse before the factory runs: building a large model only to refuse it wastes minutes.
     refuse_overwrite(Path(options.repository) / options.name, force=options.force, what="model",
                      instead="choose another --name")
-    module, example_inputs, declared = load_factory(spec)
-    axes = axes_by_input(declared or {})
-    for name, extra in axes_by_input(dynamic_axes or {}).items():
-        axes.setdefault(name, {}).update(extra)
-    target, sep, attr = spec.rpartition(":")
-    if target.endswith(".py") or "/" in target:
-        spec = f"{Path(target).resolve()}{sep}{attr}"
-    return export_model(module, example_inputs, options, dynamic_axes=axes, spec=spec,
-                        on_note=on_note)
+    with beside_the_file(spec):
+        module, example_inputs, declared = load_factory(spec)
+        axes = axes_by_input(declared or {})
+        for name, extra in axes_by_input(dynamic_axes or {}).items():
+            axes.setdefault(name, {}).update(extra)
+        target, sep, attr = spec.rpartition(":")
+        if names_a_file(target):
+            spec = f"{Path(target).resolve()}{sep}{attr}"
+        return export_model(module, example_inputs, options, dynamic_axes=axes, spec=spec,
+                            on_note=on_note)
 
 
 def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOptions, *,

@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -87,8 +87,13 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
     return _unpack(built, spec)
 
 
+def names_a_file(target: str) -> bool:
+    """Whether a SPEC's part before the colon is a file (else a module name)."""
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
 def _import_target(target: str):
-    if target.endswith(".py") or "/" in target or "\\" in target:
+    if names_a_file(target):
         path = Path(target)
         check_regular(path, what="model file",
                       hint="pass FILE.py:FACTORY with a path to an existing file")
@@ -137,14 +142,33 @@ def _importing(what: str | Path):
 
 
 @contextmanager
-def _on_sys_path(folder: Path) -> Iterator[None]:
-    """``folder`` first on sys.path while the block imports; taken off again afterwards."""
+def _on_sys_path(folder: Path, last: bool = False) -> Iterator[None]:
+    """``folder`` on sys.path (first, or ``last``) while the block runs; taken off again."""
     entry = str(folder)
-    sys.path.insert(0, entry)
+    if last:
+        sys.path.append(entry)
+    else:
+        sys.path.insert(0, entry)
     try:
         yield
     finally:
-        sys.path.remove(entry)
+        with suppress(ValueError):  # the user's code may have taken it off itself
+            at = len(sys.path) - 1 - sys.path[::-1].index(entry) if last else sys.path.index(entry)
+            del sys.path[at]
+
+
+@contextmanager
+def beside_the_file(spec: str) -> Iterator[None]:
+    """A FILE.py:FACTORY's folder on sys.path while its factory and the model's forward()
+    run, which may import the file's neighbours then, as under ``python FILE.py``. Last
+    on it: past the file's own import (which has it first), a neighbour named like a
+    package tritonkit imports later (onnx.py, say) must not take its place."""
+    target, sep, _ = spec.rpartition(":")
+    if not (sep and names_a_file(target)):
+        yield
+        return
+    with _on_sys_path(Path(target).resolve().parent, last=True):
+        yield
 
 
 def _unpack(built: Any, spec: str) -> tuple[torch.nn.Module, Any, dict | None]:
