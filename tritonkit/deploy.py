@@ -20,7 +20,8 @@ from tritonkit.client import Endpoint
 from tritonkit.deadline import StallDeadline
 from tritonkit.errors import Interrupted, TritonkitError, UsageError
 from tritonkit.profiles import available_profiles, load_profile
-from tritonkit.repository import model_names, refuse_missing_gpu_configs, refuse_versionless
+from tritonkit.repository import (model_names, refuse_missing_gpu_configs,
+                                  refuse_shell_unsafe_path, refuse_versionless)
 from tritonkit.server import compose, k8s
 from tritonkit.server.container import container_spec
 from tritonkit.server.local import (Deadline, Progress, discard_mirror, mirror_dir,
@@ -54,6 +55,7 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
     """
     # Absolute: the server's --model-repository is how `down` knows its process is ours.
     repository = Path(repository).resolve()
+    refuse_shell_unsafe_path(repository, "repository path")
     models = model_names(repository)
     refuse_versionless(repository, models)
     if gpu:

@@ -133,8 +133,18 @@ def printable(text: str) -> str:
 
 def shell_word(value: object) -> str:
     """``value`` as one word of a shell command a hint or a report prints for the user to
-    paste: quoted where a space, quote or ``$`` would split it or run something."""
-    return shlex.quote(str(value))
+    paste: quoted where a space, quote or ``$`` would split it or run something. One with a
+    control character (a newline) is ANSI-C quoted (``$'a\\nb'``, bash and zsh): the one
+    line an error is printed on escapes it, which inside plain quotes pastes as ``\\n``."""
+    text = str(value)
+    if not any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return shlex.quote(text)
+    escaped = "".join(_ANSI_C.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
+                      for c in text)
+    return f"$'{escaped}'"
+
+
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 def interrupted_by(signum: int) -> str:

@@ -87,12 +87,21 @@ def check_replaceable(path: Path, *, what: str = "file") -> None:
 OUTPUT_SUFFIXES = {"--json": ".json", "--csv": ".csv", "--plot": ".png"}
 
 
+# The folder in a repository that holds tritonkit's state (the deployment, its secret, the
+# server's log and mirror): no output a user asks for goes in it, --force or not.
+STATE_DIRNAME = ".tritonkit"
+
+
 def check_output(path: Path, *, force: bool, what: str, suffix: str | None = None) -> None:
     """Before long work: an output file that exists is kept unless ``force``, and one that
     could not be written (a folder at that path, a file where a folder must be, a folder
-    we may not write to) is refused now rather than losing what the work produced.
-    ``suffix`` (".csv") makes the hint's example file name."""
+    we may not write to, tritonkit's own state folder) is refused now rather than losing
+    what the work produced. ``suffix`` (".csv") makes the hint's example file name."""
     path = Path(path)
+    if STATE_DIRNAME in path.resolve().parts[:-1] or STATE_DIRNAME in path.parts[:-1]:
+        raise UsageError(f"{what} {path} is inside a {STATE_DIRNAME} folder, which holds a "
+                         "deployment's state, secret and log",
+                         hint=f"give a path outside {STATE_DIRNAME}/")
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder",
                          hint=f"give a file name, e.g. {path / ('run' + suffix)}" if suffix

@@ -26,8 +26,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import np_to_triton_dtype
 
 from tritonkit.errors import UsageError, shell_word
-from tritonkit.fileio import (GIB, MIB, atomic_write, check_regular, read_stamp, read_user_file,
-                              read_user_text, refuse_overwrite, sha256_of, stamp_digest)
+from tritonkit.fileio import (GIB, MIB, STATE_DIRNAME, atomic_write, check_regular, read_stamp,
+                              read_user_file, read_user_text, refuse_overwrite, sha256_of,
+                              stamp_digest)
 from tritonkit.profiles import GpuProfile, available_profiles, load_profile
 from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME
 
@@ -928,6 +929,7 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
         profiles.setdefault(other, load_profile(other))
     targets = [model_dir / "config.pbtxt",
                *(model_dir / "configs" / f"{p}.pbtxt" for p in profiles)]
+    _refuse_folders_leaving(Path(repository), {target.parent for target in targets})
     for target in targets:                       # refuse before anything is written
         refuse_overwrite(target, force=force, what="model config")
     # With --force a config tuned by hand is replaced too: said, so the tuning is not lost unseen.
@@ -951,6 +953,18 @@ def configure(repository: Path, name: str, *, gpu: str | None = None,
     for stale in skipped:                        # a config from before would mis-serve
         (model_dir / "configs" / f"{stale}.pbtxt").unlink(missing_ok=True)
     return Configured(written, skipped, notes, profile=default.name)
+
+
+def _refuse_folders_leaving(repository: Path, folders: set[Path]) -> None:
+    """A UsageError for a folder configs would be written in that is a link out of the
+    repository (or into its state folder), as the local mirror refuses to read one."""
+    inside = Path(os.path.realpath(repository))
+    for folder in sorted(folders):
+        real = Path(os.path.realpath(folder))
+        if not real.is_relative_to(inside) or real.is_relative_to(inside / STATE_DIRNAME):
+            raise UsageError(f"{folder} is a link to {real}, outside the model repository "
+                             f"{repository}: configs are written only inside it",
+                             hint=f"replace the link with a folder of its own: rm {shell_word(folder)}")
 
 
 def _find_onnx(model_dir: Path) -> Path:

@@ -17,7 +17,7 @@ REPORT_FILENAME = "export-report.json"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
-def check_model_name(name: str) -> None:
+def check_model_name(name: str, hint: str = "e.g. --name mlp") -> None:
     """A UsageError unless ``name`` can name a model folder and sit in a request's URL.
 
     Triton itself serves a folder named ``.x`` or ``-x``; tritonkit does not: its own
@@ -41,7 +41,7 @@ def check_model_name(name: str) -> None:
         why = f"it holds {bad!r}"
     raise UsageError(f"model name '{shown}' is not a plain folder name: {why}",
                      hint="use ASCII letters, digits, '_', '.' and '-', up to 128, starting with a "
-                          "letter, digit or '_', e.g. --name mlp")
+                          f"letter, digit or '_', {hint}")
 
 
 def is_model_dir(path: Path) -> bool:
@@ -64,6 +64,8 @@ def model_names(repository: Path) -> list[str]:
         raise UsageError(f"model repository {repository} is not a folder",
                          hint="pass the folder that holds <model>/config.pbtxt")
     names = sorted(p.name for p in repository.iterdir() if is_model_dir(p))
+    for name in names:      # a folder's name is a model's: in URLs, and in a shell (below)
+        check_model_name(name, hint=f"rename the folder {shell_word(repository / name)}")
     if not names:
         raise UsageError(f"model repository {repository} holds no models",
                          hint="export one first: tritonkit export SPEC --name NAME "
@@ -113,3 +115,23 @@ def refuse_missing_gpu_configs(repository: Path, models: list[str], gpu: str) ->
                 "with config.pbtxt, made for another GPU",
                 hint=f"see why with: tritonkit config {shell_word(model)} --repository {shell_word(repository)} --gpu {shell_word(gpu)} "
                      "--force (a card the model does not fit is left out)")
+
+
+# Triton's python backend (2.51) starts each model's stub through a shell, with the model's
+# path and the stub's unquoted on its command line: a space there splits the path (the
+# load then hangs), `$(...)` runs a command. Letters and digits (any script) and these
+# punctuation marks are plain words to a shell.
+_SHELL_PLAIN = re.compile(r"[\w./+,:=@%-]+")
+
+
+def refuse_shell_unsafe_path(path: Path, what: str) -> None:
+    """A UsageError naming the first character of ``path`` that a shell would not take as
+    part of a plain word (where tritonserver's python backend puts it on a shell's line)."""
+    text = str(path)
+    if _SHELL_PLAIN.fullmatch(text):
+        return
+    bad = next(c for c in text if not _SHELL_PLAIN.fullmatch(c))
+    raise UsageError(f"the {what} {shell_word(path)} holds {bad!r}, which Triton's python "
+                     "backend puts on a shell's command line unquoted (a space splits the "
+                     "path, $( ) runs a command)",
+                     hint="move or rename it: letters, digits and _ . / + , : = @ % - only")

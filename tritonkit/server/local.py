@@ -33,6 +33,7 @@ from tritonkit.client import health
 from tritonkit.deadline import Deadline, StallDeadline
 from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageError, shell_word
 from tritonkit.fileio import read_tail
+from tritonkit.repository import refuse_shell_unsafe_path
 from tritonkit.server.binary import find_install, prepare_backends, server_environment
 from tritonkit.server.loading import LoadWatch, stub_crash
 from tritonkit.server.settings import Ports, ServerSettings, tritonserver_argv
@@ -363,6 +364,8 @@ def _start_local(repository: Path, settings: ServerSettings, ports: Ports, *,
                  server_config: Path | None) -> Deployment:
     """start_local on ports resolved already."""
     repository = Path(repository).resolve()
+    for folder in {repository, Path(serve_from or repository).resolve()}:   # backends under the first
+        refuse_shell_unsafe_path(folder, "repository path")
     deadline = StallDeadline(timeout)
     refuse_if_recorded(repository)
     install = find_install()

@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tritonkit.errors import UsageError, shell_word
-from tritonkit.fileio import KIB, MIB, OwnedFolder
+from tritonkit.fileio import KIB, MIB, STATE_DIRNAME, OwnedFolder
 
-STATE_DIRNAME = ".tritonkit"
 STATE_FILENAME = "server.json"
 SECRET_FILENAME = "secret"
 LOCK_FILENAME = "deploy.lock"
