@@ -17,6 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -226,6 +227,8 @@ def warmup_lengths(report: dict, labels: dict[str, dict[int, str]]) -> tuple[dic
 def _plan_limits(report: dict, labels: dict[str, dict[int, str]]) -> dict[str, int]:
     """The longest length per label a TensorRT plan's optimization profile accepts."""
     build = report.get("tensorrt_build") or report.get("tensorrt_recipe") or {}
+    if not isinstance(build, dict):             # a recipe given as its command line alone
+        return {}
     limits: dict[str, int] = {}
     for name, shapes in (build.get("shapes") or {}).items():
         for axis, label in labels.get(name, {}).items():
@@ -865,13 +868,67 @@ def read_report(model_dir: Path) -> dict:
     text = read_user_text(path, what="export report", limit=CONFIG_MAX_BYTES,
                           hint="re-export the model with --force")
     try:
-        return json.loads(text)
+        report = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON ({exc})",
                          hint="re-export the model with --force") from None
     except RecursionError:      # arrays or objects nested thousands deep
         raise UsageError(f"{path} is no export report: it nests deeper than a JSON parser follows",
                          hint="re-export the model with --force") from None
+    _check_report(report, path)
+    return report
+
+
+def _check_report(report: Any, path: Path) -> None:
+    """A UsageError naming the first field of an export report that is not what the config
+    generator reads it as (a file edited by hand, or not a report at all)."""
+    def expect(value: Any, kind: type | tuple, field: str) -> Any:
+        if value is None and field != "the report":
+            return value
+        if isinstance(value, bool) and kind is int or not isinstance(value, kind):
+            want = {dict: "an object", list: "a list", str: "a string", int: "a whole number"}
+            raise UsageError(f"{path}: {field} is {type(value).__name__} {_shown(value)}, not "
+                             f"{want.get(kind, kind)}", hint="re-export the model with --force")
+        return value
+
+    expect(report, dict, "the report")
+    batch = expect(report.get("max_batch_size"), int, "max_batch_size")
+    if batch is not None and not 0 <= batch <= MAX_BATCH_SIZE:
+        raise UsageError(f"{path}: max_batch_size {batch} is not a batch limit (0 to "
+                         f"{MAX_BATCH_SIZE})", hint="re-export the model with --force")
+    expect(report.get("gpu"), str, "gpu")
+    expect(report.get("plans"), dict, "plans")
+    for name, record in (expect(report.get("files"), dict, "files") or {}).items():
+        expect(expect(record, dict, f"files.{name}").get("sha256") if record else None,
+               str, f"files.{name}.sha256")
+    verification = expect(report.get("verification"), dict, "verification") or {}
+    for i, case in enumerate(expect(verification.get("cases"), list, "verification.cases") or []):
+        lengths = (expect(case, dict, f"verification.cases[{i}]") or {}).get("lengths")
+        for label, size in (expect(lengths, dict, f"verification.cases[{i}].lengths") or {}).items():
+            expect(size, int, f"verification.cases[{i}].lengths.{label}")
+    for i, spec in enumerate(expect(report.get("inputs"), list, "inputs") or []):
+        spec = expect(spec, dict, f"inputs[{i}]") or {}
+        expect(spec.get("name"), str, f"inputs[{i}].name")
+        for axis, size in enumerate(expect(spec.get("example_shape"), list,
+                                           f"inputs[{i}].example_shape") or []):
+            expect(size, int, f"inputs[{i}].example_shape[{axis}]")
+    for key in ("tensorrt_build", "tensorrt_recipe"):     # a recipe may be a command line
+        build = report.get(key)
+        if key == "tensorrt_build":
+            expect(build, dict, key)
+        if not isinstance(build, dict):
+            continue
+        for name, shapes in (expect(build.get("shapes"), dict, f"{key}.shapes") or {}).items():
+            shapes = expect(shapes, dict, f"{key}.shapes.{name}") or {}
+            for axis, size in enumerate(expect(shapes.get("max"), list,
+                                               f"{key}.shapes.{name}.max") or []):
+                expect(size, int, f"{key}.shapes.{name}.max[{axis}]")
+
+
+def _shown(value: Any) -> str:
+    """A value as an error shows it: its JSON, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 @dataclass(frozen=True)
