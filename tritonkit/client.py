@@ -9,6 +9,7 @@ Triton is said to be so in one line (``NotTriton``), wherever it is first asked.
 from __future__ import annotations
 
 import http.client
+import math
 import os
 import re
 import socket
@@ -524,10 +525,24 @@ def wait_until(check: Callable[[], str | None], deadline: "Deadline",
         delay = min(delay * 2, max_delay)
 
 
-def example_input(datatype: str, shape: list[int], rng: np.random.Generator) -> np.ndarray:
-    """A realistic random tensor for a Triton datatype and a concrete shape."""
+# The most one input tensor made up to send may hold: what an answer may (answers.py).
+EXAMPLE_INPUT_MAX_BYTES = 1 << 30
+
+
+def example_input(datatype: str, shape: list[int], rng: np.random.Generator,
+                  name: str = "the input") -> np.ndarray:
+    """A realistic random tensor for a Triton datatype and a concrete shape; a UsageError
+    for one larger than EXAMPLE_INPUT_MAX_BYTES (a config's dims of 10^11, say), which
+    would otherwise be a MemoryError, or the host's memory gone."""
     from tritonclient.utils import triton_to_np_dtype
 
+    itemsize = 9 if datatype == "BYTES" else np.dtype(triton_to_np_dtype(datatype)).itemsize
+    size = math.prod(shape) * itemsize
+    if size > EXAMPLE_INPUT_MAX_BYTES:
+        raise UsageError(f"{name} of shape {list(shape)} ({datatype}) would be "
+                         f"{size / (1 << 30):,.0f} GiB in one request, more than the "
+                         f"{EXAMPLE_INPUT_MAX_BYTES >> 30} GiB tritonkit sends",
+                         hint="check its dims and max_batch_size in the model's config.pbtxt")
     if datatype == "BYTES":
         return np.array([b"tritonkit"] * int(np.prod(shape)), dtype=object).reshape(shape)
     dtype = np.dtype(triton_to_np_dtype(datatype))

@@ -178,7 +178,8 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
             data = _fit(_unflatten(given.pop(name), name, dims), name, datatype, dims, bool(max_batch),
                         batch_size)
         else:
-            data = example_input(datatype, ([batch_size] if max_batch else []) + dims, rng)
+            data = example_input(datatype, ([batch_size] if max_batch else []) + dims, rng,
+                                 name=f"input {name}")
         inputs.append((name, datatype, data))
     if sized:
         raise UsageError(f"--shape names inputs the model does not have: {', '.join(sorted(sized))}",

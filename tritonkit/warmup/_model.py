@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tritonkit.client import Endpoint
+from tritonkit.errors import UsageError
 from tritonkit.server.local import Deadline, Progress
 from tritonkit.warmup._config import (
     describe_shape,
@@ -100,7 +101,10 @@ def _targets(driver: Driver, config: dict, versions: list[str]) -> list[_Target]
     is named only when there are several."""
     shapes = warmup_shapes(config)
     rng = np.random.default_rng(0)
-    prepared = [driver.inputs(shape, rng) for shape in shapes]
+    try:
+        prepared = [driver.inputs(shape, rng) for shape in shapes]
+    except UsageError as exc:               # an input its config makes too large to send
+        raise UsageError(f"'{driver.name}': {exc.message}", hint=exc.hint) from None
     return [_Target(f"v{version} {describe_shape(shape)}" if version else describe_shape(shape),
                     version, inputs)
             for version in (versions if len(versions) > 1 else [""])

@@ -194,7 +194,8 @@ def _peek(items: Iterator) -> tuple[Any, Iterator]:
 
 def _filled(protocol: Any, shape: dict[str, tuple[str, list[int]]],
             rng: np.random.Generator) -> list:
-    return infer_inputs(protocol, ((name, datatype, example_input(datatype, dims, rng))
+    return infer_inputs(protocol, ((name, datatype,
+                                    example_input(datatype, dims, rng, name=f"input {name}"))
                                    for name, (datatype, dims) in shape.items()))
 
 
