@@ -636,3 +636,34 @@ def test_a_live_recording_with_neither_a_gpu_nor_triton_is_refused_naming_both()
         record_live(monitor, interval=1, duration=1, sleep=lambda s: None)
     assert "no GPU" in refused.value.message and "no Triton server" in refused.value.message
     assert "--repository" in refused.value.hint and "allow-gpu-metrics" not in refused.value.hint
+
+
+def test_a_recording_is_read_row_by_row_not_held_whole(tmp_path):
+    """A 1.2 GB file (sparse: no disk) with a one-line header: diagnose held about five
+    times the file in memory before it looked at that header (6 GB here, a MemoryError
+    under a 2 GB address-space limit); read row by row it needs ~80 MB."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "long.csv"
+    path.write_text("elapsed_s,gpu_util\n")
+    with path.open("r+b") as handle:
+        handle.truncate(1200 << 20)
+    probe = ("import resource, sys\n"
+             "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+             "from tritonkit.cli import main\n"
+             f"sys.exit(main(['diagnose', {str(path)!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[0] == (f"error: {path} has no column 'util_pct' in its "
+                                           "first line: it is no recording of tritonkit monitor")
+
+
+def test_a_line_longer_than_any_row_is_no_recording(tmp_path, capsys):
+    path = tmp_path / "one_line.csv"
+    path.write_text("elapsed_s,util_pct" + "x" * (2 << 20) + "\n")
+    assert run_cli("diagnose", path) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: line 1 of {path} is longer than 1,048,576 characters: it is no recording of "
+        "tritonkit monitor")

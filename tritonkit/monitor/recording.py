@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from tritonkit.errors import TritonkitError, UsageError
-from tritonkit.fileio import read_user_file, refuse_overwrite
+from tritonkit.fileio import open_regular, refuse_overwrite
 from tritonkit.monitor.nvml import GpuSample, slowdowns
 from tritonkit.monitor.triton_metrics import ModelCounters
 
@@ -293,22 +293,44 @@ class CsvRecorder:
 CSV_MAX_BYTES = 2 << 30
 
 
-def _read_text(path: Path) -> str:
-    data = read_user_file(path, what="the monitor CSV", limit=CSV_MAX_BYTES,
-                          hint="give a file recorded by tritonkit monitor --csv FILE")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not a text CSV (it is not UTF-8)",
-                         hint="give a file recorded by tritonkit monitor --csv FILE") from None
+# A row of a recording is under 1 KB; a longer line is no recording (a binary, a log).
+CSV_LINE_MAX_CHARS = 1 << 20
+_RECORDED_HINT = "give a file recorded by tritonkit monitor --csv FILE"
+
+
+@contextmanager
+def _csv_records(path: Path) -> Iterator[csv.DictReader]:
+    """A recording's rows, read as they are iterated (a 2 GiB file is not held whole, nor
+    one of its lines past CSV_LINE_MAX_CHARS); a file that is no UTF-8 CSV is a UsageError
+    naming it."""
+    fd = open_regular(path, what="the monitor CSV", limit=CSV_MAX_BYTES, hint=_RECORDED_HINT)
+    with io.TextIOWrapper(os.fdopen(fd, "rb"), encoding="utf-8", newline="") as handle:
+        try:
+            yield csv.DictReader(_bounded_lines(handle, path))
+        except UnicodeDecodeError:
+            raise UsageError(f"{path} is not a text CSV (it is not UTF-8)",
+                             hint=_RECORDED_HINT) from None
+        except csv.Error as exc:
+            raise UsageError(f"{path} is not a CSV tritonkit monitor wrote ({exc})",
+                             hint=_RECORDED_HINT) from None
+
+
+def _bounded_lines(handle: IO[str], path: Path) -> Iterator[str]:
+    number = 0
+    while line := handle.readline(CSV_LINE_MAX_CHARS + 1):
+        number += 1
+        if len(line) > CSV_LINE_MAX_CHARS:
+            raise UsageError(f"line {number} of {path} is longer than "
+                             f"{CSV_LINE_MAX_CHARS:,} characters: it is no recording of "
+                             "tritonkit monitor", hint=_RECORDED_HINT)
+        yield line
 
 
 def read_models_csv(path: Path) -> list[ModelRow]:
     """Read a per-model CSV (``<stem>.models.csv``); UsageError naming the file, line and
     column on bad input."""
     path = Path(path)
-    with io.StringIO(_read_text(path), newline="") as handle:
-        reader = csv.DictReader(handle)
+    with _csv_records(path) as reader:
         missing = [c for c in MODEL_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise UsageError(f"{path} has no column '{missing[0]}': it is no per-model CSV",
@@ -324,9 +346,7 @@ def read_models_csv(path: Path) -> list[ModelRow]:
 def read_monitor_csv(path: Path) -> list[MonitorRow]:
     """Read a monitor CSV; UsageError naming the file, line and column on bad input."""
     path = Path(path)
-    text = _read_text(path)
-    with io.StringIO(text, newline="") as handle:
-        reader = csv.DictReader(handle)
+    with _csv_records(path) as reader:
         header = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
