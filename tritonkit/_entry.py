@@ -18,6 +18,11 @@ def main() -> int:
         print("error: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     code = run()
+    # The command's outcome is decided: a Ctrl-C, SIGTERM or SIGHUP now (a user pressing
+    # again) would end the interpreter by the signal itself as it exits, before it flushed
+    # what the command said to a pipe or a file (its whole report) and with no exit code.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     from tritonkit.cli import debugging, interrupted
 
     if interrupted(code) and not debugging():

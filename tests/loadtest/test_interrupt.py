@@ -100,11 +100,13 @@ def _workers_of(pid: int) -> set[int]:
     return workers
 
 
-def _signalled_in_level(deployment, out: Path, level: int, signum: int, *args: str):
+def _signalled_in_level(deployment, out: Path, level: int, signum: int, *args: str,
+                        again_every_s: float | None = None):
     """`tritonkit loadtest` (one worker a level, each level a new one) signalled ``level``
     (1, 2, ...) levels in, its worker started: the run, its stdout and stderr, and the
     seconds from the signal to its end. SIGINT goes to the process group, as a terminal's
-    Ctrl-C; another signal to the command alone, as a CI runner's."""
+    Ctrl-C; another signal to the command alone, as a CI runner's. ``again_every_s``: the
+    signal again every so often until the command ends (a user pressing Ctrl-C again)."""
     run = subprocess.Popen(
         [sys.executable, "-m", "tritonkit", "loadtest", "--repository", str(deployment.repository),
          "--model", "example", "--workers", "1", "--warmup-s", "0.2", "--json", str(out / "run.json"),
@@ -122,10 +124,15 @@ def _signalled_in_level(deployment, out: Path, level: int, signum: int, *args: s
             seen |= new
         time.sleep(0.7)         # its worker started and counted; the level well short of its end
         pressed = time.monotonic()
-        if signum == signal.SIGINT:
-            os.killpg(run.pid, signum)
-        else:
-            os.kill(run.pid, signum)
+        send = (lambda: os.killpg(run.pid, signum)) if signum == signal.SIGINT else (
+            lambda: os.kill(run.pid, signum))
+        send()
+        while again_every_s and run.poll() is None and time.monotonic() < pressed + 30:
+            time.sleep(again_every_s)
+            try:
+                send()
+            except ProcessLookupError:
+                break
         stdout, stderr = run.communicate(timeout=60)
         return run, stdout, stderr, time.monotonic() - pressed
     finally:
@@ -166,6 +173,24 @@ def test_a_signal_after_a_level_finished_reports_that_level_and_leaves_out_the_o
     with open(tmp_path / "run.csv", newline="") as f:
         assert {row["level"] for row in csv.DictReader(f)} == {"concurrency 1"}
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timing
+@pytest.mark.server
+def test_ctrl_c_pressed_again_and_again_still_says_the_report_and_names_each_file(
+        served, tmp_path):
+    """A user who presses Ctrl-C again while the finished level's report is written (the
+    plot takes a second) got "error: interrupted" alone: no table, the PNG missing, the
+    files not named. The signals after the first wait for the report."""
+    run, out, err, _ = _signalled_in_level(served, tmp_path, 2, signal.SIGINT, "--concurrency",
+                                           "1,2", "--duration", "3", again_every_s=0.05)
+    assert run.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "error: interrupted", err
+    assert "c=1" in out, out
+    for name in ("run.json", "run.csv", "run.png"):
+        assert f"wrote {tmp_path / name}" in out, out
+        assert (tmp_path / name).stat().st_size > 0
+    assert json.loads((tmp_path / "run.json").read_text())["interrupted"] is True
 
 
 @pytest.mark.server

@@ -16,7 +16,7 @@ from tritonkit.cli.options import JsonOut, Url, console, err_console
 from tritonkit.client import resolve_endpoint
 from tritonkit.errors import EXIT_ERROR, EXIT_OK, Interrupted, UsageError
 from tritonkit.fileio import check_outputs
-from tritonkit.server.local import signals_interrupt
+from tritonkit.server.local import signals_deferred, signals_interrupt
 
 
 DEFAULT_REPOSITORY = Path("model_repository")
@@ -139,31 +139,36 @@ def loadtest(
                TimeRemainingColumn())
     # SIGTERM (a cancelled CI job) and SIGHUP (a closed terminal) end the run as Ctrl-C
     # does, its workers stopped: a signal's default action would leave them loading the server.
-    with signals_interrupt(), Progress(*columns, console=err_console, transient=True,
-                                       disable=not err_console.is_terminal) as progress:
-        result = loadtest_lib.run_loadtest(
-            endpoint, spec, progress=_ProgressBar(progress), repository=repository if url is None else None,
-            warn=lambda line: err_console.print(f"[yellow]warning:[/yellow] {escape(line)}", soft_wrap=True))
-    verdict = report.judge(result, sla)
-    # Files first: what was measured is kept even if the terminal cannot show it. A file
-    # that cannot be written (checked before the run, yet the disk filled up) loses neither
-    # the report nor the verdict.
-    written, unwritten = [], []
-    for path, write in ((json_out, lambda p: report.write_json(p, result, verdict)),
-                        (csv_out, lambda p: report.write_csv(p, result)),
-                        (plot, lambda p: report.write_plot(p, result))):
-        if path is not None:
-            try:
-                write(path)
-            except OSError as exc:
-                unwritten.append(f"error: could not write {path}: {exc.strerror or exc}")
-            else:
-                written.append(path)
-    report.print_report(console, result, verdict, errors=err_console)
-    for path in written:
-        console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
-    for line in unwritten:
-        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+    # One that comes once the run is over waits until the report is written and said (a
+    # second Ctrl-C, pressed to hurry the first, lost the table and named no file).
+    with signals_deferred():
+        with signals_interrupt(), Progress(*columns, console=err_console, transient=True,
+                                           disable=not err_console.is_terminal) as progress:
+            result = loadtest_lib.run_loadtest(
+                endpoint, spec, progress=_ProgressBar(progress),
+                repository=repository if url is None else None,
+                warn=lambda line: err_console.print(f"[yellow]warning:[/yellow] {escape(line)}",
+                                                    soft_wrap=True))
+        verdict = report.judge(result, sla)
+        # Files first: what was measured is kept even if the terminal cannot show it. A file
+        # that cannot be written (checked before the run, yet the disk filled up) loses
+        # neither the report nor the verdict.
+        written, unwritten = [], []
+        for path, write in ((json_out, lambda p: report.write_json(p, result, verdict)),
+                            (csv_out, lambda p: report.write_csv(p, result)),
+                            (plot, lambda p: report.write_plot(p, result))):
+            if path is not None:
+                try:
+                    write(path)
+                except OSError as exc:
+                    unwritten.append(f"error: could not write {path}: {exc.strerror or exc}")
+                else:
+                    written.append(path)
+        report.print_report(console, result, verdict, errors=err_console)
+        for path in written:
+            console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+        for line in unwritten:
+            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.interrupted is not None:
         # The finished levels are reported; the last line and the exit code stay the
         # signal's (the CLI's error boundary says it: "error: interrupted", 130).

@@ -18,7 +18,7 @@ from tritonkit.errors import EXIT_ERROR, UsageError
 from tritonkit.fileio import check_outputs
 from tritonkit.loadtest import parse_shapes
 from tritonkit.report import Sla
-from tritonkit.server.local import signals_interrupt
+from tritonkit.server.local import signals_deferred, signals_interrupt
 from tritonkit.tune import _report
 
 DEFAULT_REPOSITORY = Path("model_repository")
@@ -90,34 +90,36 @@ def tune(
     target = tune_lib.write_target(repository, name, gpu=gpu, force=force) if write else None
     columns = (TextColumn("{task.description}"), BarColumn(),
                TextColumn("{task.fields[trials]} configs tried, {task.fields[left]:.0f} s left"))
-    with signals_interrupt(), Progress(*columns, console=err_console, transient=True,
-                                       disable=not err_console.is_terminal) as bar:
-        task = bar.add_task("tune", total=budget_s, trials=0, left=budget_s)
+    # A signal once the search is over waits until the report is written and said.
+    with signals_deferred():
+        with signals_interrupt(), Progress(*columns, console=err_console, transient=True,
+                                           disable=not err_console.is_terminal) as bar:
+            task = bar.add_task("tune", total=budget_s, trials=0, left=budget_s)
 
-        def progress(state: tune_lib.TuneProgress) -> None:
-            bar.update(task, completed=min(state.elapsed_s, state.budget_s), trials=state.trials_done,
-                       left=max(0.0, state.budget_s - state.elapsed_s),
-                       description=escape(f"{state.phase}: {state.current}"[:60]))
+            def progress(state: tune_lib.TuneProgress) -> None:
+                bar.update(task, completed=min(state.elapsed_s, state.budget_s), trials=state.trials_done,
+                           left=max(0.0, state.budget_s - state.elapsed_s),
+                           description=escape(f"{state.phase}: {state.current}"[:60]))
 
-        result = tune_lib.tune(endpoint, name, sla, space=override,
-                               space_keys=tune_lib.space_keys(space) if space else None, gpu=gpu,
-                               budget_s=budget_s, protocol=protocol,
-                               shapes=parse_shapes(shape or ()), probe_s=probe_s,
-                               max_concurrency=max_concurrency, write=target,
-                               repository=repository if url is None else None, progress=progress)
-    written, unwritten = [], []
-    for path, save in ((json_out, _report.write_json), (csv_out, _report.write_csv),
-                       (plot, _report.write_plot)):
-        if path is not None:
-            try:
-                written.append(save(path, result))
-            except OSError as exc:
-                unwritten.append(f"error: could not write {path}: {exc.strerror or exc}")
-    _report.print_report(console, result)
-    if result.written:
-        written.append(result.written)
-    for path in written:
-        console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
-    for line in unwritten:
-        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+            result = tune_lib.tune(endpoint, name, sla, space=override,
+                                   space_keys=tune_lib.space_keys(space) if space else None, gpu=gpu,
+                                   budget_s=budget_s, protocol=protocol,
+                                   shapes=parse_shapes(shape or ()), probe_s=probe_s,
+                                   max_concurrency=max_concurrency, write=target,
+                                   repository=repository if url is None else None, progress=progress)
+        written, unwritten = [], []
+        for path, save in ((json_out, _report.write_json), (csv_out, _report.write_csv),
+                           (plot, _report.write_plot)):
+            if path is not None:
+                try:
+                    written.append(save(path, result))
+                except OSError as exc:
+                    unwritten.append(f"error: could not write {path}: {exc.strerror or exc}")
+        _report.print_report(console, result)
+        if result.written:
+            written.append(result.written)
+        for path in written:
+            console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+        for line in unwritten:
+            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(result.exit_code or (EXIT_ERROR if unwritten else 0))

@@ -26,6 +26,7 @@ from tritonkit.cli.options import (
 from tritonkit.client import SECRET_ENV, read_secret_file
 from tritonkit.errors import TritonkitError, shell_word
 from tritonkit.fileio import atomic_write, check_outputs
+from tritonkit.server.local import signals_deferred
 from tritonkit.tables import fitted, new_table
 
 
@@ -234,12 +235,15 @@ def warmup(
                 repository, url, model, timeout=timeout, requests=requests, reload=reload,
                 secret=secret, grpc_url=grpc_url, progress=progress, notice=notice, rule=rule)
     except warmup_lib.WarmupFailed as failed:   # the others were warmed: say how, then fail
-        print_results(failed.results)
-        write_outputs(failed.results, json_out, plot,
-                      _context(json_out, repository, url, started_at, secret))
+        with signals_deferred():                # a Ctrl-C now waits until they are said
+            print_results(failed.results)
+            write_outputs(failed.results, json_out, plot,
+                          _context(json_out, repository, url, started_at, secret))
         raise
-    print_results(results)
-    write_outputs(results, json_out, plot, _context(json_out, repository, url, started_at, secret))
+    with signals_deferred():
+        print_results(results)
+        write_outputs(results, json_out, plot,
+                      _context(json_out, repository, url, started_at, secret))
     if error := unsteady_error(results, rule):
         raise error
 

@@ -297,6 +297,28 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait while this holds (a report being written and said:
+    what was measured is kept whole and each file named, however often Ctrl-C is pressed);
+    the first that came is raised as ``Interrupted`` when the block ends without an error.
+    Only the main thread can take signals; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) not in (None, signal.SIG_IGN)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held:
+        raise Interrupted(held[0])
+
+
 def listens_everywhere(bind_address: str) -> bool:
     """Whether ``bind_address`` is the wildcard: every interface, other hosts included."""
     return bind_address in ("", "0.0.0.0")
