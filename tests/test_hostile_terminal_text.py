@@ -55,3 +55,14 @@ def test_doctor_says_a_model_folder_named_with_an_escape_sequence_as_text(
     out, err = capsys.readouterr()
     _said_as_text(out + err)
     assert "ex\\x1b[31mample" in out
+
+
+def test_down_says_a_repository_path_with_a_newline_or_markup_on_one_line(tmp_path, capsys):
+    """`down` printed the path raw: a newline in a folder's name made its line two, and
+    rich read `[bold]` in it as markup and dropped it."""
+    repo = tmp_path / "we ird\n[bold]repo"
+    repo.mkdir()
+    assert run_cli("down", "--repository", repo) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [f"nothing to stop for {tmp_path}/we ird\\n[bold]repo: no "
+                                "deployment recorded"]

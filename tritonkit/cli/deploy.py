@@ -13,7 +13,7 @@ from rich.markup import escape
 from tritonkit.cli import app
 from tritonkit.cli.options import (PHASE_LINES_EVERY_S, Repository, Timeout, console,
                                    progress_status)
-from tritonkit.errors import UsageError, shell_word
+from tritonkit.errors import UsageError, printable, shell_word
 from tritonkit import deploy as deploy_lib
 from tritonkit.warmup import WarmupFailed
 from tritonkit.server.compose import STARTUP_S as COMPOSE_STARTUP_S
@@ -351,15 +351,16 @@ def down(
 ) -> None:
     """Stop the server deployed for a model repository (local: SIGINT, bounded wait, then
     kill; compose: docker compose down)."""
-    with progress_status(f"stopping the server for {repository}",
+    with progress_status(f"stopping the server for {printable(str(repository))}",
                          plain_after=DOWN_PLAIN_AFTER_S) as progress:
         stopped = deploy_lib.down(repository, timeout=timeout, progress=progress)
+    shown = printable(str(repository))          # one line, whatever the folder's name
     if stopped is None:
-        console.print(f"nothing to stop for {repository}: no deployment recorded", soft_wrap=True, highlight=False)
+        line = f"nothing to stop for {shown}: no deployment recorded"
     elif isinstance(stopped, Stopped):
-        console.print(f"stopped the Triton server for {repository}: {stopped.describe()}",
-                      soft_wrap=True, highlight=False)
+        line = f"stopped the Triton server for {shown}: {stopped.describe()}"
     elif stopped:
-        console.print(f"stopped the Triton server for {repository}", soft_wrap=True, highlight=False)
+        line = f"stopped the Triton server for {shown}"
     else:
-        console.print(f"no running server for {repository} (state cleared)", soft_wrap=True, highlight=False)
+        line = f"no running server for {shown} (state cleared)"
+    console.print(line, soft_wrap=True, highlight=False, markup=False)
