@@ -175,7 +175,6 @@ def test_a_signal_after_a_level_finished_reports_that_level_and_leaves_out_the_o
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.timing
 @pytest.mark.server
 def test_ctrl_c_pressed_again_and_again_still_says_the_report_and_names_each_file(
         served, tmp_path):
