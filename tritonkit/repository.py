@@ -124,11 +124,16 @@ def refuse_missing_gpu_configs(repository: Path, models: list[str], gpu: str) ->
 _SHELL_PLAIN = re.compile(r"[\w./+,:=@%-]+")
 
 
+def is_shell_plain(text: str) -> bool:
+    """Whether a shell reads ``text`` as one plain word: nothing split, expanded or run."""
+    return bool(_SHELL_PLAIN.fullmatch(text))
+
+
 def refuse_shell_unsafe_path(path: Path, what: str) -> None:
     """A UsageError naming the first character of ``path`` that a shell would not take as
     part of a plain word (where tritonserver's python backend puts it on a shell's line)."""
     text = str(path)
-    if _SHELL_PLAIN.fullmatch(text):
+    if is_shell_plain(text):
         return
     bad = next(c for c in text if not _SHELL_PLAIN.fullmatch(c))
     raise UsageError(f"the {what} {shell_word(path)} holds {bad!r}, which Triton's python "

@@ -190,11 +190,41 @@ def _serves_plans(model_dir: Path, gpu: str) -> bool:
     return any(model_dir.glob("*/*.plan"))
 
 
+# The trtexec flags a recorded recipe may hold: what the exporter writes, and build options
+# that read and write nothing else. A report is data a repository carries (downloaded,
+# maybe): it must not choose an image, a program, a plugin library (--plugins loads code)
+# or a file outside the model's folder for a container that has a GPU and the repository.
+RECIPE_FLAGS = frozenset({"--fp16", "--bf16", "--best", "--noTF32", "--skipInference", "--verbose",
+                          "--minShapes", "--optShapes", "--maxShapes", "--memPoolSize",
+                          "--workspace", "--builderOptimizationLevel"})
+RECIPE_PATH_FLAGS = frozenset({"--onnx", "--saveEngine"})
+
+
+def _refuse_recipe(argv: list[str], report_path: Path) -> None:
+    """A UsageError for a recorded plan-build command tritonkit would not run."""
+    def refused(what: str) -> UsageError:
+        return UsageError(f"{report_path}: '{RECIPE_KEY}' {what}, which tritonkit does not run "
+                          "from a report", hint="re-export the model with --format tensorrt "
+                          "--force (it records trtexec --onnx … --saveEngine … and shapes)")
+
+    if argv[0] != "trtexec":
+        raise refused(f"runs {shell_word(argv[0])}, not trtexec")
+    for arg in argv[1:]:
+        flag, _, value = arg.partition("=")
+        if flag in RECIPE_PATH_FLAGS:
+            path = Path(value)
+            if not value or path.is_absolute() or ".." in path.parts:
+                raise refused(f"gives {shell_word(arg)}, a path outside the model's folder")
+        elif flag not in RECIPE_FLAGS:
+            raise refused(f"passes {shell_word(arg)}")
+
+
 def _recipe(model_dir: Path, triton_image: str) -> PlanRecipe | None:
     """The plan-build recipe the exporter recorded for a model, if any.
 
     ``tensorrt_recipe`` is a trtexec command line (a string or a list), or a table with
-    ``command`` and optionally ``image``.
+    ``command``; it runs in the TensorRT image of the profile's Triton, never in one the
+    report names, and only with the flags ``_refuse_recipe`` lets through.
     """
     report_path = model_dir / REPORT_FILENAME
     if not report_path.exists():
@@ -206,12 +236,15 @@ def _recipe(model_dir: Path, triton_image: str) -> PlanRecipe | None:
                          hint="re-export the model with --force") from None
     if not recipe:
         return None
-    image = tensorrt_image(triton_image)
     if isinstance(recipe, dict):
-        image = recipe.get("image") or image
         recipe = recipe.get("command")
-    argv = shlex.split(recipe) if isinstance(recipe, str) else recipe
+    try:
+        argv = shlex.split(recipe) if isinstance(recipe, str) else recipe
+    except ValueError as exc:           # an unclosed quote
+        raise UsageError(f"{report_path}: '{RECIPE_KEY}' is not a command line ({exc})",
+                         hint="expected a trtexec command (a string or a list of strings)") from None
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         raise UsageError(f"{report_path}: '{RECIPE_KEY}' is not a command line",
                          hint="expected a trtexec command (a string or a list of strings)")
-    return PlanRecipe(model=model_dir.name, argv=tuple(argv), image=image)
+    _refuse_recipe(argv, report_path)
+    return PlanRecipe(model=model_dir.name, argv=tuple(argv), image=tensorrt_image(triton_image))

@@ -36,7 +36,7 @@ from tritonkit.errors import UsageError, shell_word
 from tritonkit.extras import LOCAL_MODULES, require
 from tritonkit.fileio import OwnedFolder, file_kind
 from tritonkit.model_config import config_to_text, read_config
-from tritonkit.repository import ONNX_FILENAME
+from tritonkit.repository import ONNX_FILENAME, is_shell_plain
 from tritonkit.server.state import STATE_DIRNAME
 
 ADAPTER = Path(__file__).with_name("onnx_adapter.py")
@@ -89,6 +89,8 @@ def _mirror_model(repository: Path, name: str, mirror: OwnedFolder,
         with mirror.child(name, create=True) as target:
             _mirror_onnx_model(source, target, config, repository)
     elif config.backend == "python" or config.platform == "ensemble":
+        if config.backend == "python":
+            _refuse_shell_fields(name, config, source, config_found[0])
         with mirror.child(name, create=True) as target:
             _link_tree(source, target, repository)
             if config_path.parent != source:      # configs/<gpu>.pbtxt, as config.pbtxt
@@ -170,10 +172,51 @@ def is_onnx(config: mc.ModelConfig) -> bool:
     return config.platform in ONNX_PLATFORMS or config.backend in ONNX_BACKENDS
 
 
+# Triton's python backend reads a stub's model file name and EXECUTION_ENV_PATH onto a
+# shell's command line unquoted (2.51), and runs the environment's bin/activate.
+ENV_PARAMETER = "EXECUTION_ENV_PATH"
+_MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
+
+
+def _refuse_shell_fields(name: str, config: mc.ModelConfig, source: Path,
+                         config_path: Path) -> None:
+    """A python model's fields that reach the stub's shell must be plain words, and the
+    model must hold its code (a folder of data alone must not run anything): a UsageError
+    naming the field and the config."""
+    filename = config.default_model_filename or "model.py"
+    if not (filename.endswith(".py") and "/" not in filename and is_shell_plain(filename)):
+        raise UsageError(f"{config_path}: default_model_filename {shell_word(filename)} of "
+                         f"python model '{name}' is not a plain .py file name (Triton's python "
+                         "backend puts it on a shell's command line)",
+                         hint="name the model file with letters, digits, '_', '.' and '-'")
+    if not any((version / filename).is_file() for version in source.iterdir()
+               if version.name.isdigit()):
+        raise UsageError(f"python model '{name}' has no {filename} in any version folder of "
+                         f"{source}: nothing to serve", hint=f"put its code in {source}/1/{filename}")
+    if ENV_PARAMETER in config.parameters:
+        value = config.parameters[ENV_PARAMETER].string_value
+        if not is_shell_plain(value.removeprefix(_MODEL_DIRECTORY)):
+            raise UsageError(f"{config_path}: {ENV_PARAMETER} {shell_word(value)} of '{name}' "
+                             "is not a plain path (Triton's python backend puts it on a "
+                             "shell's command line)",
+                             hint="use letters, digits and _ . / + , : = @ % - (after "
+                                  f"{_MODEL_DIRECTORY}, if it starts so)")
+
+
+# What the adapter reads of the production config's parameters (onnx_adapter.py). Any
+# other would reach the python backend that runs it, EXECUTION_ENV_PATH among them: an
+# ONNX model is data, and its config must not make the server run anything.
+ADAPTER_PARAMETERS = ("intra_op_thread_count",)
+
+
 def local_config(config: mc.ModelConfig) -> mc.ModelConfig:
     """The production config, made servable by the python-backend adapter on the CPU."""
     local = mc.ModelConfig()
     local.CopyFrom(config)
+    local.ClearField("parameters")
+    for key in ADAPTER_PARAMETERS:
+        if key in config.parameters:
+            local.parameters[key].CopyFrom(config.parameters[key])
     local.platform = ""
     local.backend = "python"
     local.default_model_filename = ""
