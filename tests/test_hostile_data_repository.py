@@ -62,8 +62,10 @@ def test_an_onnx_models_execution_environment_is_not_run_by_a_local_deploy(tmp_p
     ('parameters { key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIRECTORY/$(touch${IFS}ran)" } }',
      "EXECUTION_ENV_PATH '$$TRITON_MODEL_DIRECTORY/$(touch${IFS}ran)' of 'pym' is not a plain path"),
 ])
+@pytest.mark.parametrize("target", ["local", "compose", "k8s"])
 def test_a_python_models_fields_that_reach_a_shell_are_refused_before_the_server_starts(
-        tmp_path, capsys, field, says):
+        tmp_path, capsys, field, says, target):
+    """In a container too: Triton's image starts the stub the same way."""
     repo = tmp_path / "repo"
     (repo / "pym" / "1").mkdir(parents=True)
     (repo / "pym" / "1" / "model.py").write_text("raise SystemExit('never imported')\n")
@@ -71,10 +73,14 @@ def test_a_python_models_fields_that_reach_a_shell_are_refused_before_the_server
     config.write_text(f'name: "pym"\nbackend: "python"\nmax_batch_size: 0\n{field}\n'
                       'input { name: "X" data_type: TYPE_FP32 dims: 1 }\n'
                       'output { name: "Y" data_type: TYPE_FP32 dims: 1 }\n')
-    code = run_cli("deploy", "--repository", repo, *PORTS, "--timeout", "20")
+    args = ((*PORTS, "--timeout", "20") if target == "local" else
+            ("--target", target, "--gpu", "cpu", "--out", tmp_path / "out",
+             *(("--no-up",) if target == "compose" else ())))
+    code = run_cli("deploy", "--repository", repo, *args)
     error = capsys.readouterr().err.splitlines()[0]
     assert code == 2
     assert error.startswith(f"error: {config}: {says}")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.y*ml"))
     assert not list(tmp_path.rglob("ran"))
 
 

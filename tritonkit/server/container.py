@@ -19,6 +19,7 @@ import yaml
 
 from tritonkit.errors import UsageError, shell_word
 from tritonkit.model_config import read_config, read_report
+from tritonkit.server.local_repository import model_config_path, refuse_python_shell_fields
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import (REPORT_FILENAME, model_names, refuse_missing_gpu_configs,
                                   refuse_versionless)
@@ -107,6 +108,10 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
     profile = load_profile(gpu)
     refuse_missing_gpu_configs(repository, models, profile.name)
     settings = profile.server_settings(load_server_settings(server_config))
+    for model in models:            # its python backend takes them onto a shell's line too
+        config_path = model_config_path(repository / model, profile.name)
+        if config_path.is_file() and (config := read_config(config_path)).backend == "python":
+            refuse_python_shell_fields(model, config, repository / model, config_path)
     plans = [m for m in models if _serves_plans(repository / m, profile.name)]
     if plans and not profile.has_gpu:
         raise UsageError(f"model '{plans[0]}' is served from a TensorRT plan, which needs a GPU; "

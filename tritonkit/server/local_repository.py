@@ -90,7 +90,7 @@ def _mirror_model(repository: Path, name: str, mirror: OwnedFolder,
             _mirror_onnx_model(source, target, config, repository)
     elif config.backend == "python" or config.platform == "ensemble":
         if config.backend == "python":
-            _refuse_shell_fields(name, config, source, config_found[0])
+            refuse_python_shell_fields(name, config, source, config_found[0])
         with mirror.child(name, create=True) as target:
             _link_tree(source, target, repository)
             if config_path.parent != source:      # configs/<gpu>.pbtxt, as config.pbtxt
@@ -178,7 +178,7 @@ ENV_PARAMETER = "EXECUTION_ENV_PATH"
 _MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
 
 
-def _refuse_shell_fields(name: str, config: mc.ModelConfig, source: Path,
+def refuse_python_shell_fields(name: str, config: mc.ModelConfig, source: Path,
                          config_path: Path) -> None:
     """A python model's fields that reach the stub's shell must be plain words, and the
     model must hold its code (a folder of data alone must not run anything): a UsageError
