@@ -19,10 +19,10 @@ import yaml
 
 from tritonkit.errors import UsageError, shell_word
 from tritonkit.model_config import read_config, read_report
-from tritonkit.server.local_repository import model_config_path, refuse_python_shell_fields
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import (REPORT_FILENAME, model_names, refuse_missing_gpu_configs,
                                   refuse_versionless)
+from tritonkit.server.local_repository import model_config_path, refuse_python_shell_fields
 from tritonkit.server.settings import (Ports, ServerSettings, load_server_settings,
                                        restricted_api_value, tritonserver_argv)
 

@@ -179,7 +179,7 @@ _MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
 
 
 def refuse_python_shell_fields(name: str, config: mc.ModelConfig, source: Path,
-                         config_path: Path) -> None:
+                               config_path: Path) -> None:
     """A python model's fields that reach the stub's shell must be plain words, and the
     model must hold its code (a folder of data alone must not run anything): a UsageError
     naming the field and the config."""
