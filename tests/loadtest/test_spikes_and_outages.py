@@ -347,11 +347,13 @@ def test_windows_in_which_every_request_failed_while_the_model_was_out_are_flagg
                             spikes[w.index].cause)
                and "every request failed" in spikes[w.index].cause for w in inside), \
         [spikes.get(w.index) for w in inside]
-    # the window the unload cut through, some requests answered, some not: named after the
-    # outage, even though it ended before the polling watcher saw the unload (a window the
-    # load cuts is the same, but when the model was READY again is not known here)
+    # the window the unload cut through (sent 50 ms into it; Triton refuses new requests
+    # from then on, however long the unload itself takes on a busy host), some requests
+    # answered, some not: named after the outage, even though it ended before the polling
+    # watcher saw the unload (a window the load cuts is the same, but when the model was
+    # READY again is not known here)
     unloading = 4.0 - at.left_at(span["unloading"])
-    [cut] = [w for w in level.timeline if w.start_s + 0.01 <= unloading and out <= w.start_s + 0.23]
+    [cut] = [w for w in level.timeline if w.start_s + 0.01 <= unloading < w.start_s + 0.25]
     assert cut.ok and cut.error_share >= ERROR_WINDOW_SHARE and cut.partly_failed, cut
     assert cut.index in spikes and re.match(r"(cold start: )?model 'example' version 1 "
                                             r"(reloaded|unavailable)", spikes[cut.index].cause), \
