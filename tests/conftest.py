@@ -320,6 +320,10 @@ SLOW_FIXTURES = frozenset({"exported", "exported_mlp"})
 TIMING_FIXTURES = frozenset({"warm_server", "stateful_and_decoupled"})
 # What the quick tier leaves out (`-m quick` selects the rest).
 NOT_QUICK = ("server", "engine", "slow", "gpu")
+# The xdist group of every `timing` and `alone` test: one worker runs them one after another
+# from the run's start (a fixture they share with other tests is made again there), while
+# the export tests run beside them on the CPU they leave idle (``_yields``).
+ALONE_GROUP = "alone"
 
 
 @pytest.hookimpl(tryfirst=True)         # before -m deselects by these markers, and xdist groups
@@ -334,6 +338,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timing)
         if not any(item.get_closest_marker(name) for name in NOT_QUICK):
             item.add_marker(pytest.mark.quick)
+        if _alone(item):                # before any other group: the closest marker wins
+            item.add_marker(pytest.mark.xdist_group(ALONE_GROUP))
         if not item.get_closest_marker("xdist_group"):     # a module's own group comes first
             for fixture in sorted(COSTLY_MODULE_FIXTURES.intersection(item.fixturenames)):
                 item.add_marker(pytest.mark.xdist_group(f"{_sharers(item, fixture)}.{fixture}"))
@@ -384,28 +390,37 @@ def _unit(item) -> tuple[str, bool]:
 
 
 def _longest_first(config, items) -> None:
-    """Units with a test that takes the machine alone first, while nothing else runs yet
-    (none then waits for a long test to end), then the rest longest first (a group by its
-    tests' sum: one worker runs them; a module by its longest test: any worker takes one),
-    so that the run does not end waiting on a long test started late. xdist keeps this
-    order (scripts/test.sh passes --no-loadscope-reorder); a group's tests keep theirs."""
+    """The tests that take the machine alone first, while nothing else runs yet (none then
+    waits for a long test to end); then the export tests, which run beside them; then the
+    rest. Each tier longest first (a group by its tests' sum: one worker runs them; a
+    module's tests by its longest: any worker takes one), so that the run does not end
+    waiting on a long test started late. xdist keeps this order (scripts/test.sh passes
+    --no-loadscope-reorder); a group's tests keep theirs."""
     recorded = _recorded_durations(config)
     seconds = {id(item): _seconds(item, recorded) for item in items}
-    unit_s: dict[tuple[str, bool], float] = {}
-    alone: set[tuple[str, bool]] = set()
+    members: dict[tuple[str, bool], list] = {}
     for item in items:
+        members.setdefault(_unit(item), []).append(item)
+
+    def tier(item) -> int:
         unit = _unit(item)
-        grouped = unit[1]
-        unit_s[unit] = (unit_s.get(unit, 0.0) + seconds[id(item)] if grouped
+        if any(_alone(member) for member in members[unit]):
+            return 0
+        beside = all(_yields(member) for member in members[unit]) if unit[1] else _yields(item)
+        return 1 if beside else 2
+
+    tiers = {id(item): tier(item) for item in items}
+    unit_s: dict[tuple[int, str, bool], float] = {}
+    for item in items:
+        unit = (tiers[id(item)], *_unit(item))
+        unit_s[unit] = (unit_s.get(unit, 0.0) + seconds[id(item)] if unit[2]
                         else max(unit_s.get(unit, 0.0), seconds[id(item)]))
-        if _alone(item):
-            alone.add(unit)
     order = {id(item): i for i, item in enumerate(items)}
 
     def key(item):
-        unit = _unit(item)
-        within = order[id(item)] if unit[1] else -seconds[id(item)]
-        return unit not in alone, -unit_s[unit], unit, within, order[id(item)]
+        unit = (tiers[id(item)], *_unit(item))
+        within = (_hogs(item), order[id(item)]) if unit[2] else (False, -seconds[id(item)])
+        return unit[0], -unit_s[unit], unit, within, order[id(item)]
 
     items.sort(key=key)
 
@@ -597,6 +612,12 @@ def _alone(item) -> bool:
     return _timing(item) or (item is not None and item.get_closest_marker("alone") is not None)
 
 
+def _hogs(item) -> bool:
+    """An `alone` test that is no timing test: it takes both cores (why it is alone), so it
+    comes last among them; the timing tests before it leave cores idle for exports beside."""
+    return _alone(item) and not _timing(item)
+
+
 def _alone_from_setup(item) -> bool:
     """An `alone` test whose set-up measures too (a server warmed until steady): it takes
     the machine from its set-up on. Any other takes it for its call only: what it prepares
@@ -608,17 +629,22 @@ def _alone_from_setup(item) -> bool:
 def pytest_runtest_protocol(item, nextitem):
     """Under xdist, a `timing` or `alone` test waits until no other test runs, and none
     starts until it is done (from its call on, or from its set-up: ``_alone_from_setup``);
-    the next one on its worker (they are grouped) keeps the machine. An export yields the
-    CPU meanwhile (``_yielding``)."""
+    the next one on its worker (they are grouped) keeps the machine. An export test runs
+    beside any test, on the CPU the others leave idle (``_beside``)."""
     global _machine
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return (yield)
     if _machine is None:
         _machine = _Machine(run_folder(item.config._tmp_path_factory))  # as xdist reads it
-    if not (_machine.held and _machine.alone and _alone(item)):
+    beside = _beside(item)
+    if beside:
+        _machine.leave()
+    elif not (_machine.held and _machine.alone and _alone(item)):
         _machine.enter(alone=_alone_from_setup(item))
     try:
-        with _yielding(item):
+        if not beside:
+            return (yield)
+        with _idle_priority():
             return (yield)
     finally:
         if not (_alone(item) and _alone(nextitem)):
@@ -632,31 +658,34 @@ def pytest_runtest_call(item):
     return (yield)
 
 
-# -- exports yield the CPU to tests whose servers answer --------------------------------
+# -- export tests run beside the others, on the CPU they leave idle ----------------------
 
-YIELDING_NICE = 10       # CFS gives a nice-0 thread ~10x the CPU of a nice-10 one
-
-
-# Modules whose slow tests export with torch and check with ONNX Runtime, timing nothing.
+# Modules whose tests export with torch and check with ONNX Runtime, timing nothing.
 EXPORT_MODULES = frozenset({
     "test_export", "test_export_hf", "test_export_kwargs", "test_export_errors",
-    "test_export_threads", "test_verify", "test_verification_budget"})
+    "test_export_threads", "test_verify", "test_verification_budget",
+    "test_verification_coverage"})
 
 
 def _yields(item) -> bool:
-    """A slow export test without a server: it fills both cores and times nothing, while a
-    server test beside it warms up until its latency is steady (498 requests did not get
-    there once, in a CI run)."""
+    """An export test without a server: it would fill both cores and it times nothing, while
+    a server test beside it warms up until its latency is steady (498 requests did not get
+    there once, in a CI run) and a timing test measures."""
     return (item.module.__name__.rpartition(".")[2] in EXPORT_MODULES
-            and item.get_closest_marker("slow") is not None
             and not any(item.get_closest_marker(m) for m in ("server", "engine", "timing", "alone")))
 
 
-def _set_nice(value: int) -> None:
-    """Every thread of this process (Linux's nice is per thread), and those they start."""
+def _beside(item) -> bool:
+    """A `_yields` test where its worker can take its priority back after it
+    (``_idle_priority``); elsewhere it takes its turn as any other test."""
+    return _yields(item) and _may_raise_priority()
+
+
+def _set_policy(policy: int) -> None:
+    """Every thread of this process (a policy is per thread), and those they start."""
     for tid in os.listdir("/proc/self/task"):
         try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), value)
+            os.sched_setscheduler(int(tid), policy, os.sched_param(0))
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -667,18 +696,16 @@ def _may_raise_priority() -> bool:
 
 
 @contextlib.contextmanager
-def _yielding(item):
-    """A `_yields` test runs its set-up, call and tear-down at YIELDING_NICE, where the
-    worker may take its priority back afterwards."""
-    if not (_yields(item) and _may_raise_priority()):
-        yield
-        return
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    _set_nice(max(before, YIELDING_NICE))
+def _idle_priority():
+    """SCHED_IDLE for the set-up, call and tear-down: the test's threads and commands run
+    only on a core no other thread wants, and one that wakes takes the core at once (a
+    nice value only shortens their turns: a timing test's request could wait on one)."""
+    before = os.sched_getscheduler(0)
+    _set_policy(os.SCHED_IDLE)
     try:
         yield
     finally:
-        _set_nice(before)
+        _set_policy(before)
 
 
 # -- workers and commands see the run's environment --------------------------------------

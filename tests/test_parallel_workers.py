@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import ROOT, YIELDING_NICE
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow        # each starts a pytest of its own, with workers
 
@@ -28,7 +28,7 @@ def suite(pytester, monkeypatch):
         pytester.makeconftest('pytest_plugins = ["tests.conftest"]\n' + files.pop("conftest", ""))
         pytester.makepyfile(**{name: textwrap.dedent(text) for name, text in files.items()})
         pytester.makeini("[pytest]\nmarkers =\n    server\n    slow\n    timing\n    quick\n"
-                         "    engine\n    gpu\n")
+                         "    engine\n    gpu\n    alone\n")
         return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=300)
     return run
 
@@ -299,38 +299,103 @@ def test_a_run_stores_each_tests_seconds_and_the_next_hands_out_the_longest_firs
 
 
 
-@pytest.mark.skipif(os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NICE)[0] < 20,
-                    reason="a worker here could not take its priority back")
-def test_an_export_test_yields_the_cpu_and_its_worker_takes_its_priority_back(suite, tmp_path):
-    """An export test (EXPORT_MODULES, slow, no server) runs at YIELDING_NICE, a thread it
-    starts too; the next tests on its worker, a server test among them, at the worker's."""
-    log = tmp_path / "nice"
-    result = suite({"test_export": f"""
-        import os, threading, pytest
+ON_IDLE_CORES = pytest.mark.skipif(
+    os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NICE)[0] < 20,
+    reason="a worker here could not take its priority back")
 
-        def note(what, value):
+
+@ON_IDLE_CORES
+def test_an_export_test_runs_on_idle_cores_and_its_worker_takes_its_priority_back(suite, tmp_path):
+    """An export test (EXPORT_MODULES, no server) runs at SCHED_IDLE, a thread it starts
+    and a command it runs too; the next tests on its worker, a server test among them and
+    a plain one elsewhere, as the worker ran before."""
+    log = tmp_path / "policy"
+    note = f"""
+        import os, subprocess, sys, threading, pytest
+
+        def note(what, policy):
             with open({str(log)!r}, "a") as f:
-                f.write(f"{{what}} {{value}}\\n")
-
-        def nice():
-            return os.getpriority(os.PRIO_PROCESS, 0)
-
+                f.write(f"{{what}} {{policy}}\\n")
+        """
+    result = suite({"test_export": note + """
         @pytest.mark.slow
         def test_a_export():
-            t = threading.Thread(target=lambda: note("thread", nice()))
+            t = threading.Thread(target=lambda: note("thread", os.sched_getscheduler(0)))
             t.start(); t.join()
-            note("export", nice())
+            note("export", os.sched_getscheduler(0))
+            command = [sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"]
+            note("command", subprocess.run(command, capture_output=True, text=True).stdout.strip())
 
-        def test_b_quick():
-            note("quick", nice())
+        def test_b_quick_export():
+            note("quick", os.sched_getscheduler(0))
+
+        @pytest.mark.server
+        def test_c_served():
+            note("served", os.sched_getscheduler(0))
+        """, "test_plain": note + """
+        def test_plain():
+            note("plain", os.sched_getscheduler(0))
+        """}, "-n", "1")
+    result.assert_outcomes(passed=4)
+    seen = dict(line.split() for line in log.read_text().splitlines())
+    idle, base = str(os.SCHED_IDLE), str(os.sched_getscheduler(0))
+    assert seen == {"thread": idle, "export": idle, "command": idle, "quick": idle,
+                    "served": base, "plain": base}
+
+
+@ON_IDLE_CORES
+def test_an_export_test_runs_while_a_timing_test_does(suite, tmp_path):
+    """Each waits until it sees the other running: were the export test held back until
+    the timing test ended, neither would, and both would fail."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    common = f"""
+        import pathlib, time
+        import pytest
+
+        def meet(me, other):
+            pathlib.Path({str(marks)!r}, me).touch()
+            deadline = time.monotonic() + 60
+            while not pathlib.Path({str(marks)!r}, other).exists():
+                assert time.monotonic() < deadline, f"{{other}} did not run beside {{me}}"
+                time.sleep(0.05)
+        """
+    result = suite({
+        "test_timed": common + """
+        @pytest.mark.timing
+        def test_timed():
+            meet("timed", "export")
+        """,
+        "test_export": common + """
+        @pytest.mark.slow
+        def test_exports():
+            meet("export", "timed")
+        """}, "-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=2)
+
+
+def test_the_alone_tests_are_handed_out_first_then_the_export_tests_then_the_rest(suite):
+    """The export tests run beside the alone ones: handed out while those run, not after
+    the longer tests that would wait for them. Of the alone ones, those that take both
+    cores (no timing tests) last: the timing tests leave cores idle for the exports."""
+    collected = suite({
+        "test_export": """
+        def test_quick_export(): pass
+        """,
+        "test_other": """
+        import pytest
 
         @pytest.mark.slow
         @pytest.mark.server
-        def test_c_served():
-            note("served", nice())
-        """}, "-n", "1")
-    result.assert_outcomes(passed=3)
-    seen = dict(line.split() for line in log.read_text().splitlines())
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    assert seen == {"thread": str(max(base, YIELDING_NICE)), "export": str(max(base, YIELDING_NICE)),
-                    "quick": str(base), "served": str(base)}
+        def test_long_served(): pass
+
+        @pytest.mark.alone
+        def test_alone(): pass
+
+        @pytest.mark.timing
+        def test_timed(): pass
+        """}, "--collect-only", "-q", "-n", "2", "--dist", "loadgroup")
+    collected.stdout.fnmatch_lines(["test_other.py::test_timed*",
+                                    "test_other.py::test_alone*",
+                                    "test_export.py::test_quick_export*",
+                                    "test_other.py::test_long_served*"], consecutive=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from tests.conftest import ROOT, default_signals, run_cli
 from tests.monitor.conftest import (
     TWO_MODELS, _fake_pynvml, _infer_failing, _nvml_works, _scraping, _served, _settled,
     _triton_rows, triton_exposition)
-from tritonkit.monitor.recording import COLUMNS, read_models_csv, read_monitor_csv
+from tritonkit.monitor.recording import COLUMNS, CsvRecorder, read_models_csv, read_monitor_csv
 
 
 def test_monitor_shows_each_namespaces_model_on_its_own_row(monkeypatch, capsys):
@@ -126,3 +127,30 @@ def test_the_real_tritons_models_are_recorded_one_by_one_and_once_shows_their_me
     assert models["pipeline", "1"].request_success >= 2
     assert server.triton.request_success == (models["example", "1"].request_success
                                              + models["flaky", "1"].request_success)
+
+
+def test_a_ctrl_c_while_a_sample_is_written_says_the_count_the_file_holds(
+        monkeypatch, capsys, tmp_path, default_sigint):
+    """Ctrl-C pressed just as a sample is written (a user watching the file does): the
+    sample is finished and counted, and the line says what the CSV holds."""
+    texts = [triton_exposition({("mlp", "1", ""): _served(n)}) for n in range(1, 9)]
+    _scraping(monkeypatch, *texts)
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
+    write = CsvRecorder.write
+    written = []
+
+    def write_then_ctrl_c(self, *args, **kwargs):
+        write(self, *args, **kwargs)
+        written.append(1)
+        if len(written) == 2:
+            os.kill(os.getpid(), signal.SIGINT)       # Python raises it at the next line
+            time.sleep(0.01)
+
+    monkeypatch.setattr(CsvRecorder, "write", write_then_ctrl_c)
+    recording = tmp_path / "gpu.csv"
+    code = run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.05",
+                   "--csv", recording)
+    assert code == 0
+    rows = read_monitor_csv(recording)
+    assert len(rows) == 2
+    assert f"2 samples written to {recording}" in " ".join(capsys.readouterr().out.split())

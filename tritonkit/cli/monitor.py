@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,7 +24,7 @@ from tritonkit.cli.options import (
     console,
     err_console,
 )
-from tritonkit.errors import TritonkitError, UsageError, printable
+from tritonkit.errors import Interrupted, TritonkitError, UsageError, printable
 from tritonkit.fileio import atomic_write, check_output
 from tritonkit.monitor import doctor as doctor_lib
 from tritonkit.monitor.alerts import load_thresholds
@@ -33,6 +34,7 @@ from tritonkit.monitor.recording import (COLUMNS, MODEL_COLUMNS, CsvRecorder, mo
 from tritonkit.monitor.triton_metrics import DEFAULT_METRICS_PORT, resolve_server_urls
 from tritonkit.monitor.watch import Snapshot, open_monitor, record, watch
 from tritonkit.profiles import load_profile
+from tritonkit.server.local import signals_deferred
 from tritonkit.tables import fitted, new_table
 
 MetricsPort = Annotated[int, typer.Option(
@@ -88,9 +90,10 @@ def monitor(
             live = stack.enter_context(Live(console=console, auto_refresh=False))
         try:
             for snapshot in watch(sampler, interval, duration, once=once):
-                if recorder:
-                    recorder.write(snapshot.rows(), snapshot.model_rows())
-                samples += 1
+                with signals_deferred():    # a Ctrl-C here waits: the sample said is written
+                    if recorder:
+                        recorder.write(snapshot.rows(), snapshot.model_rows())
+                    samples += 1
                 view = _snapshot_view(snapshot)
                 if live:
                     live.update(view, refresh=True)
@@ -105,6 +108,9 @@ def monitor(
                                       soft_wrap=True)
         except KeyboardInterrupt:
             pass    # Ctrl-C is how a monitor without --duration ends: not an error
+        except Interrupted as stop:
+            if stop.signum != signal.SIGINT:
+                raise
     if csv:
         console.print(f"{samples} samples written to {escape(str(csv))}"
                       + (f" (per model: {escape(str(models_csv))})" if models_csv else ""),
