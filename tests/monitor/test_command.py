@@ -65,15 +65,16 @@ def test_monitor_with_a_gpu_prints_the_table_and_writes_one_row_per_gpu(monkeypa
                                                                         capsys):
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
     out = tmp_path / "gpu.csv"
-    assert run_cli("monitor", "--interval", "0.25", "--duration", "0.5", "--csv", out) == 0
+    # slots 0.25 s apart for 1.5 s: a busy host's slow sample skips slots, yet leaves two
+    assert run_cli("monitor", "--interval", "0.25", "--duration", "1.5", "--csv", out) == 0
     printed = capsys.readouterr().out
     assert "Tesla P100-PCIE-16GB (PCIe Gen3 x16)" in printed and "12288/16384" in printed
     with out.open() as handle:
         header = next(csv.reader(handle))
     assert tuple(header) == COLUMNS
     rows = read_monitor_csv(out)
-    # one row a sample: three, or two where a busy host's sample ran past a slot (skipped)
-    assert len(rows) in (2, 3) and len({r.elapsed_s for r in rows}) == len(rows)
+    # one row a sample: seven, or fewer where a sample ran past a slot (skipped)
+    assert 2 <= len(rows) <= 7 and len({r.elapsed_s for r in rows}) == len(rows)
     assert {r.gpu for r in rows} == {0}
     assert rows[0].util_pct == 93 and rows[0].triton is None
 

@@ -122,9 +122,10 @@ def test_a_summaries_only_servers_note_names_the_models_whose_counters_count_not
 def test_a_summaries_only_server_is_watched_as_serving_and_said_once(monkeypatch, capsys):
     _scraping(monkeypatch, SUMMARIES_BEFORE, SUMMARIES_AFTER, SUMMARIES_AFTER)
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
-    # a slot a slow sample ran past is skipped: 0.25 s apart, a busy host still takes two
+    # a slot a slow sample ran past is skipped: 0.25 s apart for 1.5 s, a busy host still
+    # takes two
     assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.25",
-                   "--duration", "0.5") == 0
+                   "--duration", "1.5") == 0
     out = capsys.readouterr()
     assert out.err.count("counter_latencies=false") == 1          # one warning, not per sample
     example = [line.split() for line in out.out.splitlines() if line.split()[:1] == ["example"]]

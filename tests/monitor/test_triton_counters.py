@@ -190,9 +190,9 @@ def test_monitor_shows_real_triton_counters_without_a_gpu(deployed, tmp_path, ca
     _send_requests(deployed, count=2, batch=4)
     by_url = tmp_path / "url.csv"
     assert run_cli("monitor", "--url", deployed.http_url, "--metrics-port", deployed.metrics_port,
-                   "--interval", "0.5", "--duration", "0.5", "--csv", by_url) == 0   # (see 0.25 above)
+                   "--interval", "0.5", "--duration", "1.5", "--csv", by_url) == 0
     samples = read_monitor_csv(by_url)
-    assert len(samples) == 2
+    assert len(samples) >= 2        # four, or fewer where a busy host's sample skipped a slot
     assert samples[-1].triton.request_success - before.request_success == 5
     assert samples[-1].triton.inference_count - before.inference_count == 14
 
