@@ -45,6 +45,13 @@ def default_sigint():
     signal.signal(signal.SIGINT, previous)
 
 
+def error_lines(err: str) -> list[str]:
+    """A command's stderr from its error line on: what a slow phase said before it (a
+    piped deploy's "waiting for the server…", on a busy host) is not the error."""
+    lines = err.splitlines()
+    return lines[next((i for i, line in enumerate(lines) if line.startswith("error: ")), 0):]
+
+
 def run_cli(*args: str) -> int:
     """Run the tritonkit CLI in-process and return its exit code."""
     return main([str(a) for a in args])

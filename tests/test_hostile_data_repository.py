@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests import onnx_graphs
-from tests.conftest import run_cli
+from tests.conftest import error_lines, run_cli
 from tritonkit.model_config import configure, read_config
 from tritonkit.server.local_repository import local_config
 
@@ -77,7 +77,7 @@ def test_a_python_models_fields_that_reach_a_shell_are_refused_before_the_server
             ("--target", target, "--gpu", "cpu", "--out", tmp_path / "out",
              *(("--no-up",) if target == "compose" else ())))
     code = run_cli("deploy", "--repository", repo, *args)
-    error = capsys.readouterr().err.splitlines()[0]
+    error = error_lines(capsys.readouterr().err)[0]
     assert code == 2
     assert error.startswith(f"error: {config}: {says}")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.y*ml"))
@@ -94,7 +94,7 @@ def test_a_python_model_without_its_code_is_not_served(tmp_path, capsys):
         'input { name: "X" data_type: TYPE_FP32 dims: 1 }\n'
         'output { name: "Y" data_type: TYPE_FP32 dims: 1 }\n')
     assert run_cli("deploy", "--repository", repo, *PORTS, "--timeout", "20") == 2
-    assert capsys.readouterr().err.splitlines()[0] == (
+    assert error_lines(capsys.readouterr().err)[0] == (
         f"error: python model 'pym' has no model.py in any version folder of {repo / 'pym'}: "
         "nothing to serve")
 
@@ -130,7 +130,7 @@ def test_a_plan_recipe_from_a_report_runs_only_trtexec_in_the_profiles_image(
     extra = ("--no-up",) if target == "compose" else ()
     code = run_cli("deploy", "--target", target, "--gpu", "a10", "--repository", repo,
                    "--out", out, *extra)
-    error = capsys.readouterr().err.splitlines()[0]
+    error = error_lines(capsys.readouterr().err)[0]
     assert code == 2
     assert error.startswith(f"error: {repo / 'mlp' / 'export-report.json'}: 'tensorrt_recipe' {says}")
     assert not out.exists() or not any(out.iterdir())

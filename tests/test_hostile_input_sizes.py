@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.conftest import EXAMPLE_REPOSITORY, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, error_lines, run_cli
 from tritonkit.client import EXAMPLE_INPUT_MAX_BYTES, example_input
 from tritonkit.errors import UsageError
 
@@ -37,7 +37,7 @@ def test_deploy_of_a_config_with_an_input_no_request_carries_is_one_line(tmp_pat
     config.write_text(config.read_text().replace("dims: 4", "dims: 99999999999", 1))
     code = run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
                    "--metrics-port", "0", "--timeout", "30")
-    error = capsys.readouterr().err.splitlines()[0]
+    error = error_lines(capsys.readouterr().err)[0]
     assert code == 2
     assert error == ("error: 'example': input INPUT__0 of shape [1, 99999999999] (FP32) would be "
                      "373 GiB in one request, more than the 1 GiB tritonkit sends")

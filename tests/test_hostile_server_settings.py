@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, error_lines, run_cli
 
 TOO_LARGE = {"exit_timeout_secs": 2**31, "pinned_memory_pool_byte_size": 2**63,
              "log_verbose": 2**31}
@@ -25,6 +25,6 @@ def test_a_setting_beyond_its_flag_is_refused_before_the_start(tmp_path, capsys,
                    "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
     err = capsys.readouterr().err
     assert code == 2, err
-    first = err.splitlines()[0]
+    first = error_lines(err)[0]
     assert str(settings) in first and field in first and "more than tritonserver takes" in first
     assert not (example_repository / ".tritonkit" / "server.log").exists()

@@ -19,7 +19,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import ROOT, add_broken_model, default_signals, load_example_forward, run_cli
+from tests.conftest import (ROOT, add_broken_model, default_signals, error_lines,
+                            load_example_forward, run_cli)
 from tritonkit.errors import Interrupted, UsageError
 from tritonkit.server import local
 from tritonkit.server.local import _alive, check_port_free, free_port, signals_interrupt
@@ -681,7 +682,7 @@ def test_a_second_deploy_while_one_is_in_progress_fails_at_once_and_changes_noth
                        "--grpc-port", "0", "--metrics-port", "0", "--timeout", "10")
         err = capsys.readouterr().err
         assert code == 2 and time.monotonic() - started < 5
-        assert err.splitlines()[0] == (f"error: another tritonkit deploy of {example_repository} "
+        assert error_lines(err)[0] == (f"error: another tritonkit deploy of {example_repository} "
                                        "is in progress")
         assert load_deployment(example_repository).pid == recorded.pid
         assert read_secret(example_repository) == secret

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import onnx_graphs
-from tests.conftest import EXAMPLE_REPOSITORY, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, error_lines, run_cli
 from tritonkit.model_config import configure
 from tritonkit.server.state import state_dir
 
@@ -101,7 +101,7 @@ def test_a_link_into_the_state_folder_is_refused(example_repository, capsys):
     link = example_repository / "example" / "1" / "labels.txt"
     link.symlink_to(state_dir(example_repository) / "secret")
     assert _deploy(example_repository) == 2
-    error = capsys.readouterr().err.splitlines()[0]
+    error = error_lines(capsys.readouterr().err)[0]
     assert f"{link} is a link to {state_dir(example_repository).resolve() / 'secret'}, in " \
            "tritonkit's own state folder" in error
     assert not (state_dir(example_repository) / "local").exists()
@@ -133,7 +133,7 @@ def test_a_fifo_or_socket_in_a_model_folder_is_refused_not_opened(onnx_repo, kin
     finally:
         if held:
             held.close()
-    error = capsys.readouterr().err.splitlines()[0]
+    error = error_lines(capsys.readouterr().err)[0]
     assert f"{path} is a {'named pipe' if kind == 'fifo' else 'socket'}" in error
     assert not (state_dir(onnx_repo) / "local").exists()
 

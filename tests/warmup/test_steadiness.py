@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import error_lines, run_cli
 from tests.warmup.conftest import ECHO_CONFIG, _deploy, _echo_model, _python_model, _ready
 from tritonkit.cli.warmup import print_results, print_warmup, unsteady_error
 from tritonkit.client import Endpoint
@@ -63,9 +63,9 @@ def test_a_model_that_never_becomes_steady_within_the_budget_exits_non_zero(warm
     assert line.strip().startswith("example: not steady within --requests 2 (2 shapes; their "
                                    "first requests used them all; try --requests ")
     # ... and a short error naming the model, not repeating it all.
-    assert captured.err.splitlines()[0] == ("error: not steady: example (the line under the "
-                                            "table says why)")
-    assert captured.err.splitlines()[1].startswith("hint: try --requests ")
+    error = error_lines(captured.err)
+    assert error[0] == "error: not steady: example (the line under the table says why)"
+    assert error[1].startswith("hint: try --requests ")
     assert captured.err.splitlines()[1].endswith("--steady-floor-ms (now 1)")
     assert len(captured.err) < 250
     assert _ready(warm_server)
