@@ -15,7 +15,8 @@ export PYTHONDONTWRITEBYTECODE=
 # -n N on the command line replaces the worker count only: --dist loadgroup stays, which
 # runs each costly server fixture's tests on one worker (made once), and
 # --no-loadscope-reorder, which hands tests out in the order tests/conftest.py sets (the
-# machine-alone tests first, then the longest). --dist or -p no:xdist there replaces them.
+# machine-alone tests first, the export tests beside them, then the longest). --dist or
+# -p no:xdist there replaces them.
 workers=(-n "${TRITONKIT_TEST_WORKERS:-8}")
 dist=(--dist loadgroup --no-loadscope-reorder)
 for arg in "$@"; do
