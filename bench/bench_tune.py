@@ -55,6 +55,7 @@ from bench.perf_analyzer import _library_dir, run_perf_analyzer  # noqa: E402
 from tritonkit.cli import main as tritonkit_main  # noqa: E402
 from tritonkit.client import Endpoint  # noqa: E402
 from tritonkit.deploy import deploy_local, down  # noqa: E402
+from tritonkit.fileio import OwnedFolder  # noqa: E402
 from tritonkit.profiles import TuneSpace  # noqa: E402
 from tritonkit.report import Sla  # noqa: E402
 from tritonkit.server.binary import find_install, prepare_backends, server_environment  # noqa: E402
@@ -162,6 +163,8 @@ def run_model_analyzer(mirror: Path, model: str, sla_ms: float, work: Path) -> d
     # libcudart (bench/perf_analyzer.py) must be on the same path.
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(_library_dir()),
                                                            env.get("LD_LIBRARY_PATH")]))
+    with OwnedFolder(work, "backends", create=True) as folder:
+        backends = prepare_backends(install, folder)
     config = {
         "model_repository": str(source),
         "output_model_repository_path": str(work / "ma_output"),
@@ -172,7 +175,7 @@ def run_model_analyzer(mirror: Path, model: str, sla_ms: float, work: Path) -> d
         "triton_http_endpoint": f"127.0.0.1:{http}",
         "triton_grpc_endpoint": f"127.0.0.1:{grpc}",
         "triton_metrics_url": f"http://127.0.0.1:{metrics}/metrics",
-        "triton_server_flags": {"backend-directory": str(prepare_backends(install, work / "backends")),
+        "triton_server_flags": {"backend-directory": str(backends),
                                 "http-address": "127.0.0.1", "grpc-address": "127.0.0.1",
                                 "metrics-address": "127.0.0.1", "allow-gpu-metrics": "false"},
         "triton_server_environment": env,
