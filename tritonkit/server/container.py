@@ -123,8 +123,7 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
     chosen = chosen if image is None else image     # an empty --image is refused, not ignored
     check_image(profile, chosen, tensorrt=tensorrt)
     per_gpu = any((repository / m / "configs" / f"{profile.name}.pbtxt").is_file() for m in models)
-    recipes = tuple(r for m in models if _serves_plans(repository / m, profile.name)
-                    for r in [_recipe(repository / m, chosen)] if r)
+    recipes = tuple(r for m in plans for r in [_recipe(repository / m, chosen)] if r)
     return ContainerSpec(
         gpu=profile.name, compute_capability=profile.compute_capability, image=chosen,
         models=tuple(models), settings=settings, tensorrt=tensorrt,
