@@ -409,14 +409,15 @@ def _longest_first(config, items) -> None:
     for item in items:
         members.setdefault(_unit(item), []).append(item)
 
-    def tier(item) -> int:
-        unit = _unit(item)
-        if any(_alone(member) for member in members[unit]):
+    def tier(tests) -> int:
+        if any(_alone(test) for test in tests):
             return 0
-        beside = all(_yields(member) for member in members[unit]) if unit[1] else _yields(item)
-        return 1 if beside else 2
+        return 1 if all(_yields(test) for test in tests) else 2
 
-    tiers = {id(item): tier(item) for item in items}
+    # A group goes to one worker whole: its tier is its tests'. Other tests have their own.
+    group_tier = {unit: tier(tests) for unit, tests in members.items() if unit[1]}
+    tiers = {id(item): group_tier[_unit(item)] if _unit(item)[1] else tier([item])
+             for item in items}
     unit_s: dict[tuple[int, str, bool], float] = {}
     for item in items:
         unit = (tiers[id(item)], *_unit(item))
