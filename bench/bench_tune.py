@@ -27,7 +27,8 @@ repeats tune and the confirmation N times (Model Analyzer runs once; --no-model-
 The machine is shared and noisy: one run is one sample. Every run's JSON is kept in out/bench-runs/.
 
     .venv/bin/python bench/bench_tune.py [--rounds 1] [--budget-s 300] [--sla-p99-ms 10]
-        [--encoder-sla-p99-ms 25] [--ab-rounds 4] [--no-model-analyzer] [--json out/bench_tune.json]
+        [--encoder-sla-p99-ms 25] [--ab-rounds 4] [--encoder-rounds 1] [--no-model-analyzer]
+        [--json out/bench_tune.json]
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ MA_REQUIREMENTS = ROOT / "bench" / "requirements-model-analyzer.txt"
 SPACE = TuneSpace(instance_count=(1, 2, 3), max_batch_size=(16, 32, 64), max_queue_delay_us=(0,))
 MA_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 PA_LEVELS = (1, 2, 4, 8, 16, 32, 64)
+PA_TIMEOUT_S = 180      # a level's warm-up and up to 10 windows of 2 s (20 more s retried) take < 60 s
 ENCODER_SHAPES = (("input_ids", (16,)), ("attention_mask", (16,)))
 console = Console()
 
@@ -84,26 +86,37 @@ def export_models(repo: Path) -> None:
 
 # -- perf_analyzer: throughput under the SLA --------------------------------------------------------
 
-def pa_under_sla(url: str, model: str, sla_ms: float, shapes: tuple) -> dict:
-    """perf_analyzer up the concurrencies until the p99 passes ``sla_ms``: the highest
-    throughput whose p99 met it (0 if not even concurrency 1 did). Its last three windows
-    must agree within 50 % on throughput and mean latency (on this shared host a p99 agreed
-    with itself within 10 % in no six windows, nor did throughput within 25 % in eight at
-    times); a level with no stable window at all ends the climb."""
+def pa_under_sla(url: str, model: str, sla_ms: float, shapes: tuple, start: int = 1) -> dict:
+    """perf_analyzer up the concurrencies from ``start`` until the p99 passes ``sla_ms`` (down
+    from it while even ``start`` does): the highest throughput whose p99 met it (0 if not even
+    concurrency 1 did). Its last three windows must agree within 50 % on throughput and mean
+    latency (on this shared host a p99 agreed with itself within 10 % in no six windows, nor
+    did throughput within 25 % in eight at times); a level with no stable window at all, or
+    still running after PA_TIMEOUT_S, ends the climb."""
     best = {"throughput": 0.0, "concurrency": None, "p99_ms": None}
-    for level in PA_LEVELS:
+    first = PA_LEVELS.index(start) if start in PA_LEVELS else 0
+    order = list(PA_LEVELS[first:])
+    going_up = True
+    while order:
+        level = order.pop(0)
         try:
             result = run_perf_analyzer(url, model, level, interval_ms=2000, stability_pct=50,
                                        max_trials=10, warmup_requests=50 * level,
-                                       extra=_pa_inputs(shapes))
+                                       extra=_pa_inputs(shapes), timeout_s=PA_TIMEOUT_S)
         except RuntimeError as exc:
-            console.log(f"perf_analyzer at c={level}: {' '.join(str(exc).split())[:160]}")
+            console.log(f"perf_analyzer at c={level}: {' '.join(str(exc).split())[:300]}")
+            met = False
+        else:
+            p99_ms = result.p99_us / 1000
+            met = p99_ms <= sla_ms
+            if met and result.throughput > best["throughput"]:
+                best = {"throughput": result.throughput, "concurrency": level, "p99_ms": p99_ms}
+        if going_up and not met:
+            # past the SLA going up; where the start itself failed, step down from it instead
+            order = [] if best["concurrency"] else list(reversed(PA_LEVELS[:PA_LEVELS.index(level)]))
+            going_up = False
+        elif not going_up and met:
             break
-        p99_ms = result.p99_us / 1000
-        if p99_ms > sla_ms:
-            break
-        if result.throughput > best["throughput"]:
-            best = {"throughput": result.throughput, "concurrency": level, "p99_ms": p99_ms}
     return best
 
 
@@ -115,16 +128,24 @@ def _pa_inputs(shapes: tuple) -> list[str]:
     return flags + (["--input-data", "zero"] if shapes else [])
 
 
+_FOUND: dict[tuple, int] = {}     # (model, config): where its next perf_analyzer climb starts
+
+
 def interleaved(served: ServedModel, sides: dict[str, dict], url: str, model: str, sla_ms: float,
                 shapes: tuple, rounds: int) -> dict[str, list[float]]:
     """Each side's perf_analyzer throughput under the SLA, A B then B A, each side loaded and
-    warmed before it is measured."""
+    warmed before it is measured. A config measured before climbs from a step below the
+    concurrency it met the SLA at last (1 the first time)."""
     names = list(sides)
     figures: dict[str, list[float]] = {name: [] for name in names}
     for index in range(rounds):
         for name in (names if index % 2 == 0 else list(reversed(names))):
             served.swap(sides[name])
-            figure = pa_under_sla(url, model, sla_ms, shapes)
+            key = (model, repr(sides[name]))
+            figure = pa_under_sla(url, model, sla_ms, shapes, start=_FOUND.get(key, 1))
+            if figure["concurrency"]:
+                # the next climb for this config starts a step below the level found
+                _FOUND[key] = PA_LEVELS[max(0, PA_LEVELS.index(figure["concurrency"]) - 1)]
             console.log(f"perf_analyzer round {index + 1} {name}: {figure['throughput']:,.0f} infer/s "
                         f"at c={figure['concurrency']} (p99 {figure['p99_ms']})")
             figures[name].append(figure["throughput"])
@@ -293,6 +314,9 @@ def main() -> int:
                         help="an earlier Model Analyzer run kept by this bench "
                              "(out/bench-model-analyzer): its pick and wall time, not run again")
     parser.add_argument("--models", default="mlp,encoder", help="mlp, encoder or both")
+    parser.add_argument("--encoder-rounds", type=int, default=1,
+                        help="the encoder in the first N rounds only (its tune and confirmation "
+                             "take about 15 min a round)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     facts = run_facts()
@@ -314,7 +338,7 @@ def main() -> int:
                 if index == 0 and not args.no_model_analyzer:
                     report["model_analyzer"] = _stage(
                         lambda: versus_model_analyzer(endpoint, repo, report, args, work))
-                if "encoder" not in args.models.split(","):
+                if "encoder" not in args.models.split(",") or index >= args.encoder_rounds:
                     continue
                 round_["encoder"] = _stage(lambda: tune_and_confirm(
                     endpoint, repo, "encoder", args.encoder_sla_p99_ms, args.budget_s,

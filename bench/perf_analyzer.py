@@ -85,7 +85,7 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
                       interval_ms: int = 3000, batch_size: int = 1, shape: str | None = None,
                       stability_pct: int = 10, max_trials: int = 10, warmup_requests: int = 0,
                       stability_percentile: int | None = None,
-                      extra: list[str] | None = None) -> PerfResult:
+                      extra: list[str] | None = None, timeout_s: float = 600) -> PerfResult:
     """One perf_analyzer measurement at a fixed concurrency (sync, stable windows).
 
     ``warmup_requests``: requests it sends at that concurrency before its first window
@@ -96,11 +96,12 @@ def run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str =
     stable window still reports its last one, with ``returncode`` set (``stable`` False):
     the benchmarks leave such rounds out. One that wrote no figures because no window was stable is run
     once more with windows twice as long (perf_analyzer's own advice: "increase the
-    --measurement-interval"), ``retried`` set; a run that still wrote none raises.
+    --measurement-interval"), ``retried`` set; a run that still wrote none raises, as does
+    one still running after ``timeout_s`` (with the last lines it printed).
     """
     common = dict(protocol=protocol, batch_size=batch_size, shape=shape, stability_pct=stability_pct,
                   max_trials=max_trials, warmup_requests=warmup_requests,
-                  stability_percentile=stability_percentile, extra=extra)
+                  stability_percentile=stability_percentile, extra=extra, timeout_s=timeout_s)
     try:
         return _run_perf_analyzer(url, model, concurrency, interval_ms=interval_ms, **common)
     except _NoFigures as unstable:
@@ -127,7 +128,7 @@ _PASS = re.compile(r"^\s*Pass \[(\d+)\]", re.MULTILINE)
 def _run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str, interval_ms: int,
                        batch_size: int, shape: str | None, stability_pct: int, max_trials: int,
                        warmup_requests: int, stability_percentile: int | None,
-                       extra: list[str] | None) -> PerfResult:
+                       extra: list[str] | None, timeout_s: float) -> PerfResult:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(_library_dir()),
                                                            env.get("LD_LIBRARY_PATH")]))
@@ -143,7 +144,12 @@ def _run_perf_analyzer(url: str, model: str, concurrency: int, *, protocol: str,
             argv += ["--warmup-request-count", str(warmup_requests)]
         if shape:
             argv += ["--shape", shape]
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s)
+        except subprocess.TimeoutExpired as late:
+            said = _lines(_text(late.stdout)) + _lines(_text(late.stderr))
+            raise RuntimeError(f"perf_analyzer still running after {timeout_s:.0f} s at concurrency "
+                               f"{concurrency}; its last lines: {' | '.join(said[-4:]) or 'none'}") from None
         rows = []
         if report.exists():
             with report.open(newline="") as figures:
@@ -183,6 +189,10 @@ def _failure(done: subprocess.CompletedProcess) -> str | None:
         return "no stable window"
     said = _lines(done.stderr) or _lines(done.stdout)
     return f"exit {done.returncode}: {said[-1] if said else 'it printed nothing'}"
+
+
+def _text(said: bytes | str | None) -> str:
+    return said.decode(errors="replace") if isinstance(said, bytes) else (said or "")
 
 
 def _lines(text: str) -> list[str]:

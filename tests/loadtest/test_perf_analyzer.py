@@ -90,3 +90,29 @@ def test_a_perf_analyzer_library_link_left_dangling_is_pointed_anew(tmp_path, mo
     assert perf_analyzer._library_dir() == links
     for name in ("libb64.so.0d", "libcudart.so.12"):
         assert (links / name).exists(), f"{name} still dangles"
+
+
+def test_perf_analyzer_still_running_at_its_bound_is_stopped_and_says_its_last_lines(tmp_path, monkeypatch):
+    """A perf_analyzer that never ends (one in a benchmark waited 600 s at concurrency 32) is
+    stopped at ``timeout_s``: the caller gets an error with the last lines it printed, and no
+    process is left behind."""
+    import os
+    import time
+
+    from bench import perf_analyzer
+
+    tool = tmp_path / "perf_analyzer"
+    tool.write_text("#!/bin/sh\necho $$ > \"$(dirname \"$0\")/pid\"\n"
+                    "echo '  Pass [1] throughput: 10 infer/sec.'\nexec sleep 60\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(perf_analyzer, "perf_analyzer_binary", lambda: tool)
+    monkeypatch.setattr(perf_analyzer, "_library_dir", lambda: tmp_path)
+
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"still running after 1 s at concurrency 32; "
+                                           r"its last lines: Pass \[1\] throughput"):
+        perf_analyzer.run_perf_analyzer("127.0.0.1:1", "m", 32, timeout_s=1)
+    assert time.monotonic() - began < 30
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):      # killed and reaped
+        os.kill(pid, 0)
