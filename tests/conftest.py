@@ -20,8 +20,13 @@ from typing import Callable
 import pytest
 from filelock import FileLock
 
-from tritonkit.cli import main
-from tritonkit.server.state import load_deployment
+# PyTorch's OpenMP threads read this once, when torch loads (with the first test module that
+# imports it): they sleep between operators instead of spinning on a core the other workers
+# need, as `tritonkit export` sets it for its own runs.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from tritonkit.cli import main  # noqa: E402
+from tritonkit.server.state import load_deployment  # noqa: E402
 
 pytest_plugins = ["pytester"]          # tests/test_parallel_workers.py runs suites of its own
 
@@ -504,6 +509,8 @@ def _together(item) -> str:
 
 @pytest.hookimpl(trylast=True)          # after xdist named each item's group in its node id
 def pytest_collection_finish(session):
+    global _collected_alone
+    _collected_alone = any(_alone(item) for item in session.items)
     if session.config.getoption("loadgroup", False) and any(
             item.get_closest_marker("xdist_group") and "@" not in item.nodeid
             for item in session.items):
@@ -586,8 +593,14 @@ class _Machine:
     def __init__(self, folder: Path):
         self.door = open(folder / "machine.door", "a+")
         self.run = open(folder / "machine.run", "a+")
+        self.alone_done = folder / "machine.alone-done"
         self.alone = False
         self.held = False
+
+    def alone_ahead(self) -> bool:
+        """Whether the run's `alone` tests are still to come or running (their worker says
+        when its last one ended; a run with none has none ahead)."""
+        return _collected_alone and not self.alone_done.exists()
 
     def enter(self, alone: bool) -> None:
         if self.held and self.alone == alone:
@@ -608,6 +621,7 @@ class _Machine:
 
 
 _machine: _Machine | None = None
+_collected_alone = False        # whether this run has `alone` tests (each worker collects all)
 
 
 def _timing(item) -> bool:
@@ -637,14 +651,16 @@ def _alone_from_setup(item) -> bool:
 def pytest_runtest_protocol(item, nextitem):
     """Under xdist, a `timing` or `alone` test waits until no other test runs, and none
     starts until it is done (from its call on, or from its set-up: ``_alone_from_setup``);
-    the next one on its worker (they are grouped) keeps the machine. An export test runs
-    beside any test, on the CPU the others leave idle (``_beside``)."""
+    the next one on its worker (they are grouped) keeps the machine. An export test that
+    starts while `alone` tests are ahead runs beside them, on the CPU they leave idle
+    (``_beside``); once they are done it runs as any other test (at idle priority beside
+    busy workers it was starved: one took 76 s for 4 CPU s at the run's end)."""
     global _machine
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return (yield)
     if _machine is None:
         _machine = _Machine(run_folder(item.config._tmp_path_factory))  # as xdist reads it
-    beside = _beside(item)
+    beside = _beside(item) and _machine.alone_ahead()
     if beside:
         _machine.leave()
     elif not (_machine.held and _machine.alone and _alone(item)):
@@ -657,6 +673,8 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         if not (_alone(item) and _alone(nextitem)):
             _machine.leave()
+        if _alone(item) and not _alone(nextitem):      # the alone group is one worker's, in a row
+            _machine.alone_done.touch()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -673,13 +691,21 @@ EXPORT_MODULES = frozenset({
     "test_export", "test_export_hf", "test_export_kwargs", "test_export_errors",
     "test_export_threads", "test_verify", "test_verification_budget",
     "test_verification_coverage"})
+# Modules whose tests without a server cost CPU and wait on no clock that a minute held back
+# would break (a bound of seconds on a command, a peer that trickles): they run beside the
+# alone tests as the export tests do, instead of after them.
+BESIDE_MODULES = EXPORT_MODULES | {
+    "test_cli", "test_k8s", "test_model_config", "test_doctor", "test_diagnose", "test_docs",
+    "test_output_at_a_glance", "test_tune_compare", "test_user_code_boundary", "test_packaging",
+    "test_onnxruntime_telemetry", "test_hostile_export_report", "tests.loadtest.test_report"}
 
 
 def _yields(item) -> bool:
-    """An export test without a server: it would fill both cores and it times nothing, while
-    a server test beside it warms up until its latency is steady (498 requests did not get
-    there once, in a CI run) and a timing test measures."""
-    return (item.module.__name__.rpartition(".")[2] in EXPORT_MODULES
+    """A test of BESIDE_MODULES without a server: it would take CPU and it times nothing,
+    while a server test beside it warms up until its latency is steady (498 requests did not
+    get there once, in a CI run) and a timing test measures."""
+    name = item.module.__name__
+    return ((name in BESIDE_MODULES or name.rpartition(".")[2] in BESIDE_MODULES)
             and not any(item.get_closest_marker(m) for m in ("server", "engine", "timing", "alone")))
 
 

@@ -32,9 +32,6 @@ from tests.conftest import ROOT, run_cli
 from tritonkit.export import onnx_export, staging
 from tritonkit.export.spec import load_factory
 
-# torch exports, CPU-bound: one worker runs them all (one torch warmed up, one core busy)
-pytestmark = pytest.mark.xdist_group("torch")
-
 EXAMPLES = ROOT / "examples"
 # name → (SPEC, dynamic labels besides the batch)
 FAMILIES = {

@@ -14,9 +14,6 @@ from tests.conftest import ROOT, run_cli
 from tritonkit.errors import EXIT_ERROR, EXIT_USAGE
 from tritonkit.export import onnx_export
 
-# torch exports, CPU-bound: one worker runs them all (one torch warmed up, one core busy)
-pytestmark = pytest.mark.xdist_group("torch")
-
 MLP = ROOT / "examples" / "mlp.py"
 
 BAD_MODELS = '''

@@ -22,9 +22,6 @@ from tritonkit.model_config import read_config
 from tritonkit.profiles import load_profile
 from tritonkit.server.container import container_spec
 
-# torch exports, CPU-bound: one worker runs them all (one torch warmed up, one core busy)
-pytestmark = pytest.mark.xdist_group("torch")
-
 MLP = ROOT / "examples" / "mlp.py"
 
 

@@ -304,43 +304,90 @@ ON_IDLE_CORES = pytest.mark.skipif(
     reason="a worker here could not take its priority back")
 
 
-@ON_IDLE_CORES
-def test_an_export_test_runs_on_idle_cores_and_its_worker_takes_its_priority_back(suite, tmp_path):
-    """An export test (EXPORT_MODULES, no server) runs at SCHED_IDLE, a thread it starts
-    and a command it runs too; the next tests on its worker, a server test among them and
-    a plain one elsewhere, as the worker ran before."""
-    log = tmp_path / "policy"
-    note = f"""
-        import os, subprocess, sys, threading, pytest
+def _policy_notes(log) -> str:
+    return f"""
+        import os, pathlib, subprocess, sys, threading, time, pytest
 
         def note(what, policy):
             with open({str(log)!r}, "a") as f:
                 f.write(f"{{what}} {{policy}}\\n")
         """
-    result = suite({"test_export": note + """
-        @pytest.mark.slow
-        def test_a_export():
-            t = threading.Thread(target=lambda: note("thread", os.sched_getscheduler(0)))
+
+
+@ON_IDLE_CORES
+def test_an_export_test_beside_a_timing_test_runs_on_idle_cores_and_its_worker_takes_its_priority_back(
+        suite, tmp_path):
+    """An export test (EXPORT_MODULES, no server) that runs while a timing test does gets
+    SCHED_IDLE, a thread it starts and a command it runs too; a server test and a plain
+    one, as the worker ran before."""
+    log = tmp_path / "policy"
+    log.touch()
+    running, ended = tmp_path / "timed-running", tmp_path / "timed-ended"
+    exporting = """
+        def test_export_{0}():
+            deadline = time.monotonic() + 60        # the timed test starts, or it ran first
+            while not any(pathlib.Path(p).exists() for p in ({1!r}, {2!r})):
+                assert time.monotonic() < deadline, "the timed test never started"
+                time.sleep(0.05)
+            beside = pathlib.Path({1!r}).exists()
+            t = threading.Thread(target=lambda: note("{0}-thread", f"{{beside}}:{{os.sched_getscheduler(0)}}"))
             t.start(); t.join()
-            note("export", os.sched_getscheduler(0))
+            note("{0}-export", f"{{beside}}:{{os.sched_getscheduler(0)}}")
             command = [sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"]
-            note("command", subprocess.run(command, capture_output=True, text=True).stdout.strip())
-
-        def test_b_quick_export():
-            note("quick", os.sched_getscheduler(0))
-
+            done = subprocess.run(command, capture_output=True, text=True).stdout.strip()
+            note("{0}-command", f"{{beside}}:{{done}}")
+        """
+    result = suite({"test_export": _policy_notes(log) + "".join(
+        exporting.format(name, str(running), str(ended)) for name in ("a", "b")) + """
         @pytest.mark.server
-        def test_c_served():
+        def test_served():
             note("served", os.sched_getscheduler(0))
-        """, "test_plain": note + """
+        """, "test_plain": _policy_notes(log) + f"""
         def test_plain():
             note("plain", os.sched_getscheduler(0))
-        """}, "-n", "1")
-    result.assert_outcomes(passed=4)
-    seen = dict(line.split() for line in log.read_text().splitlines())
-    idle, base = str(os.SCHED_IDLE), str(os.sched_getscheduler(0))
-    assert seen == {"thread": idle, "export": idle, "command": idle, "quick": idle,
-                    "served": base, "plain": base}
+
+        @pytest.mark.timing
+        def test_timed():
+            pathlib.Path({str(running)!r}).touch()
+            try:
+                deadline = time.monotonic() + 60
+                while "-command True:" not in pathlib.Path({str(log)!r}).read_text():
+                    assert time.monotonic() < deadline, "no export test ran beside"
+                    time.sleep(0.05)
+            finally:
+                pathlib.Path({str(ended)!r}).touch()
+                pathlib.Path({str(running)!r}).unlink()
+        """}, "-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=5)
+    seen = dict(line.split(" ", 1) for line in log.read_text().splitlines())
+    idle, base = os.SCHED_IDLE, os.sched_getscheduler(0)
+    beside = [name for name in ("a", "b") if seen[f"{name}-export"].startswith("True:")]
+    assert beside, seen
+    for name in beside:
+        assert [seen[f"{name}-{what}"] for what in ("thread", "export", "command")] == [
+            f"True:{idle}"] * 3
+    assert (seen["served"], seen["plain"]) == (str(base), str(base))
+
+
+def test_an_export_test_after_the_alone_tests_runs_as_any_other(suite, tmp_path):
+    """Once the run's `alone` tests are done, nothing needs the cores kept free: an export
+    test at idle priority beside busy workers only waited (one took 76 s for 4 CPU s at a
+    run's end)."""
+    log = tmp_path / "policy"
+    log.touch()
+    note = _policy_notes(log)
+    result = suite({"test_export": note + """
+        @pytest.mark.slow
+        def test_export():
+            note("export", os.sched_getscheduler(0))
+        """, "test_timed": note + """
+        @pytest.mark.timing
+        def test_timed():
+            note("timed", os.sched_getscheduler(0))
+        """}, "-n", "1", "--dist", "loadgroup")
+    result.assert_outcomes(passed=2)
+    base = str(os.sched_getscheduler(0))
+    assert log.read_text().splitlines() == [f"timed {base}", f"export {base}"]
 
 
 @ON_IDLE_CORES

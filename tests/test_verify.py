@@ -16,9 +16,6 @@ from tritonkit.export import onnx_export
 from tritonkit.export.spec import normalize_inputs
 from tritonkit.export.verify import _compare, verification_cases
 
-# torch exports, CPU-bound: one worker runs them all (one torch warmed up, one core busy)
-pytestmark = pytest.mark.xdist_group("torch")
-
 
 def strict_json(text: str) -> dict:
     """JSON as other languages read it: no NaN or Infinity."""
