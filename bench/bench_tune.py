@@ -71,7 +71,9 @@ MA_REQUIREMENTS = ROOT / "bench" / "requirements-model-analyzer.txt"
 SPACE = TuneSpace(instance_count=(1, 2, 3), max_batch_size=(16, 32, 64), max_queue_delay_us=(0,))
 MA_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 PA_LEVELS = (1, 2, 4, 8, 16, 32, 64)
-PA_TIMEOUT_S = 180      # a level's warm-up and up to 10 windows of 2 s (20 more s retried) take < 60 s
+# A level's warm-up and up to 10 windows of 2 s (twice as long retried) take under 60 s; some
+# runs at concurrency 32-64 printed no window for minutes, with the server loaded.
+PA_TIMEOUT_S = 90
 ENCODER_SHAPES = (("input_ids", (16,)), ("attention_mask", (16,)))
 console = Console()
 
