@@ -96,29 +96,28 @@ def pa_under_sla(url: str, model: str, sla_ms: float, shapes: tuple, start: int 
     did throughput within 25 % in eight at times); a level with no stable window at all, or
     still running after PA_TIMEOUT_S, ends the climb."""
     best = {"throughput": 0.0, "concurrency": None, "p99_ms": None}
-    first = PA_LEVELS.index(start) if start in PA_LEVELS else 0
-    order = list(PA_LEVELS[first:])
-    going_up = True
-    while order:
-        level = order.pop(0)
+
+    def met(level: int) -> bool:
         try:
             result = run_perf_analyzer(url, model, level, interval_ms=2000, stability_pct=50,
                                        max_trials=10, warmup_requests=50 * level,
                                        extra=_pa_inputs(shapes), timeout_s=PA_TIMEOUT_S)
         except RuntimeError as exc:
             console.log(f"perf_analyzer at c={level}: {' '.join(str(exc).split())[:300]}")
-            met = False
-        else:
-            p99_ms = result.p99_us / 1000
-            met = p99_ms <= sla_ms
-            if met and result.throughput > best["throughput"]:
-                best = {"throughput": result.throughput, "concurrency": level, "p99_ms": p99_ms}
-        if going_up and not met:
-            # past the SLA going up; where the start itself failed, step down from it instead
-            order = [] if best["concurrency"] else list(reversed(PA_LEVELS[:PA_LEVELS.index(level)]))
-            going_up = False
-        elif not going_up and met:
+            return False
+        p99_ms = result.p99_us / 1000
+        if p99_ms <= sla_ms and result.throughput > best["throughput"]:
+            best.update(throughput=result.throughput, concurrency=level, p99_ms=p99_ms)
+        return p99_ms <= sla_ms
+
+    first = PA_LEVELS.index(start) if start in PA_LEVELS else 0
+    for level in PA_LEVELS[first:]:
+        if not met(level):
             break
+    if best["concurrency"] is None:          # even the start passed the SLA: down from it
+        for level in reversed(PA_LEVELS[:first]):
+            if met(level):
+                break
     return best
 
 

@@ -509,8 +509,6 @@ def _together(item) -> str:
 
 @pytest.hookimpl(trylast=True)          # after xdist named each item's group in its node id
 def pytest_collection_finish(session):
-    global _collected_alone
-    _collected_alone = any(_alone(item) for item in session.items)
     if session.config.getoption("loadgroup", False) and any(
             item.get_closest_marker("xdist_group") and "@" not in item.nodeid
             for item in session.items):
@@ -590,17 +588,18 @@ class _Machine:
     beside it on our 2 cores would disturb). ``door`` is held while asking, so that tests
     starting after a timing test began to wait do not keep it waiting."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, alone_in_run: bool):
         self.door = open(folder / "machine.door", "a+")
         self.run = open(folder / "machine.run", "a+")
         self.alone_done = folder / "machine.alone-done"
+        self.alone_in_run = alone_in_run
         self.alone = False
         self.held = False
 
     def alone_ahead(self) -> bool:
         """Whether the run's `alone` tests are still to come or running (their worker says
         when its last one ended; a run with none has none ahead)."""
-        return _collected_alone and not self.alone_done.exists()
+        return self.alone_in_run and not self.alone_done.exists()
 
     def enter(self, alone: bool) -> None:
         if self.held and self.alone == alone:
@@ -621,7 +620,6 @@ class _Machine:
 
 
 _machine: _Machine | None = None
-_collected_alone = False        # whether this run has `alone` tests (each worker collects all)
 
 
 def _timing(item) -> bool:
@@ -659,7 +657,8 @@ def pytest_runtest_protocol(item, nextitem):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return (yield)
     if _machine is None:
-        _machine = _Machine(run_folder(item.config._tmp_path_factory))  # as xdist reads it
+        _machine = _Machine(run_folder(item.config._tmp_path_factory),  # as xdist reads it
+                            alone_in_run=any(map(_alone, item.session.items)))  # each worker has all
     beside = _beside(item) and _machine.alone_ahead()
     if beside:
         _machine.leave()
