@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import math
 import multiprocessing
+from multiprocessing import resource_tracker
 import os
 import signal
 import socket
@@ -647,31 +648,34 @@ def _sequence_figures(plan: SequencePlan, batcher_slots: int, live: int,
 
 @contextlib.contextmanager
 def _signals_held():
-    """While a worker starts. Ctrl-C is the parent's: a spawned worker inherits an ignored
-    SIGINT, so one pressed while it is still starting (a second or more of imports) is no
-    traceback of its own. SIGTERM and SIGHUP wait until the worker is started and counted,
-    then come as they would have: one that cut a start short would leave a worker half
-    started (its spawn data unwritten: a traceback of its own) or running unknown to the
-    clean-up. (A worker does not inherit the handler that holds them: exec resets a caught signal.)
-
-    Only the main thread may set a handler; elsewhere the worker ignores SIGINT once it runs.
+    """While a worker starts, Ctrl-C, SIGTERM and SIGHUP wait until it is started and
+    counted, then come as they would have: one that cut a start short would leave a worker
+    half started (its spawn data unwritten: a traceback of its own) or running unknown to
+    the clean-up. SIGINT is also blocked in the starting thread, so the worker starts with it
+    blocked (a signal mask survives fork and exec; a caught handler does not) and ignores it
+    before it unblocks it: one pressed while it imports is the parent's alone, no traceback
+    of the worker's. Only the main thread may set a handler; elsewhere the signal goes to the
+    main thread as it would have, and the worker still starts with SIGINT blocked.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    # A spawn starts multiprocessing's resource tracker first if it is not running, and that
+    # start unblocks SIGINT in this thread (it undoes its own block with SIG_UNBLOCK).
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     held: list[int] = []
     previous = {}
-    # (None: a handler not set from Python, which could not be put back; an ignored one stays so)
-    if signal.getsignal(signal.SIGINT) is not None:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) not in (None, signal.SIG_IGN):
-            previous[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
+    if threading.current_thread() is threading.main_thread():
+        # (None: a handler not set from Python, which could not be put back; an ignored one
+        # stays so)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) not in (None, signal.SIG_IGN):
+                previous[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        # A Ctrl-C pending in this thread comes now, to the handler put back.
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if held:
             signal.raise_signal(held[0])
 

@@ -14,7 +14,8 @@ every process); worker sends ("done", summary). A worker kept by a pool
 summary waits for the next plan, until the pipe closes. A parent that gives up closes its end: a
 worker waiting for t0 reads the end of the pipe and leaves at once. Ctrl-C is the
 parent's to handle: workers ignore SIGINT (the terminal sends it to all of them) from
-their start — they inherit it ignored — and stop on the shared ``stop`` flag; one
+their start — they start with it blocked and ignore it before they let it through — and
+stop on the shared ``stop`` flag; one
 blocked in a request is killed when the parent stops waiting (about 2 s). A parent that
 ends without a word (SIGKILL, a crash) takes its workers with it: each leaves the moment
 it is gone.
@@ -95,7 +96,9 @@ def pooled_worker_main(kind: tuple[bool, bool], conn: Any, done: Any, stop: Any)
 
 def _prepare(open_loop: bool, cooperative: bool) -> None:
     """What a worker process sets once, before its first plan."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)    # inherited so, unless started off the main thread
+    # Started with SIGINT blocked (one pressed since is pending): ignored, then let through.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _leave_with_the_parent()
     raise_open_files_limit()        # the parent checked the plan against the hard limit
     if open_loop:
