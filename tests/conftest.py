@@ -187,8 +187,8 @@ class OncePerRun:
     runs once when the whole run ends, in the process that ran it (xdist's controller, or
     pytest itself without workers), after every worker is done with it.
 
-    Create it at the top level of this conftest (or a module it imports): the controller
-    collects no test module, and ``undo`` must be known there."""
+    One with an ``undo`` is created at the top level of this conftest (or a module it
+    imports): the controller collects no test module, and ``undo`` must be known there."""
 
     def __init__(self, name: str, make: Callable[[Path], object],
                  undo: Callable[[object], None] | None = None):
@@ -591,6 +591,10 @@ class _Machine:
     def __init__(self, folder: Path, alone_in_run: bool):
         self.door = open(folder / "machine.door", "a+")
         self.run = open(folder / "machine.run", "a+")
+        # Beside tests hold ``beside`` shared; a hog's call holds it alone (``beside_door``
+        # as ``door``: beside tests that start one after another do not keep it waiting).
+        self.beside_door = open(folder / "machine.beside-door", "a+")
+        self.beside = open(folder / "machine.beside", "a+")
         self.alone_done = folder / "machine.alone-done"
         self.alone_in_run = alone_in_run
         self.alone = False
@@ -610,6 +614,22 @@ class _Machine:
         if not alone:
             fcntl.flock(self.door, fcntl.LOCK_UN)
         self.alone, self.held = alone, True
+
+    @contextlib.contextmanager
+    def side(self, alone: bool):
+        """Held by a beside test (``alone`` False) for its whole run, and by a hog's call."""
+        fcntl.flock(self.beside_door, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.beside, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(self.beside_door, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.beside, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(self.beside_door, fcntl.LOCK_UN)
 
     def leave(self) -> None:
         if self.held:
@@ -634,7 +654,9 @@ def _alone(item) -> bool:
 
 def _hogs(item) -> bool:
     """An `alone` test that is no timing test: it takes both cores (why it is alone), so it
-    comes last among them; the timing tests before it leave cores idle for exports beside."""
+    comes last among them (the timing tests before it leave cores idle for exports beside),
+    and the tests beside them wait while its call runs: beside them a warm-up until steady
+    needed twice the requests (its call took 94 s, not 49)."""
     return _alone(item) and not _timing(item)
 
 
@@ -667,7 +689,7 @@ def pytest_runtest_protocol(item, nextitem):
     try:
         if not beside:
             return (yield)
-        with _idle_priority():
+        with _machine.side(alone=False), _idle_priority():
             return (yield)
     finally:
         if not (_alone(item) and _alone(nextitem)):
@@ -680,7 +702,10 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_call(item):
     if _machine is not None and _alone(item):
         _machine.enter(alone=True)
-    return (yield)
+    if _machine is None or not _hogs(item):
+        return (yield)
+    with _machine.side(alone=True):
+        return (yield)
 
 
 # -- export tests run beside the others, on the CPU they leave idle ----------------------
@@ -696,7 +721,11 @@ EXPORT_MODULES = frozenset({
 BESIDE_MODULES = EXPORT_MODULES | {
     "test_cli", "test_k8s", "test_model_config", "test_doctor", "test_diagnose", "test_docs",
     "test_output_at_a_glance", "test_tune_compare", "test_user_code_boundary", "test_packaging",
-    "test_onnxruntime_telemetry", "test_hostile_export_report", "tests.loadtest.test_report"}
+    "test_onnxruntime_telemetry", "test_hostile_export_report", "tests.loadtest.test_report",
+    "test_messages", "test_nvml", "test_alerts", "test_tune_search", "test_export_tensorrt",
+    "test_hostile_table_text", "test_server_settings_conflicts", "test_hostile_outputs",
+    "test_hostile_compose_values", "test_cpu_profile", "test_mirror_symlinks",
+    "test_deploy_many_models"}
 
 
 def _yields(item) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,12 +19,10 @@ import tritonclient.http as httpclient
 
 import tritonkit
 from tests import real_models
-from tests.conftest import run_cli
+from tests.conftest import OncePerRun, run_cli
 from tritonkit.server.state import load_deployment
 
-# alone: four full-size models warmed until steady take both cores for 90 s; beside other
-# tests their warm-up needs twice the requests (and the CPU) to become steady.
-pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.alone]
+pytestmark = pytest.mark.slow
 
 PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
 
@@ -32,23 +31,41 @@ MODELS = {"bert_base": real_models.bert_base, "gpt2": real_models.gpt2_2layer,
           "resnet50": real_models.resnet50, "vit": real_models.vit}
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """The four models exported (a fixture: beside other tests; the test alone), and the
-    ViT with its example inputs."""
-    repo = tmp_path_factory.mktemp("many") / "repo"
-    vit = None
+def _export(folder: Path) -> str:
+    repo = folder / "repo"
     for name, build in MODELS.items():
         module, inputs, *axes = build()
         tritonkit.export(module, inputs, name=name, repository=repo,
                          dynamic_axes=axes[0] if axes else None, max_batch_size=8)
-        if name == "vit":
-            vit = module, inputs
-    return repo, vit
+    return str(repo)
 
 
+# Made by the first test to ask: the export test below, which runs beside the alone tests
+# (tests/conftest.py), not while the deploy test holds the machine.
+EXPORTED = OncePerRun("many_models", _export)
+
+
+@pytest.fixture
+def exported(tmp_path_factory) -> Path:
+    """The repository of the four models exported (once per run)."""
+    return Path(EXPORTED.get(tmp_path_factory))
+
+
+def test_each_model_is_exported_verified_at_the_batch_limit_it_was_given(exported):
+    for name in MODELS:
+        report = json.loads((exported / name / "export-report.json").read_text())
+        assert report["verification"]["passed"] is True, name
+        assert {case["batch"] for case in report["verification"]["cases"]} <= set(range(1, 9))
+        assert "max_batch_size: 8" in (exported / name / "config.pbtxt").read_text(), name
+
+
+# alone: four full-size models warmed until steady take both cores for 50 s; beside other
+# tests their warm-up needs twice the requests (and the CPU) to become steady.
+@pytest.mark.server
+@pytest.mark.alone
 def test_real_models_deploy_together_with_default_flags_warm_serve_and_stop(exported, tmp_path):
-    (repo, (vit_module, vit_inputs)), took = exported, {}
+    repo, took = exported, {}
+    vit_module, vit_inputs = real_models.vit()[:2]           # seeded: the weights exported
     started = time.monotonic()
     code = run_cli("deploy", "--repository", repo, *PORTS)      # the default --timeout
     took["deploy"] = time.monotonic() - started

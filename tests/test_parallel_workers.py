@@ -446,3 +446,37 @@ def test_the_alone_tests_are_handed_out_first_then_the_export_tests_then_the_res
                                     "test_other.py::test_alone*",
                                     "test_export.py::test_quick_export*",
                                     "test_other.py::test_long_served*"], consecutive=True)
+
+
+def test_an_export_test_waits_while_an_alone_test_that_takes_both_cores_runs(suite, tmp_path):
+    """Beside the timing tests an export test takes the cores they leave idle; beside an
+    alone test that takes both (a repository of full-size models warmed until steady) it
+    only doubled that test's work. Both start at once here; neither's call overlaps."""
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    span = f"""
+        import json, pathlib, time
+        import pytest
+
+        def span(name):
+            started = time.monotonic()
+            time.sleep(0.5)
+            pathlib.Path({str(spans)!r}, name).write_text(json.dumps([started, time.monotonic()]))
+        """
+    result = suite({
+        "test_hog": span + """
+        @pytest.mark.alone
+        def test_hog():
+            span("hog")
+        """,
+        "test_export": span + """
+        @pytest.mark.parametrize("i", range(3))
+        def test_export(i):
+            span(f"export{i}")
+        """}, "-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=4)
+    times = {path.name: json.loads(path.read_text()) for path in spans.iterdir()}
+    start, end = times.pop("hog")
+    assert len(times) == 3
+    beside = [name for name, (s, e) in times.items() if s < end and start < e]
+    assert beside == [], f"the hog's call ran beside {beside}"
