@@ -2,7 +2,7 @@
 # The test suite: set-up (if needed), then pytest against the real local Triton.
 #   bash scripts/test.sh              everything (CI)
 #   bash scripts/test.sh -m quick     the library's behaviour without a server, in about a minute
-# Tests run on TRITONKIT_TEST_WORKERS pytest-xdist workers (8 by default: they mostly wait on
+# Tests run on TRITONKIT_TEST_WORKERS pytest-xdist workers (10 by default: they mostly wait on
 # servers, not on the CPU); -n N or -p no:xdist on the command line overrides it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +17,7 @@ export PYTHONDONTWRITEBYTECODE=
 # --no-loadscope-reorder, which hands tests out in the order tests/conftest.py sets (the
 # machine-alone tests first, the export tests beside them, then the longest). --dist or
 # -p no:xdist there replaces them.
-workers=(-n "${TRITONKIT_TEST_WORKERS:-8}")
+workers=(-n "${TRITONKIT_TEST_WORKERS:-10}")
 dist=(--dist loadgroup --no-loadscope-reorder)
 for arg in "$@"; do
   case "$arg" in
