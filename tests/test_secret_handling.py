@@ -32,9 +32,11 @@ HOSTILE = {
 @pytest.fixture
 def listener():
     """A socket that listens and answers nothing: whether a command connected to it at
-    all (a refused secret must be refused before any request)."""
+    all (a refused secret must be refused before any request). On 127.0.0.2, where no
+    server of another test listens: a client of one, retrying a port its stopped server
+    left, once reached it on 127.0.0.1."""
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.2", 0))
     sock.listen(8)
     sock.setblocking(False)
 
@@ -46,7 +48,7 @@ def listener():
         conn.close()
         return True
 
-    yield f"127.0.0.1:{sock.getsockname()[1]}", connected
+    yield f"127.0.0.2:{sock.getsockname()[1]}", connected
     sock.close()
 
 
