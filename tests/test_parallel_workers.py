@@ -162,15 +162,7 @@ def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path,
     fixture, here `warm_server`)."""
     spans = tmp_path / "spans"
     spans.mkdir()
-    test = f"""
-        import json, os, pathlib, time
-        import pytest
-
-        def span(name):
-            started = time.monotonic()
-            time.sleep(0.3)
-            pathlib.Path({str(spans)!r}, name).write_text(
-                json.dumps([started, time.monotonic()]))
+    test = _span_code(spans, 0.3) + f"""
 
         @pytest.fixture
         def warm_server(request):
@@ -190,12 +182,11 @@ def test_a_timing_test_runs_while_no_other_test_of_the_run_does(suite, tmp_path,
             span("timing-warmed")
         """
     suite({"test_spans": test}, "-n", "3", "--dist", "loadgroup").assert_outcomes(passed=12)
-    times = {path.name: json.loads(path.read_text()) for path in spans.iterdir()}
+    times = _spans(spans)
     assert len(times) == 13
-    for name, (start, end) in times.items():
+    for name in times:
         if name.startswith("timing"):
-            beside = [other for other, (s, e) in times.items()
-                      if other != name and s < end and start < e]
+            beside = _overlapping(times, name)
             assert beside == [], f"{name} ran beside {beside}"
 
 
@@ -454,15 +445,7 @@ def test_an_export_test_waits_while_an_alone_test_that_takes_both_cores_runs(sui
     only doubled that test's work. Both start at once here; neither's call overlaps."""
     spans = tmp_path / "spans"
     spans.mkdir()
-    span = f"""
-        import json, pathlib, time
-        import pytest
-
-        def span(name):
-            started = time.monotonic()
-            time.sleep(0.5)
-            pathlib.Path({str(spans)!r}, name).write_text(json.dumps([started, time.monotonic()]))
-        """
+    span = _span_code(spans, 0.5)
     result = suite({
         "test_hog": span + """
         @pytest.mark.alone
@@ -475,8 +458,30 @@ def test_an_export_test_waits_while_an_alone_test_that_takes_both_cores_runs(sui
             span(f"export{i}")
         """}, "-n", "2", "--dist", "loadgroup")
     result.assert_outcomes(passed=4)
-    times = {path.name: json.loads(path.read_text()) for path in spans.iterdir()}
-    start, end = times.pop("hog")
-    assert len(times) == 3
-    beside = [name for name, (s, e) in times.items() if s < end and start < e]
+    times = _spans(spans)
+    assert len(times) == 4
+    beside = _overlapping(times, "hog")
     assert beside == [], f"the hog's call ran beside {beside}"
+
+
+def _span_code(spans, seconds: float) -> str:
+    """A test file's start: ``span(name)`` sleeps ``seconds`` and writes when it started and
+    ended into ``spans``/name."""
+    return f"""
+        import json, os, pathlib, time
+        import pytest
+
+        def span(name):
+            started = time.monotonic()
+            time.sleep({seconds})
+            pathlib.Path({str(spans)!r}, name).write_text(json.dumps([started, time.monotonic()]))
+        """
+
+
+def _spans(spans) -> dict[str, list[float]]:
+    return {path.name: json.loads(path.read_text()) for path in spans.iterdir()}
+
+
+def _overlapping(times: dict[str, list[float]], name: str) -> list[str]:
+    start, end = times[name]
+    return [other for other, (s, e) in times.items() if other != name and s < end and start < e]
