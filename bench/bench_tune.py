@@ -106,9 +106,10 @@ def pa_under_sla(url: str, model: str, sla_ms: float, shapes: tuple, start: int 
             console.log(f"perf_analyzer at c={level}: {' '.join(str(exc).split())[:300]}")
             return False
         p99_ms = result.p99_us / 1000
-        if p99_ms <= sla_ms and result.throughput > best["throughput"]:
+        under = p99_ms <= sla_ms
+        if under and result.throughput > best["throughput"]:
             best.update(throughput=result.throughput, concurrency=level, p99_ms=p99_ms)
-        return p99_ms <= sla_ms
+        return under
 
     first = PA_LEVELS.index(start) if start in PA_LEVELS else 0
     for level in PA_LEVELS[first:]:

@@ -609,34 +609,38 @@ class _Machine:
         if self.held and self.alone == alone:
             return
         self.leave()
-        fcntl.flock(self.door, fcntl.LOCK_EX)
-        fcntl.flock(self.run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        if not alone:
-            fcntl.flock(self.door, fcntl.LOCK_UN)
+        _take(self.door, self.run, alone)
         self.alone, self.held = alone, True
 
     @contextlib.contextmanager
     def side(self, alone: bool):
         """Held by a beside test (``alone`` False) for its whole run, and by a hog's call."""
-        fcntl.flock(self.beside_door, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(self.beside, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(self.beside_door, fcntl.LOCK_UN)
+        _take(self.beside_door, self.beside, alone)
         try:
             yield
         finally:
-            fcntl.flock(self.beside, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(self.beside_door, fcntl.LOCK_UN)
+            _give(self.beside_door, self.beside, alone)
 
     def leave(self) -> None:
         if self.held:
-            fcntl.flock(self.run, fcntl.LOCK_UN)
-            if self.alone:
-                fcntl.flock(self.door, fcntl.LOCK_UN)
+            _give(self.door, self.run, self.alone)
         self.held = False
+
+
+def _take(door, lock, alone: bool) -> None:
+    """``lock`` exclusive (``alone``) or shared, asked for through ``door``: one waiting for
+    it alone holds the door, so that those asking to share it after it do not keep it
+    waiting; a sharer lets the door go once it has the lock."""
+    fcntl.flock(door, fcntl.LOCK_EX)
+    fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    if not alone:
+        fcntl.flock(door, fcntl.LOCK_UN)
+
+
+def _give(door, lock, alone: bool) -> None:
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    if alone:
+        fcntl.flock(door, fcntl.LOCK_UN)
 
 
 _machine: _Machine | None = None
