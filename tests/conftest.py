@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import http.server
 import importlib.util
 import json
 import multiprocessing.context
@@ -14,8 +15,9 @@ import resource
 import shutil
 import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from filelock import FileLock
@@ -108,6 +110,30 @@ def spawned(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", counted)
     return names
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """A client that hung up is no traceback: socketserver prints one to ``sys.stderr``
+    from the handler's thread, which a slow handler reaches when the next test on the
+    worker captures stderr (and fails on "Traceback" in it)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+@contextlib.contextmanager
+def http_peer(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """host:port of a loopback HTTP server answering with ``handler``, closed after."""
+    server = _QuietServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def add_broken_model(repository: Path, name: str = "broken") -> Path:

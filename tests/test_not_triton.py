@@ -6,12 +6,11 @@ internal error, and never a wait for a timeout."""
 from __future__ import annotations
 
 import http.server
-import threading
 from concurrent import futures
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import http_peer, run_cli
 from tritonkit.answers import (INFER_RESPONSE, MODEL_CONFIG, MODEL_METADATA,
                                check_server_metadata, expect, mismatch)
 from tritonkit.errors import EXIT_ERROR, NotTriton
@@ -53,13 +52,8 @@ class _Peer(http.server.BaseHTTPRequestHandler):
 def peer(request):
     """host:port of a local HTTP server that answers every request the same way."""
     handler = type("Peer", (_Peer,), {"answer": ANSWERS[request.param]})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}", request.param
-    server.shutdown()
-    server.server_close()
+    with http_peer(handler) as address:
+        yield address, request.param
 
 
 def says_not_triton(capsys, code: int, address: str) -> str:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import http_peer, run_cli
 from tests.monitor.conftest import LIMITS, TRITON_2_51_METRICS, _fake_pynvml, _versions
 from tritonkit.errors import ServerError
 from tritonkit.monitor.triton_metrics import parse_metrics
@@ -105,7 +105,6 @@ def test_a_server_too_slow_to_answer_once_is_asked_again_later_not_never(monkeyp
     up for the whole session, and an ensemble loaded later was counted twice for hours. The
     address is asked again after a pause, and meanwhile a sample waits no timeout at all."""
     import http.server
-    import threading
 
     from tritonkit.monitor.triton_metrics import EnsembleCheck
 
@@ -125,10 +124,8 @@ def test_a_server_too_slow_to_answer_once_is_asked_again_later_not_never(monkeyp
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        check = EnsembleCheck(f"127.0.0.1:{server.server_port}", timeout=0.2)
+    with http_peer(Slow) as address:
+        check = EnsembleCheck(address, timeout=0.2)
         metrics = parse_metrics(_versions({"1": 5}))
         left, note = check.left_out(metrics)
         assert left == frozenset() and "did not answer" in note and "asked again" in note
@@ -140,6 +137,3 @@ def test_a_server_too_slow_to_answer_once_is_asked_again_later_not_never(monkeyp
         check.timeout = 10.0                # the answer now comes at once; a busy host's "at once"
         left, note = check.left_out(metrics)
         assert left == frozenset({("example", "1")}) and note is None
-    finally:
-        server.shutdown()
-        server.server_close()
