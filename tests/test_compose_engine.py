@@ -28,11 +28,10 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests import onnx_graphs
-from tests.conftest import EXAMPLE_REPOSITORY, default_signals, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, default_signals, run_cli, unused_ports
 from tests.docker_engine import PREFIX, Engine
 from tritonkit.model_config import configure
 from tritonkit.server.compose import project_name
-from tritonkit.server.local import free_ports
 from tritonkit.server.state import load_deployment, read_secret
 
 pytestmark = pytest.mark.engine
@@ -53,7 +52,7 @@ def cpu_repository(repo: Path, *, onnx: bool = True) -> Path:
 
 
 def deploy_argv(engine: Engine, repo: Path, out: Path, *args: str) -> list[str]:
-    ports = [a for role, port in zip(("http", "grpc", "metrics"), free_ports(3))
+    ports = [a for role, port in zip(("http", "grpc", "metrics"), unused_ports(3))
              for a in (f"--{role}-port", str(port))]
     return ["deploy", "--target", "compose", "--gpu", "cpu", "--repository", str(repo),
             "--out", str(out), "--image", engine.image, *ports, "--timeout", "300", *args]
@@ -247,18 +246,29 @@ def test_a_killed_server_is_restarted_by_docker_and_warmup_warms_it_again(deploy
 def test_down_after_the_compose_files_were_deleted_removes_everything_and_says_how_it_ended(
         deployed, engine):
     """The compose folder deleted (git clean, a new checkout): `down` stops the project by
-    its name. Its last line says how the server ended, as a local server's does: here a
-    client holds a connection open, Triton waits for it (its exit timeout is 30 s), and
-    Docker kills it at down's --timeout."""
+    its name, its models unloaded first through the published port. Its last line says how
+    the server ended, as a local server's does: here a client holds a connection open,
+    Triton waits for it (its exit timeout is 30 s), and Docker kills it at down's --timeout."""
     import socket
 
     shutil.rmtree(deployed.out)
     recorded = load_deployment(deployed.repo)
-    with socket.create_connection((recorded.host, recorded.http_port), timeout=30) as held:
-        held.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: triton\r\n\r\n")
-        assert held.recv(4096).startswith(b"HTTP/1.1 200")       # open, kept alive
-        code, out, err = cli("down", "--repository", deployed.repo, "--timeout", "4")
+    logs = subprocess.Popen(["docker", "logs", "--follow", "--tail", "0", deployed.container],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with socket.create_connection((recorded.host, recorded.http_port), timeout=30) as held:
+            held.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: triton\r\n\r\n")
+            assert held.recv(4096).startswith(b"HTTP/1.1 200")       # open, kept alive
+            code, out, err = cli("down", "--repository", deployed.repo, "--timeout", "4")
+        logged = logs.communicate(timeout=60)[0]
+    finally:
+        if logs.poll() is None:
+            logs.kill()
+            logs.wait()
     assert code == 0, err
+    before_the_signal = logged[:logged.index("Signal (2) received")]
+    for model in ("example", "mlp"):
+        assert f"successfully unloaded '{model}'" in before_the_signal, logged[-3000:]
     last = out.strip().splitlines()[-1]
     assert last == (f"stopped the Triton server for {deployed.repo}: it was still running when "
                     "the 4 s timeout ran out, so it was killed (SIGKILL) while Triton waited "

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import ECHO_CONFIG, ROOT, add_python_model, default_signals, echo_model, run_cli
-from tritonkit.server.local import _held_up_by, _waits
+from tritonkit.server.local import EXIT_TIMEOUT, EXITED, _held_up_by, _waits, ending_from_log
 
 # What Triton 2.51 logged for a stop where five of six models unloaded at once and the
 # sixth held the stop until the exit timeout expired (the issue's `down`).
@@ -38,6 +38,25 @@ def test_what_held_a_stop_up_is_the_last_count_of_the_phase_that_held_it():
     # In-flight requests count though no model is live.
     assert _waits('"Timeout 3: Found 0 live models and 2 in-flight non-inference requests"')
 
+
+
+def test_a_connection_held_to_the_end_of_the_exit_timeout_is_said_though_triton_is_silent():
+    """Its models unloaded before the signal (`down` asks for that first), Triton gives up
+    on a client's connection at the end of its exit timeout without saying "Exit timeout
+    expired" (what it logs only for models still live): the spent countdown says it."""
+    logged = "\n".join(
+        [f'I1205 http_server.cc:248] "Timeout {t}: Found 1 HTTP service connections"'
+         for t in range(4, 0, -1)]
+        + ['I1205 server.cc:321] "Timeout 0: Found 0 model versions that have in-flight '
+           'inferences"',
+           'I1205 server.cc:345] "Timeout 0: Found 0 live models and 0 in-flight non-inference '
+           'requests"'])
+    ended = ending_from_log(logged, pid=1, killed=False, seconds=4.9, timeout=40)
+    assert (ended.how, ended.waited_for) == (EXIT_TIMEOUT, "1 HTTP service connections")
+    # A countdown that never counted anything, as under an exit timeout of 0, is no expiry.
+    quiet = 'I1205 server.cc:345] "Timeout 0: Found 0 live models and 0 in-flight non-inference '
+    assert ending_from_log(quiet + 'requests"', pid=1, killed=False, seconds=0.1,
+                           timeout=40).how == EXITED
 
 @pytest.mark.server
 def test_down_says_the_same_count_while_it_waits_and_when_the_exit_timeout_expires(tmp_path):

@@ -503,7 +503,7 @@ class _DeadlineHandler(urllib.request.HTTPHandler):
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}), _DeadlineHandler)
 
 
-def open_direct(url: str, timeout: float):
+def open_direct(url: str | urllib.request.Request, timeout: float):
     """``urllib.request.urlopen`` that ignores ``http_proxy``: Triton's ports are reached
     directly, as tritonclient reaches them. A corporate or CI proxy would otherwise answer
     for the server (refused, or its own error page). The whole request, its answer read

@@ -64,6 +64,7 @@ from tritonkit.server.local import (GONE, Deadline, Progress, Stopped, ending_fr
                                     refuse_if_running)
 from tritonkit.server.provenance import body_as_written, refuse_replacing, stamped
 from tritonkit.server.settings import Ports
+from tritonkit.server.unload import unload_models
 from tritonkit.server.state import (
     STATE_DIRNAME,
     Deployment,
@@ -568,7 +569,7 @@ def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> Stopped | 
     if compose is None:
         raise ServerError("no Docker Compose on this machine to stop the deployment with",
                           hint=f"stop it where it runs: docker compose -p {shell_word(extra.get('project'))} down")
-    ended = stop_server(extra["project"], timeout)
+    ended = stop_server(extra["project"], timeout, deployment)
     command, stdin, env = [*compose, "-p", extra["project"]], None, None
     if Path(extra["compose_file"]).is_file():
         command += ["-f", extra["compose_file"]]
@@ -593,13 +594,17 @@ def compose_down(deployment: Deployment, *, timeout: float = 40.0) -> Stopped | 
     return ended
 
 
-def stop_server(project: str, timeout: float) -> Stopped | bool:
+def stop_server(project: str, timeout: float,
+                deployment: Deployment | None = None) -> Stopped | bool:
     """Stop the project's Triton container as ``docker compose down`` would (its stop
     signal, SIGINT; a kill at ``timeout``), and say how it ended: on its own, its exit
     timeout expired, or killed (``ending_from_log``, from what it logged meanwhile); GONE
     if it had exited already. False when the project has no Triton container; True when
     the engine cannot be asked (no docker CLI, as beside Compose v1 alone): it stopped,
-    how is unknown. ``down`` removes the container after."""
+    how is unknown. ``down`` removes the container after.
+
+    With its ``deployment``, a running container's models are unloaded first, through its
+    published port (``unload_models``): a stop with none live ends at once."""
     if not shutil.which("docker"):
         return True
     found = _run(["docker", "ps", "-a", "-q",
@@ -613,7 +618,10 @@ def stop_server(project: str, timeout: float) -> Stopped | bool:
     state = _container_state(container)
     if not state.get("Running"):
         return Stopped(0, GONE, 0.0, timeout)
-    wait = max(1, int(timeout))
+    deadline = Deadline(timeout)
+    if deployment is not None:
+        unload_models(deployment, deadline)
+    wait = max(1, int(deadline.left()))
     since, started = time.time(), time.monotonic()
     _run(["docker", "stop", "--time", str(wait), container], timeout=wait + 30)
     seconds = time.monotonic() - started
@@ -622,7 +630,7 @@ def stop_server(project: str, timeout: float) -> Stopped | bool:
     killed = after.get("ExitCode") == 128 + signal.SIGKILL and not after.get("OOMKilled")
     logs = _run(["docker", "logs", "--since", f"{since:.3f}", container], timeout=30)
     return ending_from_log(logs.stdout + logs.stderr, pid=int(state.get("Pid") or 0),
-                           killed=killed, seconds=seconds, timeout=wait)
+                           killed=killed, seconds=seconds, timeout=max(1, int(timeout)))
 
 
 def _container_state(container: str) -> dict:

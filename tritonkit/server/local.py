@@ -37,6 +37,7 @@ from tritonkit.repository import refuse_shell_unsafe_path
 from tritonkit.server.binary import find_install, prepare_backends, server_environment
 from tritonkit.server.loading import LoadWatch, stub_crash
 from tritonkit.server.settings import Ports, ServerSettings, tritonserver_argv
+from tritonkit.server.unload import unload_models
 from tritonkit.server.state import (
     RUNNING,
     STARTING,
@@ -482,8 +483,12 @@ def stop_local(deployment: Deployment, timeout: float = 40.0,
     prefix = shm_prefix(deployment.argv)
     if is_our_server(deployment):
         pid: int = deployment.pid        # type: ignore[assignment]
+        deadline = Deadline(timeout)
         try:
-            stopped = _terminate(pid, Deadline(timeout), progress,
+            with contextlib.suppress(ProcessLookupError):    # gone: _terminate says so
+                os.kill(pid, 0)          # ours to signal, before its models are unloaded
+                unload_models(deployment, deadline, progress)
+            stopped = _terminate(pid, deadline, progress,
                                  Path(deployment.log_path) if deployment.log_path else None,
                                  prefix)
         except PermissionError:          # its record stays: the server still runs
@@ -768,6 +773,10 @@ EXITED, EXIT_TIMEOUT, KILLED, GONE = "exited", "exit timeout", "killed", "gone"
 # What Triton 2.51 logs when its --exit-timeout-secs ends with work still open; it then
 # exits at once, that work abandoned (`down` is not its parent: no exit status to read).
 _EXIT_TIMEOUT_EXPIRED = "Exit timeout expired"
+# A countdown line at 0: the exit timeout was spent (its phases share it). Triton says
+# "Exit timeout expired" only when models are still live then; one held up by a client's
+# connection alone, its models already unloaded, goes on to exit without saying it.
+_TIMEOUT_SPENT = '"Timeout 0: Found '
 
 
 @dataclasses.dataclass(frozen=True)
@@ -847,7 +856,7 @@ def ending_from_log(logged: str, *, pid: int, killed: bool, seconds: float,
     waits = _waits(logged)
     if killed:      # what it still waited for: what the progress line said last
         return Stopped(pid, KILLED, seconds, timeout, waits[-1][1] if waits else None)
-    if _EXIT_TIMEOUT_EXPIRED in logged:
+    if _EXIT_TIMEOUT_EXPIRED in logged or (waits and _TIMEOUT_SPENT in logged):
         return Stopped(pid, EXIT_TIMEOUT, seconds, timeout, _held_up_by(waits))
     return Stopped(pid, EXITED, seconds, timeout)
 
