@@ -13,7 +13,9 @@ import multiprocessing.context
 import os
 import resource
 import shutil
+import random
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -134,6 +136,32 @@ def http_peer(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str
     finally:
         server.shutdown()
         server.server_close()
+
+
+def unused_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` ports nobody listens on, for a test that needs an address where no server
+    answers (or a server of its own on ports it names). Picked below the kernel's ephemeral
+    range, from which every server a test starts with port 0 takes its ports: a port picked
+    there and left unbound was once taken meanwhile by another worker's Triton, which then
+    answered the test (a secret refused where "taken down" was due)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+        low = int(ranges.read().split()[0])
+    picked: list[int] = []
+    with contextlib.ExitStack() as held:     # each stays bound until all are picked
+        while len(picked) < count:
+            port = random.randrange(10000, low)
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            picked.append(port)
+    return picked
+
+
+def unused_port(host: str = "127.0.0.1") -> int:
+    """One port nobody listens on (``unused_ports``)."""
+    return unused_ports(1, host)[0]
 
 
 def add_broken_model(repository: Path, name: str = "broken") -> Path:

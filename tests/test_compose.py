@@ -669,9 +669,9 @@ def test_the_redeploy_hint_of_a_compose_deployment_writes_the_same_files_again(
 
 def deploy_up(repository: Path, out: Path, *args: str) -> int:
     """`tritonkit deploy --target compose` with the up, on ports nobody listens on."""
-    from tritonkit.server.local import free_ports
+    from tests.conftest import unused_ports
 
-    ports = [a for role, port in zip(("http", "grpc", "metrics"), free_ports(3))
+    ports = [a for role, port in zip(("http", "grpc", "metrics"), unused_ports(3))
              for a in (f"--{role}-port", port)]
     return run_cli("deploy", "--target", "compose", "--gpu", "a10", "--repository", repository,
                    "--out", out, *ports, *args)
@@ -962,10 +962,11 @@ def test_a_gpu_the_model_has_no_config_for_is_refused_not_served_with_another_ca
 def test_a_wait_for_triton_in_compose_that_times_out_says_the_last_answer(tmp_path):
     from tritonkit.errors import ServerError
     from tritonkit.server.compose import _wait_for
-    from tritonkit.server.local import Deadline, free_ports
+    from tritonkit.server.local import Deadline
+    from tests.conftest import unused_ports
     from tritonkit.server.state import Deployment
 
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics = unused_ports(3)
     nobody = Deployment(target="compose", repository=str(tmp_path), host="127.0.0.1",
                         http_port=http, grpc_port=grpc, metrics_port=metrics,
                         secret_header="x", models=[], started_at=0.0, argv=[])

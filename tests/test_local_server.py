@@ -20,10 +20,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import (ROOT, add_broken_model, default_signals, error_lines,
-                            load_example_forward, run_cli)
+                            load_example_forward, run_cli, unused_port, unused_ports)
 from tritonkit.errors import Interrupted, UsageError
 from tritonkit.server import local
-from tritonkit.server.local import _alive, check_port_free, free_port, signals_interrupt
+from tritonkit.server.local import _alive, check_port_free, signals_interrupt
 from tritonkit.server.state import (
     Deployment,
     load_deployment,
@@ -712,7 +712,7 @@ def _leave_time_wait_on(port: int) -> None:
 
 
 def test_connections_in_time_wait_do_not_make_a_port_in_use():
-    port = free_port()
+    port = unused_port()
     _leave_time_wait_on(port)
     with socket.socket() as plain, pytest.raises(OSError):
         plain.bind(("127.0.0.1", port))       # what the old check did: a false "in use"
@@ -767,13 +767,13 @@ def test_ports_left_to_pick_are_distinct_even_where_the_os_gives_a_released_port
 
 def test_a_port_that_cannot_be_bound_says_why_instead_of_in_use():
     with pytest.raises(UsageError) as raised:
-        check_port_free("192.0.2.1", free_port(), "http")   # TEST-NET-1: not this host's
+        check_port_free("192.0.2.1", unused_port(), "http")   # TEST-NET-1: not this host's
     assert "in use" not in raised.value.message
     assert "cannot assign requested address" in raised.value.message
 
 
 def test_a_redeploy_on_the_same_fixed_ports_right_after_down_succeeds(example_repository):
-    ports = local.free_ports(3)
+    ports = unused_ports(3)
     flags = ["--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
     for _ in range(2):
         assert run_cli("deploy", "--repository", example_repository, *flags,
@@ -925,7 +925,7 @@ def test_health_goes_straight_to_the_server_past_a_proxy_and_says_why_not(
     answer, for a server on loopback; a miss says why in a few words."""
     from tritonkit.client import health
 
-    dead = free_port()
+    dead = unused_port()
     for variable in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.setenv(variable, f"http://127.0.0.1:{dead}")
     monkeypatch.delenv("no_proxy", raising=False)

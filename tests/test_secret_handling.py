@@ -173,11 +173,11 @@ def test_a_container_reads_the_secret_from_its_environment_as_triton_starts(tmp_
     from tritonkit.fileio import OwnedFolder
     from tritonkit.server.binary import find_install, prepare_backends, server_environment
     from tritonkit.server.container import ContainerSpec
-    from tritonkit.server.local import free_ports
+    from tests.conftest import unused_ports
     from tritonkit.server.settings import Ports, load_server_settings
 
     install = find_install()
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics = unused_ports(3)
     spec = ContainerSpec(gpu="a10", compute_capability=8.6, image="unused", models=(),
                          settings=load_server_settings(), tensorrt=False,
                          model_config_name=None, recipes=())

@@ -53,9 +53,9 @@ def test_a_grpc_port_no_server_answers_is_a_run_that_could_not_start_not_one_who
         served, capsys):
     """The model is read over HTTP; the gRPC address is only tried by the first request. No
     server there is exit 1, as no server on the HTTP port is: exit 4 says requests failed."""
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
-    code = run_cli("loadtest", "--url", served.http_url, "--grpc-url", f"127.0.0.1:{free_port()}",
+    code = run_cli("loadtest", "--url", served.http_url, "--grpc-url", f"127.0.0.1:{unused_port()}",
                    "--protocol", "grpc", "--model", "example", "--concurrency", "1", "--duration", "0.5")
     err = capsys.readouterr().err
     assert code == EXIT_ERROR, err

@@ -74,10 +74,10 @@ def test_bad_flags_are_usage_errors(capsys):
 def test_a_load_no_single_load_generator_can_hold_is_refused_at_once(tmp_path, capsys, args, says):
     """At once and as bad input (exit 2): not minutes of building a schedule or starting
     sockets, then a run error that blames the server."""
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
     started = time.monotonic()
-    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "m", *args)
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{unused_port()}", "--model", "m", *args)
     assert code == EXIT_USAGE
     assert says in capsys.readouterr().err
     assert time.monotonic() - started < 2

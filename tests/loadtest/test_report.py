@@ -209,12 +209,12 @@ def test_existing_output_files_are_not_overwritten_without_force(served, tmp_pat
 
 @pytest.mark.parametrize("flag", ["--json", "--csv", "--plot"])
 def test_an_output_file_that_could_not_be_written_is_refused_before_the_run(tmp_path, capsys, flag):
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
     (tmp_path / "taken").write_text("a file, where a folder would have to be")
     target = tmp_path / "taken" / "out" / ("run.png" if flag == "--plot" else "run.x")
     # no server at this address either: the paths are checked before anything is run
-    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "example",
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{unused_port()}", "--model", "example",
                    "--concurrency", "1", flag, target)
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
@@ -271,10 +271,10 @@ def test_a_benchmarks_json_lands_whole_in_a_folder_that_did_not_exist(tmp_path):
 
 
 def test_two_outputs_on_one_path_are_refused_before_the_run(tmp_path, capsys):
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
     same = tmp_path / "same.json"
-    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "m",
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{unused_port()}", "--model", "m",
                    "--concurrency", "1", "--json", same, "--csv", same)
     assert code == EXIT_USAGE
     assert "--json and --csv name the same file" in capsys.readouterr().err

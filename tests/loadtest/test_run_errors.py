@@ -60,9 +60,9 @@ def test_a_model_added_after_the_deploy_is_told_to_redeploy_and_one_unloaded_to_
 
 
 def test_no_server_is_one_clear_line_and_an_error_exit(capsys):
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
-    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "example",
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{unused_port()}", "--model", "example",
                    "--concurrency", "1", "--duration", "0.5")
     err = capsys.readouterr().err
     assert code == EXIT_ERROR and err.startswith("error: could not read model 'example'")
@@ -99,12 +99,12 @@ def test_a_server_that_dies_mid_run_ends_it_with_what_was_measured(tmp_path):
 def _stale_record(repo: Path) -> None:
     """A local deployment recorded in ``repo`` whose server is gone (its pid is no
     tritonserver: this test process)."""
-    from tritonkit.server.local import free_ports
+    from tests.conftest import unused_ports
     from tritonkit.server.state import Deployment, new_secret, save_deployment
 
     repo.mkdir(parents=True, exist_ok=True)
     new_secret(repo)
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics = unused_ports(3)
     save_deployment(Deployment(target="local", repository=str(repo.resolve()), host="127.0.0.1",
                                http_port=http, grpc_port=grpc, metrics_port=metrics,
                                secret_header="x-tritonkit-secret", models=["mlp"], started_at=0.0,
@@ -124,9 +124,9 @@ def test_a_recorded_local_server_that_is_gone_is_said_as_warmup_says_it(tmp_path
 
 
 def test_no_server_at_a_url_names_the_url_and_no_placeholder(capsys):
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
-    url = f"127.0.0.1:{free_port()}"
+    url = f"127.0.0.1:{unused_port()}"
     assert run_cli("loadtest", "--url", url, "--model", "example", "--concurrency", "1") == EXIT_ERROR
     err = capsys.readouterr().err
     assert f"hint: is a Triton server listening at {url}? check --url" in err

@@ -84,10 +84,10 @@ def test_more_connections_per_worker_than_the_open_files_limit_is_refused_up_fro
     ("Too many open files"), a run error that blamed nothing the user could see."""
     import resource
 
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
     monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 1024))
-    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "m",
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{unused_port()}", "--model", "m",
                    "--concurrency", "2100", "--workers", "2")
     assert code == EXIT_USAGE
     assert "a worker would hold 1050 connections; this host allows a process 1024 open files" \

@@ -12,7 +12,7 @@ import pytest
 from tritonkit.client import Endpoint
 from tritonkit.errors import LoadTestError
 from tritonkit.loadtest import LoadSpec, WorkerPool, run_loadtest
-from tritonkit.server.local import free_port
+from tests.conftest import unused_port
 
 pytestmark = pytest.mark.server
 
@@ -57,7 +57,7 @@ def test_a_pooled_run_that_fails_ends_its_workers_rather_than_keeping_them(
         run_loadtest(endpoint, _spec(concurrency=(2,), workers=2), pool=pool)
         assert pool.idle == 2
         monkeypatch.setattr(_run, "_plans", lambda *args: [
-            *plans(*args)[:-1], replace(plans(*args)[-1], url=f"127.0.0.1:{free_port()}")])
+            *plans(*args)[:-1], replace(plans(*args)[-1], url=f"127.0.0.1:{unused_port()}")])
         with pytest.raises(LoadTestError, match="worker 1 could not start"):
             run_loadtest(endpoint, _spec(concurrency=(2,), workers=2), pool=pool)
         assert pool.idle == 0 and multiprocessing.active_children() == []

@@ -66,14 +66,14 @@ def test_a_worker_that_cannot_start_stops_the_ready_ones_at_once(served, monkeyp
     from dataclasses import replace
 
     from tritonkit.loadtest import _run
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
     plans, wait_ready = _run._plans, _run._wait_ready
     failed_at = []
 
     def last_one_unreachable(*args):
         made = plans(*args)
-        return [*made[:-1], replace(made[-1], url=f"127.0.0.1:{free_port()}")]
+        return [*made[:-1], replace(made[-1], url=f"127.0.0.1:{unused_port()}")]
 
     def noting_the_failure(*args):
         try:
@@ -109,10 +109,10 @@ def test_in_flight_over_the_workers_the_cpus_give_is_refused_up_front(monkeypatc
     """--max-in-flight is per worker; without --workers the CPUs decide how many."""
     import os
 
-    from tritonkit.server.local import free_port
+    from tests.conftest import unused_port
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    code = run_cli("loadtest", "--url", f"127.0.0.1:{free_port()}", "--model", "m",
+    code = run_cli("loadtest", "--url", f"127.0.0.1:{unused_port()}", "--model", "m",
                    "--rate", "20000", "--max-in-flight", "4000")
     assert code == EXIT_USAGE
     assert "4 workers x 4000 requests in flight at rate 20000/s is more than one load " \

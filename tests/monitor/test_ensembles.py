@@ -7,11 +7,10 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unused_port
 from tests.monitor.conftest import LIMITS, _infer_failing, _settled, _triton_rows
 from tritonkit.monitor.recording import read_monitor_csv
 from tritonkit.monitor.watch import Monitor
-from tritonkit.server.local import free_port
 
 
 @pytest.mark.server
@@ -109,7 +108,7 @@ def test_where_the_http_port_cannot_be_asked_ensembles_count_as_before_and_it_is
     answers with no model config; or an HTTP port nothing listens on): monitoring goes on,
     the totals count the ensemble's requests again in its step, and a note says so."""
     address = (failing_server.metrics_url.removeprefix("http://").removesuffix("/metrics")
-               if where == "metrics port" else f"127.0.0.1:{free_port()}")
+               if where == "metrics port" else f"127.0.0.1:{unused_port()}")
     monitor = Monitor(None, failing_server.metrics_url, LIMITS, http_url=address)
     first = monitor.snapshot()
     _pipeline_served(failing_server, 5, first.triton)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unused_port
 from tests.monitor.conftest import (
     LIMITS, TWO_MODELS, _Clock, _fake_pynvml, _gpu, _scraping, triton_exposition)
 from tritonkit.errors import UsageError
@@ -16,18 +16,17 @@ from tritonkit.monitor.recording import (
     COLUMNS, CsvRecorder, read_models_csv, read_monitor_csv, rows_for)
 from tritonkit.monitor.triton_metrics import ModelCounters
 from tritonkit.monitor.watch import Monitor, watch
-from tritonkit.server.local import free_port
 
 
 def test_an_existing_csv_is_kept_unless_force(tmp_path, capsys):
     recording = tmp_path / "gpu.csv"
     recording.write_text("a day of samples\n")
-    assert run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", free_port(), "--once",
+    assert run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", unused_port(), "--once",
                    "--csv", recording) == 2
     err = capsys.readouterr().err
     assert "already exists" in err and "--force" in err
     assert recording.read_text() == "a day of samples\n"
-    run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", free_port(), "--once",
+    run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", unused_port(), "--once",
             "--csv", recording, "--force")      # no server there: only the header is written
     assert recording.read_text().startswith("timestamp,elapsed_s,")
 

@@ -8,12 +8,11 @@ import time
 
 import pytest
 
-from tests.conftest import http_peer, run_cli
+from tests.conftest import http_peer, run_cli, unused_port
 from tests.monitor.conftest import LIMITS, TRITON_2_51_METRICS, _fake_pynvml, _versions
 from tritonkit.errors import ServerError
 from tritonkit.monitor.triton_metrics import parse_metrics
 from tritonkit.monitor.watch import Monitor
-from tritonkit.server.local import free_port
 
 
 @pytest.mark.server
@@ -36,7 +35,7 @@ def test_an_http_proxy_in_the_environment_does_not_stand_between_monitor_and_tri
 
 
 def test_a_wrong_metrics_address_is_named(capsys, tmp_path):
-    port = free_port("127.0.0.1")
+    port = unused_port("127.0.0.1")
     assert run_cli("monitor", "--url", "127.0.0.1:1", "--metrics-port", port, "--once") == 1
     assert f"http://127.0.0.1:{port}/metrics did not answer" in capsys.readouterr().err
 

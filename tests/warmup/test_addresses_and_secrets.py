@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unused_port
 from tests.warmup.conftest import _ready
-from tritonkit.server.local import free_port
 from tritonkit.server.state import Deployment, save_deployment, state_dir
 
 
@@ -57,7 +56,7 @@ def test_a_grpc_url_that_does_not_answer_is_one_line_naming_it(stateful_and_deco
                                                                  tmp_path, capsys):
     secret_file = tmp_path / "secret"
     secret_file.write_text(stateful_and_decoupled.secret() + "\n")
-    port = free_port()
+    port = unused_port()
     started = time.monotonic()
     code = run_cli("warmup", "--url", stateful_and_decoupled.http_url, "--grpc-url",
                    f"127.0.0.1:{port}", "--secret-file", secret_file, "--model", "streaming",

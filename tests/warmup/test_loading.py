@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from tests.conftest import EXAMPLE_REPOSITORY, add_broken_model, run_cli
+from tests.conftest import EXAMPLE_REPOSITORY, add_broken_model, run_cli, unused_ports
 from tests.warmup.conftest import (
     ECHO_CONFIG, ENSEMBLE, _deploy, _python_model, _ready, _served, _slow_to_load)
 from tritonkit.client import Endpoint
 from tritonkit.errors import ServerError, UsageError
-from tritonkit.server.local import Deadline, _alive, free_ports
+from tritonkit.server.local import Deadline, _alive
 from tritonkit.server.state import redeploy_command
 from tritonkit.warmup import load_and_warm, load_order
 
@@ -182,7 +182,7 @@ def test_a_load_on_a_server_not_in_explicit_model_control_says_so_and_how_to_sta
     from tritonkit.server.settings import Ports, load_server_settings, tritonserver_argv
 
     install = find_install()
-    ports = Ports(*free_ports(3))
+    ports = Ports(*unused_ports(3))
     with OwnedFolder(tmp_path, "backends", create=True) as backends:
         backend_directory = prepare_backends(install, backends)
     argv = tritonserver_argv(

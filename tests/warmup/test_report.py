@@ -10,11 +10,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unused_port
 from tests.warmup.conftest import _ready
 import tritonkit
 from tritonkit.cli.warmup import print_results, write_json
-from tritonkit.server.local import free_port
 from tritonkit.warmup import ColdStart, ModelWarmup, SteadyRule, run_context
 
 
@@ -129,7 +128,7 @@ def test_an_existing_json_file_is_kept_unless_force_before_the_server_is_asked(t
     out = tmp_path / "warm.json"
     out.write_text("earlier figures\n")
     started = time.monotonic()
-    code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--timeout", "5", "--json", out)
+    code = run_cli("warmup", "--url", f"127.0.0.1:{unused_port()}", "--timeout", "5", "--json", out)
     assert code == 2 and time.monotonic() - started < 2      # no wait for a server first
     err = capsys.readouterr().err
     assert "already exists" in err and "--force" in err
@@ -141,7 +140,7 @@ def test_a_json_path_that_cannot_be_written_is_refused_before_the_warm_up(tmp_pa
     afile.write_text("a file, not a folder\n")
     started = time.monotonic()
     for path in (afile / "warm.json", tmp_path):
-        code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--timeout", "5",
+        code = run_cli("warmup", "--url", f"127.0.0.1:{unused_port()}", "--timeout", "5",
                        "--json", path, "--force")
         assert code == 2
     assert time.monotonic() - started < 2                    # the server was never asked
@@ -181,10 +180,10 @@ def test_the_warmup_plot_has_a_panel_for_a_model_that_was_not_warmed(tmp_path):
 
 
 def test_a_warmup_plot_that_is_not_a_png_is_refused_before_the_server_is_asked(tmp_path, capsys):
-    code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--plot", tmp_path / "w.svg")
+    code = run_cli("warmup", "--url", f"127.0.0.1:{unused_port()}", "--plot", tmp_path / "w.svg")
     assert code == 2 and "w.svg does not end in .png" in capsys.readouterr().err
     same = tmp_path / "w.png"
-    code = run_cli("warmup", "--url", f"127.0.0.1:{free_port()}", "--json", same, "--plot", same)
+    code = run_cli("warmup", "--url", f"127.0.0.1:{unused_port()}", "--json", same, "--plot", same)
     assert code == 2 and "--json and --plot name the same file" in capsys.readouterr().err
 
 

@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unused_port, unused_ports
 from tests.warmup.conftest import ECHO_CONFIG, _deploy, _echo_model, _python_model, _ready
 from tritonkit.deploy import deploy_local
 from tritonkit.errors import ServerError
-from tritonkit.server.local import _alive, free_port, free_ports
+from tritonkit.server.local import _alive
 from tritonkit.server.state import Deployment, load_deployment, save_deployment, state_dir
 from tritonkit.warmup import SteadyRule, warm_up
 
 
 @pytest.mark.slow
 def test_no_server_running_is_one_clear_line_at_the_deadline(tmp_path, capsys):
-    port = free_port()
+    port = unused_port()
     started = time.monotonic()
     code = run_cli("warmup", "--url", f"127.0.0.1:{port}", "--timeout", "1.5")
     err = capsys.readouterr().err
@@ -47,7 +47,7 @@ def test_an_address_given_alone_that_refuses_every_connection_fails_after_the_gr
     default). Now it says at once what it waits for, and gives up once every connection
     has been refused for REFUSED_GRACE_S."""
     monkeypatch.setattr("tritonkit.warmup._run.REFUSED_GRACE_S", 1.0)
-    port = free_port()
+    port = unused_port()
     started = time.monotonic()
     code = run_cli("warmup", "--url", f"127.0.0.1:{port}", "--timeout", "30")
     err = capsys.readouterr().err
@@ -84,7 +84,7 @@ def test_a_recorded_deployments_server_is_waited_for_though_its_port_refuses(
     from tritonkit.server.state import new_secret
 
     monkeypatch.setattr("tritonkit.warmup._run.REFUSED_GRACE_S", 0.3)
-    port, grpc, metrics = free_ports(3)
+    port, grpc, metrics = unused_ports(3)
     new_secret(tmp_path)
     save_deployment(Deployment(target="compose", repository=str(tmp_path), host="127.0.0.1",
                                http_port=port, grpc_port=grpc, metrics_port=metrics,
@@ -116,7 +116,7 @@ def test_a_recorded_local_server_that_is_gone_fails_at_once_saying_so_and_to_dep
         started = time.monotonic()
         code = run_cli("warmup", "--repository", repo)
         err = capsys.readouterr().err
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 10      # at once: not the 120 s timeout
         assert code == 1
         assert err.startswith(f"error: the local server recorded in {repo.resolve()} (pid "
                               f"{deployment.pid}) is no longer running: {how}")
