@@ -248,6 +248,26 @@ def test_the_config_override_is_refused_without_the_secret(deployed_mlp, tmp_pat
     assert _knobs(_served(deployment)) == _knobs(before)
 
 
+def test_a_server_gone_before_a_trials_warm_up_is_a_run_error_at_once(deployed):
+    """Killed between a config's load and its warm-up (a full run once hit that moment): the
+    warm-up does not wait for a server to come up (its 120 s timeout), nor call the config
+    refused and go on to the next; the server is said gone."""
+    from tritonkit.client import Endpoint
+    from tritonkit.errors import ServerError
+    from tritonkit.tune._trial import ServedModel
+
+    trial = ServedModel(Endpoint.from_deployment(deployed), "example")
+    os.killpg(deployed.pid, signal.SIGKILL)
+    while os.path.exists(f"/proc/{deployed.pid}") and \
+            open(f"/proc/{deployed.pid}/stat").read().split()[2] != "Z":
+        time.sleep(0.05)
+    started = time.monotonic()
+    with pytest.raises(ServerError, match="stopped answering while 'example' was warmed "
+                                          r"\(.*Connection refused"):
+        trial.warm()
+    assert time.monotonic() - started < 30          # at once, not the load timeout (120 s)
+
+
 def test_a_server_that_dies_in_the_middle_is_a_run_error(deployed_mlp, tmp_path):
     repo, deployment = deployed_mlp
     space = _space(tmp_path, "instance_count = [2, 3]\nmax_batch_size = [32]\n"

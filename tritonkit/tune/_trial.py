@@ -13,7 +13,7 @@ from typing import Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritonkit.client import Endpoint, triton_message
+from tritonkit.client import Endpoint, health, triton_message
 from tritonkit.errors import (Interrupted, LoadTestError, ModelLoadError, ServerError, TritonkitError,
                               UsageError)
 from tritonkit.loadtest import NOT_SENT, LoadSpec, WorkerPool, run_loadtest
@@ -79,12 +79,9 @@ class ServedModel:
     def warm(self) -> None:
         """Warm up the config served now, as every trial is before it is measured."""
         try:
-            load_and_warm(self.endpoint, [self.model], requests=WARMUP_REQUESTS,
-                          deadline=Deadline(self.load_timeout_s), check=False, max_restarts=0)
+            self._warm_up(Deadline(self.load_timeout_s))
         except TritonkitError as exc:
-            if exc.exit_code == 2:
-                raise
-            raise Refused(f"warm-up failed: {exc.message}") from None
+            raise self._refused_or_gone(exc, "was warmed") from None
         except Exception as exc:            # the server went away
             raise self._stopped_answering("was warmed", exc) from None
         self._tick()
@@ -98,18 +95,32 @@ class ServedModel:
         try:
             seconds = load_model(self.endpoint, self.model, deadline, config=body)
             self._tick()
-            load_and_warm(self.endpoint, [self.model], requests=WARMUP_REQUESTS,
-                          deadline=deadline, check=False, max_restarts=0)
+            self._warm_up(deadline)
         except ModelLoadError as exc:
             raise Refused(exc.message.removeprefix(f"Triton could not load '{self.model}': ")) from None
         except TritonkitError as exc:
-            if exc.exit_code == 2:          # the secret refused: the user's to fix
-                raise
-            raise Refused(f"warm-up failed: {exc.message}") from None
+            raise self._refused_or_gone(exc, "loaded") from None
         except Exception as exc:            # the server went away
             raise self._stopped_answering("loaded", exc) from None
         self._tick()
         return seconds
+
+    def _warm_up(self, deadline: Deadline) -> None:
+        # The server answered a moment ago: one that refuses connections now is gone (a
+        # restart would serve other configs than the ones measured), not waited for until
+        # the deadline, as a warm-up waits for a server it may be starting.
+        load_and_warm(self.endpoint, [self.model], requests=WARMUP_REQUESTS, deadline=deadline,
+                      check=False, max_restarts=0, refused_grace_s=0.0)
+
+    def _refused_or_gone(self, exc: TritonkitError, while_it: str) -> TritonkitError:
+        """A warm-up's error: the user's to fix (the secret refused, exit 2) as it is; a
+        server no longer live, a run error (``_stopped_answering``); else the config's
+        ``Refused``."""
+        if exc.exit_code == 2:
+            return exc
+        if (why := health(self.endpoint.http_url)) is not None:
+            return self._stopped_answering(while_it, ServerError(why))
+        return Refused(f"warm-up failed: {exc.message}")
 
     def _stopped_answering(self, while_it: str, exc: Exception) -> ServerError:
         """A server gone in the middle of a tune: a run error at once, not a wait for a
