@@ -69,17 +69,21 @@ def test_a_request_in_flight_when_down_starts_gets_its_answer(tmp_path):
     repo = _repository(tmp_path, ("slow", slow))
     deployment = _deploy(repo)
     served = Path(deployment.extra["served_repository"])
-    client = httpclient.InferenceServerClient(deployment.http_url, network_timeout=60)
     sent = np.arange(4, dtype=np.float32).reshape(1, 4)
     answers: list = []
 
     def infer() -> None:
+        # A client of its own, closed once answered: a connection left open would hold the
+        # stopping server for its exit timeout (30 s), which is not what this test is about.
+        client = httpclient.InferenceServerClient(deployment.http_url, network_timeout=60)
         tensor = httpclient.InferInput("INPUT__0", [1, 4], "FP32")
         tensor.set_data_from_numpy(sent)
         try:
             answers.append(client.infer("slow", [tensor]).as_numpy("OUTPUT__0"))
         except Exception as exc:                  # said below, as the test's failure
             answers.append(exc)
+        finally:
+            client.close()
 
     thread = threading.Thread(target=infer, daemon=True)
     try:
@@ -91,7 +95,6 @@ def test_a_request_in_flight_when_down_starts_gets_its_answer(tmp_path):
         assert run_cli("down", "--repository", repo) == 0
         thread.join(30)
     finally:
-        client.close()
         run_cli("down", "--repository", repo)
     [answer] = answers
     assert isinstance(answer, np.ndarray), answer
