@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -258,14 +259,23 @@ def test_a_server_gone_before_a_trials_warm_up_is_a_run_error_at_once(deployed):
 
     trial = ServedModel(Endpoint.from_deployment(deployed), "example")
     os.killpg(deployed.pid, signal.SIGKILL)
-    while os.path.exists(f"/proc/{deployed.pid}") and \
-            open(f"/proc/{deployed.pid}/stat").read().split()[2] != "Z":
-        time.sleep(0.05)
-    started = time.monotonic()
-    with pytest.raises(ServerError, match="stopped answering while 'example' was warmed "
-                                          r"\(.*Connection refused"):
-        trial.warm()
-    assert time.monotonic() - started < 30          # at once, not the load timeout (120 s)
+    # Its port held at once, bound but not listening: another test's server or peer given
+    # it meanwhile would answer in its place (a full run met one).
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                held.bind((deployed.host, deployed.http_port))
+                break
+            except OSError:                 # not closed yet
+                assert time.monotonic() < deadline, "the killed server's port stayed taken"
+                time.sleep(0.01)
+        started = time.monotonic()
+        with pytest.raises(ServerError, match="stopped answering while 'example' was warmed "
+                                              r"\(.*Connection refused"):
+            trial.warm()
+        assert time.monotonic() - started < 30      # at once, not the load timeout (120 s)
 
 
 def test_a_server_that_dies_in_the_middle_is_a_run_error(deployed_mlp, tmp_path):

@@ -106,9 +106,11 @@ class ServedModel:
         return seconds
 
     def _warm_up(self, deadline: Deadline) -> None:
-        # The server answered a moment ago: one that refuses connections now is gone (a
-        # restart would serve other configs than the ones measured), not waited for until
-        # the deadline, as a warm-up waits for a server it may be starting.
+        # The server answered a moment ago: one not live now is gone (a restart would serve
+        # other configs than the ones measured), not waited for until the deadline, as a
+        # warm-up waits for a server it may be starting.
+        if (why := health(self.endpoint.http_url)) is not None:
+            raise ServerError(why)
         load_and_warm(self.endpoint, [self.model], requests=WARMUP_REQUESTS, deadline=deadline,
                       check=False, max_restarts=0, refused_grace_s=0.0)
 
