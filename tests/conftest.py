@@ -457,8 +457,8 @@ def _unit(item) -> tuple[str, bool]:
 
 def _longest_first(config, items) -> None:
     """The tests that take the machine alone first, while nothing else runs yet (none then
-    waits for a long test to end); then the export tests, which run beside them (those that
-    make what an alone test needs first); then the rest. Each tier longest first (a group by its tests' sum: one worker runs them; a
+    waits for a long test to end); then the export tests, which run beside them; then the
+    rest. Each tier longest first (a group by its tests' sum: one worker runs them; a
     module's tests by its longest: any worker takes one), so that the run does not end
     waiting on a long test started late. xdist keeps this order (scripts/test.sh passes
     --no-loadscope-reorder); a group's tests keep theirs."""
@@ -483,17 +483,11 @@ def _longest_first(config, items) -> None:
         unit_s[unit] = (unit_s.get(unit, 0.0) + seconds[id(item)] if unit[2]
                         else max(unit_s.get(unit, 0.0), seconds[id(item)]))
     order = {id(item): i for i, item in enumerate(items)}
-    # An export test in an alone test's module makes what that test will need (the
-    # full-size repository, once per run): first of its tier, not after every other export
-    # test (its deploy test waited 17 s for it, holding the machine).
-    alone_modules = {item.module.__name__ for item in items if _alone(item)}
-    feeds = {(tiers[id(item)], *_unit(item)) for item in items
-             if tiers[id(item)] == 1 and item.module.__name__ in alone_modules}
 
     def key(item):
         unit = (tiers[id(item)], *_unit(item))
         within = (_hogs(item), order[id(item)]) if unit[2] else (False, -seconds[id(item)])
-        return unit[0], unit not in feeds, -unit_s[unit], unit, within, order[id(item)]
+        return unit[0], -unit_s[unit], unit, within, order[id(item)]
 
     items.sort(key=key)
 

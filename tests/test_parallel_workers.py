@@ -290,31 +290,6 @@ def test_a_run_stores_each_tests_seconds_and_the_next_hands_out_the_longest_firs
 
 
 
-def test_an_export_test_that_makes_what_an_alone_test_needs_is_the_first_of_its_tier(
-        suite, pytester):
-    """The full-size repository's exports (a test of their own, beside) before every other
-    export test, however long those take: the alone deploy test that needs them waited for
-    them, holding the machine, when they came after."""
-    files = {"test_deploy_many_models": """
-                 import pytest
-
-                 def test_exports(): pass
-
-                 @pytest.mark.alone
-                 def test_deploys(): pass
-                 """,
-             "test_export_hf": "def test_full_size(): pass\ndef test_small(): pass\n"}
-    (pytester.path / "tests").mkdir(exist_ok=True)
-    (pytester.path / "tests" / "durations.json").write_text(json.dumps({
-        "test_export_hf.py::test_full_size": 180.0, "test_export_hf.py::test_small": 60.0,
-        "test_deploy_many_models.py::test_exports": 160.0}))
-    collected = suite(files, "--collect-only", "-q", "-n", "2", "--dist", "loadgroup")
-    collected.stdout.fnmatch_lines(["test_deploy_many_models.py::test_deploys*",
-                                    "test_deploy_many_models.py::test_exports*",
-                                    "test_export_hf.py::test_full_size*",
-                                    "test_export_hf.py::test_small*"], consecutive=True)
-
-
 ON_IDLE_CORES = pytest.mark.skipif(
     os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NICE)[0] < 20,
     reason="a worker here could not take its priority back")
