@@ -145,7 +145,8 @@ def test_after_a_restart_warmup_tells_cold_models_from_warm_ones_by_the_servers_
         assert "ready: already warm, no cold start" in table
 
         # Warmed now: a second warm-up claims no cold start anywhere.
-        assert run_cli("warmup", "--repository", repo, "--json", out, "--force") == 0
+        assert run_cli("warmup", "--repository", repo, "--json", out, "--force",
+                       "--requests", "1000") == 0
         records = json.loads(out.read_text())["models"]
         assert all(r["cold"] is False and r["first_to_p50"] is None for r in records), records
     finally:
@@ -165,7 +166,8 @@ def test_reload_reloads_a_model_whose_files_did_not_change_every_time(tmp_path):
         ratios = []
         for _ in range(3):
             loads = _loads_in_log(deployment, "example")
-            [record] = warm_up(repo, models=["example"], reload=True)
+            # up to 1,000 requests to become steady beside other tests (500 once were not)
+            [record] = warm_up(repo, models=["example"], reload=True, requests=1000)
             assert _loads_in_log(deployment, "example") == loads + 1   # one reload, not two
             assert record.load_s is not None and record.cold and record.steady, record
             ratios.append(record.ratio)
