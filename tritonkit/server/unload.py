@@ -1,4 +1,5 @@
-"""A local server's models unloaded through the repository API before it is told to stop.
+"""A server's models unloaded through the repository API before it is told to stop (local
+and compose).
 
 A tritonserver told to stop (SIGINT) unloads its models, then counts the live ones once a
 second until none is left: the first count comes before any unload has finished, so every
