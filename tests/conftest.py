@@ -11,9 +11,9 @@ import importlib.util
 import json
 import multiprocessing.context
 import os
+import random
 import resource
 import shutil
-import random
 import signal
 import socket
 import sys

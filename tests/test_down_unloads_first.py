@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.conftest import ECHO_CONFIG, EXAMPLE_REPOSITORY, add_python_model, echo_model, run_cli
-from tritonkit.server.state import Deployment, load_deployment
+from tests.warmup.conftest import _deploy
 
 pytestmark = pytest.mark.server
 
@@ -35,12 +35,6 @@ def _repository(tmp_path: Path, *extra: tuple[str, str]) -> Path:
     return repo
 
 
-def _deploy(repo: Path) -> Deployment:
-    assert run_cli("deploy", "--repository", repo, "--no-warmup", "--http-port", "0",
-                   "--grpc-port", "0", "--metrics-port", "0", "--timeout", "60") == 0
-    return load_deployment(repo)
-
-
 def _live_counts_after_the_signal(repo: Path) -> list[int]:
     """Each count of live models Triton logged once told to stop, in order."""
     logged = (repo / ".tritonkit" / "server.log").read_text()
@@ -52,7 +46,7 @@ def _live_counts_after_the_signal(repo: Path) -> list[int]:
 def test_down_unloads_every_model_before_the_signal_so_triton_exits_at_its_first_count(
         tmp_path, capsys):
     repo = _repository(tmp_path)
-    _deploy(repo)
+    _deploy(repo, "--no-warmup")
     capsys.readouterr()
     assert run_cli("down", "--repository", repo) == 0
     assert "it exited on its own" in capsys.readouterr().out
@@ -67,7 +61,7 @@ def test_a_request_in_flight_when_down_starts_gets_its_answer(tmp_path):
     slow = echo_model(execute='open(os.path.join(os.path.dirname(__file__), "executing"), '
                               '"w").close()\ntime.sleep(2)')
     repo = _repository(tmp_path, ("slow", slow))
-    deployment = _deploy(repo)
+    deployment = _deploy(repo, "--no-warmup")
     served = Path(deployment.extra["served_repository"])
     sent = np.arange(4, dtype=np.float32).reshape(1, 4)
     answers: list = []
@@ -103,7 +97,7 @@ def test_a_request_in_flight_when_down_starts_gets_its_answer(tmp_path):
 
 def test_a_server_that_refuses_the_unload_is_stopped_by_the_signal_as_before(tmp_path, capsys):
     repo = _repository(tmp_path)
-    _deploy(repo)
+    _deploy(repo, "--no-warmup")
     secret = repo / ".tritonkit" / "secret"
     secret.write_text("not-the-secret-the-server-was-given\n")       # its 0600 mode kept
     capsys.readouterr()

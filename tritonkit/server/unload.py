@@ -33,10 +33,9 @@ LIVE = frozenset({"READY", "LOADING", "UNLOADING"})
 
 
 def unload_models(deployment: Deployment, deadline: Deadline,
-                  progress: Callable[[str], None] | None = None) -> bool:
+                  progress: Callable[[str], None] | None = None) -> None:
     """Unload every live model of ``deployment``'s server and wait until none is live:
-    at most UNLOAD_WAIT_S, and half of what is left of ``deadline``. Whether none
-    was left live (False also when the server did not take the request)."""
+    at most UNLOAD_WAIT_S, and half of what is left of ``deadline``."""
     wait = Deadline(min(UNLOAD_WAIT_S, deadline.left() / 2))
     try:
         headers = deployment.repository_headers()
@@ -52,11 +51,10 @@ def unload_models(deployment: Deployment, deadline: Deadline,
             live = _live(deployment, headers, wait)
     except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError,
             AttributeError):
-        return False                # no answer, refused, or not an index: the signal does it
+        return                      # no answer, refused, or not an index: the signal does it
     # Each request's connection was closed by the server after its answer, but it counts
     # one that closes as open for a moment; a stop that counts one waits a second for it.
     time.sleep(min(0.05, max(0.0, deadline.left())))
-    return not live
 
 
 def _live(deployment: Deployment, headers: dict[str, str], wait: Deadline) -> list[str]:
