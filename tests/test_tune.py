@@ -278,6 +278,36 @@ def test_a_server_gone_before_a_trials_warm_up_is_a_run_error_at_once(deployed):
         assert time.monotonic() - started < 30      # at once, not the load timeout (120 s)
 
 
+def test_a_config_swapped_in_again_straight_after_is_not_loaded_or_warmed_again(deployed):
+    """The comparison's rounds run A B, then B A: the side that ends a round starts the next,
+    served and warm already. Another config between, or a failed measurement, loads it anew."""
+    from tritonkit.client import Endpoint
+    from tritonkit.tune._space import Candidate, candidate_config, parse_served
+    from tritonkit.errors import UsageError
+    from tritonkit.tune._trial import ServedModel
+
+    trial = ServedModel(Endpoint.from_deployment(deployed), "example", probe_s=0.2,
+                        probe_warmup_s=0.1)
+    original = trial.served_config()
+    four = candidate_config(parse_served(original), Candidate(max_batch_size=4))
+    log = Path(deployed.log_path)
+
+    def loads() -> int:
+        return log.read_text().count("successfully loaded 'example'")
+
+    before = loads()
+    assert trial.swap(four) > 0 and loads() == before + 1
+    assert trial.swap(four) == 0.0 and loads() == before + 1
+    trial.restore(original)
+    assert trial.swap(four) > 0 and loads() == before + 3
+    trial.shapes = (("INPUT__0", (5,)),)            # a measurement that fails
+    with pytest.raises(UsageError, match="INPUT__0"):
+        trial.measure("closed", 1)
+    trial.shapes = ()
+    assert trial.swap(four) > 0 and loads() == before + 4
+    trial.restore(original)
+
+
 def test_a_server_that_dies_in_the_middle_is_a_run_error(deployed_mlp, tmp_path):
     repo, deployment = deployed_mlp
     space = _space(tmp_path, "instance_count = [2, 3]\nmax_batch_size = [32]\n"

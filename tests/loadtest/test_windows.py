@@ -35,6 +35,15 @@ def test_a_p99_leaves_no_more_than_one_request_in_a_hundred_above_it_however_few
     assert _level_from(hundred, duration_s=1, window_s=1).latency_ms["p99"] == pytest.approx(1, rel=0.01)
 
 
+def test_the_mean_latency_is_the_mean_of_the_latencies_timed_not_of_their_buckets():
+    """1.001 ms, 2.001 ms ... 10.001 ms: HdrHistogram's own mean takes each bucket's middle
+    value; the mean is the requests', exact to the microsecond they are timed in. An
+    open-loop level's send lag is averaged the same way."""
+    records = [(i * 100 * MS, (i + 1) * MS + 1_000, None) for i in range(10)]
+    assert _level_from(records, duration_s=1).latency_ms["mean"] == pytest.approx(5.501, abs=1e-9)
+    assert _level_from(records, mode="open", duration_s=1).send_lag_ms["mean"] == pytest.approx(0.001)
+
+
 def test_a_request_sent_just_before_a_window_boundary_is_in_the_window_before_it():
     """2.01 s windows: 2.01 * 1e9 is 2009999999.9999998, which truncated put the boundary
     1 ns early, and the last nanosecond's request in the next window."""

@@ -300,12 +300,15 @@ class _Records:
             "ok": int(np.count_nonzero(ok)),
             "errors": {names[int(c)]: int(n) for c, n in zip(*np.unique(codes[failed], return_counts=True))},
             "hist": _encode(latencies[timed], plan.highest_us),
+            # the histogram's values summed, for the mean (HdrHistogram's walks every bucket)
+            "sum_us": _clamped_sum(latencies[timed], plan.highest_us),
             "highest_us": plan.highest_us,
             "windows": windows,
             # per window, by when things happened rather than when requests were sent
             "came_back": came_back.tolist(),
             "waiting_us": (waiting // 1000).tolist(),
             "lag_hist": None,
+            "lag_sum_us": 0,
             "saturated": 0,
             # requests that left (warm-up included, as the CPU is): what the client's CPU went on
             "sent_all": int(np.count_nonzero(~never)),
@@ -313,7 +316,9 @@ class _Records:
         }
         if self.lags:
             lags = np.asarray(self.lags, dtype=np.int64)[keep]
-            summary["lag_hist"] = _encode(np.maximum(lags // 1000, LOWEST_US), plan.highest_us)
+            lags_us = np.maximum(lags // 1000, LOWEST_US)
+            summary["lag_hist"] = _encode(lags_us, plan.highest_us)
+            summary["lag_sum_us"] = _clamped_sum(lags_us, plan.highest_us)
             summary["saturated"] = int(np.count_nonzero(np.asarray(self.waited, dtype=bool)[keep] & counted))
         return summary
 
@@ -346,6 +351,11 @@ def _returns(sent: np.ndarray, finish: np.ndarray, answered: np.ndarray,
         given_up = ~answered[order] & (finish >= 0) & (finish < plan.duration_ns)
         np.maximum.at(waiting, finish[given_up] // plan.window_ns, (finish - sent)[given_up])
     return came_back, waiting
+
+
+def _clamped_sum(values_us: np.ndarray, highest_us: int) -> int:
+    """The sum of what ``_encode`` records: each value, at most ``highest_us``."""
+    return int(np.minimum(values_us, highest_us).sum())
 
 
 def _encode(values_us: np.ndarray, highest_us: int) -> str | None:

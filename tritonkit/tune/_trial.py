@@ -8,6 +8,7 @@ warm-up then runs before anything is measured, so no cold start lands in a figur
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Callable
 
@@ -50,6 +51,10 @@ class ServedModel:
         self.probe_s, self.probe_warmup_s = probe_s, probe_warmup_s
         self.load_timeout_s, self.repository = load_timeout_s, repository
         self._tick = tick or (lambda: None)
+        # The config the last swap loaded and warmed, while nothing has failed since: the
+        # comparison's rounds run A B, then B A, and the side that ends one round starts the
+        # next, served and warm already.
+        self._swapped: dict | None = None
 
     def served_config(self) -> dict:
         """The config the server serves now (its JSON), after checking that the secret
@@ -89,8 +94,12 @@ class ServedModel:
     def swap(self, config: mc.ModelConfig | dict) -> float:
         """Load ``config`` in place of the served one and warm it up; the seconds it took.
         ``Refused`` when Triton will not load it or its warm-up fails (the old config then
-        keeps serving, or the model is out until the next swap)."""
+        keeps serving, or the model is out until the next swap). The config the last swap
+        loaded is served and warm: swapped again, nothing is done (0 s)."""
         body = config if isinstance(config, dict) else as_json(config)
+        if body == self._swapped:
+            return 0.0
+        self._swapped = None
         deadline = Deadline(self.load_timeout_s)
         try:
             seconds = load_model(self.endpoint, self.model, deadline, config=body)
@@ -102,6 +111,7 @@ class ServedModel:
             raise self._refused_or_gone(exc, "loaded") from None
         except Exception as exc:            # the server went away
             raise self._stopped_answering("loaded", exc) from None
+        self._swapped = copy.deepcopy(body)
         self._tick()
         return seconds
 
@@ -133,7 +143,15 @@ class ServedModel:
 
     def measure(self, mode: str, level: float, seconds: float | None = None) -> Probe:
         """One load level: closed loop at concurrency ``level`` or open loop (Poisson
-        arrivals) at ``level`` requests/s. ``Refused`` when requests failed."""
+        arrivals) at ``level`` requests/s. ``Refused`` when requests failed (the config is
+        then loaded anew at its next swap)."""
+        try:
+            return self._measure(mode, level, seconds)
+        except BaseException:
+            self._swapped = None
+            raise
+
+    def _measure(self, mode: str, level: float, seconds: float | None) -> Probe:
         # Closed loop from one process, as perf_analyzer drives it: on a small host every
         # client process takes CPU from the server it measures.
         load = ({"concurrency": (int(level),), "workers": 1} if mode == CLOSED
