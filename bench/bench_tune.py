@@ -62,6 +62,7 @@ from tritonkit.report import Sla  # noqa: E402
 from tritonkit.server.binary import find_install, prepare_backends, server_environment  # noqa: E402
 from tritonkit.server.local import free_ports, mirror_dir  # noqa: E402
 from tritonkit.tune import Candidate, paired_interval, tune  # noqa: E402
+from tritonkit.tune._run import MAX_CONCURRENCY  # noqa: E402
 from tritonkit.tune._space import as_json, candidate_config, parse_served  # noqa: E402
 from tritonkit.tune._trial import ServedModel  # noqa: E402
 
@@ -70,7 +71,9 @@ MA_REQUIREMENTS = ROOT / "bench" / "requirements-model-analyzer.txt"
 # The Model Analyzer space: instances 1-3, max batch 16/32/64, batching without delay.
 SPACE = TuneSpace(instance_count=(1, 2, 3), max_batch_size=(16, 32, 64), max_queue_delay_us=(0,))
 MA_CONCURRENCY = (1, 2, 4, 8, 16, 32)
-PA_LEVELS = (1, 2, 4, 8, 16, 32, 64)
+# As high as tune climbs (its --max-concurrency, 256): the encoder meets 25 ms at 86-172 in
+# flight, and a climb that ended at 64 measured its pick below what it carries there.
+PA_LEVELS = tuple(2 ** i for i in range(MAX_CONCURRENCY.bit_length()))     # 1, 2, 4 ... 256
 # A level's warm-up and up to 10 windows of 2 s (twice as long retried) take under 60 s; some
 # runs at concurrency 32-64 printed no window for minutes, with the server loaded.
 PA_TIMEOUT_S = 90

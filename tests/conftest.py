@@ -772,7 +772,7 @@ def pytest_runtest_call(item):
 EXPORT_MODULES = frozenset({
     "test_export", "test_export_hf", "test_export_kwargs", "test_export_errors",
     "test_export_threads", "test_verify", "test_verification_budget",
-    "test_verification_coverage"})
+    "test_verification_coverage", "test_export_in_one_process"})
 # Modules whose tests without a server cost CPU and wait on no clock that a minute held back
 # would break (a bound of seconds on a command, a peer that trickles): they run beside the
 # alone tests as the export tests do, instead of after them.

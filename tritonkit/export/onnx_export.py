@@ -11,12 +11,14 @@ state, a sum over the batch) is refused here, and verification checks the rest.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import logging
 import os
 import re
 import sys
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,11 +109,59 @@ def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_b
         shapes.append({axis: dims.setdefault(label, torch.export.Dim(label, min=1))
                        for axis, label in inputs.axes_of(name).items()})
     # One entry: ForwardCall's *tensors, the tuple of every input.
-    program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=(tuple(shapes),),
-                                input_names=list(inputs.names), output_names=list(output_names),
-                                opset_version=opset, verbose=False, report=False)
+    with _functions_table_kept():
+        program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=(tuple(shapes),),
+                                    input_names=list(inputs.names),
+                                    output_names=list(output_names), opset_version=opset,
+                                    verbose=False, report=False)
     _rename_values_named_like_the_io(program.model.graph)
     return program.model_proto
+
+
+_TABLES: dict[tuple, object] = {}
+_TABLE_LOCK = threading.Lock()
+_TABLE_USERS = 0
+
+
+@contextlib.contextmanager
+def _functions_table_kept():
+    """The dynamo exporter builds its table of ONNX functions for PyTorch's operators
+    (``ONNXRegistry.from_torchlib``) anew on every export: 0.35 CPU s, more than half of a
+    small model's export. While this holds, the table is built once per process (per
+    opset, and again when a library registers operators) and each export gets its own
+    copy. Where torch has no such table, nothing changes."""
+    global _TABLE_USERS
+    try:
+        from torch.onnx._internal.exporter import _registration
+        registry = _registration.ONNXRegistry
+        original = registry.__dict__["from_torchlib"]
+        build = original.__func__
+    except (ImportError, AttributeError, KeyError):
+        yield
+        return
+
+    def from_torchlib(cls, *args, **kwargs):
+        key = (cls, args, tuple(sorted(kwargs.items())), len(torch._C._dispatch_get_all_op_names()))
+        if key not in _TABLES:
+            _TABLES[key] = build(cls, *args, **kwargs)
+        table = _TABLES[key]
+        if not isinstance(getattr(table, "functions", None), dict):
+            return build(cls, *args, **kwargs)
+        mine = copy.copy(table)
+        mine.functions = {op: list(decompositions) for op, decompositions in table.functions.items()}
+        return mine
+
+    with _TABLE_LOCK:
+        _TABLE_USERS += 1
+        if _TABLE_USERS == 1:
+            registry.from_torchlib = classmethod(from_torchlib)
+    try:
+        yield
+    finally:
+        with _TABLE_LOCK:
+            _TABLE_USERS -= 1
+            if _TABLE_USERS == 0:
+                registry.from_torchlib = original
 
 
 def _rename_values_named_like_the_io(graph) -> None:
