@@ -10,11 +10,14 @@ the port free a moment before."""
 from __future__ import annotations
 
 import socket
+import time
+import urllib.request
 
 import pytest
 
 import tritonkit.server.local as local
 from tests.conftest import run_cli
+from tritonkit.client import health
 from tritonkit.server.state import is_recorded, load_deployment
 
 
@@ -34,15 +37,19 @@ def _check_misses(monkeypatch, port: int) -> None:
 
 
 @pytest.mark.server
+@pytest.mark.parametrize("role", ["http", "grpc", "metrics"])
 def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
-        example_repository, monkeypatch, taken_port, capsys):
+        example_repository, monkeypatch, taken_port, capsys, role):
+    """Triton says READY on HTTP before it binds its metrics port, and exits when that one is
+    taken: a deploy that believed the READY had a server that died a second later."""
+    index = ["http", "grpc", "metrics"].index(role)
     picks = []
     pick = local.free_ports
 
     def first_pick_taken(count, host="127.0.0.1", avoid=()):
         ports = pick(count, host, avoid)
         if not picks:
-            ports[0] = taken_port                       # the HTTP port, picked first
+            ports[index] = taken_port
         picks.append(ports)
         return ports
 
@@ -55,8 +62,13 @@ def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
         # picked again: once, or (on a host where other servers start too) up to 3 times
         assert 2 <= len(picks) <= 3
         deployment = load_deployment(example_repository)
-        assert deployment.http_port == picks[-1][0] != taken_port
+        assert getattr(deployment, f"{role}_port") == picks[-1][index] != taken_port
         assert "already in use" in (example_repository / ".tritonkit" / "server.log.1").read_text()
+        time.sleep(1.5)                 # past when a server that lost a port has exited
+        assert health(deployment.http_url) is None
+        metrics = urllib.request.urlopen(f"http://{deployment.host}:{deployment.metrics_port}"
+                                         "/metrics", timeout=10).read().decode()
+        assert "nv_inference_request_success" in metrics
     finally:
         run_cli("down", "--repository", example_repository)
 
@@ -74,3 +86,22 @@ def test_a_named_port_taken_before_the_server_binds_it_is_an_error_naming_it(
                      "process took it as the server started"), err
     assert hint.startswith("hint: pass free ports (0 picks one); full server log: "), err
     assert not is_recorded(example_repository)
+
+
+def test_the_ports_a_process_listens_on_are_read_from_proc(taken_port):
+    import os
+    import subprocess
+    import sys
+
+    from tritonkit.server.listening import listening_ports
+
+    with socket.socket(socket.AF_INET6) as six, socket.socket() as bound_only:
+        six.bind(("::1", 0))
+        six.listen()
+        bound_only.bind(("127.0.0.1", 0))            # bound, not listening: not counted
+        mine = listening_ports(os.getpid())
+        assert {taken_port, six.getsockname()[1]} <= mine
+        assert bound_only.getsockname()[1] not in mine
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    assert listening_ports(int(gone.stdout)) is None

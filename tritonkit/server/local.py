@@ -35,6 +35,7 @@ from tritonkit.errors import Interrupted, ModelLoadError, ServerError, UsageErro
 from tritonkit.fileio import read_tail
 from tritonkit.repository import refuse_shell_unsafe_path
 from tritonkit.server.binary import find_install, prepare_backends, server_environment
+from tritonkit.server.listening import listening_ports
 from tritonkit.server.loading import LoadWatch, stub_crash
 from tritonkit.server.settings import Ports, ServerSettings, tritonserver_argv
 from tritonkit.server.unload import unload_models
@@ -551,13 +552,22 @@ def _wait_until_ready(proc: subprocess.Popen, deployment: Deployment, deadline: 
             deadline.moved()
         if health(deployment.http_url, "/v2/health/ready") is None and all(
                 health(deployment.http_url, f"/v2/models/{m}/ready") is None
-                for m in deployment.models):
+                for m in deployment.models) and _holds_its_ports(proc.pid, deployment):
             return
         if progress:
             progress(f"starting tritonserver (pid {proc.pid}): {watch.line()}")
         if deadline.expired():
             raise watch.stalled(deadline)
         time.sleep(min(0.25, deadline.left()))
+
+
+def _holds_its_ports(pid: int, deployment: Deployment) -> bool:
+    """Whether the server listens on each of its ports (``listening``: it says READY before
+    it binds the metrics port, and exits when that one is taken). True where /proc cannot
+    tell."""
+    held = listening_ports(pid)
+    wanted = {deployment.http_port, deployment.grpc_port, deployment.metrics_port} - {None, 0}
+    return held is None or wanted <= held
 
 
 _MODEL_ERROR = re.compile(r'"(failed to load \'[^\']+\'[^"]*?|Poll failed for model directory[^"]*)"')
