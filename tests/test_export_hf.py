@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -21,7 +22,7 @@ import pytest
 import torch
 
 import tritonkit
-from tests import real_models
+from tests import full_size, real_models
 from tests.conftest import ROOT, run_cli
 
 # Real architectures, exported and verified: seconds each. transformers is imported by the
@@ -155,25 +156,16 @@ def test_the_cli_exports_a_transformers_factory_with_its_names(tmp_path, capsys)
     assert 'name: "pooler_output"' in config and 'name: "token_type_ids"' in config
 
 
-FULL_SIZE = {
-    "bert_base": ("examples/hf_bert.py:build", ["last_hidden_state", "pooler_output"]),
-    "gpt2": ("tests/real_models.py:gpt2", ["logits"]),
-    "resnet50": ("tests/real_models.py:resnet50", ["OUTPUT__0"]),
-    "vit": ("tests/real_models.py:vit", ["logits"]),
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("family", list(FULL_SIZE))
-def test_full_size_models_export_verified_from_the_cli(tmp_path, capsys, family):
+@pytest.mark.parametrize("family", list(full_size.FULL_SIZE))
+def test_full_size_models_export_verified_from_the_cli(tmp_path_factory, family):
     """At every batch (--verify-batches all): the default budget leaves a CNN's large ones
-    out (tests/test_verification_budget.py)."""
-    spec, outputs = FULL_SIZE[family]
-    code = run_cli("export", ROOT / spec, "--name", family, "--repository", tmp_path,
-                   "--verify-batches", "all")
-    assert code == 0
-    assert "pass" in capsys.readouterr().out
-    report = json.loads((tmp_path / family / "export-report.json").read_text())
-    assert [t["name"] for t in report["outputs"]] == outputs
+    out (tests/test_verification_budget.py). Exported once per run (tests/full_size.py): the
+    deploy of many models serves these files."""
+    made = full_size.exported(family, tmp_path_factory)
+    assert made["code"] == 0, made["said"]
+    assert "pass" in made["said"]
+    report = json.loads((Path(made["model"]) / "export-report.json").read_text())
+    assert [t["name"] for t in report["outputs"]] == full_size.FULL_SIZE[family][1]
     assert {case["batch"] for case in report["verification"]["cases"]} >= {1, 16, 32}
     assert all(worst["passed"] for worst in report["verification"]["max_errors"].values())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import onnx
 import pytest
 import torch
-from torch.onnx._internal.exporter import _registration
 
 import tritonkit
 from tritonkit.errors import TritonkitError
@@ -25,16 +24,24 @@ class TwoLayers(torch.nn.Module):
 
 
 @pytest.fixture
-def builds(monkeypatch) -> list[int]:
+def registration():
+    """torch.onnx's module of the table (imported here, not as every worker collects)."""
+    from torch.onnx._internal.exporter import _registration
+
+    return _registration
+
+
+@pytest.fixture
+def builds(monkeypatch, registration) -> list[int]:
     """Each time torch builds the table (its own method, counted), none kept from before."""
     made: list[int] = []
-    build = _registration.ONNXRegistry.__dict__["from_torchlib"].__func__
+    build = registration.ONNXRegistry.__dict__["from_torchlib"].__func__
 
     def counted(cls, *args, **kwargs):
         made.append(1)
         return build(cls, *args, **kwargs)
 
-    monkeypatch.setattr(_registration.ONNXRegistry, "from_torchlib", classmethod(counted))
+    monkeypatch.setattr(registration.ONNXRegistry, "from_torchlib", classmethod(counted))
     monkeypatch.setattr(onnx_export, "_TABLES", {})
     return made
 
@@ -66,10 +73,11 @@ def test_the_exporters_table_is_built_once_for_exports_one_after_another(tmp_pat
         assert [i.name for i in model.graph.initializer] == [i.name for i in first.graph.initializer]
 
 
-def test_torchs_own_method_is_back_after_each_export_and_after_a_failed_one(tmp_path, builds):
-    own = _registration.ONNXRegistry.__dict__["from_torchlib"]
+def test_torchs_own_method_is_back_after_each_export_and_after_a_failed_one(tmp_path, builds,
+                                                                           registration):
+    own = registration.ONNXRegistry.__dict__["from_torchlib"]
     _export(TwoLayers().eval(), tmp_path, "fine")
-    assert _registration.ONNXRegistry.__dict__["from_torchlib"] is own
+    assert registration.ONNXRegistry.__dict__["from_torchlib"] is own
 
     class Broken(torch.nn.Module):
         def forward(self, x):
@@ -78,7 +86,7 @@ def test_torchs_own_method_is_back_after_each_export_and_after_a_failed_one(tmp_
     with pytest.raises(TritonkitError):
         tritonkit.export(Broken(), torch.randn(2, 8), name="broken", repository=tmp_path,
                          max_batch_size=4)
-    assert _registration.ONNXRegistry.__dict__["from_torchlib"] is own
+    assert registration.ONNXRegistry.__dict__["from_torchlib"] is own
 
 
 def test_an_operator_registered_between_exports_gets_a_table_that_has_it(tmp_path, builds):
@@ -97,11 +105,11 @@ def test_an_operator_registered_between_exports_gets_a_table_that_has_it(tmp_pat
         library._destroy()
 
 
-def test_each_export_gets_its_own_copy_of_the_table(tmp_path):
+def test_each_export_gets_its_own_copy_of_the_table(registration):
     """What one export adds to its table (torch.onnx's custom_translation_table does) is
     not in the next one's."""
     with onnx_export._functions_table_kept():
-        mine = _registration.ONNXRegistry.from_torchlib()
+        mine = registration.ONNXRegistry.from_torchlib()
         mine.functions.clear()
-        theirs = _registration.ONNXRegistry.from_torchlib()
+        theirs = registration.ONNXRegistry.from_torchlib()
     assert theirs.functions and mine is not theirs
