@@ -308,6 +308,26 @@ def test_a_config_swapped_in_again_straight_after_is_not_loaded_or_warmed_again(
     trial.restore(original)
 
 
+def test_a_probes_untimed_warm_up_is_half_a_second_or_as_long_as_a_shorter_probe(monkeypatch):
+    from tritonkit.client import Endpoint
+    from tritonkit.tune import _trial
+
+    seen = []
+
+    def run_loadtest(endpoint, spec, **_):
+        seen.append((spec.duration_s, spec.warmup_s))
+        raise _trial.Refused("not measured here")
+
+    monkeypatch.setattr(_trial, "run_loadtest", run_loadtest)
+    endpoint = Endpoint(http_url="127.0.0.1:1")
+    for probe_s in (2.0, 0.3):
+        with pytest.raises(_trial.Refused):
+            _trial.ServedModel(endpoint, "m", probe_s=probe_s).measure("closed", 1)
+    with pytest.raises(_trial.Refused):
+        _trial.ServedModel(endpoint, "m", probe_s=0.3, probe_warmup_s=1.0).measure("closed", 1)
+    assert seen == [(2.0, 0.5), (0.3, 0.3), (0.3, 1.0)]
+
+
 def test_a_server_that_dies_in_the_middle_is_a_run_error(deployed_mlp, tmp_path):
     repo, deployment = deployed_mlp
     space = _space(tmp_path, "instance_count = [2, 3]\nmax_batch_size = [32]\n"
