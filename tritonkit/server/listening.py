@@ -39,4 +39,3 @@ def listening_ports(pid: int) -> set[int] | None:
             if len(fields) > 9 and fields[3] == _LISTEN and fields[9] in sockets:
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
-
