@@ -139,7 +139,7 @@ _FOUND: dict[tuple, int] = {}     # (model, config): where its next perf_analyze
 def interleaved(served: ServedModel, sides: dict[str, dict], url: str, model: str, sla_ms: float,
                 shapes: tuple, rounds: int) -> dict[str, list[float]]:
     """Each side's perf_analyzer throughput under the SLA, A B then B A, each side loaded and
-    warmed before it is measured. A config measured before climbs from a step below the
+    warmed before it is measured (the side that ends a round starts the next as it is). A config measured before climbs from a step below the
     concurrency it met the SLA at last (1 the first time)."""
     names = list(sides)
     figures: dict[str, list[float]] = {name: [] for name in names}

@@ -113,3 +113,17 @@ def test_each_export_gets_its_own_copy_of_the_table(registration):
         mine.functions.clear()
         theirs = registration.ONNXRegistry.from_torchlib()
     assert theirs.functions and mine is not theirs
+
+
+def test_torchs_own_method_is_back_when_exports_that_overlapped_end_in_any_order(registration):
+    """Two exports at once (threads): the first to end leaves the table kept for the other;
+    the last puts torch's own method back, not the kept one."""
+    own = registration.ONNXRegistry.__dict__["from_torchlib"]
+    first, second = onnx_export._functions_table_kept(), onnx_export._functions_table_kept()
+    first.__enter__()
+    second.__enter__()
+    assert registration.ONNXRegistry.__dict__["from_torchlib"] is not own
+    first.__exit__(None, None, None)
+    assert registration.ONNXRegistry.__dict__["from_torchlib"] is not own
+    second.__exit__(None, None, None)
+    assert registration.ONNXRegistry.__dict__["from_torchlib"] is own

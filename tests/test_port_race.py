@@ -105,3 +105,18 @@ def test_the_ports_a_process_listens_on_are_read_from_proc(taken_port):
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     assert listening_ports(int(gone.stdout)) is None
+
+
+def test_socket_tables_that_cannot_be_read_or_hold_nothing_tell_nothing(monkeypatch, taken_port):
+    """(WSL1's /proc/net/tcp is empty): no answer, not "listens on nothing", which would hold
+    a start that is done until its stall timeout."""
+    import os
+
+    from tritonkit.server import listening
+
+    class Empty(type(listening.Path())):
+        def read_text(self, *args, **kwargs):
+            return "  sl  local_address rem_address   st\n"
+
+    monkeypatch.setattr(listening, "Path", Empty)
+    assert listening.listening_ports(os.getpid()) is None

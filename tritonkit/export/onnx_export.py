@@ -121,6 +121,7 @@ def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_b
 _TABLES: dict[tuple, object] = {}
 _TABLE_LOCK = threading.Lock()
 _TABLE_USERS = 0
+_TORCHS_METHOD = None           # ONNXRegistry.from_torchlib as torch has it, while replaced
 
 
 @contextlib.contextmanager
@@ -129,39 +130,44 @@ def _functions_table_kept():
     (``ONNXRegistry.from_torchlib``) anew on every export: 0.35 CPU s, more than half of a
     small model's export. While this holds, the table is built once per process (per
     opset, and again when a library registers operators) and each export gets its own
-    copy. Where torch has no such table, nothing changes."""
-    global _TABLE_USERS
+    copy; torch's own method is back once the last export holding it ends. Where torch has
+    no such table, nothing changes."""
+    global _TABLE_USERS, _TORCHS_METHOD
     try:
         from torch.onnx._internal.exporter import _registration
         registry = _registration.ONNXRegistry
-        original = registry.__dict__["from_torchlib"]
-        build = original.__func__
-    except (ImportError, AttributeError, KeyError):
+    except (ImportError, AttributeError):
+        registry = None
+    if not isinstance(getattr(registry, "__dict__", {}).get("from_torchlib"), classmethod):
         yield
         return
-
-    def from_torchlib(cls, *args, **kwargs):
-        key = (cls, args, tuple(sorted(kwargs.items())), len(torch._C._dispatch_get_all_op_names()))
-        if key not in _TABLES:
-            _TABLES[key] = build(cls, *args, **kwargs)
-        table = _TABLES[key]
-        if not isinstance(getattr(table, "functions", None), dict):
-            return build(cls, *args, **kwargs)
-        mine = copy.copy(table)
-        mine.functions = {op: list(decompositions) for op, decompositions in table.functions.items()}
-        return mine
-
     with _TABLE_LOCK:
+        if _TABLE_USERS == 0:
+            _TORCHS_METHOD = registry.__dict__["from_torchlib"]
+            registry.from_torchlib = classmethod(_kept_table)
         _TABLE_USERS += 1
-        if _TABLE_USERS == 1:
-            registry.from_torchlib = classmethod(from_torchlib)
     try:
         yield
     finally:
         with _TABLE_LOCK:
             _TABLE_USERS -= 1
             if _TABLE_USERS == 0:
-                registry.from_torchlib = original
+                registry.from_torchlib, _TORCHS_METHOD = _TORCHS_METHOD, None
+
+
+def _kept_table(cls, *args, **kwargs):
+    """``from_torchlib`` built once per key (its arguments and how many operators torch has
+    registered), a copy of it returned: what an export adds to its table is its own."""
+    build = _TORCHS_METHOD.__func__
+    key = (cls, args, tuple(sorted(kwargs.items())), len(torch._C._dispatch_get_all_op_names()))
+    if key not in _TABLES:
+        _TABLES[key] = build(cls, *args, **kwargs)
+    table = _TABLES[key]
+    if not isinstance(getattr(table, "functions", None), dict):
+        return build(cls, *args, **kwargs)
+    mine = copy.copy(table)
+    mine.functions = {op: list(decompositions) for op, decompositions in table.functions.items()}
+    return mine
 
 
 def _rename_values_named_like_the_io(graph) -> None:

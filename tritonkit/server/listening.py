@@ -16,7 +16,7 @@ _LISTEN = "0A"          # /proc/net/tcp's state column: TCP_LISTEN
 
 def listening_ports(pid: int) -> set[int] | None:
     """The TCP ports (IPv4 and IPv6) process ``pid`` listens on; None where /proc cannot
-    tell (no /proc, or the process gone)."""
+    tell (no /proc, the process gone, socket tables unreadable or empty)."""
     sockets = set()
     try:
         for entry in os.scandir(f"/proc/{pid}/fd"):
@@ -29,13 +29,15 @@ def listening_ports(pid: int) -> set[int] | None:
     except OSError:
         return None
     ports: set[int] = set()
+    told = False                    # a table with a socket in it: /proc tells (WSL1's are empty)
     for table in ("tcp", "tcp6"):
         try:
             rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
+        told = told or bool(rows)
         for row in rows:
             fields = row.split()
             if len(fields) > 9 and fields[3] == _LISTEN and fields[9] in sockets:
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+    return ports if told else None
