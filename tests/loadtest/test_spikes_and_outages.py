@@ -283,6 +283,9 @@ def test_the_first_request_after_a_restart_is_reported_as_its_cold_start_though_
     assert not any("first request since its load" in w for w in data["verdict"]["warnings"])
 
 
+# timing: its windows (0.25 s) must fall around an outage made on the real clock; on a busy
+# host (a 140 ms stall in the first window of a full run) they did not.
+@pytest.mark.timing
 @pytest.mark.server
 def test_a_stall_while_the_model_was_out_is_named_after_the_outage(served):
     """The model is unloaded (its requests fail at once), the server then stops for 1 s,
@@ -314,6 +317,9 @@ def test_a_stall_while_the_model_was_out_is_named_after_the_outage(served):
     assert level.outages and level.outages[0]["from_s"] < began
 
 
+# timing: its windows (0.25 s) must fall around an outage made on the real clock; on a busy
+# host (a 140 ms stall in the first window of a full run) they did not.
+@pytest.mark.timing
 @pytest.mark.server
 def test_windows_in_which_every_request_failed_while_the_model_was_out_are_flagged_with_the_outage(served):
     """Unloaded for 1.2 s, the model's requests come back at once as errors (HTTP 400):
