@@ -21,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import (ROOT, add_broken_model, default_signals, error_lines,
                             load_example_forward, run_cli, unused_port, unused_ports)
+from tests.warmup.conftest import _deploy
 from tritonkit.errors import Interrupted, UsageError
 from tritonkit.server import local
 from tritonkit.server.local import _alive, check_port_free, signals_interrupt
@@ -39,13 +40,6 @@ pytestmark = pytest.mark.server
 
 def _no_server_for(repo: Path) -> bool:
     return not (state_dir(repo) / "server.json").exists()
-
-
-def _deploy(repo: Path, *extra: str) -> Deployment:
-    code = run_cli("deploy", "--repository", repo, "--http-port", "0", "--grpc-port", "0",
-                   "--metrics-port", "0", "--timeout", "60", *extra)
-    assert code == 0, "tritonkit deploy failed"
-    return load_deployment(repo)
 
 
 def add_python_model(repository: Path, name: str, model_py: str) -> None:
