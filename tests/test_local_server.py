@@ -19,7 +19,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import (ROOT, add_broken_model, default_signals, error_lines,
+from tests.conftest import (BUSY_HOST_STEADY, ROOT, add_broken_model, default_signals, error_lines,
                             load_example_forward, run_cli, unused_port, unused_ports)
 from tests.warmup.conftest import _deploy
 from tritonkit.errors import Interrupted, UsageError
@@ -1245,7 +1245,8 @@ def test_a_model_exported_again_is_served_as_deployed_until_the_next_deploy(
                 f"loaded, not this export; to serve this one, redeploy: "
                 f"{redeploy_command(repo)}") in err
         assert f"--http-port {deployment.http_port}" in err      # as it was deployed
-        assert run_cli("warmup", "--repository", repo, "--model", "mlp", "--reload") == 0
+        assert run_cli("warmup", "--repository", repo, "--model", "mlp", "--reload",
+                       *BUSY_HOST_STEADY) == 0
         client = httpclient.InferenceServerClient(deployment.http_url)
         try:
             assert [i["name"] for i in client.get_model_config("mlp")["input"]] == ["INPUT__0"]

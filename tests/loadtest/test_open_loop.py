@@ -253,15 +253,22 @@ def test_open_loop_sends_leave_on_time_without_a_core_spinning_for_them(served):
     before every send costs that millisecond of CPU a request whatever the host: 8-11x
     the CPU of a closed-loop request here, against 2.6-3.5x asleep. The closed loop on
     the same server is the yardstick, so a slower host (CI's, or this one on a busy day,
-    at 400 us a request) moves both."""
+    at 400 us a request) moves both: measured before and after, the larger taken (a closed
+    loop whose answers come back at once never sleeps: 32 us a request in one run on a host
+    where its others took 73-116, and the open loop's 2.8x read 8.8x)."""
     endpoint = Endpoint.from_deployment(served)
-    closed = run_loadtest(endpoint, LoadSpec(model="example", concurrency=(1,), duration_s=1,
-                                             warmup_s=0.3, workers=1)).levels[0]
+
+    def closed_cpu_us() -> float:
+        return run_loadtest(endpoint, LoadSpec(model="example", concurrency=(1,), duration_s=1,
+                                               warmup_s=0.3, workers=1)).levels[0].client_cpu_us
+
+    before = closed_cpu_us()
     level = run_loadtest(endpoint, LoadSpec(model="example", rates=(600.0,), arrivals="constant",
                                             duration_s=2, warmup_s=0.3, workers=1,
                                             max_in_flight=32)).levels[0]
+    closed = max(before, closed_cpu_us())
     assert level.error_count == 0 and level.ok == level.sent > 1000
-    ratio = level.client_cpu_us / closed.client_cpu_us
+    ratio = level.client_cpu_us / closed
     assert ratio < 6, (f"{level.client_cpu_us:.0f} µs of CPU an open-loop request against "
-                       f"{closed.client_cpu_us:.0f} closed: {ratio:.1f}x")
+                       f"{closed:.0f} closed: {ratio:.1f}x")
     assert level.send_lag_ms["p50"] < 0.3                # on time: gevent's own sleeps are 1 ms late

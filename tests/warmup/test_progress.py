@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import BUSY_HOST_STEADY, run_cli
 from tests.warmup.conftest import ECHO_CONFIG, _deploy, _python_model, _slow_to_load
 from tritonkit.client import Endpoint
 from tritonkit.server.state import load_deployment
@@ -106,12 +106,13 @@ def test_a_piped_warmup_tells_each_slow_phase_a_few_seconds_apart(example_reposi
     try:
         capsys.readouterr()
         started = time.monotonic()
-        assert run_cli("warmup", "--repository", example_repository, "--model", "example") == 0
+        assert run_cli("warmup", "--repository", example_repository, "--model", "example",
+                       *BUSY_HOST_STEADY) == 0
         _said_nothing_if_quick(capsys.readouterr().err, time.monotonic() - started, every)
         marker.write_text("3.5")
         started = time.monotonic()
         code = run_cli("warmup", "--repository", example_repository, "--model", "slow_a",
-                       "--model", "slow_b", "--reload")
+                       "--model", "slow_b", "--reload", *BUSY_HOST_STEADY)
         took = time.monotonic() - started
         slow = capsys.readouterr()
     finally:
