@@ -49,6 +49,34 @@ def test_highest_load_brackets_the_knee_then_judges_in_open_loop():
     assert found.throughput == pytest.approx(700.0)
 
 
+def test_open_loop_judged_from_a_share_steps_up_while_the_sla_holds():
+    """A later config starts where the earlier ones held (their share of the closed loop's
+    throughput): from 500/s, up by 1/0.7 while it meets 12 ms, and no higher than the
+    1,000/s the closed loop carried. Open loop holds 12 ms up to 750/s here."""
+    server = QueueModel(capacity=1000, service_ms=2.0)
+    found = highest_load(server, p99_ms=12.0, start=8, rate_share=0.5)
+    rates = [level for mode, level in server.calls if mode == OPEN]
+    assert rates == pytest.approx([500.0, 500 / 0.7, 1000.0])      # 714/s met, 1,000/s missed
+    assert found.throughput == pytest.approx(500 / 0.7)
+    assert found.rate_share == pytest.approx(0.5 / 0.7)
+
+
+def test_open_loop_judged_from_a_share_that_misses_steps_down_until_it_holds():
+    server = QueueModel(capacity=1000, service_ms=2.0)
+    found = highest_load(server, p99_ms=12.0, start=8, rate_share=0.9)
+    assert [level for mode, level in server.calls if mode == OPEN] == pytest.approx([900.0, 630.0])
+    assert found.throughput == pytest.approx(630.0)
+
+
+def test_open_loop_that_holds_at_the_closed_loops_throughput_goes_no_higher():
+    server = QueueModel(capacity=10_000, service_ms=1.0)
+    found = highest_load(server, p99_ms=100.0, start=4, most=4, rate_share=0.6)   # 4,000/s
+    rates = [level for mode, level in server.calls if mode == OPEN]
+    closed = found.at_concurrency.qps
+    assert rates[-1] == pytest.approx(closed) and all(r <= closed for r in rates)
+    assert found.throughput == pytest.approx(closed) and found.rate_share == pytest.approx(1.0)
+
+
 def test_a_probe_that_carried_no_requests_meets_no_sla():
     """A level cut to no time (the server seen gone at its start) has latencies and no
     throughput: a config judged on it would claim the SLA met at 0 requests/s."""

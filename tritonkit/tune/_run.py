@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import socket
+import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -274,6 +275,7 @@ def _search(result: TuneResult, served_model: ServedModel, served, start_point: 
     """The baselines (served, bare default), then the walk over the space."""
     budget_s = result.budget_s
     hint = {"start": min(4, most)}
+    shares: list[float] = []            # each config's open-loop share (Found.rate_share)
     reserve = budget_s * COMPARE_SHARE
 
     def out_of_time() -> bool:
@@ -291,7 +293,8 @@ def _search(result: TuneResult, served_model: ServedModel, served, start_point: 
             else:
                 served_model.warm()
             trial.found = highest_load(served_model.measure, sla.p99_ms, start=hint["start"],
-                                       most=most, out_of_time=out_of_time)
+                                       most=most, out_of_time=out_of_time,
+                                       rate_share=statistics.median(shares) if shares else 1.0)
         except Refused as refused:
             if role == SERVED:
                 raise LoadTestError(f"the served config of '{result.model}' could not be "
@@ -301,6 +304,8 @@ def _search(result: TuneResult, served_model: ServedModel, served, start_point: 
         trial.seconds = clock() - began
         if trial.found and trial.found.concurrency:
             hint["start"] = trial.found.concurrency
+        if trial.found and trial.found.rate_share is not None:
+            shares.append(trial.found.rate_share)
         result.trials.append(trial)
         tell()
         return trial

@@ -10,7 +10,11 @@ the load's knee in a few short runs; then the SLA is judged in **open loop** at 
 that concurrency carried (latency timed from each scheduled send), stepping the rate down
 until it holds: closed loop hides queueing (a client waits for its answer before it sends
 again), and an SLA is a promise about arrivals. The config's figure is the throughput
-at the highest open-loop rate that met it.
+at the highest open-loop rate that met it. The configs measured before tell where to start:
+open loop holds a like share of the closed loop's throughput from one config to the next
+(a fifth to a third here), so a later config is judged from that share, stepping up while
+the SLA holds, in two or three probes rather than the four to six from the closed loop's
+own rate down.
 
 Over the space (``coordinate_search``): from the served config, one knob at a time, each
 of its values tried with the others held; a change is kept only when it beats the config
@@ -70,6 +74,15 @@ class Found:
         return next((p for p in self.probes if p.mode == CLOSED and p.level == self.concurrency), None)
 
     @property
+    def rate_share(self) -> float | None:
+        """The open-loop rate that met the SLA as a share of the closed loop's throughput
+        at ``concurrency``: where the next config's open-loop judgment starts."""
+        closed = self.at_concurrency
+        if self.judged is None or closed is None or closed.qps <= 0:
+            return None
+        return self.judged.level / closed.qps
+
+    @property
     def best_p99_ms(self) -> float | None:
         """The lowest p99 measured at any load: how close a config that never met it came."""
         values = [p.p99_ms for p in self.probes if p.p99_ms is not None]
@@ -77,17 +90,22 @@ class Found:
 
 
 def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int = 256,
-                 resolution: float = 0.25, rate_step: float = 0.7, rate_tries: int = 6,
+                 resolution: float = 0.5, rate_step: float = 0.7, rate_tries: int = 6,
+                 rate_share: float = 1.0,
                  out_of_time: Callable[[], bool] = lambda: False) -> Found:
     """Bracket the highest concurrency whose p99 meets ``p99_ms`` (``highest_concurrency``),
-    then judge the SLA in open loop at the throughput it carried, the rate times
-    ``rate_step`` after each miss, ``rate_tries`` times at most."""
+    then judge the SLA in open loop, ``rate_tries`` probes at most: from ``rate_share`` of
+    the throughput that concurrency carried, the rate times ``rate_step`` after each miss
+    until one meets it, or divided by it after each that met (never above that throughput)
+    until one misses; the figure is the highest rate that met it."""
     found = Found()
     found.concurrency = highest_concurrency(measure, p99_ms, found.probes, start=start, most=most,
                                             resolution=resolution, out_of_time=out_of_time)
     if found.concurrency is None:
         return found                    # not even one request at a time meets it
-    rate = found.at_concurrency.qps
+    top = found.at_concurrency.qps
+    rate = top * min(1.0, max(rate_share, rate_step ** rate_tries))
+    rising: bool | None = None          # stepping up (a rate met), down (one missed), or not yet
     for _ in range(rate_tries):
         if rate <= 0:
             break
@@ -95,8 +113,13 @@ def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int =
         found.probes.append(probe)
         if probe.meets(p99_ms):
             found.judged = probe
-            break
-        rate *= rate_step
+            if rising is False or rate >= top:
+                break                   # down to a rate that holds, or up to the closed loop's
+            rising, rate = True, min(top, rate / rate_step)
+        elif rising:
+            break                       # the step above the highest that held
+        else:
+            rising, rate = False, rate * rate_step
     return found
 
 
