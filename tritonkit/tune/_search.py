@@ -6,15 +6,14 @@ against a controlled one in the tests.
 
 Per config (``highest_load``): closed loop first, a bracketing search over concurrency —
 double (or halve) from a start until the p99 crosses the limit, then bisect — which finds
-the load's knee in a few short runs; then the SLA is judged in **open loop** at the rate
-that concurrency carried (latency timed from each scheduled send), stepping the rate down
-until it holds: closed loop hides queueing (a client waits for its answer before it sends
-again), and an SLA is a promise about arrivals. The config's figure is the throughput
-at the highest open-loop rate that met it. The configs measured before tell where to start:
-open loop holds a like share of the closed loop's throughput from one config to the next
-(a fifth to a third here), so a later config is judged from that share, stepping up while
-the SLA holds, in two or three probes rather than the four to six from the closed loop's
-own rate down.
+the load's knee in a few short runs; then the SLA is judged in **open loop** (latency timed
+from each scheduled send): closed loop hides queueing (a client waits for its answer before
+it sends again), and an SLA is a promise about arrivals. The config's figure is the
+throughput at the highest open-loop rate that met it. The first config's rate starts at
+what its concurrency carried, stepping down until it holds; a later one's starts at the
+share of that throughput the configs before it held (open loop holds a like share from one
+config to the next: a fifth to a third here), stepping down after a miss or up while it
+holds — two or three probes rather than four to six.
 
 Over the space (``coordinate_search``): from the served config, one knob at a time, each
 of its values tried with the others held; a change is kept only when it beats the config
