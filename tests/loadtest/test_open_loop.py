@@ -253,9 +253,11 @@ def test_open_loop_sends_leave_on_time_without_a_core_spinning_for_them(served):
     before every send costs that millisecond of CPU a request whatever the host: 8-11x
     the CPU of a closed-loop request here, against 2.6-3.5x asleep. The closed loop on
     the same server is the yardstick, so a slower host (CI's, or this one on a busy day,
-    at 400 us a request) moves both: measured before and after, the larger taken (a closed
-    loop whose answers come back at once never sleeps: 32 us a request in one run on a host
-    where its others took 73-116, and the open loop's 2.8x read 8.8x)."""
+    at 400 us a request) moves both: measured before and after, the larger taken. On a VM
+    whose idle core is costly to wake, that yardstick shrinks when the cores are never idle
+    (28-35 us a request beside other tests, 73-116 alone, the open loop 200-280 either way):
+    a second one, host-free, is the time between sends, which spinning through its last
+    millisecond takes most of. The test fails when both say spinning."""
     endpoint = Endpoint.from_deployment(served)
 
     def closed_cpu_us() -> float:
@@ -269,6 +271,8 @@ def test_open_loop_sends_leave_on_time_without_a_core_spinning_for_them(served):
     closed = max(before, closed_cpu_us())
     assert level.error_count == 0 and level.ok == level.sent > 1000
     ratio = level.client_cpu_us / closed
-    assert ratio < 6, (f"{level.client_cpu_us:.0f} µs of CPU an open-loop request against "
-                       f"{closed:.0f} closed: {ratio:.1f}x")
+    between_us = 1e6 / 600
+    assert ratio < 6 or level.client_cpu_us < between_us / 2, (
+        f"{level.client_cpu_us:.0f} µs of CPU an open-loop request against {closed:.0f} closed "
+        f"({ratio:.1f}x), and {between_us:.0f} µs between sends")
     assert level.send_lag_ms["p50"] < 0.3                # on time: gevent's own sleeps are 1 ms late
