@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: set-up (if needed), then pytest against the real local Triton.
 #   bash scripts/test.sh              everything (CI)
-#   bash scripts/test.sh -m quick     the library's behaviour without a server, in about a minute
+#   bash scripts/test.sh -m quick     the library's behaviour without a server, in about 75 s
 # Tests run on TRITONKIT_TEST_WORKERS pytest-xdist workers (10 by default: they mostly wait on
 # servers, not on the CPU; 3 for -m quick, which waits on nothing and each worker collects the
 # whole suite again: 75 s on 2 cores, where 4 took 84 s, 6 94 s, 10 110-133 s); -n N or
