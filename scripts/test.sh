@@ -19,21 +19,21 @@ export PYTHONDONTWRITEBYTECODE=
 # --no-loadscope-reorder, which hands tests out in the order tests/conftest.py sets (the
 # machine-alone tests first, the export tests beside them, then the longest). --dist or
 # -p no:xdist there replaces them.
-default_workers=10
+count=10
+own_workers=""
+dist=(--dist loadgroup --no-loadscope-reorder)
 previous=""
 for arg in "$@"; do
-  if { [ "$previous" = "-m" ] && [ "$arg" = "quick" ]; } || [ "$arg" = "-mquick" ]; then
-    default_workers=3
-  fi
+  case "$previous $arg" in
+    "-m quick"|*" -mquick") count=3 ;;
+  esac
+  case "$arg" in
+    -n*|--numprocesses*) own_workers=1 ;;
+    --dist*|-d) dist=() ;;
+    no:xdist) own_workers=1; dist=() ;;
+  esac
   previous="$arg"
 done
-workers=(-n "${TRITONKIT_TEST_WORKERS:-$default_workers}")
-dist=(--dist loadgroup --no-loadscope-reorder)
-for arg in "$@"; do
-  case "$arg" in
-    -n*|--numprocesses*) workers=() ;;
-    --dist*|-d) dist=() ;;
-    no:xdist) workers=(); dist=() ;;
-  esac
-done
+workers=()
+[ -n "$own_workers" ] || workers=(-n "${TRITONKIT_TEST_WORKERS:-$count}")
 exec python -m pytest ${workers[@]+"${workers[@]}"} ${dist[@]+"${dist[@]}"} "$@"
