@@ -167,21 +167,52 @@ def test_with_two_slots_only_arrivals_due_once_both_were_out_are_the_servers_sat
     assert slots.took(0, 220)                            # and so on while slot 1 is still out
 
 
-def test_a_load_generator_that_overslept_the_end_sends_the_arrival_it_took_late_and_nothing_after():
-    clock = _Clock()
-    clock.oversleep = {500 * MS: 1200 * MS}              # asleep for the arrival due at 500 ms
-    serve, sent_at = _served_by(clock), []
+def _sending_at(clock: _Clock, sent_at: list[int], frozen_ms: tuple[int, int] | None = None):
+    """The stand-in server, noting when each request is sent."""
+    serve = _served_by(clock, frozen_ms)
 
     def send() -> None:
         sent_at.append(clock.now)
         serve()
+    return send
 
-    run = _one_slot_at_100_per_s(clock, send)
-    assert [t for t in sent_at if t >= S] == [1200 * MS]     # the one it took, and no more
-    assert run.latency_ms[500] == 701                    # from when it was due: its lateness shows
-    assert run.waited == [] and run.held_back == []      # its slot was free: not the server's doing
+
+def test_a_load_generator_that_overslept_the_end_catches_up_on_the_arrivals_it_was_late_for():
+    """CI's host stalled a worker across the end: the arrival after the one it sent late
+    was 'not sent: the load generator fell behind', an error, and the run exited 4, where
+    the same stall a moment earlier was lateness in the latencies."""
+    clock, sent_at = _Clock(), []
+    clock.oversleep = {500 * MS: 1200 * MS}              # asleep for the arrival due at 500 ms
+    run = _one_slot_at_100_per_s(clock, _sending_at(clock, sent_at))
+    late = [t // MS for t in sent_at if t >= S]
+    assert late == list(range(1200, 1250))               # the one it took, then the 49 after it
+    assert run.failed == [] and run.waited == [] and run.held_back == []   # not the server's doing
+    assert run.latency_ms[500] == 701                    # from when each was due: its lateness shows
+    assert run.latency_ms[990] == 1249 + 1 - 990
+    assert len(run.latency_ms) == 100
+
+
+def test_a_load_generator_still_behind_a_second_after_the_end_leaves_the_rest_as_its_errors():
+    clock, sent_at = _Clock(), []
+    clock.oversleep = {500 * MS: 2100 * MS}
+    run = _one_slot_at_100_per_s(clock, _sending_at(clock, sent_at))
+    assert [t // MS for t in sent_at if t >= S] == [2100]    # the one it took, and no more
+    assert run.latency_ms[500] == 1601 and run.held_back == []
     # every arrival after it: "not sent: the load generator fell behind"
     assert run.failed == list(range(510, 1000, 10))
+
+
+def test_after_the_end_a_slot_stops_at_the_first_arrival_the_server_held_back():
+    """The arrival due at 700 ms is sent at 715 (the worker overslept) to a server frozen
+    until past the end: the one due at 710 fell due before that send, the worker's own
+    lateness, and is sent after the end; those due while the slot was out were the
+    server's saturation, counted, never sent."""
+    clock, sent_at = _Clock(), []
+    clock.oversleep = {700 * MS: 715 * MS}
+    run = _one_slot_at_100_per_s(clock, _sending_at(clock, sent_at, (715, 1300)))
+    assert [t // MS for t in sent_at if t >= S] == [1301]    # the arrival due at 710 ms
+    assert run.failed == [] and run.latency_ms[710] == 1302 - 710
+    assert run.held_back == list(range(720, 1000, 10))
 
 
 def test_a_sleep_that_ends_a_hair_past_the_end_sends_its_arrival_and_is_no_error():

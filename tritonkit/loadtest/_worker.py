@@ -462,6 +462,7 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     # Open loop: the arrivals, shared by the slots (each taken once). Closed loop: none.
     arrivals = iter((t0 + plan.offsets_ns).tolist()) if open_loop else None
     taken: dict[int, int] = {}              # slot -> arrival it waits to send
+    left: list[int] = []                    # arrivals taken after the end, never sent
     closed = [False]                        # past the deadline: what is still out was counted
     # A request is counted as answered by its user or given up on at the deadline, never
     # both: a user (a thread, when it is alone) records its answer, and the deadline
@@ -498,23 +499,30 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
                 due = clock()
                 if due >= end:
                     return
-            else:                           # open loop: when the schedule says, never after the end
+            else:                           # open loop: when the schedule says
                 now = clock()
-                if now >= end:
-                    slots.past_end(slot, now)
-                    return
                 due = next(arrivals, None)
-                if due is None:
+                if now >= end:
+                    # After the end a slot still sends the arrivals of the span it was late
+                    # for on its own account (not scheduled in time), its lateness in each
+                    # one's lag and latency, as before the end (a host's stall of a few ms
+                    # across the end was an error, and the run exited 4). It stops at the
+                    # first the server held back, and _CATCH_UP_NS after the end: what is
+                    # left is counted, never sent.
+                    if due is None or due >= end or now - end > _CATCH_UP_NS or slots.took(slot, due):
+                        if due is not None:
+                            left.append(due)
+                        slots.past_end(slot, now)
+                        return
+                    waited = False
+                elif due is None:
                     return
-                waited = slots.took(slot, due)
+                else:
+                    waited = slots.took(slot, due)
                 taken[slot] = due
                 wait_until(due)
                 if stop.value:
                     return
-                # One that overslept past the end still sends the arrival it took, due inside
-                # the span: the lateness is in its lag and latency, as any late send's (a
-                # sleep that ended 0.2 ms past the end was one 'fell behind' error, exit 4).
-                # Nothing is taken after it.
             start = clock()
             with counting:
                 if closed[0]:
@@ -580,13 +588,15 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     back_at, held_since = slots.unsent_waited(now)
     _give_up_on(slots.out, rec, plan, now)
     if arrivals is not None and not stop.value:     # a stopped run sends nothing more, by design
-        _never_sent([*taken.values(), *arrivals], end, rec, back_at, held_since)
+        _never_sent([*left, *taken.values(), *arrivals], end, rec, back_at, held_since)
 
 
 # A closed-loop user's back-off after its connection failed (refused, reset): doubled at
 # each failure, from the first to the most; checked for the run's end every step.
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.05, 1.0
 _PAUSE_STEP_NS = 50_000_000
+# How long after the end a slot may go on sending the arrivals it was late for.
+_CATCH_UP_NS = 1_000_000_000
 
 NOT_SENT = "not sent: the load generator fell behind its schedule (add --workers or --max-in-flight)"
 HELD_BACK = -1
