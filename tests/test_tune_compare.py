@@ -6,6 +6,9 @@ sets, so the right answer is known."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 import pytest
 
 from tritonkit.report import Sla
@@ -106,3 +109,29 @@ def test_the_comparison_reports_the_ratio_a_perf_analyzer_climb_measures(monkeyp
         assert comparison.winner_concurrency[-1] == 8 and comparison.baseline_concurrency[-1] == 28
     # ...and the served config stays: the best is not shown to beat it
     assert result.winner is trials[0]
+
+
+def test_the_comparison_takes_no_more_than_its_share_of_the_budget(monkeypatch):
+    """The search ended 50 s into a 300 s budget: the comparison's rounds stop within its
+    third of the budget (100 s), not at the budget's end. Each probe takes 5 s here, and
+    the host's noise keeps the interval from getting precise."""
+    now = [50.0]
+    noise = itertools.cycle([1.0, 0.5, 1.4, 0.7, 1.2, 0.9, 0.6])
+
+    class Timed(Configs):
+        def measure(self, mode: str, level: float) -> Probe:
+            now[0] += 5.0
+            probe = super().measure(mode, level)
+            return dataclasses.replace(probe, qps=probe.qps * next(noise))
+
+    best, served = Candidate(instance_count=2), Candidate(instance_count=1)
+    found = lambda c: Found(concurrency=c, judged=Probe(OPEN, 1000.0, 1000.0, 1.0, 2.0))  # noqa: E731
+    trials = [Trial(point=served, role=SERVED, found=found(16)), Trial(point=best, found=found(8))]
+    result = TuneResult(model="m", server="-", sla=Sla(p99_ms=SLA_MS), space=None, trials=trials,
+                        best=trials[1], budget_s=300.0)
+    monkeypatch.setattr(_run, "candidate_config", lambda served_config, point: point)
+    _run._compare(result, Timed({best: BATCHED, served: PLAIN}), None, result.sla, 256,
+                  lambda: now[0], 0, {"name": ""}, lambda *_: None)
+    rounds = len(result.comparisons[0].winner_runs)
+    assert rounds >= _run.MIN_ROUNDS and now[0] - 50 <= 300 * _run.COMPARE_SHARE
+    assert now[0] + (now[0] - 50) / rounds < 300       # another round would have fit the budget

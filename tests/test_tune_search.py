@@ -77,6 +77,34 @@ def test_open_loop_that_holds_at_the_closed_loops_throughput_goes_no_higher():
     assert found.throughput == pytest.approx(closed) and found.rate_share == pytest.approx(1.0)
 
 
+def test_a_config_whose_closed_loop_carries_no_more_than_the_best_so_far_is_not_judged():
+    """The best config so far held 1,200/s: one whose closed loop carries 1,000/s cannot
+    beat it in open loop (never above that), so no open-loop probe is spent on it."""
+    server = QueueModel(capacity=1000, service_ms=2.0)
+    found = highest_load(server, p99_ms=12.0, start=8, rate_share=0.5, floor=1200.0)
+    assert found.concurrency == 8 and all(mode == CLOSED for mode, _ in server.calls)
+    assert found.judged is None and found.below == 1200.0 and found.throughput == 0
+
+
+def test_open_loop_judged_from_below_the_best_so_far_starts_at_it():
+    """From a share of 30 % (300/s) with 600/s to beat: judged first at 600/s, which holds,
+    then up while it holds; nothing under 600/s is tried."""
+    server = QueueModel(capacity=1000, service_ms=2.0)
+    found = highest_load(server, p99_ms=12.0, start=8, rate_share=0.3, floor=600.0)
+    rates = [level for mode, level in server.calls if mode == OPEN]
+    assert rates == pytest.approx([600.0, 600 / 0.7])          # 857/s misses (21 ms)
+    assert found.throughput == pytest.approx(600.0) and found.below is None
+
+
+def test_open_loop_stops_stepping_down_at_the_best_so_far():
+    """900/s misses; the next step down, 630/s, would meet, but the best config so far
+    held 800/s: this one cannot win, and is left unjudged under 800/s."""
+    server = QueueModel(capacity=1000, service_ms=2.0)
+    found = highest_load(server, p99_ms=12.0, start=8, rate_share=0.9, floor=800.0)
+    assert [level for mode, level in server.calls if mode == OPEN] == pytest.approx([900.0])
+    assert found.judged is None and found.below == 800.0
+
+
 def test_a_probe_that_carried_no_requests_meets_no_sla():
     """A level cut to no time (the server seen gone at its start) has latencies and no
     throughput: a config judged on it would claim the SLA met at 0 requests/s."""
@@ -286,3 +314,45 @@ def test_the_served_point_and_the_knobs_a_cpu_copy_has():
     wanted, notes = applicable(unbatched, space, local=True)
     assert wanted.max_batch_size == () and wanted.instance_count == (1, 2)
     assert any("does not batch" in n for n in notes)
+
+
+class _Served:
+    """The server as tune's search sees it: a config swapped in (or warmed as served),
+    then measured; each config a QueueModel."""
+
+    def __init__(self, servers: dict) -> None:
+        self.servers, self.point = servers, None
+
+    def swap(self, point) -> float:
+        self.point = point
+        return 0.0
+
+    def warm(self) -> None:
+        self.point = Candidate(instance_count=1)
+
+    def measure(self, mode: str, level: float) -> Probe:
+        return self.servers[self.point](mode, level)
+
+
+def test_the_search_judges_a_point_only_as_high_as_the_best_figure_so_far(monkeypatch):
+    """The served config holds 700/s in open loop; two instances carry 600/s at most in
+    closed loop (they cannot win): no open-loop probe for them. Triton's bare default, a
+    baseline, carries as little, and is judged all the same: its figure is reported."""
+    from tritonkit.report import Sla
+    from tritonkit.tune import _run
+
+    served, two, bare = Candidate(instance_count=1), Candidate(instance_count=2), Candidate(bare=True)
+    servers = {served: QueueModel(capacity=1000), two: QueueModel(capacity=600),
+               bare: QueueModel(capacity=600)}
+    monkeypatch.setattr(_run, "candidate_config", lambda served_config, point: point)
+    result = _run.TuneResult(model="m", server="-", sla=Sla(p99_ms=12.0),
+                             space=TuneSpace(instance_count=(1, 2)), trials=[], budget_s=1e6)
+    clock = iter(range(10_000)).__next__
+    _run._search(result, _Served(servers), None, served, result.sla, 256, clock, 0,
+                 {"name": ""}, lambda *_: None)
+    by_point = {t.point: t for t in result.trials}
+    opened = lambda point: [p for p in by_point[point].found.probes if p.mode == OPEN]  # noqa: E731
+    assert by_point[served].found.throughput == pytest.approx(700.0)
+    assert opened(two) == [] and by_point[two].found.below == pytest.approx(700.0)
+    assert by_point[bare].found.judged is not None and opened(bare)
+    assert result.best is by_point[served]

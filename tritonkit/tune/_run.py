@@ -37,8 +37,9 @@ MIN_GAIN = 0.05
 MIN_ROUNDS, MAX_ROUNDS, PRECISION, CONFIDENCE = 2, 10, 0.05, 0.95
 #: The most requests in flight the search tries a config at.
 MAX_CONCURRENCY = 256
-# The share of the budget the search leaves to the comparison, at least.
-COMPARE_SHARE = 0.25
+# The comparison's share of the budget: the search leaves it that much, and it takes no more
+# (a search done early ends the tune early, not in longer comparison rounds).
+COMPARE_SHARE = 1 / 3
 
 
 @dataclass
@@ -82,6 +83,7 @@ class Trial:
                 "concurrency_at_sla": found.concurrency if found else None,
                 "judged": dataclasses.asdict(found.judged) if found and found.judged else None,
                 "best_p99_ms": found.best_p99_ms if found else None,
+                "not_judged_below_qps": found.below if found else None,
                 "probes": [dataclasses.asdict(p) for p in found.probes] if found else []}
 
 
@@ -292,8 +294,11 @@ def _search(result: TuneResult, served_model: ServedModel, served, start_point: 
                 trial.load_s = served_model.swap(candidate_config(served, point))
             else:
                 served_model.warm()
+            # A point of the search need only be judged as high as the best figure so far
+            # (a baseline's figure is reported whatever it is).
+            floor = 0.0 if role else max([0.0, *(t.score(sla) or 0.0 for t in result.trials)])
             trial.found = highest_load(served_model.measure, sla.p99_ms, start=hint["start"],
-                                       most=most, out_of_time=out_of_time,
+                                       most=most, out_of_time=out_of_time, floor=floor,
                                        rate_share=statistics.median(shares) if shares else 1.0)
         except Refused as refused:
             if role == SERVED:
@@ -371,9 +376,14 @@ def _compare(result: TuneResult, served_model: ServedModel, served, sla: Sla, mo
         start[name] = at.concurrency or start[name]
         return at.qps
 
+    began = clock()
+
+    def time_left() -> float:
+        now = clock()
+        return min(result.budget_s - (now - started), result.budget_s * COMPARE_SHARE - (now - began))
+
     figures = interleave(names, run, min_rounds=MIN_ROUNDS, max_rounds=MAX_ROUNDS,
-                         precision=PRECISION, confidence=CONFIDENCE,
-                         time_left=lambda: result.budget_s - (clock() - started), clock=clock)
+                         precision=PRECISION, confidence=CONFIDENCE, time_left=time_left, clock=clock)
     for name in names[1:]:
         result.comparisons.append(Comparison(
             baseline=sides[name].role, winner_runs=figures[names[0]], baseline_runs=figures[name],

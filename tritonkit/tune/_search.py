@@ -62,6 +62,7 @@ class Found:
     probes: list[Probe] = field(default_factory=list)
     concurrency: int | None = None      # the highest closed-loop concurrency that met it
     judged: Probe | None = None         # the open-loop probe at the highest rate that met it
+    below: float | None = None          # not judged under this rate: it could not win there
 
     @property
     def throughput(self) -> float:
@@ -90,23 +91,33 @@ class Found:
 
 def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int = 256,
                  resolution: float = 0.5, rate_step: float = 0.7, rate_tries: int = 6,
-                 rate_share: float = 1.0,
+                 rate_share: float = 1.0, floor: float = 0.0,
                  out_of_time: Callable[[], bool] = lambda: False) -> Found:
     """Bracket the highest concurrency whose p99 meets ``p99_ms`` (``highest_concurrency``),
     then judge the SLA in open loop, ``rate_tries`` probes at most: from ``rate_share`` of
     the throughput that concurrency carried, the rate times ``rate_step`` after each miss
     until one meets it, or divided by it after each that met (never above that throughput)
-    until one misses; the figure is the highest rate that met it."""
+    until one misses; the figure is the highest rate that met it.
+
+    ``floor``: the figure to beat (the best config's so far). No rate under it is tried, the
+    first one not under it: a config held to less cannot win, so where it would meet the
+    SLA is not worth the probes (``Found.below``)."""
     found = Found()
     found.concurrency = highest_concurrency(measure, p99_ms, found.probes, start=start, most=most,
                                             resolution=resolution, out_of_time=out_of_time)
     if found.concurrency is None:
         return found                    # not even one request at a time meets it
     top = found.at_concurrency.qps
-    rate = top * min(1.0, max(rate_share, rate_step ** rate_tries))
+    if top <= floor:                    # the closed loop carries no more: open loop cannot either
+        found.below = floor
+        return found
+    rate = max(floor, top * min(1.0, max(rate_share, rate_step ** rate_tries)))
     rising: bool | None = None          # stepping up (a rate met), down (one missed), or not yet
     for _ in range(rate_tries):
         if rate <= 0:
+            break
+        if rate < floor:
+            found.below = floor
             break
         probe = measure(OPEN, rate)
         found.probes.append(probe)
