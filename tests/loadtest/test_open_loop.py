@@ -177,6 +177,20 @@ def _sending_at(clock: _Clock, sent_at: list[int], frozen_ms: tuple[int, int] | 
     return send
 
 
+def test_a_slot_back_before_its_next_arrival_and_stalled_past_the_end_held_nothing_back():
+    """The slot came back at 1 ms; the host then stalled it for seconds, past the end and
+    the catch-up second: the arrivals from 10 ms on found it free, the load generator's
+    failing, not the server's saturation."""
+    from tritonkit.loadtest._worker import _Slots
+
+    slots = _Slots(1)                                    # times in ms here
+    assert not slots.took(0, 0)
+    slots.sent(0, 0, now=0)
+    slots.back(0, 1)
+    slots.past_end(0, 3_000, due=10)
+    assert slots.unsent_waited(3_000) == (3_000, None)
+
+
 def test_a_load_generator_that_overslept_the_end_catches_up_on_the_arrivals_it_was_late_for():
     """CI's host stalled a worker across the end: the arrival after the one it sent late
     was 'not sent: the load generator fell behind', an error, and the run exited 4, where
@@ -224,6 +238,36 @@ def test_a_sleep_that_ends_a_hair_past_the_end_sends_its_arrival_and_is_no_error
     assert run.failed == [] and run.held_back == []
     assert len(run.latency_ms) == 100
     assert run.latency_ms[990] == pytest.approx(11.2)    # 10.2 ms late + 1 ms served
+
+
+def test_after_the_end_no_slot_sends_what_the_server_held_back_once_one_stopped_at_it():
+    """Two slots (greenlets) out on a server frozen past the end, every arrival since due
+    while both were out: the one back first stops at the arrival the server held back; the
+    one back after it then finds no slot out beside it, yet sends none of them either —
+    they are the server's saturation, not the load generator's lateness."""
+    from types import SimpleNamespace
+
+    import gevent
+
+    from tritonkit.loadtest._worker import HELD_BACK, WorkerPlan, _drive, _Records
+
+    t0 = time.perf_counter_ns() + 20 * MS
+    end = t0 + 300 * MS
+    frozen = iter([end + 50 * MS, end + 100 * MS])         # the first two sends' answers
+    sent_at: list[int] = []
+
+    def send() -> None:
+        sent_at.append(time.perf_counter_ns())
+        until = next(frozen, None)
+        gevent.sleep(((until - time.perf_counter_ns()) / 1e9) if until else 0.001)
+
+    plan = WorkerPlan(index=0, protocol="http", url="-", template=None, slots=2,
+                      offsets_ns=(open_loop_schedule(100, 0.3, "constant") * S).round().astype(np.int64),
+                      warmup_ns=0, duration_ns=300 * MS, window_ns=S, timeout_s=30.0)
+    rec = _Records()
+    _drive(plan, [send, send], t0, rec, [0], SimpleNamespace(value=0))
+    assert len(sent_at) == 2 and all(t < end for t in sent_at)        # nothing after the end
+    assert rec.codes.count(HELD_BACK) == 28 and not [c for c in rec.codes if c > 0]
 
 
 def test_open_loop_sends_that_left_late_are_warned_about():

@@ -412,13 +412,20 @@ class _Slots:
             self._freed[slot] = finish
         del self.out[slot]
 
-    def past_end(self, slot: int, now: int) -> None:
-        """The slot is free at ``now``, after the end; the first one to be is when the
-        arrivals never sent stopped waiting. One that overslept past the end was out only
-        from its late send: the arrivals due before it found it free, not the server's doing."""
+    def past_end(self, slot: int, now: int, due: int | None = None) -> None:
+        """The slot, free at ``now`` after the end, stops before the arrival due at ``due``;
+        the first one to stop is when the arrivals never sent stopped waiting. One that
+        overslept past the end was out only from its late send, and one that came back
+        before ``due`` was free when it fell due: the arrivals before it found it free, not
+        the server's doing."""
         if self._first_after_end is None:
-            busy = slot in self._busy_since
+            busy = slot in self._busy_since and (due is None or due < self._freed[slot])
             self._first_after_end = (now, self._all_busy_since[slot] if busy else None)
+
+    @property
+    def ended(self) -> bool:
+        """Whether a slot has stopped after the end."""
+        return self._first_after_end is not None
 
     def unsent_waited(self, now: int) -> tuple[int, int | None]:
         """For the arrivals never sent: until when they waited, and since when every slot
@@ -506,13 +513,15 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
                     # After the end a slot still sends the arrivals of the span it was late
                     # for on its own account (not scheduled in time), its lateness in each
                     # one's lag and latency, as before the end (a host's stall of a few ms
-                    # across the end was an error, and the run exited 4). It stops at the
-                    # first the server held back, and _CATCH_UP_NS after the end: what is
-                    # left is counted, never sent.
-                    if due is None or due >= end or now - end > _CATCH_UP_NS or slots.took(slot, due):
+                    # across the end was an error, and the run exited 4). The slots stop
+                    # at the first arrival the server held back (every one, once one has:
+                    # the rest are held too), and _CATCH_UP_NS after the end: what is left
+                    # is counted, never sent.
+                    if (due is None or due >= end or slots.ended or now - end > _CATCH_UP_NS
+                            or slots.took(slot, due)):
                         if due is not None:
                             left.append(due)
-                        slots.past_end(slot, now)
+                        slots.past_end(slot, now, due)
                         return
                     waited = False
                 elif due is None:
