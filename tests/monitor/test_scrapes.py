@@ -88,15 +88,19 @@ def test_a_server_restarting_mid_response_is_a_scrape_that_failed(monkeypatch, c
 
 
 def test_a_recording_goes_on_through_a_scrape_cut_off_mid_response(monkeypatch, capsys):
+    """The second scrape is cut off; those after it answer. The run's span leaves room for
+    a busy host (the slots a slow sample runs past are skipped: 0.1 s at 0.05 s slots
+    held one sample on a busy host)."""
     cut = http.client.IncompleteRead(b"# TYPE nv_inference_count counter\n", 900)
     _answering(monkeypatch, _Answer(TRITON_2_51_METRICS), _Answer(error=cut),
-               _Answer(TRITON_2_51_METRICS))
+               *[_Answer(TRITON_2_51_METRICS)] * 20)
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: _fake_pynvml())
-    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.05",
-                   "--duration", "0.1") == 0
+    assert run_cli("monitor", "--url", "127.0.0.1:8000", "--interval", "0.25",
+                   "--duration", "2") == 0
     out = capsys.readouterr()
     assert "internal error" not in out.err
     assert "Triton: Triton's metrics endpoint" in out.out and "IncompleteRead" in out.out
+    assert out.out.count("GPUs at ") >= 3                  # samples after the cut-off one
 
 
 def test_a_server_too_slow_to_answer_once_is_asked_again_later_not_never(monkeypatch):
