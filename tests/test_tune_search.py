@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from google.protobuf import text_format
 
 from tritonkit.profiles import TuneSpace
-from tritonkit.tune import (CLOSED, OPEN, Candidate, Probe, coordinate_search, highest_load,
+from tritonkit.tune import (CLOSED, OPEN, Candidate, Found, Probe, coordinate_search, highest_load,
                             interleave, paired_interval, t_quantile)
 from tritonkit.tune._space import applicable, candidate_config, served_point
 
@@ -150,7 +150,7 @@ def test_highest_load_bisection_ends_when_out_of_time():
 def _scores(table: dict[tuple, float | None]):
     calls = []
 
-    def evaluate(point: Candidate):
+    def evaluate(point: Candidate, to_keep: float):
         calls.append(point)
         return table[(point.instance_count, point.max_batch_size)]
     return evaluate, calls
@@ -356,3 +356,34 @@ def test_the_search_judges_a_point_only_as_high_as_the_best_figure_so_far(monkey
     assert opened(two) == [] and by_point[two].found.below == pytest.approx(700.0)
     assert by_point[bare].found.judged is not None and opened(bare)
     assert result.best is by_point[served]
+
+
+def test_a_point_that_beats_the_served_config_but_not_the_bare_default_is_still_judged(monkeypatch):
+    """The bare default (a baseline, outside the space) holds 1,050/s, the served config
+    700/s; two instances hold 840/s: enough to be kept by the walk (700/s plus 5 %), so it
+    is judged there, not pruned at the bare default's figure, and the walk moves to it."""
+    from tritonkit.report import Sla
+    from tritonkit.tune import _run
+
+    served, two, bare = Candidate(instance_count=1), Candidate(instance_count=2), Candidate(bare=True)
+    servers = {served: QueueModel(capacity=1000), two: QueueModel(capacity=1200),
+               bare: QueueModel(capacity=1500)}
+    monkeypatch.setattr(_run, "candidate_config", lambda served_config, point: point)
+    result = _run.TuneResult(model="m", server="-", sla=Sla(p99_ms=12.0),
+                             space=TuneSpace(instance_count=(1, 2)), trials=[], budget_s=1e6)
+    clock = iter(range(10_000)).__next__
+    _run._search(result, _Served(servers), None, served, result.sla, 256, clock, 0,
+                 {"name": ""}, lambda *_: None)
+    by_point = {t.point: t for t in result.trials}
+    assert by_point[served].found.throughput == pytest.approx(700.0)
+    assert by_point[bare].found.throughput == pytest.approx(1050.0)
+    assert by_point[two].found.below is None
+    assert by_point[two].found.throughput == pytest.approx(840.0)
+
+
+def test_a_point_left_unjudged_under_the_figure_it_needed_says_so():
+    from tritonkit.tune._report import _unmet
+
+    found = Found(probes=[Probe(CLOSED, 8, 1000.0, 1.0, 4.0)], concurrency=8, below=1200.0)
+    assert _unmet(found) == ("met at c=8; not judged under 1,200.0 QPS, what it had to reach to "
+                             "be kept or the best: it could not win")

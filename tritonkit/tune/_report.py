@@ -88,8 +88,8 @@ def _unmet(found) -> str:
     if found.concurrency is None:
         return "SLA not met at any load" + (f" (best p99 {best:.2f} ms)" if best else "")
     if found.below is not None:
-        return (f"met at c={found.concurrency}; not judged under {found.below:,.1f} QPS, the best "
-                "figure before it: it could not win")
+        return (f"met at c={found.concurrency}; not judged under {found.below:,.1f} QPS, what it "
+                "had to reach to be kept or the best: it could not win")
     opened = [p for p in found.probes if p.mode == OPEN]
     best_open = min((p.p99_ms for p in opened if p.p99_ms is not None), default=None)
     behind = " (the load generator fell behind)" if any(p.behind for p in opened) else ""

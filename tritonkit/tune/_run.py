@@ -285,7 +285,7 @@ def _search(result: TuneResult, served_model: ServedModel, served, start_point: 
         typical = sum(trials) / len(trials) if trials else 0.0
         return clock() - started + typical + reserve > budget_s
 
-    def run(point: Candidate, role: str = "", swap: bool = True) -> Trial:
+    def run(point: Candidate, role: str = "", swap: bool = True, to_keep: float = 0.0) -> Trial:
         trial = Trial(point=point, role=role)
         began = clock()
         tell(trial.label)
@@ -294,9 +294,11 @@ def _search(result: TuneResult, served_model: ServedModel, served, start_point: 
                 trial.load_s = served_model.swap(candidate_config(served, point))
             else:
                 served_model.warm()
-            # A point of the search need only be judged as high as the best figure so far
-            # (a baseline's figure is reported whatever it is).
-            floor = 0.0 if role else max([0.0, *(t.score(sla) or 0.0 for t in result.trials)])
+            # A point of the search is judged no lower than it must reach to be kept by the
+            # walk and to be the best figure so far: under that it changes neither. (A
+            # baseline's figure is reported whatever it is.)
+            best_so_far = max([0.0, *(t.score(sla) or 0.0 for t in result.trials)])
+            floor = 0.0 if role else min(to_keep, best_so_far)
             trial.found = highest_load(served_model.measure, sla.p99_ms, start=hint["start"],
                                        most=most, out_of_time=out_of_time, floor=floor,
                                        rate_share=statistics.median(shares) if shares else 1.0)
@@ -320,9 +322,9 @@ def _search(result: TuneResult, served_model: ServedModel, served, start_point: 
     by_point[Candidate(bare=True)] = run(Candidate(bare=True), BARE)
     phase["name"] = "search"
     values = {k: getattr(result.space, k) for k in KNOBS if getattr(result.space, k)}
-    def evaluate(point: Candidate) -> float | None:
+    def evaluate(point: Candidate, to_keep: float) -> float | None:
         if point not in by_point:
-            by_point[point] = run(point)
+            by_point[point] = run(point, to_keep=to_keep)
         return by_point[point].score(sla)
 
     coordinate_search(start_point, values, evaluate, min_gain=MIN_GAIN, out_of_time=out_of_time)

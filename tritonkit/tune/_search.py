@@ -99,9 +99,9 @@ def highest_load(measure: Measure, p99_ms: float, *, start: int = 4, most: int =
     until one meets it, or divided by it after each that met (never above that throughput)
     until one misses; the figure is the highest rate that met it.
 
-    ``floor``: the figure to beat (the best config's so far). No rate under it is tried, the
-    first one not under it: a config held to less cannot win, so where it would meet the
-    SLA is not worth the probes (``Found.below``)."""
+    ``floor``: the figure a config must reach to matter (to be kept, or to be the best so
+    far). No rate under it is tried, the first one not under it: where a config held to
+    less would meet the SLA is not worth the probes (``Found.below``)."""
     found = Found()
     found.concurrency = highest_concurrency(measure, p99_ms, found.probes, start=start, most=most,
                                             resolution=resolution, out_of_time=out_of_time)
@@ -200,25 +200,27 @@ def throughput_at_sla(measure: Measure, p99_ms: float, *, start: int, most: int 
     return AtSla(qps=max(met, default=0.0), concurrency=level, probes=tuple(probes))
 
 
-#: Candidate -> its score (higher is better), or None when it could not be measured
-Evaluate = Callable[[Candidate], "float | None"]
+#: (Candidate, the score it must beat to be kept) -> its score (higher is better), or None
+#: when it could not be measured
+Evaluate = Callable[[Candidate, float], "float | None"]
 
 
 def coordinate_search(start: Candidate, values: dict[str, Iterable], evaluate: Evaluate, *,
                       min_gain: float = 0.05, out_of_time: Callable[[], bool] = lambda: False,
                       ) -> Candidate:
     """The best point found from ``start``, one knob at a time (``values``: each knob's
-    values to try, in ``KNOBS`` order). ``evaluate`` is called once per point (the caller
-    keeps the figures); a point it cannot measure (None) is passed over. A change is kept
-    when its score beats the current point's by more than ``min_gain`` (a fraction)."""
+    values to try, in ``KNOBS`` order). ``evaluate`` is called once per point, with the
+    score it must beat to be kept (0 for the start); the caller keeps the figures. A point
+    it cannot measure (None) is passed over. A change is kept when its score beats the
+    current point's by more than ``min_gain`` (a fraction)."""
     scores: dict[Candidate, float | None] = {}
 
     def score(point: Candidate) -> float | None:
         if point not in scores:
-            scores[point] = evaluate(point)
+            scores[point] = evaluate(point, max(0.0, best * (1 + min_gain)) if best is not None else 0.0)
         return scores[point]
 
-    current = start
+    current, best = start, None
     best = score(current)
     changed = True
     while changed and not out_of_time():
