@@ -334,51 +334,44 @@ class _Served:
         return self.servers[self.point](mode, level)
 
 
+SERVED_POINT, TWO, BARE = Candidate(instance_count=1), Candidate(instance_count=2), Candidate(bare=True)
+
+
+def _searched(monkeypatch, capacity: dict):
+    """tune's search (baselines, then the walk over one to two instances) of configs of
+    these capacities, p99 <= 12 ms: the result, and its trials by point."""
+    from tritonkit.report import Sla
+    from tritonkit.tune import _run
+
+    monkeypatch.setattr(_run, "candidate_config", lambda served_config, point: point)
+    result = _run.TuneResult(model="m", server="-", sla=Sla(p99_ms=12.0),
+                             space=TuneSpace(instance_count=(1, 2)), trials=[], budget_s=1e6)
+    servers = {point: QueueModel(capacity=c) for point, c in capacity.items()}
+    _run._search(result, _Served(servers), None, SERVED_POINT, result.sla, 256,
+                 iter(range(10_000)).__next__, 0, {"name": ""}, lambda *_: None)
+    return result, {t.point: t.found for t in result.trials}
+
+
 def test_the_search_judges_a_point_only_as_high_as_the_best_figure_so_far(monkeypatch):
     """The served config holds 700/s in open loop; two instances carry 600/s at most in
     closed loop (they cannot win): no open-loop probe for them. Triton's bare default, a
     baseline, carries as little, and is judged all the same: its figure is reported."""
-    from tritonkit.report import Sla
-    from tritonkit.tune import _run
-
-    served, two, bare = Candidate(instance_count=1), Candidate(instance_count=2), Candidate(bare=True)
-    servers = {served: QueueModel(capacity=1000), two: QueueModel(capacity=600),
-               bare: QueueModel(capacity=600)}
-    monkeypatch.setattr(_run, "candidate_config", lambda served_config, point: point)
-    result = _run.TuneResult(model="m", server="-", sla=Sla(p99_ms=12.0),
-                             space=TuneSpace(instance_count=(1, 2)), trials=[], budget_s=1e6)
-    clock = iter(range(10_000)).__next__
-    _run._search(result, _Served(servers), None, served, result.sla, 256, clock, 0,
-                 {"name": ""}, lambda *_: None)
-    by_point = {t.point: t for t in result.trials}
-    opened = lambda point: [p for p in by_point[point].found.probes if p.mode == OPEN]  # noqa: E731
-    assert by_point[served].found.throughput == pytest.approx(700.0)
-    assert opened(two) == [] and by_point[two].found.below == pytest.approx(700.0)
-    assert by_point[bare].found.judged is not None and opened(bare)
-    assert result.best is by_point[served]
+    result, found = _searched(monkeypatch, {SERVED_POINT: 1000, TWO: 600, BARE: 600})
+    opened = lambda point: [p for p in found[point].probes if p.mode == OPEN]  # noqa: E731
+    assert found[SERVED_POINT].throughput == pytest.approx(700.0)
+    assert opened(TWO) == [] and found[TWO].below == pytest.approx(700.0)
+    assert found[BARE].judged is not None and opened(BARE)
+    assert result.best.point == SERVED_POINT
 
 
 def test_a_point_that_beats_the_served_config_but_not_the_bare_default_is_still_judged(monkeypatch):
     """The bare default (a baseline, outside the space) holds 1,050/s, the served config
     700/s; two instances hold 840/s: enough to be kept by the walk (700/s plus 5 %), so it
-    is judged there, not pruned at the bare default's figure, and the walk moves to it."""
-    from tritonkit.report import Sla
-    from tritonkit.tune import _run
-
-    served, two, bare = Candidate(instance_count=1), Candidate(instance_count=2), Candidate(bare=True)
-    servers = {served: QueueModel(capacity=1000), two: QueueModel(capacity=1200),
-               bare: QueueModel(capacity=1500)}
-    monkeypatch.setattr(_run, "candidate_config", lambda served_config, point: point)
-    result = _run.TuneResult(model="m", server="-", sla=Sla(p99_ms=12.0),
-                             space=TuneSpace(instance_count=(1, 2)), trials=[], budget_s=1e6)
-    clock = iter(range(10_000)).__next__
-    _run._search(result, _Served(servers), None, served, result.sla, 256, clock, 0,
-                 {"name": ""}, lambda *_: None)
-    by_point = {t.point: t for t in result.trials}
-    assert by_point[served].found.throughput == pytest.approx(700.0)
-    assert by_point[bare].found.throughput == pytest.approx(1050.0)
-    assert by_point[two].found.below is None
-    assert by_point[two].found.throughput == pytest.approx(840.0)
+    is judged there, not pruned at the bare default's figure."""
+    _, found = _searched(monkeypatch, {SERVED_POINT: 1000, TWO: 1200, BARE: 1500})
+    assert found[SERVED_POINT].throughput == pytest.approx(700.0)
+    assert found[BARE].throughput == pytest.approx(1050.0)
+    assert found[TWO].below is None and found[TWO].throughput == pytest.approx(840.0)
 
 
 def test_a_point_left_unjudged_under_the_figure_it_needed_says_so():
