@@ -146,6 +146,22 @@ def http_peer(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str
         server.server_close()
 
 
+@contextlib.contextmanager
+def unasked_address() -> Iterator[str]:
+    """host:port of a listener nothing may connect to: the test fails if anything did (a
+    command that refuses bad input before it asks the server, whatever the host's speed)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+        try:
+            listener.accept()[0].close()
+        except BlockingIOError:
+            return
+        raise AssertionError("something connected to the address: the server was asked")
+
+
 def unused_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` ports nobody listens on, for a test that needs an address where no server
     answers (or a server of its own on ports it names). Picked below the kernel's ephemeral

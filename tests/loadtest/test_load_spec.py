@@ -80,7 +80,7 @@ def test_a_load_no_single_load_generator_can_hold_is_refused_at_once(tmp_path, c
     code = run_cli("loadtest", "--url", f"127.0.0.1:{unused_port()}", "--model", "m", *args)
     assert code == EXIT_USAGE
     assert says in capsys.readouterr().err
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10      # seconds on a busy host, never minutes
 
 
 @pytest.mark.parametrize("args, says", [

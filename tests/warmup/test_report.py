@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.conftest import run_cli, unused_port
+from tests.conftest import run_cli, unasked_address, unused_port
 from tests.warmup.conftest import _ready
 import tritonkit
 from tritonkit.cli.warmup import print_results, write_json
@@ -127,23 +127,23 @@ def test_the_load_column_says_why_a_model_has_no_load_time(capsys):
 def test_an_existing_json_file_is_kept_unless_force_before_the_server_is_asked(tmp_path, capsys):
     out = tmp_path / "warm.json"
     out.write_text("earlier figures\n")
-    started = time.monotonic()
-    code = run_cli("warmup", "--url", f"127.0.0.1:{unused_port()}", "--timeout", "5", "--json", out)
-    assert code == 2 and time.monotonic() - started < 2      # no wait for a server first
+    with unasked_address() as address:                       # no wait for a server first
+        code = run_cli("warmup", "--url", address, "--timeout", "5", "--json", out)
+    assert code == 2
     err = capsys.readouterr().err
     assert "already exists" in err and "--force" in err
     assert out.read_text() == "earlier figures\n"
 
 
 def test_a_json_path_that_cannot_be_written_is_refused_before_the_warm_up(tmp_path, capsys):
+    """Refused before the server is asked: nothing connects to the address given (a bound
+    on the time, 2 s, took 2.4 s on a busy host)."""
     afile = tmp_path / "afile"
     afile.write_text("a file, not a folder\n")
-    started = time.monotonic()
-    for path in (afile / "warm.json", tmp_path):
-        code = run_cli("warmup", "--url", f"127.0.0.1:{unused_port()}", "--timeout", "5",
-                       "--json", path, "--force")
-        assert code == 2
-    assert time.monotonic() - started < 2                    # the server was never asked
+    with unasked_address() as address:
+        for path in (afile / "warm.json", tmp_path):
+            code = run_cli("warmup", "--url", address, "--timeout", "5", "--json", path, "--force")
+            assert code == 2
     err = capsys.readouterr().err
     assert "is a file, not a folder" in err and f"{tmp_path} is a folder" in err
 
