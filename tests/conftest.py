@@ -147,19 +147,33 @@ def http_peer(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str
 
 
 @contextlib.contextmanager
-def unasked_address() -> Iterator[str]:
-    """host:port of a listener nothing may connect to: the test fails if anything did (a
-    command that refuses bad input before it asks the server, whatever the host's speed)."""
+def silent_listener() -> Iterator[tuple[str, Callable[[], bool]]]:
+    """host:port of a socket that listens and answers nothing, and whether anything has
+    connected to it yet. On 127.0.0.2, where no server of another test listens: a client of
+    one, retrying a port its stopped server left, once reached it on 127.0.0.1."""
     with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
+        listener.bind(("127.0.0.2", 0))
+        listener.listen(8)
         listener.setblocking(False)
-        yield f"127.0.0.1:{listener.getsockname()[1]}"
-        try:
-            listener.accept()[0].close()
-        except BlockingIOError:
-            return
-        raise AssertionError("something connected to the address: the server was asked")
+
+        def connected() -> bool:
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                return False
+            conn.close()
+            return True
+
+        yield f"127.0.0.2:{listener.getsockname()[1]}", connected
+
+
+@contextlib.contextmanager
+def unasked_address() -> Iterator[str]:
+    """host:port nothing may connect to: the test fails if anything did (a command that
+    refuses bad input before it asks the server, whatever the host's speed)."""
+    with silent_listener() as (address, connected):
+        yield address
+        assert not connected(), "something connected to the address: the server was asked"
 
 
 def unused_ports(count: int, host: str = "127.0.0.1") -> list[int]:

@@ -8,14 +8,13 @@ no container command."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, silent_listener
 from tritonkit.errors import UsageError
 from tritonkit.server.state import state_dir
 
@@ -32,24 +31,9 @@ HOSTILE = {
 @pytest.fixture
 def listener():
     """A socket that listens and answers nothing: whether a command connected to it at
-    all (a refused secret must be refused before any request). On 127.0.0.2, where no
-    server of another test listens: a client of one, retrying a port its stopped server
-    left, once reached it on 127.0.0.1."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.2", 0))
-    sock.listen(8)
-    sock.setblocking(False)
-
-    def connected() -> bool:
-        try:
-            conn, _ = sock.accept()
-        except BlockingIOError:
-            return False
-        conn.close()
-        return True
-
-    yield f"127.0.0.2:{sock.getsockname()[1]}", connected
-    sock.close()
+    all (a refused secret must be refused before any request)."""
+    with silent_listener() as listening:
+        yield listening
 
 
 def _refusal(capsys, source: str, why: str, never: str) -> None:
