@@ -167,6 +167,13 @@ def _fresh_against_long_warm(exported: Path, repository: Path, *,
                              warmup: bool) -> dict[tuple[str, str], float]:
     """One trial: fresh files, a deploy, the probe; then the probe once long warm. The
     first figure over the second, by (model, shape)."""
+    fresh, warm = _fresh_and_long_warm(exported, repository, warmup=warmup)
+    return {key: fresh[key] / warm[key] for key in fresh}
+
+
+def _fresh_and_long_warm(exported: Path, repository: Path, *, warmup: bool
+                         ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+    """One trial's figures (ms, by model and shape): fresh, then long warm."""
     _fresh_copy(exported, repository)
     deployment = deploy_local(repository, http_port=0, grpc_port=0, metrics_port=0,
                               warmup=warmup)
@@ -179,7 +186,7 @@ def _fresh_against_long_warm(exported: Path, repository: Path, *,
         down(repository)
     print("fresh / long warm (ms):",
           {f"{m}/{w}": f"{fresh[m, w]:.1f}/{warm[m, w]:.1f}" for m, w in fresh})
-    return {key: fresh[key] / warm[key] for key in fresh}
+    return fresh, warm
 
 
 def test_after_deploying_a_fresh_export_each_models_first_request_costs_what_a_warm_ones_does(
@@ -205,8 +212,11 @@ def test_without_warm_up_the_same_probe_sees_the_cold_starts(exported, tmp_path)
     cold start where one costs more than waking a model after the pause does (~10 ms on a
     busy two-core host): the second instance of 'twins' (0.2 s), and a real model's (its
     session's first run: ~2x at the smallest shape here; GPT-2's first batch at its largest,
-    whose vocabulary-wide logits are allocated for the first time, 1.1-2x)."""
-    ratios = _fresh_against_long_warm(exported, tmp_path / "repo", warmup=False)
-    assert ratios["twins", "smallest"] > 10, ratios
+    whose vocabulary-wide logits are allocated for the first time, 1.1-2x). The 0.2 s
+    is in the first figure whatever the host; waking 'twins' took 10-25 ms on CI's."""
+    fresh, warm = _fresh_and_long_warm(exported, tmp_path / "repo", warmup=False)
+    ratios = {key: fresh[key] / warm[key] for key in fresh}
+    assert fresh["twins", "smallest"] >= 200, (fresh, warm)
+    assert warm["twins", "smallest"] < 100, (fresh, warm)
     real = {key: ratio for key, ratio in ratios.items() if key[0] in MODELS}
     assert max(real.values()) > GOAL, ratios      # what the warmed test above would fail
