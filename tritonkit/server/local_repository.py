@@ -163,6 +163,14 @@ def adapter_serves(model_dir: Path, model_config_name: str | None = None) -> boo
     return config_path.is_file() and _adapter_serves(read_config(config_path))
 
 
+def all_adapter_served(repository: Path, models: Sequence[str],
+                       model_config_name: str | None = None) -> bool:
+    """Whether the adapter serves every one of ``models``: their mirrored configs are then
+    complete (the adapter completes none), and Triton's auto-complete has nothing to do. A
+    python-backend model of the user's may complete its own in ``auto_complete_config``."""
+    return all(adapter_serves(Path(repository) / name, model_config_name) for name in models)
+
+
 def _adapter_serves(config: mc.ModelConfig) -> bool:
     return is_onnx(config) or config.platform == "tensorrt_plan"
 
