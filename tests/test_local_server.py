@@ -1370,22 +1370,26 @@ class TritonPythonModel:
             "OUTPUT__0", pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy())])
                 for r in requests]
 """
+ECHO_INPUT = 'max_batch_size: 8\ninput { name: "INPUT__0" data_type: TYPE_FP32 dims: 4 }\n'
+ECHO_OUTPUT = 'output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: 4 }\n'
 
 
-def test_exported_models_load_without_triton_completing_their_configs_a_python_model_still_completes_its_own(
+def test_a_deploy_skips_tritons_auto_complete_unless_a_model_may_complete_its_own_config(
         exported_mlp, tmp_path):
-    """The adapter's configs are complete: Triton's auto-complete would start one more stub
-    per model load (1.3 s and 0.4 CPU s here) to change nothing. A python model of the
-    user's may complete its own config, so beside one the deploy keeps it."""
+    """Exported models' configs are complete, as is a python model's whose model.py has no
+    auto_complete_config: Triton's auto-complete would start one more stub per model load
+    (1.3 s and 0.4 CPU s here) to change nothing. Beside a model that completes its own
+    config, the deploy leaves it on."""
     from tritonkit.deploy import deploy_local, down
 
-    exported_only, beside_python = tmp_path / "exported", tmp_path / "mixed"
-    for repository in (exported_only, beside_python):
+    complete, completing = tmp_path / "complete", tmp_path / "completing"
+    for repository in (complete, completing):
         exported_mlp(repository)
-    conftest.add_python_model(beside_python, "completes", 'max_batch_size: 8\ninput { name: "INPUT__0" '
-                     'data_type: TYPE_FP32 dims: 4 }\n', COMPLETES_ITS_OWN_CONFIG)
+        conftest.add_python_model(repository, "echo", ECHO_INPUT + ECHO_OUTPUT,
+                                  COMPLETES_ITS_OWN_CONFIG.replace("auto_complete_config", "unused"))
+    conftest.add_python_model(completing, "completes", ECHO_INPUT, COMPLETES_ITS_OWN_CONFIG)
     served = {}
-    for repository in (exported_only, beside_python):
+    for repository in (complete, completing):
         deployment = deploy_local(repository, http_port=0, grpc_port=0, metrics_port=0,
                                   warmup=False)
         try:
@@ -1395,9 +1399,9 @@ def test_exported_models_load_without_triton_completing_their_configs_a_python_m
             client.close()
         finally:
             down(repository)
-    argv, configs = served[exported_only]
+    argv, configs = served[complete]
     assert "--disable-auto-complete-config" in argv
     assert [o["name"] for o in configs["mlp"]["output"]] == ["OUTPUT__0"]
-    argv, configs = served[beside_python]
+    argv, configs = served[completing]
     assert "--disable-auto-complete-config" not in argv
     assert [o["name"] for o in configs["completes"]["output"]] == ["OUTPUT__0"]
