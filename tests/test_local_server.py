@@ -19,7 +19,6 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests import conftest
 from tests.conftest import (BUSY_HOST_STEADY, ROOT, add_broken_model, default_signals, error_lines,
                             load_example_forward, run_cli, unused_port, unused_ports)
 from tests.warmup.conftest import _deploy
@@ -1353,55 +1352,3 @@ def test_a_mirror_that_is_a_link_is_not_followed(tmp_path):
     assert remove_mirror(repo) is False
     assert (elsewhere / "model" / "kept.txt").read_text() == "mine"
     assert (state_dir(repo) / "local").is_symlink()
-
-
-# A python model that declares its output in auto_complete_config, not in its config.
-COMPLETES_ITS_OWN_CONFIG = """import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    @staticmethod
-    def auto_complete_config(config):
-        config.add_output({"name": "OUTPUT__0", "data_type": "TYPE_FP32", "dims": [4]})
-        return config
-
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
-            "OUTPUT__0", pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy())])
-                for r in requests]
-"""
-ECHO_INPUT = 'max_batch_size: 8\ninput { name: "INPUT__0" data_type: TYPE_FP32 dims: 4 }\n'
-ECHO_OUTPUT = 'output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: 4 }\n'
-
-
-def test_a_deploy_skips_tritons_auto_complete_unless_a_model_may_complete_its_own_config(
-        exported_mlp, tmp_path):
-    """Exported models' configs are complete, as is a python model's whose model.py has no
-    auto_complete_config: Triton's auto-complete would start one more stub per model load
-    (1.3 s and 0.4 CPU s here) to change nothing. Beside a model that completes its own
-    config, the deploy leaves it on."""
-    from tritonkit.deploy import deploy_local, down
-
-    complete, completing = tmp_path / "complete", tmp_path / "completing"
-    for repository in (complete, completing):
-        exported_mlp(repository)
-        conftest.add_python_model(repository, "echo", ECHO_INPUT + ECHO_OUTPUT,
-                                  COMPLETES_ITS_OWN_CONFIG.replace("auto_complete_config", "unused"))
-    conftest.add_python_model(completing, "completes", ECHO_INPUT, COMPLETES_ITS_OWN_CONFIG)
-    served = {}
-    for repository in (complete, completing):
-        deployment = deploy_local(repository, http_port=0, grpc_port=0, metrics_port=0,
-                                  warmup=False)
-        try:
-            client = httpclient.InferenceServerClient(deployment.http_url)
-            served[repository] = (deployment.argv,
-                                  {name: client.get_model_config(name) for name in deployment.models})
-            client.close()
-        finally:
-            down(repository)
-    argv, configs = served[complete]
-    assert "--disable-auto-complete-config" in argv
-    assert [o["name"] for o in configs["mlp"]["output"]] == ["OUTPUT__0"]
-    argv, configs = served[completing]
-    assert "--disable-auto-complete-config" not in argv
-    assert [o["name"] for o in configs["completes"]["output"]] == ["OUTPUT__0"]

@@ -27,7 +27,7 @@ from tritonkit.server.container import container_spec
 from tritonkit.server.local import (Deadline, Progress, discard_mirror, mirror_dir,
                                     refuse_if_recorded, remove_mirror, server_exited, Stopped,
                                     start_local, stop_local, stop_unrecorded)
-from tritonkit.server.local_repository import build_local_repository, completes_a_config
+from tritonkit.server.local_repository import build_local_repository
 from tritonkit.server.settings import Ports, load_server_settings
 from tritonkit.server.state import (CorruptState, Deployment, clear_deployment, deploy_lock,
                                     is_recorded, load_deployment, require_repository_folder,
@@ -73,8 +73,7 @@ def deploy_local(repository: Path, *, http_port: int = 8000, grpc_port: int = 80
                                      ports=Ports(http=http_port, grpc=grpc_port,
                                                  metrics=metrics_port),
                                      models=models, timeout=timeout, serve_from=mirror,
-                                     progress=progress, gpu=gpu, server_config=server_config,
-                                     auto_complete=completes_a_config(mirror, models))
+                                     progress=progress, gpu=gpu, server_config=server_config)
             if not warmup:
                 return deployment
             results = load_and_warm(Endpoint.from_deployment(deployment), deployment.models,

@@ -345,16 +345,13 @@ def start_local(
     progress: Progress | None = None,
     gpu: str | None = None,
     server_config: Path | None = None,
-    auto_complete: bool = True,
 ) -> Deployment:
     """Start the embedded tritonserver for ``repository`` and wait until ``models`` are READY:
     ``timeout`` bounds a stall (nothing moving in the log or the model's stubs), not the start.
 
     ``host`` is the address to bind (default: the settings' ``bind_address``). ``gpu``, the
     profile whose configs the mirror serves, is recorded (a redeploy names it again), as
-    is ``server_config``, the settings file ``settings`` came from. ``auto_complete`` False:
-    every model's config is complete (the python backend then starts no stub per model
-    load to complete it: 0.4 CPU s and 1.3 s of the load here).
+    is ``server_config``, the settings file ``settings`` came from.
     ``serve_from`` is the folder the server actually reads (the CPU mirror of
     ``repository``); the deployment's state always lives in ``repository``. The caller
     holds ``deploy_lock``; an exception of any kind (Ctrl-C too) stops the server and
@@ -369,7 +366,7 @@ def start_local(
             return _start_local(repository, settings, chosen, models=models, timeout=timeout,
                                 host=host, model_config_name=model_config_name,
                                 serve_from=serve_from, progress=progress, gpu=gpu,
-                                server_config=server_config, auto_complete=auto_complete)
+                                server_config=server_config)
         except PortTaken as exc:
             # A port picked here (0 asked for one) was taken by another process between the
             # pick and the server's bind: pick again. A port the user named is theirs to fix.
@@ -388,7 +385,7 @@ def _start_local(repository: Path, settings: ServerSettings, ports: Ports, *,
                  models: Sequence[str], timeout: float, host: str,
                  model_config_name: str | None, serve_from: Path | None,
                  progress: Progress | None, gpu: str | None,
-                 server_config: Path | None, auto_complete: bool) -> Deployment:
+                 server_config: Path | None) -> Deployment:
     """start_local on ports resolved already."""
     repository = Path(repository).resolve()
     for folder in {repository, Path(serve_from or repository).resolve()}:   # backends under the first
@@ -410,8 +407,7 @@ def _start_local(repository: Path, settings: ServerSettings, ports: Ports, *,
         # default prefix their stubs' regions collide (a second server then took its whole
         # exit timeout, 30 s, to stop). The HTTP port is unique while the server runs, the
         # token for ever: the regions a killed server left are this server's alone to remove.
-        python_shm_prefix=f"tritonkit_{ports.http}_{secrets.token_hex(4)}_",
-        auto_complete=auto_complete)
+        python_shm_prefix=f"tritonkit_{ports.http}_{secrets.token_hex(4)}_")
     log_path = server_log(repository)
     proc = None
     raise_open_files_limit()                # inherited by the server: a file per connection

@@ -25,7 +25,6 @@ mirror again (``discard_mirror``), so no link of it outlives the deploy.
 
 from __future__ import annotations
 
-import ast
 import os
 import stat
 from pathlib import Path
@@ -35,7 +34,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritonkit.errors import UsageError, shell_word
 from tritonkit.extras import LOCAL_MODULES, require
-from tritonkit.fileio import OwnedFolder, file_kind, read_user_text
+from tritonkit.fileio import OwnedFolder, file_kind
 from tritonkit.model_config import config_to_text, read_config
 from tritonkit.repository import ONNX_FILENAME, is_shell_plain
 from tritonkit.server.state import STATE_DIRNAME
@@ -162,60 +161,6 @@ def adapter_serves(model_dir: Path, model_config_name: str | None = None) -> boo
     or a TensorRT one that carries its ONNX source), not from its own files."""
     config_path = model_config_path(model_dir, model_config_name)
     return config_path.is_file() and _adapter_serves(read_config(config_path))
-
-
-# The most of a model.py read to tell whether it completes its own config.
-MODEL_PY_MAX_BYTES = 4 << 20
-
-
-def completes_a_config(mirror: Path, models: Sequence[str]) -> bool:
-    """Whether Triton's auto-complete may change a config of ``models`` as ``mirror`` serves
-    them: one without a config, or a python model whose ``TritonPythonModel`` may have an
-    ``auto_complete_config``. Where none may, auto-complete would only start one more stub
-    per model load (1.3 s and 0.4 CPU s here) to change nothing."""
-    return any(_may_complete(Path(mirror) / name) for name in models)
-
-
-def _may_complete(model_dir: Path) -> bool:
-    try:
-        config = read_config(model_dir / "config.pbtxt")
-    except UsageError:
-        return True                  # Triton says what is wrong with it
-    if config.platform == "ensemble":
-        return False
-    if config.backend != "python" or config.runtime:
-        return True
-    filename = config.default_model_filename or "model.py"
-    sources = [entry / filename for entry in model_dir.iterdir()
-               if entry.name.isdigit() and entry.is_dir()]
-    return any(_may_define_auto_complete(path) for path in sources if path.exists())
-
-
-def _may_define_auto_complete(model_py: Path) -> bool:
-    """False only where ``model_py`` plainly has no ``auto_complete_config``: the name is
-    nowhere in it, and ``TritonPythonModel`` is one plain class of its own (no base class,
-    metaclass or decorator, no other binding of the name, no ``import *``)."""
-    try:
-        text = read_user_text(model_py, what="model file", limit=MODEL_PY_MAX_BYTES, hint="")
-        tree = ast.parse(text)
-    except (UsageError, SyntaxError, ValueError):
-        return True
-    if "auto_complete_config" in text:
-        return True
-    plain, bound = False, 0
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "TritonPythonModel":
-            plain = not (node.bases or node.keywords or node.decorator_list)
-            bound += 1
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound += any(alias.name == "*" or (alias.asname or alias.name) == "TritonPythonModel"
-                         for alias in node.names)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound += node.name == "TritonPythonModel"
-        else:
-            bound += any(isinstance(name, ast.Name) and name.id == "TritonPythonModel"
-                         and isinstance(name.ctx, ast.Store) for name in ast.walk(node))
-    return not (plain and bound == 1)
 
 
 def _adapter_serves(config: mc.ModelConfig) -> bool:

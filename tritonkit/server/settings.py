@@ -183,7 +183,6 @@ def tritonserver_argv(
     model_config_name: str | None = None,
     gpu_metrics: bool = True,
     python_shm_prefix: str | None = None,
-    auto_complete: bool = True,
 ) -> list[str]:
     """The full tritonserver command line for one deployment.
 
@@ -193,8 +192,7 @@ def tritonserver_argv(
     restricted API categories require; None leaves their flags to a caller that adds them
     as the server starts (a container's shell, from its environment).
     ``python_shm_prefix`` names the python backend's shared-memory regions: servers
-    sharing one host's /dev/shm need different ones. ``auto_complete`` False skips Triton's
-    auto-completion of configs, for models whose configs are complete.
+    sharing one host's /dev/shm need different ones.
     """
     if secret is not None and not secret:
         raise ValueError("a deployment needs a secret for the restricted API")
@@ -226,6 +224,4 @@ def tritonserver_argv(
         argv.append(f"--model-config-name={model_config_name}")
     if python_shm_prefix:
         argv.append(f"--backend-config=python,shm-region-prefix-name={python_shm_prefix}")
-    if not auto_complete:
-        argv.append("--disable-auto-complete-config")
     return argv
