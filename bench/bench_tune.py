@@ -21,7 +21,9 @@ t-interval of the paired rounds.
 
 *Confirmation*: every ratio tune reported (winner against the served config, and against Triton's
 bare default, for the MLP and the encoder) is re-measured by perf_analyzer the same way; the
-re-measured ratio (the geometric mean of its rounds) must lie inside tune's interval. --rounds N
+re-measured ratio (the geometric mean of its rounds) must lie inside tune's interval. Each
+confirmation also says whether tune's ratio lies inside perf_analyzer's own interval of its
+rounds: on a noisy host a few rounds of it are as uncertain as tune's. --rounds N
 repeats tune and the confirmation N times (Model Analyzer runs once; --no-model-analyzer skips it).
 
 The machine is shared and noisy: one run is one sample. Every run's JSON is kept in out/bench-runs/.
@@ -294,12 +296,16 @@ def tune_and_confirm(endpoint: Endpoint, repo: Path, model: str, sla_ms: float, 
         ratios = [a / b for a, b in zip(figures["tune's pick"], figures[comparison.baseline]) if a and b]
         measured = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
         interval = comparison.interval
+        remeasured = paired_interval(figures["tune's pick"], figures[comparison.baseline])
         out["confirmations"].append({
             "baseline": comparison.baseline, "tune_interval": interval.as_dict() if interval else None,
             "perf_analyzer": figures, "perf_analyzer_ratio": measured,
-            "perf_analyzer_interval": _as_dict(paired_interval(figures["tune's pick"],
-                                                               figures[comparison.baseline])),
-            "inside": bool(interval and measured and interval.low <= measured <= interval.high)})
+            "perf_analyzer_interval": _as_dict(remeasured),
+            "inside": bool(interval and measured and interval.low <= measured <= interval.high),
+            # the other way round: tune's ratio inside perf_analyzer's own interval, which on a
+            # noisy host is as wide as its few rounds make it
+            "consistent": bool(interval and remeasured
+                               and remeasured.low <= interval.ratio <= remeasured.high)})
     return out
 
 
@@ -411,7 +417,9 @@ def _summary(report: dict) -> None:
                 ratio = c["perf_analyzer_ratio"]
                 console.print(f"  perf_analyzer: vs {c['baseline']} "
                               f"{'-' if ratio is None else f'{ratio:.2f}x'}: "
-                              f"{'inside' if c['inside'] else 'OUTSIDE'} tune's interval")
+                              f"{'inside' if c['inside'] else 'OUTSIDE'} tune's interval; "
+                              f"tune's ratio {'inside' if c.get('consistent') else 'OUTSIDE'} "
+                              "perf_analyzer's")
     ma = report.get("model_analyzer")
     if ma and "wall_s" in ma and ma.get("wall_s") and "wall_ratio" not in ma:
         console.print(f"Model Analyzer {ma['wall_s']:.0f} s, pick {ma['pick']}")
