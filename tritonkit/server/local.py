@@ -408,10 +408,10 @@ def _start_local(repository: Path, settings: ServerSettings, ports: Ports, *,
         # exit timeout, 30 s, to stop). The HTTP port is unique while the server runs, the
         # token for ever: the regions a killed server left are this server's alone to remove.
         python_shm_prefix=f"tritonkit_{ports.http}_{secrets.token_hex(4)}_")
-    # Not --disable-auto-complete-config, though each python-backend model load then starts
-    # one more stub (1.3 s, 0.4 CPU s here): without it 2.51's python backend aborted
-    # (boost::interprocess::lock_exception) finalizing a swapped-out config's instance and
-    # starting two versions of a model, and a reload of an unchanged version was a no-op.
+    # Auto-complete stays on, though it starts one more stub per python-backend model load
+    # (1.3 s, 0.4 CPU s here): with --disable-auto-complete-config 2.51's python backend
+    # aborted (boost::interprocess::lock_exception) finalizing a swapped-out config's instance
+    # and starting two versions of a model, and a reload of an unchanged version was a no-op.
     log_path = server_log(repository)
     proc = None
     raise_open_files_limit()                # inherited by the server: a file per connection
