@@ -83,8 +83,10 @@ ENCODER_SHAPES = (("input_ids", (16,)), ("attention_mask", (16,)))
 console = Console()
 
 
-def export_models(repo: Path) -> None:
+def export_models(repo: Path, names: tuple[str, ...] = ("mlp", "encoder")) -> None:
     for spec, name in (("examples/mlp.py:build", "mlp"), ("examples/encoder.py:build", "encoder")):
+        if name not in names:
+            continue
         code = tritonkit_main(["export", str(ROOT / spec), "--name", name, "--repository", str(repo),
                                "--max-batch-size", "64"])
         if code != 0:

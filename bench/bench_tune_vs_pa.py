@@ -52,7 +52,7 @@ def main() -> int:
     figures = {tool: {side: [] for side in SIDES} for tool in TOOLS}
     with tempfile.TemporaryDirectory(prefix="bench-tune-vs-pa-") as tmp:
         repo = Path(tmp) / "repo"
-        export_models(repo)
+        export_models(repo, ("mlp",))
         endpoint = Endpoint.from_deployment(
             deploy_local(repo, http_port=0, grpc_port=0, metrics_port=0, timeout=300))
         try:
