@@ -139,7 +139,9 @@ def check_bind_address(host: str) -> None:
 
 
 def resolve_ports(host: str, ports: Ports) -> Ports:
-    """Replace 0 with a free port, then check every port is free."""
+    """Replace 0 with a free port, then check every port is free. A picked port found in
+    use raises PortTaken (the deploy picks again): another process took it since the pick,
+    as a connection's own port can on a busy host."""
     check_bind_address(host)
     ports.require_distinct()
     given = ports.as_dict()
@@ -147,6 +149,10 @@ def resolve_ports(host: str, ports: Ports) -> Ports:
                              avoid=[port for port in given.values() if port]))
     chosen = Ports(**{role: port or next(picked) for role, port in given.items()})
     for role, port in chosen.as_dict().items():
+        if not given[role] and port_problem(host, port) == IN_USE:
+            raise PortTaken(f"{role} port {port} on {host}, picked as free, was taken by "
+                            "another process", port=port,
+                            hint="deploy again (0 picks another free port)")
         check_port_free(host, port, role)
     return chosen
 
@@ -360,18 +366,19 @@ def start_local(
     refuse_if_recorded(Path(repository).resolve())   # before the ports: one in use may be its
     host = host or settings.bind_address
     picked_by_us = {port for port in ports.as_dict().values() if not port}
+    named = {port for port in ports.as_dict().values() if port}
     for attempt in range(1, PORT_PICKS + 1):
-        chosen = resolve_ports(host, ports)
         try:
+            chosen = resolve_ports(host, ports)
             return _start_local(repository, settings, chosen, models=models, timeout=timeout,
                                 host=host, model_config_name=model_config_name,
                                 serve_from=serve_from, progress=progress, gpu=gpu,
                                 server_config=server_config)
         except PortTaken as exc:
             # A port picked here (0 asked for one) was taken by another process between the
-            # pick and the server's bind: pick again. A port the user named is theirs to fix.
-            given = {port for role, port in chosen.as_dict().items() if ports.as_dict()[role]}
-            if not picked_by_us or exc.port in given or attempt == PORT_PICKS:
+            # pick and the check, or the server's bind: pick again. A port the user named is
+            # theirs to fix.
+            if not picked_by_us or exc.port in named or attempt == PORT_PICKS:
                 raise
     raise AssertionError("unreachable")
 
