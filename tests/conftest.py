@@ -31,6 +31,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from tritonkit.cli import main  # noqa: E402
 from tritonkit.server.state import load_deployment  # noqa: E402
+from tritonkit.warmup import SteadyRule  # noqa: E402
 
 pytest_plugins = ["pytester"]          # tests/test_parallel_workers.py runs suites of its own
 
@@ -67,6 +68,7 @@ def error_lines(err: str) -> list[str]:
 # 1,000 requests in a busy run. Steadiness has tests of its own (tests/warmup/test_steadiness.py
 # and the timing tests, which run alone).
 BUSY_HOST_STEADY = ("--steady-tolerance", "1", "--steady-floor-ms", "10")
+BUSY_HOST_RULE = SteadyRule(tolerance=1.0, floor_ms=10.0)      # the same, for warm_up()
 
 
 def run_cli(*args: str) -> int:

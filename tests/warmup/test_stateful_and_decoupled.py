@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.conftest import run_cli
+from tests.conftest import BUSY_HOST_RULE, run_cli
 from tests.warmup.conftest import STATEFUL_CONFIG, STATEFUL_MODEL, _deploy, _input, _python_model
 from tritonkit.client import Endpoint, triton_message
 from tritonkit.server.local import Deadline
@@ -247,7 +247,7 @@ def test_a_sequence_the_model_refuses_at_its_start_is_ended_too_for_triton_holds
     _python_model(repo, "stateful", config, refuses_short_starts)
     deployment = _deploy(repo, "--no-warmup")
     try:
-        [result] = warm_up(repo, timeout=30)
+        [result] = warm_up(repo, timeout=30, rule=BUSY_HOST_RULE)   # about the refusal
         assert result.steady and "shape INPUT__0:1x1 skipped: refused" in result.note
         assert result.series_ms.keys() == {"INPUT__0:1x16"}
         latencies, open_sequences = _sequences_of_a_user(deployment.http_url, 1)
