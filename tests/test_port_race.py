@@ -79,6 +79,23 @@ def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
         run_cli("down", "--repository", example_repository)
 
 
+def test_a_picked_port_found_in_use_is_port_taken_and_a_named_one_a_usage_error(
+        monkeypatch, taken_port):
+    """What the deploy picks again (PortTaken, naming the port) and what it leaves to the
+    user (a port they named: a UsageError naming the flag)."""
+    from tritonkit.errors import UsageError
+    from tritonkit.server.settings import Ports
+
+    _first_pick_hands_out(monkeypatch, taken_port, 1)
+    with pytest.raises(local.PortTaken) as taken:
+        local.resolve_ports("127.0.0.1", Ports(http=0, grpc=0, metrics=0))
+    assert taken.value.port == taken_port
+    assert taken.value.message == (f"grpc port {taken_port} on 127.0.0.1, picked as free, was "
+                                   "taken by another process")
+    with pytest.raises(UsageError, match=f"grpc port {taken_port} on 127.0.0.1 is already in use"):
+        local.resolve_ports("127.0.0.1", Ports(http=0, grpc=taken_port, metrics=0))
+
+
 @pytest.mark.server
 def test_a_picked_port_taken_before_the_check_is_picked_again_with_no_server_started(
         example_repository, monkeypatch, taken_port, capsys):
