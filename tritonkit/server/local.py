@@ -109,12 +109,17 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
-def check_port_free(host: str, port: int, role: str) -> None:
+def check_port_free(host: str, port: int, role: str, *, picked: bool = False) -> None:
     """A UsageError (a flag fixes it), saying what the OS said, unless tritonserver could
-    listen there now."""
+    listen there now. ``picked``: a port chosen here (0 given), which in use was taken by
+    another process since the pick, as a connection's own port can on a busy host:
+    PortTaken (the deploy picks again)."""
     problem = port_problem(host, port)
     if problem is None:
         return
+    if problem == IN_USE and picked:
+        raise PortTaken(f"{role} port {port} on {host}, picked as free, was taken by another "
+                        "process", port=port, hint="deploy again (0 picks another free port)")
     flag = f"--{role}-port"
     if problem == IN_USE:
         raise UsageError(f"{role} port {port} on {host} is already in use",
@@ -139,9 +144,8 @@ def check_bind_address(host: str) -> None:
 
 
 def resolve_ports(host: str, ports: Ports) -> Ports:
-    """Replace 0 with a free port, then check every port is free. A picked port found in
-    use raises PortTaken (the deploy picks again): another process took it since the pick,
-    as a connection's own port can on a busy host."""
+    """Replace 0 with a free port, then check every port is free (a picked one found in
+    use: PortTaken)."""
     check_bind_address(host)
     ports.require_distinct()
     given = ports.as_dict()
@@ -149,11 +153,7 @@ def resolve_ports(host: str, ports: Ports) -> Ports:
                              avoid=[port for port in given.values() if port]))
     chosen = Ports(**{role: port or next(picked) for role, port in given.items()})
     for role, port in chosen.as_dict().items():
-        if not given[role] and port_problem(host, port) == IN_USE:
-            raise PortTaken(f"{role} port {port} on {host}, picked as free, was taken by "
-                            "another process", port=port,
-                            hint="deploy again (0 picks another free port)")
-        check_port_free(host, port, role)
+        check_port_free(host, port, role, picked=not given[role])
     return chosen
 
 
