@@ -88,6 +88,24 @@ def test_ctrl_c_while_the_commands_still_import_is_one_line_and_exit_130():
     assert run.stderr == "error: interrupted\n"
 
 
+def test_a_ctrl_c_after_the_command_said_how_it_ended_is_no_traceback():
+    """Ctrl-C pressed again and again reached cli.main's last lines, after its error boundary
+    had said "error: interrupted": the console script still ends with exit 130 and no
+    traceback."""
+    probe = (
+        "import sys\n"
+        "import tritonkit.cli as cli\n"
+        "def run(argv=None):\n"
+        "    print('error: interrupted', file=sys.stderr)\n"
+        "    raise KeyboardInterrupt\n"
+        "cli.main = run\n"
+        "from tritonkit._entry import main\n"
+        "sys.exit(main())\n")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 130
+    assert run.stderr == "error: interrupted\n"
+
+
 # An object whose __del__ fails (as tritonclient's client does when Ctrl-C cut its __init__
 # short), made where every command passes (the server's address), then the command ends.
 # Held by the failing frame, it is collected while the command ends; held by a module, as
