@@ -22,6 +22,35 @@ def test_the_cli_registers_every_documented_command():
                              "monitor", "diagnose", "doctor"}
 
 
+def test_the_table_of_commands_names_each_command_its_modules_define():
+    """`tritonkit --help` lists the table; a command missing from it could not be run."""
+    from tritonkit import cli
+
+    for module in set(cli.COMMANDS.values()):
+        __import__(f"tritonkit.cli.{module}")
+    defined = {info.name or typer.main.get_command_name(info.callback.__name__)
+               for info in app.registered_commands}
+    assert defined == set(cli.COMMANDS)
+    assert list(cli.commands()) == list(cli.COMMANDS)
+
+
+def test_a_command_imports_its_own_module_only():
+    """`tritonkit down` or a misspelt flag is answered without importing what export,
+    loadtest or monitor need (a CLI subprocess started in about half the time)."""
+    script = ("import sys\n"
+              "from tritonkit.cli import main\n"
+              "code = main(['down', '--no-such-flag'])\n"
+              "print(code, sorted(m for m in sys.modules if m.startswith('tritonkit.cli.')))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    code, modules = done.stdout.split(" ", 1)
+    assert code == "2"
+    assert "tritonkit.cli.deploy" in modules
+    for other in ("export", "config", "loadtest", "tune", "monitor", "warmup"):
+        assert f"tritonkit.cli.{other}'" not in modules, other
+    assert "No such option: --no-such-flag" in done.stderr
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help_with_an_example(command, capsys):
     assert run_cli(command, "--help") == 0

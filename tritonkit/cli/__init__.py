@@ -7,18 +7,68 @@ parses its options, makes one library call, renders the result and picks the exi
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import os
 import signal
 import sys
 import traceback
+from collections.abc import MutableMapping
 
 import typer
+from typer.core import TyperGroup
 
 from tritonkit.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TritonkitError,
                              interrupted_by, printable)
 
 DEBUG_ENV = "TRITONKIT_DEBUG"
+
+# Each command and the module of tritonkit.cli that defines it, in the order `tritonkit
+# --help` lists them. A module is imported when its command is looked up: `tritonkit down`
+# does not import what export, config, loadtest or monitor need (ONNX, gRPC, protobuf).
+COMMANDS = {
+    "export": "export", "config": "config", "deploy": "deploy", "down": "deploy",
+    "warmup": "warmup", "loadtest": "loadtest", "tune": "tune",
+    "monitor": "monitor", "diagnose": "monitor", "doctor": "monitor",
+    "install-server": "install",
+}
+
+
+class _OnDemand(MutableMapping):
+    """Click's table of commands, each built when first looked up (its module imported)."""
+
+    def __init__(self, built: dict) -> None:
+        self._built = dict(built)
+
+    def __getitem__(self, name: str):
+        if name not in self._built and name in COMMANDS:
+            importlib.import_module(f"{__name__}.{COMMANDS[name]}")
+            for info in app.registered_commands:
+                command = typer.main.get_command_from_info(
+                    _in_full(info), pretty_exceptions_short=app.pretty_exceptions_short,
+                    rich_markup_mode=app.rich_markup_mode)
+                self._built.setdefault(command.name, command)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self):
+        yield from COMMANDS
+        yield from (name for name in self._built if name not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(set(COMMANDS) | set(self._built))
+
+
+class _Commands(TyperGroup):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _OnDemand(self.commands)
+
 
 app = typer.Typer(
     name="tritonkit",
@@ -29,6 +79,7 @@ app = typer.Typer(
     # Click's plain help: it wraps every line to the terminal. Rich's option table cut a
     # long word in its narrow help column with "…", and showed <bool> beside every flag.
     rich_markup_mode=None,
+    cls=_Commands,
 )
 
 
@@ -60,27 +111,18 @@ def _main(
     """PyTorch model → warmed-up, SLA-verified NVIDIA Triton deployment."""
 
 
-# Registration order is the order `tritonkit --help` lists the commands in.
-from tritonkit.cli import export as _export  # noqa: E402,F401
-from tritonkit.cli import config as _config  # noqa: E402,F401
-from tritonkit.cli import deploy as _deploy  # noqa: E402,F401
-from tritonkit.cli import warmup as _warmup  # noqa: E402,F401
-from tritonkit.cli import loadtest as _loadtest  # noqa: E402,F401
-from tritonkit.cli import tune as _tune  # noqa: E402,F401
-from tritonkit.cli import monitor as _monitor  # noqa: E402,F401
-from tritonkit.cli import install as _install  # noqa: E402,F401
-
-
-def _summaries_in_full() -> None:
+def _in_full(info):
     """`tritonkit --help` lists each command with its docstring's first paragraph, whole:
     left to itself, Click cuts it to what fits one line and ends it with "..."."""
-    for info in app.registered_commands:
-        doc = inspect.getdoc(info.callback) if info.callback else None
-        if info.short_help is None and doc:
-            info.short_help = " ".join(doc.split("\n\n")[0].split())
+    doc = inspect.getdoc(info.callback) if info.callback else None
+    if info.short_help is None and doc:
+        info.short_help = " ".join(doc.split("\n\n")[0].split())
+    return info
 
 
-_summaries_in_full()
+def commands() -> dict:
+    """Every command, by name, as Click runs it (each module imported)."""
+    return dict(typer.main.get_command(app).commands)
 
 
 def debugging() -> bool:
