@@ -78,6 +78,33 @@ def test_a_port_that_accepts_connections_but_is_not_live_is_waited_for_to_the_ti
 
 
 @pytest.mark.slow
+def test_a_port_that_stops_answering_and_then_refuses_fails_after_the_grace_not_the_timeout(
+        monkeypatch, capsys):
+    """A server killed while it was checked: the first try found its port open with nothing
+    answering (or the connection reset), the next ones refused. Gone, as an address that
+    refused from the start is: a tune's warm-up waited its whole 120 s for it."""
+    import socket as socketlib
+
+    monkeypatch.setattr("tritonkit.warmup._run.REFUSED_GRACE_S", 0.3)
+    listener = socketlib.socket()                  # accepts (the backlog), never answers
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    closing = threading.Timer(1.0, listener.close)     # the server gone: its port refuses
+    closing.start()
+    try:
+        started = time.monotonic()
+        code = run_cli("warmup", "--url", f"127.0.0.1:{port}", "--timeout", "60")
+        took = time.monotonic() - started
+    finally:
+        closing.cancel()
+        listener.close()
+    err = capsys.readouterr().err
+    assert code == 1 and took < 20, (took, err)
+    assert f"\nerror: nothing listens at 127.0.0.1:{port}: connection refused for 0." in err
+
+
+@pytest.mark.slow
 def test_a_recorded_deployments_server_is_waited_for_though_its_port_refuses(
         tmp_path, monkeypatch, capsys):
     """A deploy recorded here may be starting (or restarting): the timeout is its to use."""

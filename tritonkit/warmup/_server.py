@@ -80,13 +80,16 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
     alone): an address that has refused every connection for that long has no server
     behind it, and the wait ends then with that said, not at the deadline (120 s by
     default, in silence). Any other miss (a port that accepts but is not live yet, a
-    timeout) keeps the wait going to the deadline: that server is there, starting.
+    timeout) keeps the wait going: that server is there, starting. Refusals after it
+    count from the first of them: a server killed while it was checked (its port still
+    open as it went, or the connection reset) is gone, not waited for to the deadline.
     None (a recorded deployment, which may be starting or restarting): the deadline."""
     started = time.monotonic()
-    refused_only, told = True, False
+    refused_since: float | None = None          # the first refusal since any other miss
+    told = False
 
     def check() -> str | None:
-        nonlocal endpoint, refused_only, told
+        nonlocal endpoint, refused_since, told
         if server_exited is not None and (error := server_exited()) is not None:
             raise error
         if progress:
@@ -99,11 +102,15 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
         why = _why_not_live(endpoint, deadline)
         if why is None:
             return None
-        refused_only = refused_only and why == _REFUSED
-        waited = time.monotonic() - started
-        if refused_grace_s is not None and refused_only and waited >= refused_grace_s:
+        now = time.monotonic()
+        if why != _REFUSED:
+            refused_since = None
+        elif refused_since is None:
+            refused_since = now
+        refused_for = now - refused_since if refused_since is not None else -1.0
+        if refused_grace_s is not None and refused_for >= refused_grace_s:
             raise ServerError(
-                f"nothing listens at {endpoint.http_url}: connection refused for {waited:.1f} s",
+                f"nothing listens at {endpoint.http_url}: connection refused for {refused_for:.1f} s",
                 hint="is the server up, and is this its HTTP port (Triton's default: 8000)? "
                      "Start one with tritonkit deploy")
         if notice is not None and not told:
