@@ -14,6 +14,11 @@ cd "$ROOT"
 # PYTHONDONTWRITEBYTECODE, each worker compiled tritonkit and rewrote the tests' asserts anew
 # (8.6 CPU s to collect, 4.9 with them kept), as did each command a test runs.
 export PYTHONDONTWRITEBYTECODE=
+# numpy's OpenBLAS starts a thread per core in every process that imports it and stops
+# them as it exits: 0.03-0.08 CPU s a process here, and a run starts some 1,700 (commands,
+# load-generator workers, a python-backend stub per model instance). None of them does
+# linear algebra in numpy (PyTorch computes with MKL, ONNX Runtime with its own threads).
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 # -n N on the command line replaces the worker count only: --dist loadgroup stays, which
 # runs each costly server fixture's tests on one worker (made once), and
 # --no-loadscope-reorder, which hands tests out in the order tests/conftest.py sets (the
