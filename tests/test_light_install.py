@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from email.parser import Parser
 from pathlib import Path

@@ -158,7 +158,7 @@ def test_a_container_reads_the_secret_from_its_environment_as_triton_starts(tmp_
     from tritonkit.server.binary import find_install, prepare_backends, server_environment
     from tritonkit.server.container import ContainerSpec
     from tests.conftest import unused_ports
-    from tritonkit.server.settings import Ports, load_server_settings
+    from tritonkit.server.settings import load_server_settings
 
     install = find_install()
     http, grpc, metrics = unused_ports(3)

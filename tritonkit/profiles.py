@@ -310,7 +310,7 @@ def _validate_kind(profile: GpuProfile) -> None:
         missing = [name for name, given in card + stack if not given]
         if missing:
             raise ProfileError(f"{where}: missing field '{missing[0]}' (a GPU profile needs it)",
-                               hint=f"add it, or kind = \"cpu\" for a host without a GPU")
+                               hint="add it, or kind = \"cpu\" for a host without a GPU")
         return
     given = [name for name, present in card + stack if present]
     if profile.mig:

@@ -177,8 +177,6 @@ class TritonPythonModel:
 def test_a_server_that_dies_during_deploys_warm_up_fails_the_deploy_at_once(tmp_path):
     """Deploy started that server: it is not coming back, so waiting the timeout out
     would only hide Triton's last words."""
-    from tritonkit.errors import ServerError
-
     repo = tmp_path / "repo"
     _python_model(repo, "slow", ECHO_CONFIG, _echo_model("        time.sleep(0.05)"))
     outcome: dict = {}
@@ -254,7 +252,6 @@ def test_a_recorded_local_server_that_dies_mid_warmup_and_is_not_restarted_fails
     timeout (120 s by default) for a restart that nothing was going to make, then said
     only that no server answered."""
     import tritonkit.warmup._record as record
-    from tritonkit.errors import ServerError
 
     monkeypatch.setattr(record, "RESTART_GRACE_S", 1.0)
     repo = tmp_path / "repo"

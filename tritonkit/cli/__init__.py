@@ -104,7 +104,7 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _main(
+def _root(
     version: bool = typer.Option(False, "--version", help="Print the version and exit.",
                                  callback=_print_version, is_eager=True),
 ) -> None:
