@@ -44,10 +44,10 @@ class _OnDemand(MutableMapping):
         if name not in self._built and name in COMMANDS:
             importlib.import_module(f"{__name__}.{COMMANDS[name]}")
             for info in app.registered_commands:
-                command = typer.main.get_command_from_info(
-                    _in_full(info), pretty_exceptions_short=app.pretty_exceptions_short,
-                    rich_markup_mode=app.rich_markup_mode)
-                self._built.setdefault(command.name, command)
+                if _name(info) not in self._built:
+                    self._built[_name(info)] = typer.main.get_command_from_info(
+                        _in_full(info), pretty_exceptions_short=app.pretty_exceptions_short,
+                        rich_markup_mode=app.rich_markup_mode)
         return self._built[name]
 
     def __setitem__(self, name: str, command) -> None:
@@ -109,6 +109,10 @@ def _root(
                                  callback=_print_version, is_eager=True),
 ) -> None:
     """PyTorch model → warmed-up, SLA-verified NVIDIA Triton deployment."""
+
+
+def _name(info) -> str:
+    return info.name or typer.main.get_command_name(info.callback.__name__)
 
 
 def _in_full(info):
