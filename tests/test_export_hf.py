@@ -1,7 +1,8 @@
 """The architectures people serve export as they are: Hugging Face models and full CNNs.
 
 Each is built from its config with random weights (tests/real_models.py; nothing is
-downloaded), its example dict shuffled, and exported with verification. The graph is then
+downloaded), its example dict shuffled, and exported with verification (the small sizes
+once per run, tests/small_models.py, which the first-request test serves). The graph is then
 run here, apart from tritonkit's own verification: at another batch and sequence length
 than the example's, against the model called as Hugging Face calls it, and with a
 changed attention mask, which must change the answer. Small configs keep each to seconds,
@@ -22,7 +23,7 @@ import pytest
 import torch
 
 import tritonkit
-from tests import full_size, real_models
+from tests import full_size, real_models, small_models
 from tests.conftest import ROOT, run_cli
 
 # Real architectures, exported and verified: seconds each. transformers is imported by the
@@ -33,23 +34,8 @@ pytestmark = [pytest.mark.slow,
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-SMALL_TEXT = dict(layers=2, hidden=64, heads=4)
-# name → (factory, its small size, output names)
-SMALL = {
-    "bert": (real_models.bert_base, SMALL_TEXT, ["last_hidden_state", "pooler_output"]),
-    "distilbert": (real_models.distilbert_cls, SMALL_TEXT, ["logits"]),
-    "gpt2": (real_models.gpt2, SMALL_TEXT, ["logits"]),
-    "t5_encoder": (real_models.t5_encoder, SMALL_TEXT, ["last_hidden_state"]),
-    "vit": (real_models.vit, dict(layers=2, image=64), ["logits"]),
-    "resnet50": (real_models.resnet50, dict(image=64), ["OUTPUT__0"]),
-    "mobilenet_v3": (real_models.mobilenet_v3, dict(image=64), ["OUTPUT__0"]),
-}
-MAX_BATCH = 4
-
-
-def shuffled(example):
-    """The example dict with its keys in another order than forward() takes them."""
-    return dict(reversed(list(example.items()))) if isinstance(example, dict) else example
+SMALL = small_models.SMALL
+MAX_BATCH = small_models.MAX_BATCH
 
 
 def session_of(model_dir) -> ort.InferenceSession:
@@ -86,15 +72,18 @@ def expected_outputs(model, feed: dict, names: list[str]) -> list[np.ndarray]:
     return [result[name].numpy() for name in names]
 
 
+def _report(model_dir: Path) -> dict:
+    return json.loads((model_dir / "export-report.json").read_text())
+
+
 @pytest.mark.parametrize("family", list(SMALL))
-def test_real_architectures_export_verified_and_serve_what_the_model_computes(tmp_path, family):
-    factory, size, outputs = SMALL[family]
-    built = factory(**size)
-    model, example = built[0], shuffled(built[1])
-    axes = built[2] if len(built) > 2 else None
-    result = tritonkit.export(model, example, name=family, repository=tmp_path,
-                              dynamic_axes=axes, max_batch_size=MAX_BATCH)
-    report = result.report
+def test_real_architectures_export_verified_and_serve_what_the_model_computes(tmp_path_factory,
+                                                                           family):
+    """Exported once per run (tests/small_models.py), as tritonkit.export exports it."""
+    outputs = SMALL[family][2]
+    model, example, axes = small_models.build(family)        # seeded: the weights exported
+    model_dir = small_models.exported(family, tmp_path_factory)
+    report = _report(model_dir)
     assert report["verification"]["passed"] is True
     assert {t["name"] for t in report["inputs"]} == set(example if isinstance(example, dict)
                                                         else ["INPUT__0"])
@@ -103,7 +92,7 @@ def test_real_architectures_export_verified_and_serve_what_the_model_computes(tm
         worst = report["verification"]["max_errors"][name]
         assert worst["passed"] is True and worst["tolerance_share"] <= 1
 
-    session = session_of(result.path)
+    session = session_of(model_dir)
     sequence = 11 if axes else None          # neither the example's 16 nor one verified
     feed = like(example, 3, sequence)
     served = session.run(outputs, feed)
@@ -115,15 +104,13 @@ def test_real_architectures_export_verified_and_serve_what_the_model_computes(tm
         assert not np.allclose(session.run(outputs[:1], feed)[0], served[0], atol=1e-6)
 
 
-def test_bert_takes_its_sequence_axis_dynamic_on_every_input(tmp_path):
-    model, example, axes = real_models.bert_base(**SMALL_TEXT)
-    result = tritonkit.export(model, shuffled(example), name="bert", repository=tmp_path,
-                              dynamic_axes=axes, max_batch_size=MAX_BATCH)
-    by_name = {t["name"]: t for t in result.report["inputs"]}
+def test_bert_takes_its_sequence_axis_dynamic_on_every_input(tmp_path_factory):
+    report = _report(small_models.exported("bert", tmp_path_factory))
+    by_name = {t["name"]: t for t in report["inputs"]}
     assert list(by_name) == ["input_ids", "attention_mask", "token_type_ids"]   # forward()'s
     for spec in by_name.values():
         assert spec["dynamic_axes"] == {"0": "batch", "1": "sequence"}
-    lengths = {case["lengths"]["sequence"] for case in result.report["verification"]["cases"]}
+    lengths = {case["lengths"]["sequence"] for case in report["verification"]["cases"]}
     assert len(lengths) >= 3
 
 
@@ -134,8 +121,9 @@ def test_gpt2_with_its_cache_on_names_each_layers_past_key_and_value(tmp_path):
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4)).eval()
-    _, example, axes = real_models.gpt2(**SMALL_TEXT)
-    result = tritonkit.export(model, shuffled(example), name="gpt2", repository=tmp_path,
+    _, example, axes = real_models.gpt2(**small_models.SMALL_TEXT)
+    result = tritonkit.export(model, small_models.shuffled(example), name="gpt2",
+                              repository=tmp_path,
                               dynamic_axes=axes, max_batch_size=MAX_BATCH)
     names = [t["name"] for t in result.report["outputs"]]
     assert names == ["logits", "past_key_values.0.key", "past_key_values.0.value",

@@ -14,11 +14,11 @@ come back here.
 Measured from outside, as a user meets it: a fresh export, a deploy, a 1 s pause, then
 each model's first request (one per instance, sent together) at its smallest and its
 largest warmed shape; against the same requests, after the same pause, once the models
-are long warm. The models are exported once per module and each trial deploys a new copy
-of their files (new inodes, written just before the deploy, as an export leaves them): what
-the server meets is a fresh export's. The configs carry no ``model_warmup`` (a config
-written by hand), so the figures are tritonkit's warm-up's alone; without it the same probe
-sees every cold start.
+are long warm. The models are exported once (three once per run, for the export tests too)
+and each trial deploys a new copy of their files (new inodes, written just before the
+deploy, as an export leaves them): what the server meets is a fresh export's. The configs
+carry no ``model_warmup`` (a config written by hand), so the figures are tritonkit's
+warm-up's alone; without it the same probe sees every cold start.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import pytest
 import tritonclient.http as httpclient
 
 import tritonkit
-from tests import real_models
+from tests import real_models, small_models
 from tests.conftest import add_python_model
 from tritonkit.client import Endpoint, example_input
 from tritonkit.deploy import deploy_local, down
@@ -50,13 +50,11 @@ WARM_REQUESTS = 30          # what makes the baseline long warm
 MAX_BATCH = 4
 
 
-# Real architectures at small sizes: a fresh export of each takes seconds.
-MODELS = {
-    "bert": lambda: real_models.bert_base(layers=2, hidden=64, heads=2),
-    "gpt2": lambda: real_models.gpt2(layers=2, hidden=64, heads=2),
-    "mobilenet": lambda: real_models.mobilenet_v3(image=64),
-    "vit": lambda: real_models.vit(layers=2, hidden=64, heads=2, image=64, labels=10),
-}
+# Real architectures at small sizes: three exported once per run for the export tests
+# (tests/small_models.py), copied here; the ViT exported here, narrower than theirs.
+SHARED = ("bert", "gpt2", "mobilenet_v3")
+OWN = {"vit": lambda: real_models.vit(layers=2, hidden=64, heads=2, image=64, labels=10)}
+MODELS = [*SHARED, *OWN]
 
 # Two instances, each of whose first execution costs 0.2 s (a stub's cold start made
 # plain): a warm-up that reached one instance only leaves the other's for a user.
@@ -88,10 +86,13 @@ class TritonPythonModel:
 def exported(tmp_path_factory) -> Path:
     """Every model exported, its configs without ``model_warmup``, and 'twins'."""
     repository = tmp_path_factory.mktemp("exported") / "repo"
-    for name, build in MODELS.items():
+    for name in SHARED:
+        shutil.copytree(small_models.exported(name, tmp_path_factory), repository / name)
+    for name, build in OWN.items():
         module, inputs, *axes = build()
         tritonkit.export(module, inputs, name=name, repository=repository,
                          dynamic_axes=axes[0] if axes else None, max_batch_size=MAX_BATCH)
+    for name in MODELS:
         for path in [repository / name / "config.pbtxt",
                      *(repository / name / "configs").glob("*.pbtxt")]:
             config = read_config(path)
