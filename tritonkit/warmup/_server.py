@@ -110,7 +110,8 @@ def wait_live(endpoint: Endpoint, deadline: Deadline,
         refused_for = now - refused_since if refused_since is not None else -1.0
         if refused_grace_s is not None and refused_for >= refused_grace_s:
             raise ServerError(
-                f"nothing listens at {endpoint.http_url}: connection refused for {refused_for:.1f} s",
+                f"nothing listens at {endpoint.http_url}: connection refused for "
+                f"{refused_for:.1f} s",
                 hint="is the server up, and is this its HTTP port (Triton's default: 8000)? "
                      "Start one with tritonkit deploy")
         if notice is not None and not told:
