@@ -28,8 +28,7 @@ def test_the_table_of_commands_names_each_command_its_modules_define():
 
     for module in set(cli.COMMANDS.values()):
         __import__(f"tritonkit.cli.{module}")
-    defined = {info.name or typer.main.get_command_name(info.callback.__name__)
-               for info in app.registered_commands}
+    defined = {cli._name(info) for info in app.registered_commands}
     assert defined == set(cli.COMMANDS)
     assert list(cli.commands()) == list(cli.COMMANDS)
 
@@ -99,6 +98,13 @@ def test_errors_are_one_line_and_a_hint_and_debug_shows_the_traceback(tmp_path):
     assert "Traceback" in debug.stderr and "UsageError" in debug.stderr
 
 
+def _ends_interrupted(probe: str) -> None:
+    """The console script, run by ``probe``, ends as interrupted: exit 130, one line."""
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 130
+    assert run.stderr == "error: interrupted\n"
+
+
 def test_ctrl_c_while_the_commands_still_import_is_one_line_and_exit_130():
     """The console script's first half second is imports, before main()'s error boundary:
     a Ctrl-C there (simulated: the import of tritonkit.cli is interrupted) must not print
@@ -112,9 +118,7 @@ def test_ctrl_c_while_the_commands_still_import_is_one_line_and_exit_130():
         "sys.meta_path.insert(0, Interrupt())\n"
         "from tritonkit._entry import main\n"
         "sys.exit(main())\n")
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 130
-    assert run.stderr == "error: interrupted\n"
+    _ends_interrupted(probe)
 
 
 def test_a_ctrl_c_after_the_command_said_how_it_ended_is_no_traceback():
@@ -130,9 +134,7 @@ def test_a_ctrl_c_after_the_command_said_how_it_ended_is_no_traceback():
         "cli.main = run\n"
         "from tritonkit._entry import main\n"
         "sys.exit(main())\n")
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 130
-    assert run.stderr == "error: interrupted\n"
+    _ends_interrupted(probe)
 
 
 # An object whose __del__ fails (as tritonclient's client does when Ctrl-C cut its __init__

@@ -44,8 +44,8 @@ class _OnDemand(MutableMapping):
         if name not in self._built and name in COMMANDS:
             importlib.import_module(f"{__name__}.{COMMANDS[name]}")
             for info in app.registered_commands:
-                if _name(info) not in self._built:
-                    self._built[_name(info)] = typer.main.get_command_from_info(
+                if (defined := _name(info)) not in self._built:
+                    self._built[defined] = typer.main.get_command_from_info(
                         _in_full(info), pretty_exceptions_short=app.pretty_exceptions_short,
                         rich_markup_mode=app.rich_markup_mode)
         return self._built[name]
