@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import http.server
 import importlib.util
 import json
@@ -672,6 +673,27 @@ def pytest_runtest_makereport(item, call):
                                "goes into SERVER_FIXTURES in tests/conftest.py), so that the "
                                "quick tier (-m quick) leaves it out")
     return report
+
+
+# -- garbage collection ------------------------------------------------------------------
+
+# A worker holds torch, ONNX, onnxscript and transformers (some 650,000 objects that live as
+# long as it does), and each of Python's full collections walked them all: 3.0 of the 46 CPU s
+# of tests/test_export.py run alone. After a test that imported modules (the first test
+# after collection, the first export, a model family's first build), the worker collects
+# once and freezes what survives (gc.freeze): later collections walk only what the tests
+# made since. Garbage is collected before it could be frozen.
+FREEZE_AFTER_MODULES = 20
+_modules_frozen = 0
+
+
+@pytest.hookimpl(trylast=True)                 # after the test's fixtures are torn down
+def pytest_runtest_teardown(item, nextitem):
+    global _modules_frozen
+    if len(sys.modules) >= _modules_frozen + FREEZE_AFTER_MODULES:
+        gc.collect()
+        gc.freeze()
+        _modules_frozen = len(sys.modules)
 
 
 # -- timing tests have the machine to themselves -------------------------------------------
