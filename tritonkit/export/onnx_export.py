@@ -27,8 +27,9 @@ import onnx
 import torch
 
 from tritonkit.errors import ExportError
-from tritonkit.export import user_code
+from tritonkit.export import length_rules, user_code
 from tritonkit.export.forward import ForwardCall
+from tritonkit.export.length_rules import LengthRules
 from tritonkit.export.spec import BATCH_AXIS_NAME, FORWARD_DUTY, ModelInputs
 
 EXPORTERS = ("dynamo", "torchscript")
@@ -63,6 +64,8 @@ class ExportedGraph:
 
     model: onnx.ModelProto
     tracer_warnings: tuple[dict, ...] = ()
+    # dynamo only: what torch.export assumed of the dynamic lengths (length_rules)
+    length_rules: LengthRules | None = None
 
 
 def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
@@ -79,11 +82,14 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
         # tensors by position, in forward()'s order (order_like_forward saw to that).
         module = module.model
     args = traceable_inputs(inputs)
+    rules = None
     with _quiet() as captured, _tracer_warnings() as tracer_warnings, user_code.running(
             f"the model's forward() (traced by the {exporter} exporter)", FORWARD_DUTY):
         try:
             if exporter == "dynamo":
-                model = _export_dynamo(module, args, inputs, output_names, opset, max_batch_size)
+                with length_rules.recorded(inputs) as rules:
+                    model = _export_dynamo(module, args, inputs, output_names, opset,
+                                           max_batch_size)
             else:
                 model = _export_torchscript(module, args, inputs, output_names, opset)
         except Exception as exc:
@@ -96,7 +102,7 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
         raise ExportError(f"{exporter} exporter: the graph came out at opset {made}, its "
                           f"conversion to --opset {opset} failed", hint=_OPSET_HINT)
     name_symbolic_dims(model, inputs, output_names)
-    return ExportedGraph(model, tuple(tracer_warnings))
+    return ExportedGraph(model, tuple(tracer_warnings), rules)
 
 
 def _export_dynamo(module, args, inputs: ModelInputs, output_names, opset, max_batch_size):

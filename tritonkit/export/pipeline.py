@@ -418,6 +418,10 @@ def _build(stage: Path, module, inputs: ModelInputs, output_names, outputs,
     for said in ("largest_batch", "left_out_note"):
         if verification and verification.get(said):
             notes.append(verification[said])
+    rule = verification.get("length_rule") if verification else None
+    if rule and rule["model_refuses"]:
+        notes.append(f"the graph holds only where {rule['rule']}, as the model's forward() "
+                     f"does; Triton does not check it: clients must send such lengths only")
     if verification and served.serving.precision != "fp32":
         verification["served_precision"] = (
             f"the {served.name} config serves {served.serving.precision.upper()}, checked only on "
@@ -478,12 +482,16 @@ def _export_verified(module, inputs: ModelInputs, output_names, outputs,
     """
     attempts: list[dict] = []
     failures: list[tuple[str, TritonkitError]] = []
+    # What torch.export found forward() assumes of the lengths is the model's: the next
+    # exporter's graph is verified where those assumptions break too.
+    rules = None
     for exporter in options.exporters:
         started, cpu = time.perf_counter(), time.process_time()
         try:
             exported = onnx_export.export_onnx(module, inputs, exporter=exporter,
                                                output_names=output_names, opset=options.opset,
                                                max_batch_size=options.max_batch_size)
+            rules = exported.length_rules or rules
             exporter_cpu_s = time.process_time() - cpu
             saved, serialized = onnx_export.save_model(exported.model, model_path)
             verification = None
@@ -499,7 +507,8 @@ def _export_verified(module, inputs: ModelInputs, output_names, outputs,
                         max_batch_size=options.max_batch_size, atol=options.atol,
                         rtol=options.rtol, example_outputs=outputs, loaded=exported.model,
                         session=session, budget_cpu_s=budget_for(exporter_cpu_s)
-                        if options.verify_batches == "budget" else None)
+                        if options.verify_batches == "budget" else None,
+                        length_rules=rules)
         except UserCodeError:
             raise                   # the next exporter would run the same code
         except ExportError as exc:

@@ -30,6 +30,7 @@ import torch
 
 from tritonkit.errors import ExportError, UsageError, VerificationError
 from tritonkit.export import user_code
+from tritonkit.export.length_rules import LengthRules, breaking_lengths
 from tritonkit.export.onnx_export import NOT_BATCH_FIRST_HINT
 from tritonkit.export.spec import BATCH_AXIS_NAME, FORWARD_DUTY, ModelInputs, one_line
 
@@ -311,7 +312,9 @@ def open_session(path: Path):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    # Fatal only: a run or load that fails raises, and the export's one line says it; ORT
+    # would log the same error to stderr first, in red.
+    options.log_severity_level = 4
     # Its threads sleep between runs rather than spin: PyTorch computes in between.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
@@ -327,7 +330,8 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
                          example_outputs: list[torch.Tensor] | None = None,
                          loaded: onnx.ModelProto | None = None,
                          session: Future | None = None,
-                         budget_cpu_s: float | None = None) -> dict:
+                         budget_cpu_s: float | None = None,
+                         length_rules: LengthRules | None = None) -> dict:
     """Run the graph in ONNX Runtime and PyTorch on every case; a VerificationError if they differ.
 
     ``module`` takes the tensors by position and returns a flat tuple (forward.ForwardCall);
@@ -336,7 +340,9 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
     already. ``budget_cpu_s``: the process CPU seconds the cases' runs (PyTorch, ONNX
     Runtime, the comparison) may take, None for no limit: an optional case
     (verification_cases) runs only if the cases run so far and its estimate (_Checked)
-    stay within it. Returns the verification section of the export report.
+    stay within it. ``length_rules``: what the exporter assumed of the dynamic lengths; a
+    length near the example's that breaks one is verified too (_check_length_rules).
+    Returns the verification section of the export report.
     """
     import onnxruntime as ort
 
@@ -360,6 +366,7 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
             left_out.append(case.batch)
             continue
         checked.run(case, reference)
+    rule = _check_length_rules(length_rules, inputs, example.lengths, batch_limit, checked)
     tolerances = checked.tolerances
     verified = {
         "passed": True,
@@ -374,6 +381,8 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
         "batches": sorted({case["batch"] for case in checked.cases}),
         "plan": "all" if budget_cpu_s is None else "budget",
     }
+    if rule is not None:
+        verified["length_rule"] = rule
     if budget_cpu_s is not None:
         verified["budget"] = {"cpu_seconds": round(budget_cpu_s, 3),
                               "spent_cpu_seconds": round(checked.cpu_seconds, 3)}
@@ -388,6 +397,42 @@ def verify_against_torch(path: Path, module: torch.nn.Module, inputs: ModelInput
             f"batch of {max_batch_size}'s inputs and outputs alone would take "
             f"{max_batch_size * _io_bytes_per_sample(inputs, example_outputs) / 2**30:.3g} GiB here")
     return verified
+
+
+def _check_length_rules(rules: LengthRules | None, inputs: ModelInputs,
+                        example_lengths: dict[str, int], batch_limit: int,
+                        checked: _Checked) -> dict | None:
+    """Verify at the nearest sizes that break a rule the exporter assumed (length_rules):
+    where PyTorch answers there, ONNX Runtime must answer the same, or the graph serves such
+    lengths wrong; where PyTorch refuses them too, the rule is the model's own. Returns the
+    report's record of it, None if no rule breaks near the example."""
+    found = breaking_lengths(rules, inputs, example_lengths, batch_limit) if rules else None
+    if found is None:
+        return None
+    batch, lengths, rule = found
+    generator = torch.Generator().manual_seed(1)
+    tensors = tuple(_random_like(tensor, _shape(inputs, name, tensor, batch, lengths),
+                                 generator).to(tensor.device)
+                    for name, tensor in zip(inputs.names, inputs.tensors))
+    case = Case(f"batch {batch}", batch, lengths, tensors)
+    record = {"rule": rule, "batch": batch, "lengths": lengths}
+    with user_code.running(f"the model's forward() at {_where(case)}", FORWARD_DUTY):
+        try:
+            expected = torch_outputs(checked.module, tensors)
+        except Exception as exc:        # the model refuses such lengths itself
+            return {**record, "model_refuses": True,
+                    "outcome": f"the model's own limit: forward() raised {type(exc).__name__} "
+                               f"at {_where(case)} too"}
+    try:
+        checked.run(case, lambda _: expected)
+    except VerificationError as exc:
+        raise VerificationError(
+            f"the graph holds only where {rule}, as torch.export assumed from the example "
+            f"(forward() branches on a length; ONNX does not check it): {exc.message}",
+            hint="make forward() compute every length the same way (pad by (-n) % k rather "
+                 "than under an if), or export that axis static") from exc
+    return {**record, "model_refuses": False,
+            "outcome": f"ONNX Runtime answers as PyTorch at {_where(case)}"}
 
 
 class _Checked:
