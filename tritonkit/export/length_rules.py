@@ -47,12 +47,13 @@ class LengthRules:
         values: dict[sympy.Symbol, sympy.Integer] = {}
         for label, exprs in self.sizes.items():
             for expr in exprs:
-                solved = _solve(expr, lengths[label])
-                if solved is None:
+                linear = _linear(expr)
+                if linear is None:
                     continue                          # not linear in one symbol: not decided
-                if solved is False:
-                    return f"{label} {_form(expr, label)}"
-                values.update(solved)
+                symbol, a, b = linear
+                if (lengths[label] - b) % a:
+                    return f"{label} is a multiple of {a}" if b == 0 else f"{label} is {a}k + {b}"
+                values[symbol] = sympy.Integer((lengths[label] - b) // a)
         for condition in self.asserts:
             if not condition.free_symbols <= values.keys():
                 continue
@@ -60,21 +61,18 @@ class LengthRules:
                 holds = condition.xreplace(values)
             except (TypeError, ValueError, ZeroDivisionError):
                 continue
-            if holds is sympy.false or holds == sympy.false:
+            if holds == sympy.false:
                 return self._said(condition)
         return None
 
     def _said(self, condition: sympy.Expr) -> str:
         """``condition`` with each size's symbol written through its label
-        (``Eq(Mod(sequence, 4), 0)``; ``height/4`` for a size written ``4*s``)."""
+        (``sequence % 4 == 0``; ``height/4`` for a size written ``4*s``)."""
         names = {}
         for label, exprs in self.sizes.items():
-            for expr in exprs:
-                symbols = list(expr.free_symbols)
-                if len(symbols) == 1:
-                    solved = sympy.solve(sympy.Eq(expr, sympy.Symbol(label)), symbols[0])
-                    if len(solved) == 1:
-                        names.setdefault(symbols[0], solved[0])
+            for linear in filter(None, map(_linear, exprs)):
+                symbol, a, b = linear
+                names.setdefault(symbol, (sympy.Symbol(label) - b) / a)
         try:
             return _Said().doprint(condition.xreplace(names))
         except (TypeError, ValueError):
@@ -96,7 +94,8 @@ class _Said(StrPrinter):
     _print_PythonMod = _print_Mod
 
 
-def breaking_lengths(rules: LengthRules, inputs: ModelInputs, example_lengths: dict[str, int],
+def breaking_lengths(rules: LengthRules | None, inputs: ModelInputs,
+                     example_lengths: dict[str, int],
                      batch_limit: int) -> tuple[int, dict[str, int], str] | None:
     """``(batch, lengths, the rule said)``: the nearest sizes to the example's, one axis
     changed within the span verification tries (half as long to half as long again; a batch
@@ -112,25 +111,15 @@ def breaking_lengths(rules: LengthRules, inputs: ModelInputs, example_lengths: d
             (max(1, size // 2), size + max(1, size // 2))
         for step in range(1, NEAR + 1):
             for candidate in (size + step, size - step):
-                if not low <= candidate <= high:
-                    continue
-                broken = rules.broken_by({**sizes, label: candidate})
+                changed = {**sizes, label: candidate}
+                broken = rules.broken_by(changed) if low <= candidate <= high else None
                 if broken is not None:
-                    lengths = {**example_lengths}
-                    batch = inputs.batch_size
-                    if label == BATCH_AXIS_NAME:
-                        batch = candidate
-                    else:
-                        lengths[label] = candidate
-                    return batch, lengths, broken
+                    return changed.pop(BATCH_AXIS_NAME), changed, broken
     return None
 
 
-def _solve(expr: sympy.Expr, size: int):
-    """``{symbol: value}`` that gives ``expr`` the value ``size``; False if no whole value
-    does; None if ``expr`` is not linear in one symbol."""
-    if not expr.free_symbols:
-        return {} if expr == size else False
+def _linear(expr: sympy.Expr) -> tuple[sympy.Symbol, int, int] | None:
+    """``(s, a, b)`` for a size written ``a*s + b`` (a > 0); None for any other form."""
     if len(expr.free_symbols) != 1:
         return None
     symbol = next(iter(expr.free_symbols))
@@ -141,19 +130,7 @@ def _solve(expr: sympy.Expr, size: int):
     if poly.degree() != 1:
         return None
     a, b = (int(c) for c in poly.all_coeffs())
-    if a == 0 or (size - b) % a:
-        return False
-    return {symbol: sympy.Integer((size - b) // a)}
-
-
-def _form(expr: sympy.Expr, label: str) -> str:
-    """How a size written ``a*s + b`` constrains it: "a multiple of 4", or "4k + 1"."""
-    try:
-        symbol = next(iter(expr.free_symbols))
-        a, b = (int(c) for c in sympy.Poly(expr, symbol).all_coeffs())
-    except (StopIteration, sympy.PolynomialError, ValueError, TypeError):
-        return f"only as {expr}"
-    return f"is a multiple of {a}" if b == 0 else f"is {a}k + {b}"
+    return (symbol, a, b) if a > 0 else None
 
 
 # -- recording them as the dynamo exporter runs -------------------------------------------
@@ -211,6 +188,5 @@ def _read(program, rules: LengthRules, inputs: ModelInputs) -> None:
             condition = node.args[0]
             value = condition.meta.get("val") if isinstance(condition, torch.fx.Node) else None
             if isinstance(value, torch.SymBool):
-                expr = value.node.expr
-                if expr is not sympy.true and expr != sympy.true:
-                    rules.asserts.append(expr)
+                if value.node.expr != sympy.true:
+                    rules.asserts.append(value.node.expr)

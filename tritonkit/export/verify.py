@@ -128,10 +128,8 @@ def verification_cases(inputs: ModelInputs, max_batch_size: int, *, seed: int = 
         if batch in planned:
             continue
         planned.add(batch)
-        tensors = tuple(_random_like(tensor, _shape(inputs, name, tensor, batch, lengths),
-                                     generator).to(tensor.device)
-                        for name, tensor in zip(inputs.names, inputs.tensors))
-        cases.append(Case(f"batch {batch}", batch, dict(lengths), tensors, optional))
+        cases.append(Case(f"batch {batch}", batch, dict(lengths),
+                          _random_inputs(inputs, batch, lengths, generator), optional))
     return cases
 
 
@@ -150,6 +148,14 @@ def _shape(inputs: ModelInputs, name: str, tensor: torch.Tensor, batch: int,
     for axis, label in inputs.axes_of(name).items():
         shape[axis] = batch if label == BATCH_AXIS_NAME else lengths[label]
     return tuple(shape)
+
+
+def _random_inputs(inputs: ModelInputs, batch: int, lengths: dict[str, int],
+                   generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """Random inputs like the example's (_random_like) at ``batch`` and ``lengths``."""
+    return tuple(_random_like(tensor, _shape(inputs, name, tensor, batch, lengths),
+                              generator).to(tensor.device)
+                 for name, tensor in zip(inputs.names, inputs.tensors))
 
 
 def _random_like(example: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator):
@@ -406,14 +412,11 @@ def _check_length_rules(rules: LengthRules | None, inputs: ModelInputs,
     where PyTorch answers there, ONNX Runtime must answer the same, or the graph serves such
     lengths wrong; where PyTorch refuses them too, the rule is the model's own. Returns the
     report's record of it, None if no rule breaks near the example."""
-    found = breaking_lengths(rules, inputs, example_lengths, batch_limit) if rules else None
+    found = breaking_lengths(rules, inputs, example_lengths, batch_limit)
     if found is None:
         return None
     batch, lengths, rule = found
-    generator = torch.Generator().manual_seed(1)
-    tensors = tuple(_random_like(tensor, _shape(inputs, name, tensor, batch, lengths),
-                                 generator).to(tensor.device)
-                    for name, tensor in zip(inputs.names, inputs.tensors))
+    tensors = _random_inputs(inputs, batch, lengths, torch.Generator().manual_seed(1))
     case = Case(f"batch {batch}", batch, lengths, tensors)
     record = {"rule": rule, "batch": batch, "lengths": lengths}
     with user_code.running(f"the model's forward() at {_where(case)}", FORWARD_DUTY):
