@@ -91,6 +91,19 @@ def gpt2(*, layers: int = 12, hidden: int = 768, heads: int = 12, batch: int = B
     return GPT2LMHeadModel(config).eval(), inputs, _dynamic_sequence(inputs)
 
 
+def llama_small():
+    """LLaMA's architecture at a quick size (1 layer, 32 wide, grouped-query attention): its
+    causal mask is made under torch.vmap (transformers' masking_utils)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=64, vocab_size=128,
+                         max_position_embeddings=64, use_cache=False)
+    inputs = _tokens(config.vocab_size, BATCH, SEQUENCE)
+    return LlamaForCausalLM(config).eval(), inputs, _dynamic_sequence(inputs)
+
+
 def bert_small():
     """BERT's architecture at a quick size (2 layers, 64 wide): for ``tritonkit export SPEC``."""
     return bert_base(layers=2, hidden=64, heads=4)

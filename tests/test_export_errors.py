@@ -232,6 +232,37 @@ def empty_batch():
 
 def empty_sequence():
     return nn.Embedding(50, 8), torch.zeros(2, 0, dtype=torch.long), {"INPUT__0": {1: "sequence"}}
+
+
+class Classifier(nn.Module):
+    """As a Hugging Face model: given labels, a loss (a scalar) before the logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x, labels=None):
+        logits = self.head(x)
+        if labels is None:
+            return {"logits": logits}
+        return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+def with_labels():
+    return Classifier(), {"x": torch.randn(2, 4), "labels": torch.tensor([0, 2])}
+
+
+class Regressor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x, target):
+        return {"training_loss": ((self.head(x) - target) ** 2).mean()}
+
+
+def loss_without_labels():
+    return Regressor(), {"x": torch.randn(2, 4), "target": torch.randn(2, 1)}
 '''
 
 # An operator of its own, with no ONNX translation; a file of its own, as registering it
@@ -576,6 +607,23 @@ def test_an_opset_neither_exporter_makes_is_refused_not_swapped_for_another(
     assert "also tried torchscript: Unsupported onnx_opset_version: 30" in hint
     assert hint.startswith("hint: choose an --opset the installed exporters take") \
         and "--opset 18" in hint and "TRITONKIT_DEBUG" not in hint
+
+
+@pytest.mark.parametrize("factory,line,hint", [
+    ("with_labels", "error: dynamo exporter: output loss is a scalar: Triton needs the batch as "
+                    "its first axis",
+     "hint: loss is a training loss, computed because the example inputs give labels: leave it "
+     "out of the example (a served model is sent no targets) (also tried torchscript: the same)"),
+    ("loss_without_labels", "error: dynamo exporter: output training_loss is a scalar: Triton "
+                            "needs the batch as its first axis",
+     "hint: training_loss is a training loss: export the model as it serves, without the targets "
+     "forward() compares its predictions with (also tried torchscript: the same)"),
+], ids=["labels in the example", "a loss of other targets"])
+def test_a_loss_among_the_outputs_is_told_to_leave_the_targets_out(capsys, repository, bad_models,
+                                                                    factory, line, hint):
+    code, said, hinted = export_fails(capsys, repository, f"{bad_models}:{factory}", "--name", "m")
+    assert code == EXIT_ERROR
+    assert (said, hinted) == (line, hint)
 
 
 def test_debug_variable_shows_the_traceback(capsys, monkeypatch, repository, bad_models):

@@ -144,6 +144,26 @@ def test_the_cli_exports_a_transformers_factory_with_its_names(tmp_path, capsys)
     assert 'name: "pooler_output"' in config and 'name: "token_type_ids"' in config
 
 
+def test_a_model_the_torchscript_exporter_cannot_trace_is_told_to_use_the_dynamo_one(
+        tmp_path, capsys, monkeypatch):
+    """LLaMA's mask is made under torch.vmap, where the TorchScript exporter fails in C++
+    ('unordered_map::at'): the error says what forward() did, the debug traceback reaches
+    the line of transformers' code that did it."""
+    monkeypatch.setenv("TRITONKIT_DEBUG", "1")
+    code = run_cli("export", ROOT / "tests" / "real_models.py:llama_small", "--name", "llama",
+                   "--repository", tmp_path / "repo", "--exporter", "torchscript")
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 1
+    assert lines[-2] == ("error: torchscript exporter: forward() calls torch.vmap or torch.func "
+                         "(functorch), which the TorchScript exporter cannot trace (it failed "
+                         "with 'unordered_map::at')"), err
+    assert lines[-1].startswith("hint: export it with the dynamo exporter (the default: leave out "
+                                "--exporter torchscript)")
+    assert "transformers/masking_utils.py" in err     # the traceback goes past tritonkit's own
+    assert not (tmp_path / "repo" / "llama").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(full_size.FULL_SIZE))
 def test_full_size_models_export_verified_from_the_cli(tmp_path_factory, family):

@@ -93,8 +93,8 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
             else:
                 model = _export_torchscript(module, args, inputs, output_names, opset)
         except Exception as exc:
-            raise ExportError(f"{exporter} exporter: {summarize_exception(exc)}",
-                              hint=_hint_for(exc, captured.getvalue())) from exc
+            raise ExportError(f"{exporter} exporter: {_failure(exc, exporter)}",
+                              hint=_hint_for(exc, captured.getvalue(), exporter)) from exc
     made = opset_of(model)
     if made != opset:
         # The dynamo exporter converts its opset-18 graph to the opset asked for and, when
@@ -259,7 +259,7 @@ def name_symbolic_dims(model: onnx.ModelProto, inputs: ModelInputs,
         dims = value.type.tensor_type.shape.dim
         if not dims:
             raise ExportError(f"output {name} is a scalar: Triton needs the batch as its "
-                              "first axis", hint="return one value per sample, shape [batch, ...]")
+                              "first axis", hint=_scalar_hint(name, inputs.names))
         if dims[0].HasField("dim_value"):
             raise ExportError(f"output {name}'s first axis is fixed at {dims[0].dim_value}, "
                               "not the batch", hint=NOT_BATCH_FIRST_HINT)
@@ -317,8 +317,58 @@ def summarize_exception(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _hint_for(exc: BaseException, output: str) -> str:
+# A training target among the example inputs, by the names Hugging Face models take them
+# under: given one, forward() returns a loss (a scalar) beside or instead of predictions.
+_TARGET_INPUT = re.compile(r"(?:^|_)labels?$|^label_ids$|^(?:start|end)_positions$")
+
+
+def _scalar_hint(output: str, input_names) -> str:
+    """The fix for a scalar output: a loss, when the example gives a training target."""
+    targets = [name for name in input_names if _TARGET_INPUT.search(name)]
+    if targets:
+        return (f"{output} is a training loss, computed because the example inputs give "
+                f"{', '.join(targets)}: leave {'them' if len(targets) > 1 else 'it'} out of the "
+                "example (a served model is sent no targets)")
+    if "loss" in output.lower():
+        return (f"{output} is a training loss: export the model as it serves, without the "
+                "targets forward() compares its predictions with")
+    return "return one value per sample, shape [batch, ...]"
+
+
+# PyTorch's C++ code failing with a standard-library error that names nothing of the model
+# (``unordered_map::at``, ``vector::_M_range_check: ...``, ``std::bad_alloc``).
+_CPP_ERROR = re.compile(r"^(?:std::)?(?:unordered_map|unordered_set|map|set|vector|deque|array|"
+                        r"basic_string|bitset)::\w+|^std::\w+$")
+
+
+def _in_functorch(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised under torch.vmap or torch.func (functorch)."""
+    trace = exc.__traceback__
+    while trace is not None:
+        if f"{os.sep}torch{os.sep}_functorch{os.sep}" in trace.tb_frame.f_code.co_filename:
+            return True
+        trace = trace.tb_next
+    return False
+
+
+def _failure(exc: BaseException, exporter: str) -> str:
+    """An exporter's failure in one line: its root cause, and where that alone names
+    nothing (a C++ error from inside PyTorch), what forward() did that the exporter cannot
+    follow."""
+    said = summarize_exception(exc)
+    if exporter == "torchscript" and _in_functorch(exc):
+        return (f"forward() calls torch.vmap or torch.func (functorch), which the TorchScript "
+                f"exporter cannot trace (it failed with '{said}')")
+    if _CPP_ERROR.match(said):
+        return f"it failed inside PyTorch's C++ code with '{said}', which names nothing of the model"
+    return said
+
+
+def _hint_for(exc: BaseException, output: str, exporter: str = "dynamo") -> str:
     text = _ANSI.sub("", str(exc))
+    if exporter == "torchscript" and (_in_functorch(exc) or _CPP_ERROR.match(summarize_exception(exc))):
+        return ("export it with the dynamo exporter (the default: leave out --exporter "
+                "torchscript); TRITONKIT_DEBUG=1 shows the traceback down to forward()'s line")
     if _UNSUPPORTED_OPERATOR.search(text):
         return ("the model uses an operator ONNX cannot express: replace it with supported "
                 "ops, or register a custom translation (torch.onnx.export custom_translation_table)")

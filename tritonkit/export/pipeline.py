@@ -531,13 +531,21 @@ def _export_verified(module, inputs: ModelInputs, output_names, outputs,
 def _furthest(failures: list[tuple[str, TritonkitError]]) -> TritonkitError:
     verified = [(e, exc) for e, exc in failures if isinstance(exc, VerificationError)]
     exporter, error = (verified or failures)[0]
-    others = "; ".join(f"{e}: {_without_prefix(exc.message, e)}" for e, exc in failures
-                       if exc is not error)
-    message = f"{exporter} exporter: {_without_prefix(error.message, exporter)}"
+    said = _without_prefix(error.message, exporter)
+    others = []
+    for other, exc in failures:
+        if exc is not error:
+            text = _without_prefix(exc.message, other)
+            others.append(f"{other}: {'the same' if text == said else text}")
+    message = f"{exporter} exporter: {said}"
     hint = error.hint or ""
     if others:
-        hint = f"{hint} (also tried {others})" if hint else f"also tried {others}"
-    return type(error)(message, hint=hint)
+        tried = "; ".join(others)
+        hint = f"{hint} (also tried {tried})" if hint else f"also tried {tried}"
+    made = type(error)(message, hint=hint, detail=error.detail)
+    # TRITONKIT_DEBUG's traceback goes on down to the exporter's own, as the hint says
+    made.__cause__ = error.__cause__ or error
+    return made
 
 
 def _without_prefix(message: str, exporter: str) -> str:
