@@ -132,6 +132,9 @@ def test_tune_finds_a_config_meeting_a_generous_sla_and_writes_it(deployed_mlp, 
         assert not config.instance_group and not config.HasField("dynamic_batching"), text
     else:
         assert [g.count for g in config.instance_group] == [winner["knobs"]["instance_count"]], text
+    # ...which the deployment (no --gpu: config.pbtxt) serves once redeployed with --gpu cpu
+    assert f"to serve the tuned config: tritonkit down -r {repo} && tritonkit deploy -r {repo} " \
+           f"--gpu cpu" in said, out
     # ...and the server serves what it served before the tune
     assert _knobs(_served(deployment)) == _knobs(before)
     assert (tmp_path / "tune.csv").read_text().count("\n") == len(report["trials"]) + 1

@@ -17,7 +17,7 @@ from tritonkit.model_config import configure, edited_by_hand, read_config
 from tritonkit.profiles import TuneSpace
 from tritonkit.report import Sla
 from tritonkit.server.state import Deployment, save_deployment
-from tritonkit.tune import Candidate, Found, Probe, Trial, TuneResult, write_target
+from tritonkit.tune import Candidate, Found, Probe, Trial, TuneResult, how_to_serve, write_target
 from tritonkit.tune._write import write_winner
 
 
@@ -51,6 +51,20 @@ def test_a_local_deployment_writes_the_cpu_profile_where_one_exists(repo, tmp_pa
     (configs / "gpus" / "cpu.toml").unlink()          # a configs/ folder without one
     monkeypatch.setenv(CONFIGS_ENV, str(configs))
     assert write_target(repo, "mlp").path == repo / "mlp" / "config.pbtxt"
+
+
+def test_what_serves_the_written_file_is_said_with_the_redeploy_that_reads_it(repo):
+    # a local deployment without --gpu serves config.pbtxt: a plain redeploy would not serve
+    # the CPU profile's file tune wrote
+    _record(repo)
+    redeploy = f"tritonkit down -r {repo} && tritonkit deploy -r {repo} --gpu cpu"
+    assert how_to_serve(write_target(repo, "mlp")) == (
+        f"the deployment serves config.pbtxt; to serve the tuned config: {redeploy}")
+    _record(repo, gpu="cpu", model_config_name="cpu")
+    assert how_to_serve(write_target(repo, "mlp")) == f"the server serves it once redeployed: {redeploy}"
+    _record(repo, gpu="a10", model_config_name="a10")
+    assert how_to_serve(write_target(repo, "mlp", gpu="p100")).startswith(
+        "the deployment serves configs/a10.pbtxt; to serve the tuned config: tritonkit down")
 
 
 @pytest.mark.parametrize("edit", ["by hand", "not tritonkit's"])

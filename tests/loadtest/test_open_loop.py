@@ -61,15 +61,17 @@ def _served_by(clock: _Clock, frozen_ms: tuple[int, int] | None = None):
     return send
 
 
-def _one_slot_at_100_per_s(clock: _Clock, send):
-    """1 s of arrivals every 10 ms, from one slot; the raw records, in ms, by arrival."""
+def _one_slot_at_100_per_s(clock: _Clock, send, warmup_s: float = 0.0):
+    """1 s of arrivals every 10 ms (after ``warmup_s`` of them), from one slot; the raw
+    records, in ms from the warm-up's start, by arrival, and the level's summary."""
     from types import SimpleNamespace
 
     from tritonkit.loadtest._worker import HELD_BACK, WorkerPlan, _drive, _Records
 
     plan = WorkerPlan(index=0, protocol="http", url="-", template=None, slots=1,
-                      offsets_ns=(open_loop_schedule(100, 1.0, "constant") * S).round().astype(np.int64),
-                      warmup_ns=0, duration_ns=S, window_ns=S, timeout_s=30.0)
+                      offsets_ns=(open_loop_schedule(100, 1.0 + warmup_s, "constant") * S).round()
+                      .astype(np.int64),
+                      warmup_ns=round(warmup_s * S), duration_ns=S, window_ns=S, timeout_s=30.0)
     rec = _Records()
     _drive(plan, [send], 0, rec, [0], SimpleNamespace(value=0), clock=clock, sleep=clock.sleep)
     due = [o // MS for o in rec.origins]
@@ -77,7 +79,9 @@ def _one_slot_at_100_per_s(clock: _Clock, send):
         waited=[d for d, w in zip(due, rec.waited) if w],
         held_back=[d for d, c in zip(due, rec.codes) if c == HELD_BACK],
         failed=[d for d, c in zip(due, rec.codes) if c > 0],
-        latency_ms={d: lat / MS for d, lat in zip(due, rec.latencies)})
+        answered=[d for d, c in zip(due, rec.codes) if c == 0],
+        latency_ms={d: lat / MS for d, lat in zip(due, rec.latencies)},
+        summary=rec.summary(plan, t0=0))
 
 
 @pytest.mark.slow
@@ -136,6 +140,26 @@ def test_arrivals_due_after_a_server_frozen_across_the_end_are_held_back_never_s
     assert run.held_back == list(range(510, 1000, 10)) == run.waited
     assert run.failed == []
     assert run.latency_ms[510] == 1091                   # it waited until the slot came back: 1601 ms
+
+
+@pytest.mark.parametrize("warmup_s", [0.0, 0.5, 2.0])
+def test_an_overloaded_level_measures_its_own_arrivals_however_long_its_warm_up(warmup_s):
+    """100 arrivals/s to a server that answers one in 25 ms (40/s). The warm-up's arrivals
+    it had not sent by the start were sent in the measurement and took its slot: at a
+    warm-up of 2 s the level measured 0 requests/s and the run said no request succeeded."""
+    clock = _Clock()
+
+    def send() -> None:
+        clock.now += 25 * MS
+    run = _one_slot_at_100_per_s(clock, send, warmup_s)
+    start_ms = round(warmup_s * 1000)
+    measured = [d for d in run.answered if d >= start_ms]
+    # from the start, one answer per 25 ms, the oldest of the measurement's arrivals first
+    assert len(measured) in (40, 41) and measured[:3] == [start_ms, start_ms + 10, start_ms + 20]
+    assert run.summary["ok"] == len(measured) and run.failed == []
+    # the rest were due while the slot was out: the server's saturation, in the latencies
+    assert run.held_back == list(range(measured[-1] + 10, start_ms + 1000, 10))
+    assert run.latency_ms[measured[-1]] > 500          # each answer later than the last
 
 
 def test_a_load_generator_that_overslept_with_its_slot_free_is_late_on_its_own_account():

@@ -120,6 +120,9 @@ def tune(
             written.append(result.written)
         for path in written:
             console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+        if result.written:
+            console.print(tune_lib.how_to_serve(target), markup=False, highlight=False,
+                          soft_wrap=True)
         for line in unwritten:
             err_console.print(line, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(result.exit_code or (EXIT_ERROR if unwritten else 0))

@@ -446,7 +446,8 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
     several share the process through gevent, on its clock.
     """
     index = plan.index
-    end = t0 + plan.warmup_ns + plan.duration_ns
+    measured_from = t0 + plan.warmup_ns
+    end = measured_from + plan.duration_ns
     open_loop = plan.offsets_ns is not None
     slots = _Slots(plan.slots, arrivals=open_loop)
     origins, latencies, codes, lags = rec.origins.append, rec.latencies.append, rec.codes.append, rec.lags.append
@@ -509,6 +510,12 @@ def _drive(plan: WorkerPlan, senders: list[Send], t0: int, rec: _Records, done: 
             else:                           # open loop: when the schedule says
                 now = clock()
                 due = next(arrivals, None)
+                # The warm-up's arrivals still unsent as the measurement starts waited for a
+                # server that held every slot: they are dropped, as the warm-up is not
+                # measured. Sent, they would take the measurement's slots from its own
+                # arrivals (an overloaded level then measured none of its own: 0 QPS).
+                while due is not None and due < measured_from <= now:
+                    due = next(arrivals, None)
                 if now >= end:
                     # After the end a slot still sends the arrivals of the span it was late
                     # for on its own account (not scheduled in time), its lateness in each

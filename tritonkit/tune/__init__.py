@@ -30,7 +30,7 @@ from tritonkit.tune._run import (BARE, DEFAULT_BUDGET_S, SERVED, Comparison, Tri
 from tritonkit.tune._search import CLOSED, OPEN, Found, Probe, coordinate_search, highest_load
 from tritonkit.tune._space import (KNOBS, LABEL_LEGEND, Candidate, cpu_space, read_space_file,
                                    space_keys)
-from tritonkit.tune._write import WriteTarget, write_target
+from tritonkit.tune._write import WriteTarget, how_to_serve, write_target
 
 __all__ = [
     "BARE",
@@ -52,6 +52,7 @@ __all__ = [
     "coordinate_search",
     "cpu_space",
     "highest_load",
+    "how_to_serve",
     "interleave",
     "paired_interval",
     "read_space_file",

@@ -77,6 +77,25 @@ def write_target(repository: Path, model: str, *, gpu: str | None = None,
     return WriteTarget(Path(repository), model, profile, force)
 
 
+def how_to_serve(target: WriteTarget) -> str:
+    """How the written file comes to be served: a redeploy that reads it (a local
+    deployment without ``--gpu`` serves config.pbtxt, not the CPU profile's file)."""
+    try:
+        deployment = load_deployment(target.repository)
+    except UsageError:
+        deployment = None
+    gpu = f" --gpu {shell_word(target.profile)}" if target.profile else ""
+    if deployment is None or deployment.target != "local":
+        return f"the server serves it once redeployed{' with' + gpu if gpu else ''}"
+    repo = shell_word(str(target.repository))
+    redeploy = f"tritonkit down -r {repo} && tritonkit deploy -r {repo}{gpu}"
+    served = deployment.extra.get("model_config_name")
+    if served != target.profile:
+        now = f"configs/{served}.pbtxt" if served else "config.pbtxt"
+        return f"the deployment serves {now}; to serve the tuned config: {redeploy}"
+    return f"the server serves it once redeployed: {redeploy}"
+
+
 def write_winner(target: WriteTarget, result: "TuneResult", *, served_point: Candidate) -> Path:
     """Write the winner's changes from ``served_point`` into ``target``'s config."""
     target.check()
