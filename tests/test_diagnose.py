@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
-from tritonkit.errors import UsageError
+from tritonkit.errors import Interrupted, UsageError
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import choose_profile, diagnose, guess_profile
 from tritonkit.monitor.nvml import GpuSample
@@ -399,6 +400,30 @@ def test_ctrl_c_ends_a_live_recording_early_and_what_it_sampled_is_diagnosed(mon
                    "--duration", "60") == 0
     out = capsys.readouterr()
     assert "stopped by Ctrl-C" in out.err and "interrupted" not in out.err
+    assert "3 of 3 samples under load" in out.out and "profile p100" in out.out
+
+
+def test_sigterm_ends_a_live_recording_as_ctrl_c_does_then_exits_143(monkeypatch, capsys):
+    """What SIGTERM raises under ``signals_interrupt`` while a sample is taken: the samples
+    before it are diagnosed, and the last line and the exit code are the signal's."""
+    from tests.monitor.conftest import _fake_pynvml
+
+    fake = _fake_pynvml()
+    samples = iter(range(1_000))
+    busy = fake.nvmlDeviceGetUtilizationRates
+
+    def utilization(handle):
+        if next(samples) == 3:
+            raise Interrupted(signal.SIGTERM)
+        return busy(handle)
+
+    fake.nvmlDeviceGetUtilizationRates = utilization
+    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: fake)
+    assert run_cli("diagnose", "--live", "--gpu", "p100", "--interval", "0.05",
+                   "--duration", "60") == 143
+    out = capsys.readouterr()
+    assert "recording stopped by SIGTERM" in out.err
+    assert out.err.strip().splitlines()[-1] == "error: stopped by SIGTERM"
     assert "3 of 3 samples under load" in out.out and "profile p100" in out.out
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,11 +30,11 @@ def test_monitor_shows_each_namespaces_model_on_its_own_row(monkeypatch, capsys)
     assert rows == {"/repo_a/resnet": "7", "/repo_b/resnet": "3"}
 
 
-@pytest.mark.server
-def test_ctrl_c_is_how_monitor_ends_so_it_exits_0_and_says_what_it_wrote(example_server, tmp_path):
-    recording = tmp_path / "gpu.csv"
+def _monitor_stopped_by(signum: int, repository: str, recording: Path) -> tuple[int, str, str]:
+    """`tritonkit monitor --csv` run until its CSV holds two samples, then sent ``signum``:
+    its exit code, stdout and stderr."""
     monitor = subprocess.Popen(
-        [sys.executable, "-m", "tritonkit", "monitor", "--repository", example_server.repository,
+        [sys.executable, "-m", "tritonkit", "monitor", "--repository", repository,
          "--interval", "0.2", "--csv", str(recording)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         preexec_fn=default_signals)
@@ -42,14 +43,39 @@ def test_ctrl_c_is_how_monitor_ends_so_it_exits_0_and_says_what_it_wrote(example
         while not (recording.exists() and len(recording.read_text().splitlines()) >= 3):
             assert time.monotonic() < end and monitor.poll() is None, monitor.stderr.read()
             time.sleep(0.1)
-        monitor.send_signal(signal.SIGINT)
+        monitor.send_signal(signum)
         out, err = monitor.communicate(timeout=30)
     finally:
         monitor.kill()
-    assert monitor.returncode == 0, err
+    return monitor.returncode, out, err
+
+
+@pytest.mark.server
+def test_ctrl_c_is_how_monitor_ends_so_it_exits_0_and_says_what_it_wrote(example_server, tmp_path):
+    recording = tmp_path / "gpu.csv"
+    code, out, err = _monitor_stopped_by(signal.SIGINT, example_server.repository, recording)
+    assert code == 0, err
     assert "error" not in err
     samples = len(read_monitor_csv(recording))
     assert f"{samples} samples written to {recording}" in " ".join(out.split())
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_ends_monitor_with_128_plus_the_signal_and_every_sample_kept(
+        example_server, tmp_path, signum):
+    """A service manager's stop (SIGTERM) or a closed terminal (SIGHUP) ends monitor as
+    Ctrl-C does, each CSV closed whole, but as a signal's end: one line, 128 + the signal."""
+    recording = tmp_path / "gpu.csv"
+    code, out, err = _monitor_stopped_by(signum, example_server.repository, recording)
+    assert code == 128 + signum, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"error: stopped by {signal.Signals(signum).name}"
+    samples = len(read_monitor_csv(recording))
+    assert f"{samples} samples written to {recording}" in " ".join(out.split())
+    models = tmp_path / "gpu.models.csv"
+    assert recording.read_text().endswith("\n") and models.read_text().endswith("\n")
+    assert len(read_models_csv(models)) == samples     # one model: a row per sample each
 
 
 def test_without_a_driver_monitor_says_so_in_one_line_and_fails(capsys):

@@ -353,7 +353,8 @@ def down(
     kill; compose: docker compose down)."""
     with progress_status(f"stopping the server for {printable(str(repository))}",
                          plain_after=DOWN_PLAIN_AFTER_S) as progress:
-        stopped = deploy_lib.down(repository, timeout=timeout, progress=progress)
+        with signals_interrupt():           # SIGTERM and SIGHUP end it as Ctrl-C does
+            stopped = deploy_lib.down(repository, timeout=timeout, progress=progress)
     shown = printable(str(repository))          # one line, whatever the folder's name
     if stopped is None:
         line = f"nothing to stop for {shown}: no deployment recorded"

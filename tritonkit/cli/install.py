@@ -14,6 +14,7 @@ from tritonkit.cli import app
 from tritonkit.cli.options import console
 from tritonkit.errors import ServerError, UsageError
 from tritonkit.server import binary
+from tritonkit.server.local import signals_interrupt
 
 
 @app.command("install-server", epilog="Example: tritonkit install-server (after pip install tritonkit)")
@@ -37,7 +38,8 @@ def install_server(
         console.print(escape(shlex.join(argv)), highlight=False, soft_wrap=True)
         if dry_run:
             continue
-        code = subprocess.run(argv).returncode
+        with signals_interrupt():   # SIGTERM and SIGHUP stop pip as Ctrl-C does
+            code = subprocess.run(argv).returncode
         if code:
             raise ServerError(f"pip exited with {code} (its output is above)",
                               hint=f"fix what pip said, then rerun: {shlex.join(argv)}")

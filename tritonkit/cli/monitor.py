@@ -34,7 +34,7 @@ from tritonkit.monitor.recording import (COLUMNS, MODEL_COLUMNS, CsvRecorder, mo
 from tritonkit.monitor.triton_metrics import DEFAULT_METRICS_PORT, resolve_server_urls
 from tritonkit.monitor.watch import Snapshot, open_monitor, record, watch
 from tritonkit.profiles import load_profile
-from tritonkit.server.local import signals_deferred
+from tritonkit.server.local import signals_deferred, signals_interrupt
 from tritonkit.tables import fitted, new_table
 
 MetricsPort = Annotated[int, typer.Option(
@@ -80,8 +80,10 @@ def monitor(
     sampler, note = open_monitor(metrics_url, limits.alerts, http_url=http_url)
     if note:
         err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
-    samples, said = 0, set()
+    samples, said, stopped_by = 0, set(), None
     with ExitStack() as stack:
+        # SIGTERM and SIGHUP end it too, each file closed whole, then 128 + the signal
+        stack.enter_context(signals_interrupt())
         stack.callback(sampler.close)
         recorder = stack.enter_context(
             CsvRecorder(csv, force=force, models=bool(models_csv))) if csv else None
@@ -110,11 +112,13 @@ def monitor(
             pass    # Ctrl-C is how a monitor without --duration ends: not an error
         except Interrupted as stop:
             if stop.signum != signal.SIGINT:
-                raise
+                stopped_by = stop.signum
     if csv:
         console.print(f"{samples} samples written to {escape(str(csv))}"
                       + (f" (per model: {escape(str(models_csv))})" if models_csv else ""),
                       highlight=False)
+    if stopped_by is not None:
+        raise Interrupted(stopped_by)
 
 
 def _fmt(value: float | None, spec: str = ".0f") -> str:
@@ -220,14 +224,17 @@ def diagnose(
         if note:        # why there is no GPU to judge (a CPU host), or one is not watched
             err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
         try:
-            recording = record(sampler, interval, duration)
+            with signals_interrupt():       # SIGTERM and SIGHUP stop it too (then 128 + the signal)
+                recording = record(sampler, interval, duration)
         finally:
             sampler.close()
         rows = recording.rows
         for note in recording.notes:
             err_console.print(f"warning: {escape(note)}", highlight=False, soft_wrap=True)
         if recording.interrupted:
-            err_console.print(f"recording stopped by Ctrl-C after {rows[-1].elapsed_s:.0f} s: "
+            by = ("Ctrl-C" if recording.interrupted == signal.SIGINT
+                  else signal.Signals(recording.interrupted).name)
+            err_console.print(f"recording stopped by {by} after {rows[-1].elapsed_s:.0f} s: "
                               "diagnosing the samples taken", highlight=False)
     else:
         rows = read_monitor_csv(file)
@@ -237,6 +244,8 @@ def diagnose(
         _print_diagnosis(result, out)   # with --json -, stdout holds the JSON alone
     if json_out:
         _write_json(json_out, {"diagnoses": [r.to_dict() for r in results]})
+    if live and recording.interrupted not in (None, signal.SIGINT):
+        raise Interrupted(recording.interrupted)
 
 
 def _print_diagnosis(d: Diagnosis, out=console) -> None:

@@ -26,7 +26,7 @@ from tritonkit.cli.options import (
 from tritonkit.client import SECRET_ENV, read_secret_file
 from tritonkit.errors import TritonkitError, shell_word
 from tritonkit.fileio import atomic_write, check_outputs
-from tritonkit.server.local import signals_deferred
+from tritonkit.server.local import signals_deferred, signals_interrupt
 from tritonkit.tables import fitted, new_table
 
 
@@ -229,19 +229,22 @@ def warmup(
     rule = warmup_lib.SteadyRule(window=steady_window, tolerance=steady_tolerance,
                                  floor_ms=steady_floor_ms)
     started_at = warmup_lib.utc_now()
-    try:
-        with progress_status("warming up", plain_after=PHASE_LINES_EVERY_S,
-                             plain_every=PHASE_LINES_EVERY_S) as progress:
-            results = warmup_lib.warm_up(
-                repository, url, model, timeout=timeout, requests=requests, reload=reload,
-                secret=secret, grpc_url=grpc_url, progress=progress, notice=notice, rule=rule)
-    except warmup_lib.WarmupFailed as failed:   # the others were warmed: say how, then fail
-        with signals_deferred():                # a Ctrl-C now waits until they are said
-            print_results(failed.results)
-            write_outputs(failed.results, json_out, plot,
-                          _context(json_out, repository, url, started_at, secret))
-        raise
+    # SIGTERM and SIGHUP end a warm-up as Ctrl-C does (one line, 128 + the signal); one
+    # that comes once it is over waits until the figures are said and written.
     with signals_deferred():
+        try:
+            with signals_interrupt(), progress_status(
+                    "warming up", plain_after=PHASE_LINES_EVERY_S,
+                    plain_every=PHASE_LINES_EVERY_S) as progress:
+                results = warmup_lib.warm_up(
+                    repository, url, model, timeout=timeout, requests=requests, reload=reload,
+                    secret=secret, grpc_url=grpc_url, progress=progress, notice=notice, rule=rule)
+        except warmup_lib.WarmupFailed as failed:   # the others were warmed: say how, then fail
+            with signals_deferred():                # a Ctrl-C now waits until they are said
+                print_results(failed.results)
+                write_outputs(failed.results, json_out, plot,
+                              _context(json_out, repository, url, started_at, secret))
+            raise
         print_results(results)
         write_outputs(results, json_out, plot,
                       _context(json_out, repository, url, started_at, secret))

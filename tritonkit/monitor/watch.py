@@ -34,11 +34,12 @@ carried on the same way, version by version.
 from __future__ import annotations
 
 import math
+import signal
 import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Iterator
 
-from tritonkit.errors import ServerError, TritonkitError, UsageError
+from tritonkit.errors import Interrupted, ServerError, TritonkitError, UsageError
 from tritonkit.monitor.alerts import Alert, AlertThresholds, AlertTracker
 from tritonkit.monitor.nvml import GpuSample, GpuUnavailableError, Nvml
 from tritonkit.monitor.recording import ModelRow, MonitorRow, model_rows_for, rows_for
@@ -295,19 +296,20 @@ def carry_counters(recorded: ModelCounters | None, counted: ModelCounters,
 
 @dataclass
 class Recording:
-    """What ``diagnose --live`` sampled: the rows, whether Ctrl-C ended it early, and the
-    samples' notes (where the GPUs' figures came from, what they cannot tell), each once."""
+    """What ``diagnose --live`` sampled: the rows, the signal that ended it early (Ctrl-C's,
+    or None), and the samples' notes (where the GPUs' figures came from, what they cannot
+    tell), each once."""
 
     rows: list[MonitorRow] = field(default_factory=list)
-    interrupted: bool = False
+    interrupted: int | None = None
     notes: list[str] = field(default_factory=list)
 
 
 def record(monitor: Monitor, interval: float, duration: float,
            sleep: Callable[[float], None] = time.sleep) -> Recording:
     """Sample for ``duration`` seconds (``diagnose --live``). What was sampled before
-    Ctrl-C is kept, to be diagnosed: it is how a user stops a recording that has shown
-    enough."""
+    Ctrl-C (or SIGTERM, SIGHUP: ``Interrupted``) is kept, to be diagnosed: it is how a
+    user stops a recording that has shown enough."""
     recording = Recording()
     try:
         for snapshot in watch(monitor, interval, duration, sleep=sleep):
@@ -322,8 +324,8 @@ def record(monitor: Monitor, interval: float, duration: float,
                                       "counters, or run it on the GPU host")
             recording.rows += snapshot.rows()
             recording.notes += [n for n in snapshot.notes if n not in recording.notes]
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted) as stop:
         if not recording.rows:
             raise
-        recording.interrupted = True
+        recording.interrupted = getattr(stop, "signum", signal.SIGINT)
     return recording
