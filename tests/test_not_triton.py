@@ -6,13 +6,16 @@ internal error, and never a wait for a timeout."""
 from __future__ import annotations
 
 import http.server
+import socketserver
+import threading
+import time
 from concurrent import futures
 
 import pytest
 
-from tests.conftest import http_peer, run_cli
+from tests.conftest import error_lines, http_peer, run_cli
 from tritonkit.answers import (INFER_RESPONSE, MODEL_CONFIG, MODEL_METADATA,
-                               check_server_metadata, expect, mismatch)
+                               check_server_metadata, expect, mismatch, not_http1)
 from tritonkit.errors import EXIT_ERROR, NotTriton
 
 # What the peer answers every request with: (status, body, content type).
@@ -218,3 +221,95 @@ def test_warmup_says_a_grpc_port_without_tritons_service_is_not_triton(capsys, t
         run_cli("down", "--repository", repo)
     line = says_not_triton(capsys, code, f"127.0.0.1:{port}")
     assert "its gRPC port has no Triton inference service" in line
+
+
+# Every verb that takes --url, each asking it first in its own way
+VERBS_AT_A_URL = {
+    "warmup": ("warmup", "--timeout", "30"),
+    "loadtest": ("loadtest", "-m", "example", "-c", "1", "--duration", "1", "--warmup-s", "0"),
+    "tune": ("tune", "example", "--sla-p99-ms", "50"),
+}
+
+
+@pytest.mark.parametrize("verb", list(VERBS_AT_A_URL))
+def test_tritons_grpc_port_given_as_its_http_port_is_said_at_once(capsys, example_server, verb,
+                                                                   monkeypatch):
+    address = example_server.grpc_url
+    monkeypatch.setenv("TRITONKIT_REPOSITORY_SECRET", "abc")
+    started = time.monotonic()
+    code = run_cli(*VERBS_AT_A_URL[verb], "--url", address)
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR, err
+    assert time.monotonic() - started < 10, "the timeout was waited out"
+    assert "waiting" not in err and "\x00" not in err and "\\x00" not in err, err
+    assert error_lines(err) == [
+        f"error: the server at {address} answers HTTP/2 (gRPC), not Triton's HTTP API",
+        "hint: --url takes Triton's HTTP port (8000 by default; a deployment's is the HTTP line "
+        "tritonkit deploy prints), not its gRPC port (8001)"]
+
+
+def test_tritons_grpc_port_given_as_its_metrics_port_is_said(capsys, example_server):
+    code = run_cli("monitor", "--once", "--url", example_server.http_url,
+                   "--metrics-port", example_server.grpc_port)
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR, err
+    assert error_lines(err)[0] == (f"error: the server at {example_server.grpc_url} answers "
+                                   "HTTP/2 (gRPC), not Triton's metrics endpoint"), err
+    assert "\x00" not in err, err
+
+
+class _RawPeer(socketserver.BaseRequestHandler):
+    """Answers every connection with the same bytes, whatever it was asked, and hangs up."""
+
+    answer = b""
+
+    def handle(self) -> None:
+        self.request.recv(4096)
+        self.request.sendall(self.answer)
+
+
+HTTP2 = "answers HTTP/2 (gRPC), not Triton's HTTP API"
+NO_HTTP1 = "is not Triton, or not a version tritonkit speaks: its answer is not HTTP/1.x: "
+# What a peer answers every connection with, and what the error says of it
+RAW_ANSWERS = {
+    "h2 preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", HTTP2),
+    "h2 status": (b"HTTP/2 200\r\n\r\n", HTTP2),
+    "ssh": (b"SSH-2.0-OpenSSH_9.6\r\n", NO_HTTP1 + "b'SSH-2.0-OpenSSH_9.6\\r\\n'"),
+    "bytes": (b"\x1b[31m\x00garbage\r\n", NO_HTTP1 + "b'\\x1b[31m\\x00garbage\\r\\n'"),
+}
+
+
+@pytest.fixture(params=list(RAW_ANSWERS))
+def raw_peer(request):
+    """host:port of a peer that answers no HTTP/1.x, and what the error should say of it."""
+    answer, says = RAW_ANSWERS[request.param]
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0),
+                                             type("Peer", (_RawPeer,), {"answer": answer}))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", says
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("verb", list(VERBS_AT_A_URL))
+def test_a_peer_that_answers_no_http1_is_said_at_once_its_bytes_escaped(capsys, raw_peer, verb,
+                                                                        monkeypatch):
+    address, says = raw_peer
+    monkeypatch.setenv("TRITONKIT_REPOSITORY_SECRET", "abc")
+    code = run_cli(*VERBS_AT_A_URL[verb], "--url", address)
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR, err
+    assert error_lines(err)[0] == f"error: the server at {address} {says}", err
+    assert "\x1b" not in err and "\x00" not in err and "waiting" not in err, err
+
+
+@pytest.mark.parametrize("answer", [b"\x00\x00\x18\x04\x00\x00\x00\x00\x00\x00\x04",
+                                    b"\x00\x00\x00\x04\x01\x00\x00\x00\x00",
+                                    b"PRI * HTTP/2.0\r\n", b"HTTP/2.0 200 OK\r\n"])
+def test_an_http2_answer_is_named_with_the_port_it_came_from(answer):
+    assert not_http1("h:1", answer).message == \
+        "the server at h:1 answers HTTP/2 (gRPC), not Triton's HTTP API"
+    assert "--metrics-port takes" in not_http1("h:1", answer, "metrics").hint

@@ -92,6 +92,31 @@ def not_triton(server: str, why: str) -> NotTriton:
                           "port (8002) for --metrics-port")
 
 
+# The port an HTTP/1.1 request was meant for: what it serves, and the flag that names it.
+_MEANT = {"HTTP": ("Triton's HTTP API", "--url takes Triton's HTTP port (8000 by default; a "
+                   "deployment's is the HTTP line tritonkit deploy prints)"),
+          "metrics": ("Triton's metrics endpoint", "--metrics-port takes Triton's metrics port "
+                      "(8002 by default)")}
+
+
+def not_http1(server: str, answer: bytes, meant: str = "HTTP") -> NotTriton:
+    """The one line for a peer whose answer to an HTTP/1.1 request is no HTTP/1.x;
+    ``answer``: its first bytes. HTTP/2 (a gRPC port, most often Triton's own given for its
+    ``meant`` port, "HTTP" or "metrics") is said to be so; anything else is shown cut short."""
+    if speaks_http2(answer):
+        serves, hint = _MEANT[meant]
+        return NotTriton(f"the server at {server} answers HTTP/2 (gRPC), not {serves}",
+                         hint=f"{hint}, not its gRPC port (8001)")
+    return not_triton(server, f"its answer is not HTTP/1.x: {_said(answer)}")
+
+
+def speaks_http2(answer: bytes) -> bool:
+    """Whether ``answer`` opens as HTTP/2 does: a server's SETTINGS frame (3 bytes of length,
+    type 4, stream 0), a client's preface ("PRI * HTTP/2.0"), or an HTTP/2 status line."""
+    return (len(answer) >= 9 and answer[3] == 4 and answer[5:9] == bytes(4)) \
+        or answer.startswith((b"PRI * HTTP/2", b"HTTP/2"))
+
+
 def check_server_metadata(metadata: Any, server: str) -> dict:
     """Triton's own answer to ``GET /v2``: its name "triton" and a version tritonkit speaks."""
     expect(metadata, SERVER_METADATA, what="its server metadata (GET /v2)", server=server)

@@ -295,19 +295,38 @@ class TritonHttp:
             raise
         except ValueError:      # rapidjson's JSONDecodeError, UnicodeDecodeError
             raise answers.not_triton(self.server, f"its answer to {request} is not JSON") from None
+        except http.client.HTTPException as exc:
+            raise self._unparsed(exc, request) from None
 
     def _ready(self, uri: str, headers: dict | None, query_params: dict | None) -> bool:
         """Triton answers a readiness check with 200 and no body when ready."""
-        with _deadline(self.timeout):
-            response = self._client._get(request_uri=uri, headers=headers,
-                                         query_params=query_params)
-            body = response.read()
+        try:
+            with _deadline(self.timeout):
+                response = self._client._get(request_uri=uri, headers=headers,
+                                             query_params=query_params)
+                body = response.read()
+        except http.client.HTTPException as exc:
+            raise self._unparsed(exc, f"GET /{uri}") from None
         if response.status_code == 200 and body.strip():
             raise answers.not_triton(self.server, f"it answers GET /{uri} with a body, where "
                                      "Triton's is empty")
         if response.status_code == 404 and uri.startswith("v2/health/"):
             raise answers.not_triton(self.server, f"it has no /{uri} (HTTP 404)")
         return response.status_code == 200
+
+    def _unparsed(self, exc: http.client.HTTPException, request: str) -> Exception:
+        """NotTriton where geventhttpclient's parser could not read the answer to ``request``
+        as HTTP/1.x (a gRPC port answers HTTP/2): asked once more by ``health``, whose reader
+        keeps the first bytes, it is said what the peer speaks. Else ``exc`` (a connection
+        closed half-way: the server went away)."""
+        from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+
+        if not isinstance(exc, HTTPParseError) or isinstance(exc, HTTPConnectionClosed) \
+                or len(exc.args) != 2:          # the parser's own: (what it expected, where)
+            return exc
+        health(self.server, timeout=min(self.timeout, 2.0))     # NotTriton, saying what it is
+        return answers.not_triton(self.server, f"its answer to {request} is not HTTP/1.x "
+                                  f"({exc.args[0]})")
 
 
 def _deadline(seconds: float):
@@ -459,7 +478,20 @@ def health(http_url: str, path: str = "/v2/health/live", timeout: float = 1.0) -
         reason = getattr(exc, "reason", exc)
         return str(getattr(reason, "strerror", None) or reason or exc.__class__.__name__)
     except (http.client.HTTPException, ValueError) as exc:   # not HTTP there, or a bad address
+        if (answer := first_answer(exc)) is not None:
+            raise answers.not_http1(server, answer) from None
         return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
+
+
+def first_answer(exc: Exception) -> bytes | None:
+    """The first bytes of an answer http.client could not read as HTTP/1.x (its status line,
+    or the version in it); None for any other error (a connection closed half-way, or an
+    empty status line: a server going away, which BadStatusLine writes as ``''``)."""
+    if isinstance(exc, (http.client.BadStatusLine, http.client.UnknownProtocol)) \
+            and not isinstance(exc, ConnectionError) and exc.args \
+            and str(exc.args[0]) not in ("", "''"):
+        return str(exc.args[0]).encode("latin-1", errors="replace")
+    return None
 
 
 class _DeadlineSocket(socket.socket):

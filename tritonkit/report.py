@@ -445,6 +445,7 @@ def _level_dict(lv: LevelResult) -> dict[str, Any]:
 def result_dict(result: LoadTestResult, verdict: Verdict) -> dict[str, Any]:
     """Everything the run measured, and its verdict, as plain JSON-able data."""
     spec = asdict(result.spec)
+    del spec["flags"]           # the running command's names for its hints, not the run's
     spec["input_data"] = str(spec["input_data"]) if spec["input_data"] else None
     spec["shapes"] = {name: list(dims) for name, dims in result.spec.shapes}
     return {"model": result.spec.model, "server": result.server, "request": result.request,

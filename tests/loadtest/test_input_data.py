@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,10 @@ def _object_array_npz(path: Path) -> None:
     np.savez(path, INPUT__0=np.array([{"pixels": 1}], dtype=object))
 
 
+def _huge_npz(path: Path) -> None:
+    np.savez(path, INPUT__0=np.array([1e300, 0, 0, 0]))
+
+
 @pytest.mark.server
 @pytest.mark.parametrize("name, content, says", [
     ("ragged.json", b'{"INPUT__0": [[1, 2, 3, 4], [1, 2]]}', "input data for INPUT__0 in .* is ragged"),
@@ -75,8 +80,13 @@ def _object_array_npz(path: Path) -> None:
     ("inputs.txt", b"1 2 3 4", "input data file .* must be .npz or .json"),
     ("broken.json", b'{"INPUT__0": [1, 2', "input data file .* is not valid JSON"),
     ("list.json", b"[[1, 2, 3, 4]]", "input data file .* must hold an object"),
+    ("huge.npz", _huge_npz, r"input data for INPUT__0: float64 values 1e\+300 cannot be sent as "
+     "FP32 without changing them$"),
+    ("huge.json", b'{"INPUT__0": [1e300, 0, 0, 0]}', r"INPUT__0: float64 values 1e\+300 cannot be "
+     "sent as FP32"),
 ], ids=["ragged rows", "strings for a number", "not UTF-8", "corrupt npz", "object array npz",
-        "wrong sample shape", "a folder", "neither npz nor json", "broken json", "not an object"])
+        "wrong sample shape", "a folder", "neither npz nor json", "broken json", "not an object",
+        "npz values FP32 cannot hold", "json values FP32 cannot hold"])
 def test_input_data_the_model_cannot_take_is_a_usage_error_that_names_it(served, tmp_path, capsys,
                                                                          name, content, says):
     path = tmp_path / name
@@ -132,3 +142,48 @@ def test_input_data_of_the_wrong_shape_is_told_the_shapes_it_may_have(dims, batc
     with pytest.raises(UsageError) as refused:
         _fit(np.zeros(2), "x", "FP32", dims, batches, batch_size)
     assert (str(refused.value), refused.value.hint) == (error, hint)
+
+
+@pytest.mark.parametrize("given, datatype, says", [
+    (np.array([5.7, 0.9, 1, 2]), "INT64", "float64 values 5.7, 0.9"),
+    (np.array([1e30, 0, 0, 0]), "INT64", "float64 values 1e+30"),
+    (np.array([np.nan, 0, 0, 0]), "INT32", "float64 values nan"),
+    (np.array([300, -1, 2, 0]), "UINT8", "int64 values 300, -1"),
+    (np.array([2**64 - 1, 0, 0, 0], np.uint64), "INT64", "uint64 values 18446744073709551615"),
+    (np.array([5, 6, 7, 2**40]), "INT32", "int64 values 1099511627776"),
+    (np.array([2, 0, 1, 1]), "BOOL", "int64 values 2"),
+    (np.array([2**24 + 1, 0, 0, 0]), "FP32", "int64 values 16777217"),
+    (np.array([1e300, 0, 0, 0]), "FP16", "float64 values 1e+300"),
+], ids=["fractions as ints", "overflowing an int", "nan as an int", "outside uint8",
+        "uint64 past int64", "int64 past int32", "2 as a bool", "an int fp32 rounds", "past fp16"])
+def test_input_data_is_never_changed_to_fit_the_models_datatype(given, datatype, says):
+    from tritonkit.loadtest._inputs import _fit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # numpy's cast warning would reach the terminal
+        with pytest.raises(UsageError) as refused:
+            _fit(given, "x", datatype, [4], True, 1)
+    assert str(refused.value) == f"input data for x: {says} cannot be sent as {datatype} " \
+        "without changing them"
+    assert refused.value.hint.startswith(f"the model takes {datatype} for x: give values")
+
+
+@pytest.mark.parametrize("given, datatype", [
+    (np.array([0.1, -2.5, np.inf, np.nan]), "FP32"),      # float64 rounded to FP32: the usual case
+    (np.array([1.0, 2.0, -3.0, 0.0]), "INT64"),
+    (np.array([1, 2, 3, 2**31 - 1]), "INT32"),
+    (np.array([True, False, True, True]), "INT64"),
+    (np.array([1, 0, 1, 1]), "BOOL"),
+    (np.array([1, 2, 3, 255]), "FP16"),
+], ids=["float64 as fp32", "whole floats as ints", "int64 as int32", "bools as ints",
+        "0 and 1 as bools", "small ints as fp16"])
+def test_input_data_the_models_datatype_holds_is_sent_as_it(given, datatype):
+    from tritonclient.utils import triton_to_np_dtype
+
+    from tritonkit.loadtest._inputs import _fit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sent = _fit(given, "x", datatype, [4], True, 1)
+    assert sent.dtype == triton_to_np_dtype(datatype)
+    assert np.allclose(sent[0].astype(np.float64), given.astype(np.float64), equal_nan=True)

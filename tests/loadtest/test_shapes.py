@@ -76,9 +76,10 @@ def test_real_data_sizes_a_dynamic_dimension_as_a_shape_would(encoder_served, tm
      r"--shape input_ids:12,2 gives 2 dims; input input_ids has 1 without the batch axis"),
     ("enc", ["input_ids:0", "attention_mask:12"], "--shape input_ids:0: every dim of input input_ids"),
     ("enc", ["input_ids:-3", "attention_mask:12"], "--shape input_ids:-3: every dim of input input_ids"),
+    ("enc", ["input_ids:-1", "attention_mask:12"], "--shape input_ids:-1: every dim of input input_ids"),
     ("example", ["INPUT__0:5"], "--shape INPUT__0:5 sets dim 0 of input INPUT__0 to 5; the model "
                                 "fixes it at 4"),
-], ids=["unknown input", "dim count", "zero dim", "negative dim", "fixed dim"])
+], ids=["unknown input", "dim count", "zero dim", "negative dim", "dynamic dim", "fixed dim"])
 def test_a_shape_the_model_cannot_take_is_a_usage_error_that_names_the_input(
         encoder_served, capsys, model, shapes, says):
     code = _loadtest_model(encoder_served, model, *[a for s in shapes for a in ("--shape", s)])
@@ -170,6 +171,43 @@ def test_a_shape_flag_that_is_not_name_and_dims_is_refused_before_reaching_the_s
     assert run_cli("loadtest", "--url", "127.0.0.1:1", "--model", "m", "-c", "1",
                    "--shape", flag) == EXIT_USAGE
     assert capsys.readouterr().err.startswith(f"error: {says}")
+
+
+def test_a_shape_below_one_is_refused_as_it_was_typed():
+    from tritonkit.loadtest import parse_shapes
+
+    for typed in ("input_ids:-1", "input_ids:12,-1", "input_ids:+0"):
+        with pytest.raises(UsageError) as refused:
+            parse_shapes([typed])
+        assert str(refused.value) == f"--shape {typed}: every dim of input input_ids must be a size >= 1"
+
+
+@pytest.mark.server
+def test_tunes_hints_name_only_the_flags_tune_has(encoder_served, capsys):
+    """tune sizes a dynamic dimension with --shape alone: it has no --input-data."""
+    code = run_cli("tune", "enc", "--repository", encoder_served.repository, "--sla-p99-ms", "50",
+                   "--budget-s", "30")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    first, hint = err[err.index("error: "):].splitlines()[:2]
+    assert first == ("error: model 'enc' has inputs of dynamic size that --shape does not give: "
+                     "input_ids [-1], attention_mask [-1] without the batch axis")
+    assert hint.startswith("hint: pass --shape input_ids:18 --shape attention_mask:18 (")
+    assert "--input-data" not in err and "--batch-size" not in err
+
+
+def test_a_load_tests_hints_name_the_running_commands_flags():
+    from tritonkit.loadtest import LoadSpec
+    from tritonkit.loadtest._run import _protocol_url
+    from tritonkit.tune._trial import TUNE_FLAGS
+
+    assert TUNE_FLAGS.sizes() == "--shape does not give"
+    assert TUNE_FLAGS.inputs_check() == ("check --shape (inputs that share a dynamic axis take the "
+                                         "same size)")
+    spec = LoadSpec(model="m", concurrency=(1,), protocol="grpc", flags=TUNE_FLAGS)
+    with pytest.raises(UsageError) as refused:
+        _protocol_url(Endpoint("127.0.0.1:1"), spec)
+    assert "--grpc-url" not in refused.value.hint and "--repository" in refused.value.hint
 
 
 def test_a_shape_given_twice_is_refused_and_a_name_may_hold_a_colon():

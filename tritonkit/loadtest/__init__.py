@@ -13,7 +13,7 @@ requests with correlation IDs, as perf_analyzer sends them (``_sequences``).
 ``tritonkit.report`` turns a result into a verdict, a table and files.
 """
 
-from tritonkit.loadtest._inputs import RequestTemplate, parse_shapes, request_template
+from tritonkit.loadtest._inputs import Flags, RequestTemplate, parse_shapes, request_template
 from tritonkit.loadtest._pool import WorkerPool
 from tritonkit.loadtest._run import (
     PERCENTILES,
@@ -39,6 +39,7 @@ from tritonkit.loadtest._worker import NOT_SENT
 __all__ = [
     "ARRIVALS",
     "ERROR_WINDOW_SHARE",
+    "Flags",
     "PERCENTILES",
     "Interruption",
     "LevelResult",

@@ -36,11 +36,13 @@ def refuse_gone_server(repository: Path | None) -> None:
 _SERVER_SPARE_FILES = 64
 
 
-def refuse_crowding_the_server(repository: Path | None, connections: int) -> None:
+def refuse_crowding_the_server(repository: Path | None, connections: int,
+                               load: str = "--concurrency (or --max-in-flight)") -> None:
     """A UsageError before any worker starts if the local server ``repository`` records
     cannot hold ``connections`` more open files: past its open-files limit it stops taking
     connections, and the rest hang until their request timeout. Nothing is said where
-    the server's limits cannot be read (another target, another user's process)."""
+    the server's limits cannot be read (another target, another user's process). ``load``:
+    the running command's flags that set the connections, which the hint names."""
     if repository is None:
         return
     try:
@@ -64,7 +66,7 @@ def refuse_crowding_the_server(repository: Path | None, connections: int) -> Non
             f"the server (pid {deployment.pid}) may open {limit} files and holds {in_use}: "
             f"{connections} connections do not fit (past its limit it takes no more, and the "
             "rest hang)",
-            hint=f"lower --concurrency (or --max-in-flight) to {max(room, 0)} connections or "
+            hint=f"lower {load} to {max(room, 0)} connections or "
                  f"fewer, or redeploy with a higher limit: ulimit -n {_enough(connections)}, "
                  f"then {redeploy_command(repository)}")
 

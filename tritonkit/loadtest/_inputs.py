@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import warnings
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,28 @@ from tritonkit.errors import NotTriton, ServerError, UsageError, shell_word
 from tritonkit.fileio import check_regular, read_user_file
 from tritonkit.loadtest._deployment import server_hint, unknown_model
 from tritonkit.loadtest._sequences import Sequencing, sequencing
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The flags of the command that runs a load test, as its errors' hints name them:
+    loadtest's by default. Another command (tune) gives its own: a hint never names a flag
+    the command it came from does not have."""
+
+    request: tuple[str, ...] = ("--shape", "--input-data", "--batch-size")   # what is sent
+    load: str = "--concurrency (or --max-in-flight)"                        # connections
+    grpc: str = "pass --grpc-url HOST:PORT with --url"                      # the gRPC address
+
+    def sizes(self) -> str:
+        """The flags that size a dynamic dimension, said as not giving one."""
+        given = [f for f in self.request if f in ("--shape", "--input-data")]
+        return f"neither {' nor '.join(given)} gives" if len(given) > 1 else f"{given[0]} does not give"
+
+    def inputs_check(self) -> str:
+        """What to check of a request the model refused."""
+        given = [f for f in self.request if f in ("--shape", "--input-data")]
+        return (f"check {' and '.join(given)} (inputs that share a dynamic axis take the same "
+                "size)" + (" and --batch-size" if "--batch-size" in self.request else ""))
 
 
 @dataclass(frozen=True)
@@ -36,6 +59,7 @@ class RequestTemplate:
     # the sizes it verified): the --shape flags of the largest, and the other sizes, short
     # ("6, 12"); None: no dynamic input, or no warm-up for them.
     warmed: tuple[str, str] | None = None
+    flags: Flags = Flags()
 
     def describe(self) -> str:
         return ", ".join(f"{name} {dtype}{list(data.shape)}" for name, dtype, data in self.inputs)
@@ -43,12 +67,11 @@ class RequestTemplate:
     def refusal_hint(self) -> str:
         """What to send instead, for a request the model refused: the sizes it was
         exported and warmed for where its config says, else the flags to check."""
-        check = ("check --shape and --input-data (inputs that share a dynamic axis take the same "
-                 "size) and --batch-size")
+        check = self.flags.inputs_check()
         if self.warmed is None:
             return f"send what the model takes: {check}"
-        flags, others = self.warmed
-        return (f"its model_warmup warms it at {flags}" + (f", also at {others}" if others else "")
+        spelled, others = self.warmed
+        return (f"its model_warmup warms it at {spelled}" + (f", also at {others}" if others else "")
                 + f" (a tritonkit export's: the sizes it verified); {check}")
 
 
@@ -90,6 +113,7 @@ def parse_shapes(texts: Iterable[str]) -> Shapes:
     """``--shape NAME:D1,D2,...`` (repeatable), as perf_analyzer's: an input's dims without
     the batch axis. The name ends at the last colon (a TensorFlow name holds one: ``x:0``)."""
     shapes: dict[str, tuple[int, ...]] = {}
+    typed: dict[str, str] = {}
     for text in texts:
         name, colon, spelled = text.rpartition(":")
         try:
@@ -102,15 +126,17 @@ def parse_shapes(texts: Iterable[str]) -> Shapes:
                                   "--shape input_ids:128")
         if name in shapes:
             raise UsageError(f"--shape gives input {name} twice", hint="give each input one --shape")
-        shapes[name] = dims
-    return check_shapes(tuple(shapes.items()))
+        shapes[name], typed[name] = dims, text
+    return check_shapes(tuple(shapes.items()), typed)
 
 
-def check_shapes(shapes: Shapes) -> Shapes:
-    """``shapes`` as they are if every dim is a size (>= 1), else a UsageError naming the input."""
+def check_shapes(shapes: Shapes, typed: Mapping[str, str] | None = None) -> Shapes:
+    """``shapes`` as they are if every dim is a size (>= 1), else a UsageError naming the
+    input, with the --shape value as ``typed`` holds it (by input), else as its numbers."""
     for name, dims in shapes:
         if any(d < 1 for d in dims):
-            raise UsageError(f"--shape {_spell_flag(name, dims)}: every dim of input {name} must "
+            spelled = (typed or {}).get(name) or f"{name}:{','.join(map(str, dims))}"
+            raise UsageError(f"--shape {spelled}: every dim of input {name} must "
                              "be a size >= 1",
                              hint=f"give each dim of {name} the size its requests should have")
     return shapes
@@ -119,14 +145,15 @@ def check_shapes(shapes: Shapes) -> Shapes:
 def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
                      input_data: Path | None = None, seed: int = 0,
                      shapes: Mapping[str, Sequence[int]] | None = None,
-                     repository: Path | None = None) -> RequestTemplate:
+                     repository: Path | None = None, flags: Flags = Flags()) -> RequestTemplate:
     """The request for ``model``: shapes and datatypes from the server, data random or from a file.
 
     A dynamic dimension (-1, besides the batch axis) takes its size from ``shapes`` (an
     input's dims without the batch axis, as ``--shape``) or from the input's data; one
     that neither gives is refused, as perf_analyzer does: sending it at size 1 would judge
     an encoder's SLA at sequence length 1. ``repository``: the deployment's folder the
-    server was found through (None: ``--url``), which errors name in what to run.
+    server was found through (None: ``--url``), which errors name in what to run; ``flags``:
+    the running command's, which its hints name.
     """
     # Metadata and config: milliseconds from a Triton; tritonclient's 60 s is a minute of a
     # silent or trickling peer before the run can say so
@@ -188,8 +215,7 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
         raise UsageError(f"--input-data names inputs the model does not have: {', '.join(sorted(given))}",
                          hint=their_inputs)
     if unsized:
-        raise UsageError(f"model '{model}' has inputs of dynamic size that neither --shape nor "
-                         "--input-data gives: "
+        raise UsageError(f"model '{model}' has inputs of dynamic size that {flags.sizes()}: "
                          + ", ".join(f"{name} {dims}" for name, dims in unsized.items())
                          + " without the batch axis",
                          hint=_shape_hint(unsized, config.get("model_warmup", [])))
@@ -201,7 +227,8 @@ def request_template(endpoint: Endpoint, model: str, batch_size: int = 1,
                            unwarmed=unwarmed_sizes(dynamic, sent, config.get("model_warmup", []),
                                                    batch_size if max_batch else None),
                            warmed=_warmed_flags({name: dims for name, dims in dynamic.items() if -1 in dims},
-                                                config.get("model_warmup", [])))
+                                                config.get("model_warmup", [])),
+                           flags=flags)
 
 
 def unwarmed_sizes(dims: Mapping[str, Sequence[int]], sent: Mapping[str, Sequence[int]],
@@ -503,7 +530,7 @@ def _fit(array: np.ndarray, name: str, datatype: str, dims: list[int], batches: 
         array = np.asarray(array, dtype=object)
     else:
         try:
-            array = np.asarray(array).astype(triton_to_np_dtype(datatype))
+            array = _converted(np.asarray(array), name, datatype, triton_to_np_dtype(datatype))
         except (ValueError, TypeError, OverflowError):
             # Not numpy's words: they quote the item, and the file may be a link to any file.
             raise UsageError(f"input data for {name} cannot be read as {datatype}: an item of "
@@ -521,6 +548,30 @@ def _fit(array: np.ndarray, name: str, datatype: str, dims: list[int], batches: 
     if not fits:
         raise _misfit(name, given, dims, batches, batch_size)
     return array
+
+
+def _converted(array: np.ndarray, name: str, datatype: str, target: type) -> np.ndarray:
+    """``array`` as ``target``, where that keeps every value: a UsageError naming the input
+    where it would not (5.7 or 1e30 sent as INT64, 300 as UINT8, 2 as BOOL, 1e300 as FP16).
+    Floats narrowed to a smaller float are rounded, as the model's own inputs are."""
+    with warnings.catch_warnings():       # numpy's "invalid value encountered in cast"
+        warnings.simplefilter("ignore", RuntimeWarning)
+        converted = array.astype(target)
+        if array.dtype.kind not in "biufc" or array.dtype == converted.dtype:
+            return converted
+        if array.dtype.kind == "f" and converted.dtype.kind == "f":
+            kept = np.isfinite(converted) | ~np.isfinite(array)
+        else:   # both ways: an unsigned int that wraps compares equal on the way back
+            kept = (converted == array) & (converted.astype(array.dtype) == array)
+    if kept.all():
+        return converted
+    changed = array[~kept].ravel()[:3].tolist()
+    more = ", …" if (~kept).sum() > len(changed) else ""
+    raise UsageError(f"input data for {name}: {array.dtype.name} values "
+                     f"{', '.join(map(repr, changed))}{more} cannot be sent as {datatype} without "
+                     "changing them",
+                     hint=f"the model takes {datatype} for {name}: give values {datatype} holds "
+                          f"exactly (an array of {np.dtype(target).name})")
 
 
 def _misfit(name: str, given: list[int], dims: list[int], batches: bool, batch_size: int) -> UsageError:

@@ -26,7 +26,7 @@ from tritonkit.errors import Interrupted, LoadTestError, NotTriton, ServerError,
 from tritonkit.loadtest._deployment import (refuse_crowding_the_server, refuse_gone_server,
                                             server_hint)
 from tritonkit.loadtest._inputs import (
-    RequestTemplate, Shapes, check_shapes, input_refusal, request_template, unwarmed_warning)
+    Flags, RequestTemplate, Shapes, check_shapes, input_refusal, request_template, unwarmed_warning)
 from tritonkit.loadtest._schedule import ARRIVALS, closed_loop, open_loop_schedule, split_schedule
 from tritonkit.loadtest._sequences import (
     DEFAULT_LENGTH, DEFAULT_OPEN_SEQUENCES, DEFAULT_VARIATION_PCT, MAX_LENGTH, SequencePlan,
@@ -98,6 +98,7 @@ class LoadSpec:
     sequence_length_variation: float | None = None     # percent
     sequence_id_range: tuple[int, int | None] | None = None   # (start, end excluded; None: no end)
     num_sequences: int | None = None                   # open loop: sequences live at once
+    flags: Flags = Flags()              # the running command's, as its hints name them
 
     def __post_init__(self) -> None:
         shapes = tuple((name, tuple(int(d) for d in dims)) for name, dims in dict(self.shapes).items())
@@ -340,9 +341,9 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     # process may use can change in between).
     workers = [(level, default_workers(spec, level)) for level in spec.levels()]
     _check_plans(spec, [(level, plan_slots(spec, level, n)) for level, n in workers], repository)
-    url = _protocol_url(endpoint, spec.protocol)
+    url = _protocol_url(endpoint, spec)
     template = request_template(endpoint, spec.model, spec.batch_size, spec.input_data, spec.seed,
-                                shapes=dict(spec.shapes), repository=repository)
+                                shapes=dict(spec.shapes), repository=repository, flags=spec.flags)
     stateful = template.sequencing is not None
     _check_sequence_flags(spec, template)
     planned = [(level, plan_slots(spec, level, n, stateful)) for level, n in workers]
@@ -390,8 +391,8 @@ def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]],
     """Every level's connections within what one load generator, one process, this host's
     local ports and the server ``repository`` records (a local one's open files) hold."""
     connections = max(sum(slots) for _, slots in planned)
-    _check_local_ports(connections)
-    refuse_crowding_the_server(repository, connections)
+    _check_local_ports(connections, spec.flags)
+    refuse_crowding_the_server(repository, connections, spec.flags.load)
     for level, slots in planned:
         if sum(slots) > MAX_CONCURRENCY:     # --max-in-flight times the workers the CPUs gave
             raise UsageError(f"{len(slots)} workers x {max(slots)} requests in flight at "
@@ -401,7 +402,7 @@ def _check_plans(spec: LoadSpec, planned: list[tuple[float, list[int]]],
         _check_open_files(max(slots))
 
 
-def _check_local_ports(connections: int) -> None:
+def _check_local_ports(connections: int, flags: Flags) -> None:
     """Each connection to the one server address takes a local port of its own: more than
     the host's ephemeral range holds is a UsageError now, not connections that fail to open."""
     try:
@@ -412,7 +413,7 @@ def _check_local_ports(connections: int) -> None:
     if connections + _WATCHER_CONNECTIONS + _SPARE_PORTS > ports:
         raise UsageError(f"{connections} connections to one server take as many local ports; "
                          f"this host has {ports} ({low}-{high}, {_PORT_RANGE})",
-                         hint="lower --concurrency (or --max-in-flight), or widen the range "
+                         hint=f"lower {flags.load}, or widen the range "
                               "(sysctl net.ipv4.ip_local_port_range)")
 
 
@@ -429,11 +430,11 @@ def _check_sequence_flags(spec: LoadSpec, template: RequestTemplate) -> None:
                          hint=f"use --num-of-sequences (default {DEFAULT_OPEN_SEQUENCES})")
 
 
-def _protocol_url(endpoint: Endpoint, protocol: str) -> str:
-    if protocol == "grpc":
+def _protocol_url(endpoint: Endpoint, spec: LoadSpec) -> str:
+    if spec.protocol == "grpc":
         if not endpoint.grpc_url:
             raise UsageError("no gRPC address known for this server (--url is its HTTP address)",
-                             hint="pass --grpc-url HOST:PORT with --url, or use --protocol http")
+                             hint=f"{spec.flags.grpc}, or use --protocol http")
         return endpoint.grpc_url
     return endpoint.http_url
 
@@ -486,7 +487,8 @@ def _probe(url: str, protocol: str, template: RequestTemplate, timeout: float,
                              detail=(rest.strip() if short == said else exc.said.strip()) or None) from None
         log_says = "the server's log says more" + (f": {log}" if log else "")
         raise LoadTestError(f"the first request to {sent} failed: {said}",
-                            hint=f"check the model's inputs (--shape, --input-data, --batch-size); {log_says}",
+                            hint=f"check the model's inputs ({', '.join(template.flags.request)}); "
+                                 f"{log_says}",
                             detail=rest.strip() or None) from None
     except Exception as exc:
         # Nothing was run: a server that cannot be reached (exit 1), as when its model could

@@ -70,7 +70,7 @@ from typing import Collection
 from prometheus_client.parser import text_string_to_metric_families
 
 from tritonkit import client
-from tritonkit.answers import not_triton
+from tritonkit.answers import not_http1, not_triton, speaks_http2
 from tritonkit.errors import NotTriton, ServerError
 from tritonkit.monitor.nvml import GpuSample
 
@@ -506,6 +506,8 @@ def scrape(url: str, at: float, timeout: float = 5.0) -> TritonMetrics:
     # A server restarting mid-response gives http.client's own errors (IncompleteRead,
     # BadStatusLine): not OSErrors, and urllib lets them through.
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        if (answer := client.first_answer(exc)) is not None:    # no HTTP/1.x: a gRPC port?
+            raise not_http1(urllib.parse.urlsplit(url).netloc, answer, "metrics") from None
         reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
         raise ServerError(f"Triton's metrics endpoint {url} did not answer ({reason})",
                           hint="check the server is up and that the port is its --metrics-port "
@@ -619,6 +621,13 @@ class EnsembleCheck:
             self._failure = self._failure or f"GET {url} answered HTTP {exc.code}"
             return
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            if (answer := client.first_answer(exc)) is not None:     # no HTTP/1.x
+                self._not_triton = True
+                self._untold.add(pair)
+                spoken = "HTTP/2 (gRPC)" if speaks_http2(answer) else "no HTTP/1.x"
+                self._failure = (f"{self.http_url} answered {path} in {spoken}: it is not "
+                                 "Triton's HTTP port")
+                return
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             self._ask_again_at = time.monotonic() + self.ASK_AGAIN_S
             self._waiting.add(pair)

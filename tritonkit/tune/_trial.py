@@ -17,7 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonkit.client import Endpoint, health, triton_message
 from tritonkit.errors import (Interrupted, LoadTestError, ModelLoadError, ServerError, TritonkitError,
                               UsageError)
-from tritonkit.loadtest import NOT_SENT, LoadSpec, WorkerPool, run_loadtest
+from tritonkit.loadtest import NOT_SENT, Flags, LoadSpec, WorkerPool, run_loadtest
 from tritonkit.server.local import Deadline
 from tritonkit.tune._search import CLOSED, Probe
 from tritonkit.tune._space import as_json
@@ -28,6 +28,9 @@ from tritonkit.warmup import (check_triton, load_and_warm, load_model, quiet_int
 WARMUP_REQUESTS = 500
 # Seconds of untimed load before each probe (less for a shorter probe).
 PROBE_WARMUP_S = 0.5
+# tune's own flags, as the load test's hints name them: --shape alone sizes its requests.
+TUNE_FLAGS = Flags(request=("--shape",), load="--max-concurrency",
+                   grpc="pass --repository DIR of the deployment (its state holds the gRPC port)")
 
 
 class Refused(Exception):
@@ -165,7 +168,7 @@ class ServedModel:
         seconds = seconds or self.probe_s
         spec = LoadSpec(model=self.model, duration_s=seconds, warmup_s=self.probe_warmup_s,
                         protocol=self.protocol, shapes=self.shapes, window_s=min(1.0, seconds),
-                        **load)
+                        flags=TUNE_FLAGS, **load)
         result = run_loadtest(self.endpoint, spec, repository=self.repository,
                               progress=lambda *_: self._tick(), pool=self.pool)
         if result.interrupted is not None:
