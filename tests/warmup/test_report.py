@@ -121,8 +121,7 @@ def test_the_load_column_says_why_a_model_has_no_load_time(capsys):
     assert " ready " in rows["warm"] and "50.0x" not in rows["warm"]
     assert " 1.50 " in rows["loaded"]
     legend = " ".join(out.split())
-    assert ("start: loaded before this warm-up (the server's start, or a reload), "
-            "first request still cold") in legend
+    assert "start: loaded before this warm-up, first request still cold" in legend
     assert "ready: already warm, no cold start" in legend
 
 

@@ -63,8 +63,7 @@ def warmup_table(results: list[warmup_lib.ModelWarmup]) -> Table:
 COLUMNS = ("load s", "first ms", "p50 ms", "first/p50", "worst ms", "reqs", "after ms",
            "after/its p50", "steady")
 # Why a model has no load time (the "load s" column).
-LOAD_LEGEND = {"start": "start: loaded before this warm-up (the server's start, or a reload), "
-                        "first request still cold",
+LOAD_LEGEND = {"start": "start: loaded before this warm-up, first request still cold",
                "ready": "ready: already warm, no cold start"}
 
 
