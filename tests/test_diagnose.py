@@ -382,7 +382,10 @@ def test_clocks_held_down_under_load_are_named_with_how_often(tmp_path):
     assert f"hw_thermal in {held} of {SAMPLES - 1}" in note and "cooling" in note
 
 
-def test_ctrl_c_ends_a_live_recording_early_and_what_it_sampled_is_diagnosed(monkeypatch, capsys):
+def _live_recording_stopped_at_its_fourth_sample(monkeypatch, capsys, stop: BaseException):
+    """``diagnose --live`` on a stand-in GPU, ``stop`` raised as its fourth sample is taken
+    (Ctrl-C's KeyboardInterrupt, or the Interrupted that SIGTERM raises under
+    ``signals_interrupt``): the exit code and what it said."""
     from tests.monitor.conftest import _fake_pynvml
 
     fake = _fake_pynvml()
@@ -391,37 +394,27 @@ def test_ctrl_c_ends_a_live_recording_early_and_what_it_sampled_is_diagnosed(mon
 
     def utilization(handle):
         if next(samples) == 3:
-            raise KeyboardInterrupt          # Ctrl-C while the fourth sample is taken
+            raise stop
         return busy(handle)
 
     fake.nvmlDeviceGetUtilizationRates = utilization
     monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: fake)
-    assert run_cli("diagnose", "--live", "--gpu", "p100", "--interval", "0.05",
-                   "--duration", "60") == 0
-    out = capsys.readouterr()
+    code = run_cli("diagnose", "--live", "--gpu", "p100", "--interval", "0.05", "--duration", "60")
+    return code, capsys.readouterr()
+
+
+def test_ctrl_c_ends_a_live_recording_early_and_what_it_sampled_is_diagnosed(monkeypatch, capsys):
+    code, out = _live_recording_stopped_at_its_fourth_sample(monkeypatch, capsys, KeyboardInterrupt())
+    assert code == 0
     assert "stopped by Ctrl-C" in out.err and "interrupted" not in out.err
     assert "3 of 3 samples under load" in out.out and "profile p100" in out.out
 
 
 def test_sigterm_ends_a_live_recording_as_ctrl_c_does_then_exits_143(monkeypatch, capsys):
-    """What SIGTERM raises under ``signals_interrupt`` while a sample is taken: the samples
-    before it are diagnosed, and the last line and the exit code are the signal's."""
-    from tests.monitor.conftest import _fake_pynvml
-
-    fake = _fake_pynvml()
-    samples = iter(range(1_000))
-    busy = fake.nvmlDeviceGetUtilizationRates
-
-    def utilization(handle):
-        if next(samples) == 3:
-            raise Interrupted(signal.SIGTERM)
-        return busy(handle)
-
-    fake.nvmlDeviceGetUtilizationRates = utilization
-    monkeypatch.setattr("tritonkit.monitor.nvml._load_pynvml", lambda: fake)
-    assert run_cli("diagnose", "--live", "--gpu", "p100", "--interval", "0.05",
-                   "--duration", "60") == 143
-    out = capsys.readouterr()
+    """The samples before it are diagnosed; the last line and the exit code are the signal's."""
+    code, out = _live_recording_stopped_at_its_fourth_sample(monkeypatch, capsys,
+                                                             Interrupted(signal.SIGTERM))
+    assert code == 143
     assert "recording stopped by SIGTERM" in out.err
     assert out.err.strip().splitlines()[-1] == "error: stopped by SIGTERM"
     assert "3 of 3 samples under load" in out.out and "profile p100" in out.out
