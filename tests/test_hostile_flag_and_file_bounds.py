@@ -32,6 +32,17 @@ def test_a_rate_offering_less_than_one_request_to_measure_is_refused(capsys, rat
     assert f"--rate {float(rate):g}" in err and "less than one request" in err, err
 
 
+def test_a_tune_ceiling_no_load_generator_holds_is_refused_before_the_server_is_asked(capsys):
+    # nothing listens at port 1: refused before any request (it ended in loadtest's
+    # "--concurrency ... is more than one load generator holds", naming a flag tune has not)
+    code = run_cli("tune", "mlp", "--url", "127.0.0.1:1", "--sla-p99-ms", "10",
+                   "--max-concurrency", "4097")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert err.splitlines()[0] == ("error: --max-concurrency must be 1 to 4096, what one load "
+                                   "generator holds in flight (got 4097)"), err
+
+
 @pytest.mark.parametrize("kind", ["folder", "fifo", "device"])
 def test_a_spec_path_that_is_no_file_is_said_as_what_it_is(tmp_path, capsys, kind):
     if kind == "folder":

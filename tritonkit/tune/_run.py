@@ -18,6 +18,7 @@ from tritonkit.client import Endpoint
 from tritonkit.errors import (EXIT_OK, EXIT_SLA_MISS, LoadTestError, ServerError, TritonkitError,
                               UsageError)
 from tritonkit.loadtest import WorkerPool
+from tritonkit.loadtest._run import MAX_CONCURRENCY as MOST_IN_FLIGHT
 from tritonkit.profiles import TuneSpace, load_profile
 from tritonkit.report import Sla
 from tritonkit.server.state import load_deployment
@@ -188,8 +189,9 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
     """
     if sla.p99_ms is None:
         raise UsageError("tune needs a p99 limit to meet", hint="e.g. --sla-p99-ms 10")
-    if max_concurrency < 1:
-        raise UsageError(f"--max-concurrency must be at least 1 (got {max_concurrency})",
+    if not 1 <= max_concurrency <= MOST_IN_FLIGHT:
+        raise UsageError(f"--max-concurrency must be 1 to {MOST_IN_FLIGHT}, what one load "
+                         f"generator holds in flight (got {max_concurrency})",
                          hint="e.g. --max-concurrency 64")
     if not budget_s > 0 or not probe_s > 0:
         raise UsageError(f"--budget-s ({budget_s:g}) and --probe-s ({probe_s:g}) must be > 0",
