@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -119,6 +120,25 @@ def test_ctrl_c_while_the_commands_still_import_is_one_line_and_exit_130():
         "from tritonkit._entry import main\n"
         "sys.exit(main())\n")
     _ends_interrupted(probe)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_while_the_commands_still_import_is_one_line_and_128_plus_it(signum):
+    """Sent in the first half second (the signal arrives as tritonkit.cli is imported), it
+    ended the process by the signal itself: exit -15, nothing said."""
+    probe = (
+        "import os, signal, sys, time\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'tritonkit.cli':\n"
+        f"            os.kill(os.getpid(), {int(signum)})\n"
+        "            time.sleep(5)\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "from tritonkit._entry import main\n"
+        "sys.exit(main())\n")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 128 + signum
+    assert run.stderr == f"error: stopped by {signum.name}\n"
 
 
 def test_a_ctrl_c_after_the_command_said_how_it_ended_is_no_traceback():

@@ -2,7 +2,8 @@
 
 Importing the commands takes a moment (Typer, rich, protobuf); a Ctrl-C in it would
 otherwise end in a KeyboardInterrupt traceback from an import, before ``cli.main``'s error
-boundary exists. It ends as a Ctrl-C later does: one line, exit 130.
+boundary exists, and a SIGTERM or SIGHUP would end the process by the signal itself (exit
+-15, no word). Each ends as it does later: one line, 128 + the signal.
 """
 
 from __future__ import annotations
@@ -11,12 +12,33 @@ import signal
 import sys
 
 
+class _Stopped(BaseException):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, frame) -> None:
+    raise _Stopped(signum)
+
+
 def main() -> int:
+    # Only while the commands import: a SIGHUP ignored from the start (nohup) stays ignored.
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    for signum, handler in previous.items():
+        if handler == signal.SIG_DFL:
+            signal.signal(signum, _stop)
     try:
         from tritonkit.cli import main as run
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    except _Stopped as stopped:
+        print(f"error: stopped by {signal.Signals(stopped.signum).name}", file=sys.stderr)
+        return 128 + stopped.signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     try:
         code = run()
     except KeyboardInterrupt:
