@@ -577,7 +577,7 @@ def _run_level(endpoint: Endpoint, url: str, spec: LoadSpec, template: RequestTe
     finished = False
     try:
         crew.start()
-        _wait_ready(pipes, procs)
+        _wait_ready(pipes, procs, spec.flags)
         watcher = ServerWatcher(endpoint, spec.model, on_down=lambda: setattr(stop, "value", 1)).start()
         label = level_label(spec.mode, level)
         total_s = spec.warmup_s + spec.duration_s
@@ -682,7 +682,7 @@ def _signals_held():
             signal.raise_signal(held[0])
 
 
-def _wait_ready(pipes: list, procs: list) -> None:
+def _wait_ready(pipes: list, procs: list, flags: Flags = Flags()) -> None:
     deadline = time.monotonic() + _READY_TIMEOUT_S
     for i, pipe in enumerate(pipes):
         if not pipe.poll(max(0.0, deadline - time.monotonic())):
@@ -692,7 +692,7 @@ def _wait_ready(pipes: list, procs: list) -> None:
             raise LoadTestError(f"load-test worker {i} could not start: {detail}",
                                 hint="a server that takes no more connections (its open-files "
                                      "limit, ulimit -n where it starts, or its listen backlog) "
-                                     "drops the rest: lower --concurrency (or --max-in-flight)")
+                                     f"drops the rest: lower {flags.load}")
 
 
 def _receive(pipe, proc, what: str = "finish") -> Any:
