@@ -83,7 +83,7 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
         module = module.model
     args = traceable_inputs(inputs)
     rules = None
-    with _quiet() as captured, _tracer_warnings() as tracer_warnings, user_code.running(
+    with _quiet(), _tracer_warnings() as tracer_warnings, user_code.running(
             f"the model's forward() (traced by the {exporter} exporter)", FORWARD_DUTY):
         try:
             if exporter == "dynamo":
@@ -93,8 +93,9 @@ def export_onnx(module: torch.nn.Module, inputs: ModelInputs, *, exporter: str,
             else:
                 model = _export_torchscript(module, args, inputs, output_names, opset)
         except Exception as exc:
-            raise ExportError(f"{exporter} exporter: {_failure(exc, exporter)}",
-                              hint=_hint_for(exc, captured.getvalue(), exporter)) from exc
+            said = summarize_exception(exc)
+            raise ExportError(f"{exporter} exporter: {_failure(exc, said, exporter)}",
+                              hint=_hint_for(exc, said, exporter)) from exc
     made = opset_of(model)
     if made != opset:
         # The dynamo exporter converts its opset-18 graph to the opset asked for and, when
@@ -351,11 +352,16 @@ def _in_functorch(exc: BaseException) -> bool:
     return False
 
 
-def _failure(exc: BaseException, exporter: str) -> str:
-    """An exporter's failure in one line: its root cause, and where that alone names
-    nothing (a C++ error from inside PyTorch), what forward() did that the exporter cannot
-    follow."""
-    said = summarize_exception(exc)
+def _untraceable(exc: BaseException, said: str, exporter: str) -> bool:
+    """Whether the TorchScript exporter failed on what it cannot trace: torch.vmap, or a
+    bare C++ error (``said``: the failure's one line)."""
+    return exporter == "torchscript" and (_in_functorch(exc) or bool(_CPP_ERROR.match(said)))
+
+
+def _failure(exc: BaseException, said: str, exporter: str) -> str:
+    """An exporter's failure in one line: its root cause (``said``), and where that alone
+    names nothing (a C++ error from inside PyTorch), what forward() did that the exporter
+    cannot follow."""
     if exporter == "torchscript" and _in_functorch(exc):
         return (f"forward() calls torch.vmap or torch.func (functorch), which the TorchScript "
                 f"exporter cannot trace (it failed with '{said}')")
@@ -364,9 +370,9 @@ def _failure(exc: BaseException, exporter: str) -> str:
     return said
 
 
-def _hint_for(exc: BaseException, output: str, exporter: str = "dynamo") -> str:
+def _hint_for(exc: BaseException, said: str, exporter: str = "dynamo") -> str:
     text = _ANSI.sub("", str(exc))
-    if exporter == "torchscript" and (_in_functorch(exc) or _CPP_ERROR.match(summarize_exception(exc))):
+    if _untraceable(exc, said, exporter):
         return ("export it with the dynamo exporter (the default: leave out --exporter "
                 "torchscript); TRITONKIT_DEBUG=1 shows the traceback down to forward()'s line")
     if _UNSUPPORTED_OPERATOR.search(text):

@@ -30,16 +30,20 @@ class Flags:
     load: str = "--concurrency (or --max-in-flight)"                        # connections
     grpc: str = "pass --grpc-url HOST:PORT with --url"                      # the gRPC address
 
+    @property
+    def _sizing(self) -> list[str]:
+        """Those of them that size a dynamic dimension."""
+        return [f for f in self.request if f in ("--shape", "--input-data")]
+
     def sizes(self) -> str:
         """The flags that size a dynamic dimension, said as not giving one."""
-        given = [f for f in self.request if f in ("--shape", "--input-data")]
+        given = self._sizing
         return f"neither {' nor '.join(given)} gives" if len(given) > 1 else f"{given[0]} does not give"
 
     def inputs_check(self) -> str:
         """What to check of a request the model refused."""
-        given = [f for f in self.request if f in ("--shape", "--input-data")]
-        return (f"check {' and '.join(given)} (inputs that share a dynamic axis take the same "
-                "size)" + (" and --batch-size" if "--batch-size" in self.request else ""))
+        return (f"check {' and '.join(self._sizing)} (inputs that share a dynamic axis take the "
+                "same size)" + (" and --batch-size" if "--batch-size" in self.request else ""))
 
 
 @dataclass(frozen=True)
