@@ -4,6 +4,7 @@ knobs the tune changed move (the production config keeps its own platform, kind 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -119,3 +120,16 @@ def test_a_lower_batch_limit_written_takes_its_warm_up_along(repo):
     assert config.max_batch_size == 8
     assert max(w.batch_size for w in config.model_warmup) == 8
     assert "measured on the CPU, not on the a10's card" in path.read_text()
+
+
+@pytest.mark.timeout(60)
+def test_the_profile_a_config_is_stamped_for_is_read_with_the_configs_bound(repo):
+    """The stamp that names the profile of config.pbtxt is read as the config is: a regular
+    file within its bound (a config swapped for a FIFO between the two reads blocked the
+    write for ever, waiting for a writer)."""
+    from tritonkit.tune._write import _profile_of
+    path = repo / "mlp" / "config.pbtxt"
+    assert _profile_of(path) == "a10"
+    path.unlink()
+    os.mkfifo(path)
+    assert _profile_of(path) is None

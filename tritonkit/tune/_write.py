@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tritonkit.errors import UsageError, shell_word
-from tritonkit.fileio import atomic_write
-from tritonkit.model_config import Tuning, config_to_text, edited_by_hand, read_config
+from tritonkit.fileio import atomic_write, read_user_text
+from tritonkit.model_config import (CONFIG_MAX_BYTES, Tuning, config_to_text, edited_by_hand,
+                                    read_config)
 from tritonkit.profiles import available_profiles
 from tritonkit.server.state import load_deployment
 from tritonkit.tune._space import CPU_PROFILE, KNOBS, Candidate, apply_knobs, candidate_config
@@ -126,8 +127,11 @@ def write_winner(target: WriteTarget, result: "TuneResult", *, served_point: Can
 
 
 def _profile_of(path: Path) -> str | None:
+    """The profile the stamp of the config at ``path`` names, read as ``read_config`` reads it
+    (a regular file of at most ``CONFIG_MAX_BYTES``): None where it names none or is gone."""
     try:
-        match = _PROFILE.search(Path(path).read_text(errors="replace"))
-    except OSError:
+        text = read_user_text(path, what="model config", limit=CONFIG_MAX_BYTES, hint="")
+    except UsageError:
         return None
+    match = _PROFILE.search(text)
     return match[1] if match else None
