@@ -14,7 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tests import onnx_graphs
 from tritonkit.datafiles import CONFIGS_ENV, shipped_configs_dir
 from tritonkit.errors import UsageError
-from tritonkit.model_config import configure, edited_by_hand, read_config
+from tritonkit.model_config import configure, edited_by_hand, read_config, stamped_profile
 from tritonkit.profiles import TuneSpace
 from tritonkit.report import Sla
 from tritonkit.server.state import Deployment, save_deployment
@@ -127,9 +127,8 @@ def test_the_profile_a_config_is_stamped_for_is_read_with_the_configs_bound(repo
     """The stamp that names the profile of config.pbtxt is read as the config is: a regular
     file within its bound (a config swapped for a FIFO between the two reads blocked the
     write for ever, waiting for a writer)."""
-    from tritonkit.tune._write import _profile_of
     path = repo / "mlp" / "config.pbtxt"
-    assert _profile_of(path) == "a10"
+    assert stamped_profile(path) == "a10"
     path.unlink()
     os.mkfifo(path)
-    assert _profile_of(path) is None
+    assert stamped_profile(path) is None
