@@ -12,6 +12,7 @@ serves it too (``deploy --target compose --onnx-backend python``), whose Python 
 tritonkit.
 """
 
+import functools
 import json
 import os
 
@@ -20,12 +21,16 @@ import os
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
-import triton_python_backend_utils as pb_utils
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+# ONNX Runtime is imported by initialize, not here: Triton first imports this file in a stub
+# of its own to auto-complete the config (a stub per model load), which never runs a graph.
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        import onnxruntime as ort
+
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         path = os.path.join(args["model_repository"], args["model_version"],
@@ -112,13 +117,16 @@ def _differences(config, session):
 def _data_type(ort_type):
     """ONNX Runtime's "tensor(float)" as a config's data type ("TYPE_FP32"); a sequence, a
     map or a type Triton lacks as ONNX Runtime names it."""
-    return _CONFIG_TYPES.get(ort_type, ort_type)
+    return _config_types().get(ort_type, ort_type)
 
 
+@functools.cache
 def _config_types():
     """ONNX Runtime's type names, each with the config data type of the same element type:
     through the numpy type the python backend maps each config type to. Strings and
     bfloat16 have no OrtValue made from numpy: named as ONNX Runtime names them."""
+    import onnxruntime as ort
+
     found = {"tensor(string)": "TYPE_STRING", "tensor(bfloat16)": "TYPE_BF16"}
     for config_type, np_type in pb_utils.TRITON_STRING_TO_NUMPY.items():
         try:
@@ -127,9 +135,6 @@ def _config_types():
             continue
         found.setdefault(ort_type, config_type)
     return found
-
-
-_CONFIG_TYPES = _config_types()
 
 
 def _named(kind, names):
