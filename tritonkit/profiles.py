@@ -13,6 +13,8 @@ reservation. It has no card facts (compute capability, compute, bus) and no GPU 
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +27,10 @@ KINDS = ("gpu", "cpu")
 # The ONNX Runtime execution provider each kind of profile may serve with.
 ACCELERATORS = {"gpu": ("cuda", "tensorrt"), "cpu": ("cpu",)}
 # What a GPU profile must say and a CPU profile has no use for.
+# A profile's name names files (configs/<name>.pbtxt of every model) and is a Kubernetes
+# label value: a plain name, no path.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+
 GPU_FIELDS = ("compute_capability", "compute", "bus")
 GPU_STACK_FIELDS = ("triton_image_tensorrt", "tensorrt_version", "cuda_major", "min_driver",
                     "onnxruntime_gpu")
@@ -210,8 +216,25 @@ def load_profile(name_or_path: str | Path) -> GpuProfile:
     table = load_toml(path)
     table.setdefault("path", str(path))
     profile = dataclass_from_table(GpuProfile, table, source=str(path))
+    _check_name(profile, Path(path))
     _validate(profile)
     return profile
+
+
+def _check_name(profile: GpuProfile, path: Path) -> None:
+    """A profile's name is a plain name; one in the profiles folder is its file's name, by
+    which ``--gpu`` and every ``config`` know it (another would write, or remove, the
+    configs of a profile it is not)."""
+    if not PLAIN_NAME.fullmatch(profile.name):
+        raise ProfileError(f"{path}: field 'name' = {profile.name!r} is not a plain name "
+                           "(letters, digits, '.', '_', '-'; at most 63)",
+                           hint=f'e.g. name = "{path.stem}"' if PLAIN_NAME.fullmatch(path.stem)
+                           else 'e.g. name = "l4"')
+    in_folder = os.path.realpath(path.parent) == os.path.realpath(gpus_dir())
+    if in_folder and profile.name != path.stem:
+        raise ProfileError(f"{path}: field 'name' = '{profile.name}' is not the file's name "
+                           f"'{path.stem}'",
+                           hint=f'set name = "{path.stem}", or name the file {profile.name}.toml')
 
 
 INT32_MAX = 2**31 - 1
