@@ -84,9 +84,15 @@ def _huge_npz(path: Path) -> None:
      "FP32 without changing them$"),
     ("huge.json", b'{"INPUT__0": [1e300, 0, 0, 0]}', r"INPUT__0: float64 values 1e\+300 cannot be "
      "sent as FP32"),
+    ("empty.json", b"{}", r"input data file .* gives no input's data$"),
+    ("empty-request.json", b'{"data": [{}]}', r"input data file .* gives no input's data$"),
+    ("no-request.json", b'{"data": []}', r"input data file .* holds no perf_analyzer request$"),
+    ("empty.npz", lambda path: np.savez(path), r"input data file .* gives no input's data$"),
 ], ids=["ragged rows", "strings for a number", "not UTF-8", "corrupt npz", "object array npz",
         "wrong sample shape", "a folder", "neither npz nor json", "broken json", "not an object",
-        "npz values FP32 cannot hold", "json values FP32 cannot hold"])
+        "npz values FP32 cannot hold", "json values FP32 cannot hold", "an empty object",
+        "a perf_analyzer request without inputs", "perf_analyzer's form without a request",
+        "an npz without arrays"])
 def test_input_data_the_model_cannot_take_is_a_usage_error_that_names_it(served, tmp_path, capsys,
                                                                          name, content, says):
     path = tmp_path / name

@@ -373,7 +373,12 @@ def _read_input_data(path: Path) -> dict[str, np.ndarray]:
     if path.suffix in (".npz", ".json"):
         data = read_user_file(path, what="input data file", limit=INPUT_DATA_MAX_BYTES,
                               hint="give an .npz or .json file with an array per input")
-        return (_read_npz if path.suffix == ".npz" else _read_json)(path, data)
+        arrays = (_read_npz if path.suffix == ".npz" else _read_json)(path, data)
+        if not arrays:          # else every input would be sent random data, unsaid
+            raise UsageError(f"input data file {path} gives no input's data",
+                             hint=(_NPZ_HINT if path.suffix == ".npz" else
+                                   f"write an object, input name -> array: {_JSON_SHAPE}"))
+        return arrays
     raise UsageError(f"input data file {path} must be .npz or .json",
                      hint=f"write it with numpy.savez(FILE.npz, NAME=array, ...), or as {_JSON_SHAPE} "
                           "in FILE.json")
@@ -461,7 +466,7 @@ def _perf_analyzer_format(data: dict) -> bool:
     or of sequences: lists of them), never an input named "data" (a tensor is no list of objects)."""
     entries = data.get("data")
     return (len(data) <= 2 and set(data) <= {"data", "validation_data"} and isinstance(entries, list)
-            and bool(entries) and all(isinstance(e, (dict, list)) for e in entries))
+            and all(isinstance(e, (dict, list)) for e in entries))
 
 
 def _perf_analyzer_entry(entries: list, path: Path) -> dict[str, object]:
@@ -471,6 +476,9 @@ def _perf_analyzer_entry(entries: list, path: Path) -> dict[str, object]:
         raise UsageError(f"input data file {path} holds perf_analyzer sequences (lists of requests)",
                          hint="tritonkit loadtest sends one request's data at every step of its sequences "
                               f"(--sequence-length): keep one: jq '{{data: [.data[0][0]]}}' {shell_word(path)} > one.json")
+    if not entries:
+        raise UsageError(f"input data file {path} holds no perf_analyzer request",
+                         hint='give one: {"data": [{"NAME": [values...]}]}')
     if len(entries) > 1:
         raise UsageError(f"input data file {path} holds {len(entries)} perf_analyzer requests; tritonkit "
                          "loadtest sends one request again and again",
