@@ -343,5 +343,5 @@ def test_a_stateful_model_refuses_a_batch_up_front(stateful_served, capsys):
 def test_sequence_flags_for_a_stateless_model_are_refused(stateful_served, capsys):
     assert run_cli("loadtest", "--repository", stateful_served.repository, "--model", "example",
                    "--concurrency", "1", "--sequence-length", "5") == EXIT_USAGE
-    assert "model 'example' is stateless (no sequence_batching): --sequence-length only apply" \
-        in capsys.readouterr().err
+    assert "model 'example' is stateless (no sequence_batching): --sequence-length applies only " \
+        "to a stateful model" in capsys.readouterr().err

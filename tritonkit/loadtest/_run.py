@@ -422,7 +422,8 @@ def _check_sequence_flags(spec: LoadSpec, template: RequestTemplate) -> None:
     model's requests in flight are its live sequences, one request each)."""
     if template.sequencing is None and spec.sequence_flags:
         raise UsageError(f"model '{spec.model}' is stateless (no sequence_batching): "
-                         f"{', '.join(spec.sequence_flags)} only apply to a stateful model",
+                         f"{', '.join(spec.sequence_flags)} "
+                         f"{'applies' if len(spec.sequence_flags) == 1 else 'apply'} only to a stateful model",
                          hint=f"drop {', '.join(spec.sequence_flags)}")
     if template.sequencing is not None and spec.max_in_flight is not None and spec.mode == "open":
         raise UsageError(f"model '{spec.model}' is stateful (sequence_batching): its requests in flight "
