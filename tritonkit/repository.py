@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -97,6 +98,31 @@ def refuse_versionless(repository: Path, models: list[str]) -> None:
                          f"from {model_dir}/<version>/",
                          hint=f"put its files in {model_dir}/1/ (tritonkit export writes them "
                               "there)")
+
+
+def refuse_links_a_container_cannot_follow(repository: Path, models: list[str]) -> None:
+    """A UsageError for the first link in a model's folder (or the folder itself) that a
+    container mounting ``repository`` elsewhere cannot follow: one that leads out of the
+    repository, or one spelled as an absolute path (it names this host's folders). Links
+    spelled relative to where they stand, inside the repository, are served."""
+    root = Path(os.path.realpath(repository))
+    for model in models:
+        top = Path(repository) / model
+        for folder, dirs, files in os.walk(top):
+            here = [top] if folder == str(top) else []
+            for link in here + [Path(folder) / n for n in dirs + files]:
+                if not link.is_symlink():
+                    continue
+                target = os.readlink(link)
+                real = Path(os.path.realpath(link))
+                if os.path.isabs(target) or not real.is_relative_to(root):
+                    where = ("outside the model repository" if not real.is_relative_to(root)
+                             else "spelled as this host's absolute path")
+                    raise UsageError(f"{link} is a link to {target}, {where}: a container "
+                                     f"mounts {repository} elsewhere and cannot follow it",
+                                     hint="replace the link with a copy of what it points to"
+                                     + ("" if where.startswith("outside") else
+                                        ", or with a link relative to where it stands"))
 
 
 def refuse_missing_gpu_configs(repository: Path, models: list[str], gpu: str) -> None:

@@ -20,8 +20,9 @@ import yaml
 from tritonkit.errors import UsageError, shell_word
 from tritonkit.model_config import read_config, read_report
 from tritonkit.profiles import GpuProfile, load_profile
-from tritonkit.repository import (REPORT_FILENAME, model_names, refuse_missing_gpu_configs,
-                                  refuse_versionless)
+from tritonkit.repository import (REPORT_FILENAME, model_names,
+                                  refuse_links_a_container_cannot_follow,
+                                  refuse_missing_gpu_configs, refuse_versionless)
 from tritonkit.server.local_repository import model_config_path, refuse_python_shell_fields
 from tritonkit.server.settings import (Ports, ServerSettings, load_server_settings,
                                        restricted_api_value, tritonserver_argv)
@@ -105,6 +106,7 @@ def container_spec(repository: Path, gpu: str, *, image: str | None = None,
     repository = Path(repository)
     models = model_names(repository)
     refuse_versionless(repository, models)
+    refuse_links_a_container_cannot_follow(repository, models)
     profile = load_profile(gpu)
     refuse_missing_gpu_configs(repository, models, profile.name)
     settings = profile.server_settings(load_server_settings(server_config))
