@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import error_lines, run_cli
 from tritonkit.errors import Interrupted, UsageError
 from tritonkit.monitor.alerts import load_thresholds
 from tritonkit.monitor.diagnose import choose_profile, diagnose, guess_profile
@@ -685,3 +685,24 @@ def test_a_line_longer_than_any_row_is_no_recording(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines()[0] == (
         f"error: line 1 of {path} is longer than 1,048,576 characters: it is no recording of "
         "tritonkit monitor")
+
+
+@pytest.mark.parametrize("column, value", [
+    ("util_pct", "1e308"),               # was an internal error: an overflow in fsum
+    ("util_pct", "101"), ("mem_used_mib", "inf"), ("temp_c", "-inf"),
+    ("pcie_rx_mb_s", "1e300"), ("request_success", "-1"), ("request_success", "1e300"),
+])
+def test_a_value_outside_its_columns_range_is_refused_naming_file_line_and_column(
+        tmp_path, capsys, column, value):
+    csv = record(tmp_path / "gpu.csv", **A10, util=60, mem_pct=50,
+                 triton=dict(requests=300, batch=4, queue_us=500, infer_us=5_000))
+    lines = csv.read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[2].split(",")
+    row[header.index(column)] = value
+    lines[2] = ",".join(row)
+    csv.write_text("\n".join(lines) + "\n")
+    assert run_cli("diagnose", csv, "--gpu", "a10") == 2
+    err = capsys.readouterr().err
+    first = error_lines(err)[0]
+    assert f"{csv}:3: column '{column}'" in first and "internal error" not in err, err

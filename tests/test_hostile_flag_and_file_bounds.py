@@ -5,13 +5,16 @@ adversarial pass found these taken, or said as "does not exist" / "is not a int"
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-from tritonkit.errors import EXIT_USAGE
+from tests import onnx_graphs
+from tests.conftest import error_lines, run_cli
+from tritonkit.errors import EXIT_USAGE, UsageError
 
 
 def test_replicas_beyond_what_kubernetes_takes_is_refused(example_repository, tmp_path, capsys):
@@ -79,3 +82,82 @@ def test_a_toml_field_of_the_wrong_type_says_the_type_in_words(tmp_path, line, s
     with pytest.raises(TritonkitError) as refused:
         load_server_settings(settings)
     assert said in str(refused.value) and "is not a" not in str(refused.value)
+
+
+# --- numbers no field or flag can be: nan, inf, past what the thing they become holds ---
+
+@pytest.mark.parametrize("args", [
+    ("--timeout", "inf"), ("--timeout", "1e300"),          # the startup probe's int32 count
+    ("--cpu", "99999999999999"), ("--cpu", "8193000m"),    # more cores than any node has
+    ("--memory", "99999999999999999999999Gi"), ("--memory", "1025Ti"),    # past 1Pi, as 1Ei
+])
+def test_a_k8s_flag_past_any_node_or_probe_is_refused_before_a_manifest_is_written(
+        example_repository, tmp_path, capsys, args):
+    out = tmp_path / "out"
+    code = run_cli("deploy", "--target", "k8s", "--gpu", "a10", "--repository",
+                   example_repository, "--out", out, *args)
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert args[0] in error_lines(err)[0] and "internal error" not in err, err
+    assert not (out / "k8s").exists()
+
+
+@pytest.mark.parametrize("seconds", [math.inf, math.nan, 1e300, 0.0])
+def test_write_k8s_refuses_a_startup_time_its_probe_cannot_count(seconds):
+    from tritonkit.server.k8s import check_startup_timeout
+
+    with pytest.raises(UsageError, match="--timeout"):
+        check_startup_timeout(seconds)
+
+
+def test_a_deadline_flag_of_inf_is_refused_as_a_time_of_at_most_a_day(tmp_path, capsys):
+    # down --timeout inf was taken (and waited for ever on a server that did not stop)
+    code = run_cli("down", "--repository", tmp_path, "--timeout", "inf")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert "'--timeout'" in error_lines(err)[0] and "86400" in error_lines(err)[0], err
+
+
+@pytest.mark.parametrize("args, flag, most", [
+    (("--budget-s", "inf"), "--budget-s", "86400"), (("--budget-s", "1e300"), "--budget-s", "86400"),
+    (("--probe-s", "inf"), "--probe-s", "3600"), (("--probe-s", "3601"), "--probe-s", "3600"),
+])
+def test_a_tune_time_that_is_no_bounded_time_is_refused_naming_its_own_flag_without_a_server(
+        tmp_path, capsys, args, flag, most):
+    # no deployment in tmp_path: refused before one is looked for (--probe-s inf was said
+    # as loadtest's "--duration inf", a flag tune has not)
+    code = run_cli("tune", "mlp", "--repository", tmp_path, "--sla-p99-ms", "5", *args)
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    first = error_lines(err)[0]
+    assert first.startswith(f"error: {flag} ") and f"at most {most} s" in first, err
+    assert "--duration" not in err
+
+
+@pytest.mark.parametrize("table, key, value", [
+    ("memory", "gib", "nan"), ("memory", "gib", "inf"), ("memory", "gib", "1e308"),
+    ("serving", "instance_count", "99999999999"),            # int32 in the config
+    ("serving", "max_queue_delay_us", str(2**64)),           # uint64 in the config
+    ("", "compute_capability", "nan"), ("", "compute_capability", "1e300"),
+    ("compute", "fp16_tflops", "inf"), ("bus", "power_w", "nan"), ("bus", "pcie_lanes", "-16"),
+    ("stack", "onnx_max_opset", "-1"),
+])
+def test_a_gpu_profile_number_that_is_no_figure_is_a_field_error(tmp_path, capsys, table, key,
+                                                                value):
+    """Every number of a profile: finite, and within what the config field it becomes
+    holds (nan gib, 1e308 gib and 99999999999 instances were internal errors)."""
+    text = (Path(__file__).parents[1] / "configs" / "gpus" / "a10.toml").read_text()
+    section = re.search(rf"(?ms)^\[{table}\]\n.*?(?=^\[|\Z)", text) if table else \
+        re.search(r"(?s)\A.*?(?=^\[)", text, re.M)
+    assert section and re.search(rf"(?m)^{key} = ", section.group())
+    changed = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", section.group(), count=1)
+    profile = tmp_path / "a10.toml"
+    profile.write_text(text.replace(section.group(), changed, 1))
+    onnx_graphs.mlp(tmp_path / "repo" / "mlp")
+    code = run_cli("config", "mlp", "--repository", tmp_path / "repo", "--gpu", profile)
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    dotted = f"{table}.{key}" if table else key
+    first = error_lines(err)[0]
+    assert str(profile) in first and f"field '{dotted}'" in first, err
+    assert "internal error" not in err

@@ -576,6 +576,53 @@ def test_git_ignores_the_secret_manifest_in_the_users_own_repository(
     assert ".gitignore" not in capsys.readouterr().out      # nothing to add: nothing said
 
 
+@pytest.mark.parametrize("force", [(), ("--force",)])
+def test_a_link_in_place_of_the_k8s_folder_is_refused_and_never_written_through(
+        example_repository, tmp_path, capsys, force):
+    """k8s/ under --out is tritonkit's own folder: a link planted there would have the
+    deploy write the secret, a .gitignore and every manifest where it leads, replacing the
+    files of that folder. Refused in one line that names the link and its target."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "deployment.yaml").write_text("the user's own manifest\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "k8s").symlink_to(victim)
+    assert run_cli("deploy", "--target", "k8s", "--gpu", "a10", "--repository",
+                   example_repository, "--out", out, *force) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {out / 'k8s'} is a symbolic link to {victim}, not a folder tritonkit made: "
+        "it is not followed, read or written",
+        f"hint: remove it (rm {out / 'k8s'}) and run the command again, or give another "
+        "--out; tritonkit keeps only its own files there"]
+    assert [p.name for p in victim.iterdir()] == ["deployment.yaml"]
+    assert (victim / "deployment.yaml").read_text() == "the user's own manifest\n"
+
+
+def test_a_k8s_folder_swapped_for_a_link_after_the_check_is_not_written_through(
+        example_repository, tmp_path, monkeypatch):
+    """The manifests are written through the k8s/ folder's own descriptor, opened without
+    following a link: a link put in its place after the check is refused, not followed."""
+    from tritonkit.errors import UsageError
+    from tritonkit.server import k8s
+    from tritonkit.server.container import container_spec
+
+    victim, out = tmp_path / "victim", tmp_path / "out"
+    victim.mkdir()
+    refuse_replacing = k8s.refuse_replacing
+
+    def check_then_swap(*args, **kwargs):       # after k8s/ was found to be no link
+        refuse_replacing(*args, **kwargs)
+        out.mkdir()
+        (out / "k8s").symlink_to(victim)
+
+    monkeypatch.setattr(k8s, "refuse_replacing", check_then_swap)
+    spec = container_spec(example_repository, "a10")
+    with pytest.raises(UsageError, match="k8s is a symbolic link to"):
+        k8s.write_k8s(spec, example_repository, out)
+    assert list(victim.iterdir()) == []
+
+
 def test_the_fill_pod_and_the_plan_building_init_containers_ask_for_cpu_and_memory(
         example_repository, manifests):
     """A namespace whose ResourceQuota covers cpu and memory refuses a pod that does not

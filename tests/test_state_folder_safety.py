@@ -134,6 +134,30 @@ def test_a_fifo_or_folder_in_place_of_a_state_file_is_refused_at_once(
     assert f"{path} is a {'named pipe' if make == 'fifo' else 'folder'}" in line
 
 
+@pytest.mark.parametrize("target", ["compose", "k8s"])
+@pytest.mark.parametrize("where", ["the state folder", "a folder inside it", "a link to it"])
+def test_a_deployments_out_in_the_state_folder_is_refused_even_with_force(
+        example_repository, tmp_path, capsys, target, where):
+    """--out is a folder of the user's: the compose file, its .env and .gitignore, or k8s/
+    written into .tritonkit/ would sit beside (and could replace) the deployment's secret
+    and record. Refused before anything is written, however the path reaches it."""
+    state = state_dir(example_repository)
+    state.mkdir()
+    out = {"the state folder": state, "a folder inside it": state / "deploy",
+           "a link to it": tmp_path / "deploy"}[where]
+    if where == "a link to it":
+        out.symlink_to(state)
+    no_up = ("--no-up",) if target == "compose" else ()
+    assert run_cli("deploy", "--target", target, "--gpu", "a10", "--repository",
+                   example_repository, "--out", out, *no_up, "--force") == 2
+    line = _one_error(capsys.readouterr().err)
+    assert line.startswith(f"error: --out {out} is ")
+    assert "a .tritonkit folder" in line and "which holds a deployment's state, secret and log" in line
+    written = {p.name for p in state.rglob("*")} & {"docker-compose.yml", ".env", ".gitignore",
+                                                    "k8s", "deploy"}
+    assert written == set()
+
+
 def test_a_write_goes_into_the_folder_opened_even_if_it_is_swapped_for_a_link(tmp_path, victim):
     """Between the check and the write, the state folder replaced by a link to another
     folder: what was opened is written, the other folder is not."""

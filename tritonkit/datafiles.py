@@ -8,6 +8,7 @@ read, copy and change. Code reads them into frozen dataclasses through
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import types
@@ -138,8 +139,20 @@ def dataclass_from_table(cls: type[T], table: dict[str, Any], *, source: str,
             value = tuple(value)
         if annotation is float and isinstance(value, int):
             value = float(value)
+        _refuse_non_finite(value, source, dotted)
         values[name] = value
     return cls(**values)
+
+
+def _refuse_non_finite(value: Any, source: str, dotted: str) -> None:
+    """TOML has ``nan`` and ``inf``; no field of tritonkit's files is one (a threshold, a
+    size, a card's figure): each later comparison with it is false, or a conversion to a
+    config's integer fails. Refused here, for every number of every file, as a ProfileError
+    that names ``source`` and the field."""
+    for item in value if isinstance(value, tuple) else (value,):
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ProfileError(f"{source}: field '{dotted}' = {item} must be a finite number",
+                               hint="give a number, not nan or inf")
 
 
 def _table_class(annotation: Any) -> type | None:

@@ -92,16 +92,29 @@ OUTPUT_SUFFIXES = {"--json": ".json", "--csv": ".csv", "--plot": ".png"}
 STATE_DIRNAME = ".tritonkit"
 
 
+def refuse_state_folder(path: Path, *, what: str, folder: bool = False) -> None:
+    """A UsageError for an output inside a ``.tritonkit`` folder, as ``path`` is written or
+    once its links are resolved: a report or a deployment's files there could replace a
+    deployment's secret or record. A ``folder`` (``--out``) is refused as well if it is one."""
+    path = Path(path)
+    real = path.resolve()
+    parts = slice(None) if folder else slice(None, -1)
+    if STATE_DIRNAME not in real.parts[parts] + path.parts[parts]:
+        return
+    where = "inside " if STATE_DIRNAME in real.parts[:-1] + path.parts[:-1] else ""
+    led = f" (it leads to {real})" if STATE_DIRNAME not in path.parts[parts] else ""
+    raise UsageError(f"{what} {path} is {where}a {STATE_DIRNAME} folder{led}, which holds a "
+                     "deployment's state, secret and log",
+                     hint=f"give a path outside {STATE_DIRNAME}/")
+
+
 def check_output(path: Path, *, force: bool, what: str, suffix: str | None = None) -> None:
     """Before long work: an output file that exists is kept unless ``force``, and one that
     could not be written (a folder at that path, a file where a folder must be, a folder
     we may not write to, tritonkit's own state folder) is refused now rather than losing
     what the work produced. ``suffix`` (".csv") makes the hint's example file name."""
     path = Path(path)
-    if STATE_DIRNAME in path.resolve().parts[:-1] or STATE_DIRNAME in path.parts[:-1]:
-        raise UsageError(f"{what} {path} is inside a {STATE_DIRNAME} folder, which holds a "
-                         "deployment's state, secret and log",
-                         hint=f"give a path outside {STATE_DIRNAME}/")
+    refuse_state_folder(path, what=what)
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder",
                          hint=f"give a file name, e.g. {path / ('run' + suffix)}" if suffix
@@ -129,9 +142,11 @@ def check_outputs(outputs: Mapping[str, Path | None], *, force: bool) -> None:
 
 
 def check_folder(path: Path, *, what: str) -> None:
-    """An output folder: it may not exist yet, but no part of it may be a file, and the
-    nearest part that exists must be a folder we may write to."""
+    """An output folder: it may not exist yet, but no part of it may be a file, the
+    nearest part that exists must be a folder we may write to, and neither it nor a
+    folder above it (links resolved) may be a ``.tritonkit`` folder."""
     path = Path(path)
+    refuse_state_folder(path, what=what, folder=True)
     _check_writable_folder(path, what=what, target=path)
 
 
@@ -312,9 +327,11 @@ def read_tail(path: Path, limit: int) -> str:
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def foreign_object(path: Path, mode: int | None = None, *, expected: str = "file") -> UsageError:
+def foreign_object(path: Path, mode: int | None = None, *, expected: str = "file",
+                   instead: str | None = None) -> UsageError:
     """The error for something tritonkit did not put where it keeps a file (``expected``:
-    "file" or "folder"): a link, a FIFO, a device, a folder for a file or the other way."""
+    "file" or "folder"): a link, a FIFO, a device, a folder for a file or the other way.
+    ``instead`` is the other way out the hint offers, if the command has one."""
     path = Path(path)
     if mode is None:
         try:
@@ -330,7 +347,22 @@ def foreign_object(path: Path, mode: int | None = None, *, expected: str = "file
     return UsageError(f"{path} is a {kind}, not a {expected} tritonkit made: it is not "
                       "followed, read or written",
                       hint=f"remove it (rm {'-r ' if stat.S_ISDIR(mode) else ''}{shell_word(path)}) and "
-                           "run the command again; tritonkit keeps only its own files there")
+                           "run the command again" + (f", or {instead}" if instead else "") +
+                           "; tritonkit keeps only its own files there")
+
+
+def check_owned_folder(path: Path, *, instead: str | None = None) -> None:
+    """Before anything is written: ``path``, a folder tritonkit makes and alone writes in a
+    folder of the user's (``--out``'s ``k8s/``), is a folder of its own or not there yet.
+    A link in its place (wherever it leads), a file or a FIFO is refused with
+    ``foreign_object``, as ``OwnedFolder`` refuses it when it opens the folder to write."""
+    path = Path(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise foreign_object(path, info.st_mode, expected="folder", instead=instead)
 
 
 class OwnedFolder:

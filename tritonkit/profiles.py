@@ -316,6 +316,34 @@ def _validate(profile: GpuProfile) -> None:
     if profile.has_gpu and profile.compute_capability < 3.0:
         raise ProfileError(f"{where}: field 'compute_capability' = {profile.compute_capability} "
                            "is not a CUDA compute capability", hint="e.g. 8.6")
+    _check_ranges(profile)
+
+
+# The range of each number of a profile: what the config field it becomes holds
+# (instance_count an int32, the queue delay a uint64), or past any card or host (1 PiB).
+# nan and inf are refused as every file's are (dataclass_from_table).
+_RANGES = {"memory.gib": (0, 2**20), "serving.instance_count": (1, INT32_MAX),
+           "serving.max_queue_delay_us": (0, 2**64 - 1), "compute_capability": (0, 99.9)}
+# The card's figures and the stack's versions: 0 or more, an int32 at most.
+_COUNTED = ("memory.bandwidth_gb_s", "compute.fp32_tflops", "compute.fp16_tflops",
+            "bus.pcie_gen", "bus.pcie_lanes", "bus.link_gb_s", "bus.power_w",
+            "stack.cuda_major", "stack.min_driver", "stack.image_driver",
+            "stack.onnx_max_opset", "stack.onnx_max_ir_version")
+
+
+def _check_ranges(profile: GpuProfile) -> None:
+    """A ProfileError naming the field for a number past what it can be."""
+    for dotted in (*_RANGES, *_COUNTED):
+        value = profile
+        for part in dotted.split("."):
+            value = getattr(value, part, None) if value is not None else None
+        if value is None:
+            continue
+        least, most = _RANGES.get(dotted, (0, INT32_MAX))
+        if not least <= value <= most:
+            raise ProfileError(f"{profile.path}: field '{dotted}' = {value} is not from {least} "
+                               f"to {most}", hint=f"give {dotted.rpartition('.')[2]} a value "
+                                                  f"from {least} to {most}")
 
 
 def _validate_kind(profile: GpuProfile) -> None:

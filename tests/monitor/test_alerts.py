@@ -3,12 +3,13 @@ not fire again."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from dataclasses import replace
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 from tests.monitor.conftest import LIMITS, _gpu
 from tritonkit.errors import ProfileError
 from tritonkit.monitor.alerts import AlertTracker, default_thresholds_path, load_thresholds
@@ -88,6 +89,38 @@ def test_a_bad_hysteresis_or_sample_count_is_refused_naming_the_field(tmp_path):
         bad.write_text(text.replace(old, new))
         with pytest.raises(ProfileError, match=field):
             load_thresholds(bad)
+
+
+@pytest.mark.parametrize("table, field, value", [
+    ("alerts", "temperature_c", "nan"), ("alerts", "temperature_c", "inf"),
+    ("alerts", "temperature_c", "-40"), ("alerts", "memory_pct", "-1"),
+    ("alerts", "memory_pct", "101"), ("alerts", "low_utilization_pct", "nan"),
+    ("alerts", "low_utilization_minutes", "-5"), ("alerts", "idle_utilization_pct", "inf"),
+    ("alerts", "temperature_hysteresis_c", "nan"),
+    ("walls", "memory_full_pct", "150"), ("walls", "low_utilization_pct", "-1"),
+    ("walls", "small_batch", "nan"), ("walls", "small_batch", "-1"),
+    ("walls", "short_compute_us", "inf"), ("walls", "queue_share", "1.5"),
+    ("walls", "input_share", "-0.5"),
+])
+def test_every_threshold_out_of_its_range_is_refused_naming_the_field(tmp_path, capsys,
+                                                                      table, field, value):
+    """Each threshold is finite and in its range (percentages 0 to 100, shares 0 to 1, counts
+    and times 0 or more): nan compares false with every reading, so its alert never fired."""
+    text = (ROOT / "configs" / "alerts.toml").read_text()
+    head, marker, walls = text.partition("[walls]")
+    if table == "alerts":
+        head = re.sub(rf"(?m)^{field} = .*$", f"{field} = {value}", head, count=1)
+    else:
+        walls = re.sub(rf"(?m)^{field} = .*$", f"{field} = {value}", walls, count=1)
+    bad = tmp_path / "alerts.toml"
+    bad.write_text(head + marker + walls)
+    assert bad.read_text() != text
+    with pytest.raises(ProfileError, match=rf"field '{table}\.{field}'"):
+        load_thresholds(bad)
+    # the command says it in one line, exit 2, before any GPU is looked for
+    assert run_cli("monitor", "--once", "--thresholds", bad) == 2
+    err = capsys.readouterr().err
+    assert f"field '{table}.{field}'" in err.splitlines()[0] and "internal error" not in err
 
 
 def test_memory_above_95_percent_alerts():

@@ -4,6 +4,7 @@ their columns, files never overwritten without --force."""
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import replace
 
 import pytest
@@ -130,3 +131,15 @@ def test_a_recording_that_cannot_open_its_per_model_file_leaves_no_header_only_c
         with CsvRecorder(path, force=True, models=True):
             pass
     assert not path.exists()
+
+
+def test_a_reading_of_nan_or_inf_is_recorded_as_not_given_which_diagnose_reads_back(tmp_path):
+    # diagnose refuses nan and inf in a recording: monitor never writes one
+    path = tmp_path / "gpu.csv"
+    gpu = replace(_gpu(util=50), temperature_c=math.nan, power_w=math.inf)
+    with CsvRecorder(path) as recorder:
+        recorder.write(rows_for(1_767_225_600, 0.0, [gpu], None))
+    cells = path.read_text().splitlines()[1].split(",")
+    assert "nan" not in cells and "inf" not in cells
+    (row,) = read_monitor_csv(path)
+    assert row.temp_c is None and row.power_w is None and row.util_pct == 50.0

@@ -11,8 +11,8 @@ import typer
 from rich.markup import escape
 
 from tritonkit.cli import app
-from tritonkit.cli.options import (PHASE_LINES_EVERY_S, Repository, Timeout, console,
-                                   progress_status)
+from tritonkit.cli.options import (DAY_S, PHASE_LINES_EVERY_S, Repository, Timeout,
+                                   console, progress_status)
 from tritonkit.errors import UsageError, printable, shell_word
 from tritonkit import deploy as deploy_lib
 from tritonkit.warmup import WarmupFailed
@@ -137,7 +137,7 @@ def deploy(
              "start on a GPU builds TensorRT engines before Triton answers); k8s: how "
              f"long a replica's startup probe lets it load and warm its models (default "
              f"{STARTUP_S}).",
-        min=0.1)] = None,
+        min=0.1, max=DAY_S)] = None,
 ) -> None:
     """Start Triton for a model repository, load every model, wait until each is READY, warm it up.
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from tritonkit.cli import app
 from tritonkit.cli.options import (
+    DAY_S,
     Force,
     JsonOut,
     OptionalRepository,
@@ -43,9 +44,6 @@ ThresholdsFile = Annotated[Optional[Path], typer.Option(
     "--thresholds", help="Alert and wall thresholds TOML (default configs/alerts.toml).")]
 Gpu = Annotated[Optional[str], typer.Option(
     "--gpu", help="GPU profile (a10, cpu, p100, or a .toml path).")]
-# A day: longer is no sampling interval (time.sleep overflows at inf), and a --live
-# recording is held in memory until it is diagnosed.
-DAY_S = 86_400.0
 
 
 @app.command(epilog="Example: tritonkit monitor --interval 10 --csv gpu.csv "

@@ -19,8 +19,12 @@ OptionalRepository = Annotated[Optional[Path], typer.Option(
     "--repository", "-r", help="Model repository of a deployment (its state finds the server).")]
 Url = Annotated[Optional[str], typer.Option(
     "--url", help="Triton HTTP address host:port, instead of a deployment's state.")]
+# A day: the most a flag in seconds takes. Longer is no sampling interval (time.sleep
+# overflows at inf), no deadline (inf, 1e300: a typo), and a --live recording is held in
+# memory until it is diagnosed.
+DAY_S = 86_400.0
 Timeout = Annotated[float, typer.Option(
-    "--timeout", help="One deadline in seconds for the whole wait.", min=0.1)]
+    "--timeout", help="One deadline in seconds for the whole wait.", min=0.1, max=DAY_S)]
 JsonOut = Annotated[Optional[Path], typer.Option(
     "--json", help="Also write the result as JSON to this file.")]
 Force = Annotated[bool, typer.Option("--force", help="Replace output files that exist.")]

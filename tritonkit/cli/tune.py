@@ -20,6 +20,7 @@ from tritonkit.loadtest import parse_shapes
 from tritonkit.report import Sla
 from tritonkit.server.local import signals_deferred, signals_interrupt
 from tritonkit.tune import _report
+from tritonkit.tune._run import check_times
 
 DEFAULT_REPOSITORY = Path("model_repository")
 
@@ -85,6 +86,7 @@ def tune(
         raise UsageError("--write needs --repository DIR: the folder whose config it writes",
                          hint=f"pass --repository with the model repository that holds {name}")
     sla = Sla(p99_ms=sla_p99_ms, min_qps=sla_min_qps)
+    check_times(budget_s, probe_s)
     override = tune_lib.read_space_file(space) if space else None
     endpoint = resolve_endpoint(repository, url)
     target = tune_lib.write_target(repository, name, gpu=gpu, force=force) if write else None

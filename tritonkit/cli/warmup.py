@@ -14,6 +14,7 @@ from rich.table import Table
 from tritonkit import warmup as warmup_lib
 from tritonkit.cli import app
 from tritonkit.cli.options import (
+    DAY_S,
     PHASE_LINES_EVERY_S,
     Force,
     JsonOut,
@@ -213,7 +214,7 @@ def warmup(
              f"here records (Kubernetes); or set {SECRET_ENV}.")] = None,
     timeout: Annotated[float, typer.Option(
         "--timeout", help="Fail once nothing has moved (no load done, no request answered) "
-                          "for this many seconds.", min=0.1)] = 120.0,
+                          "for this many seconds.", min=0.1, max=DAY_S)] = 120.0,
     json_out: JsonOut = None,
     plot: Annotated[Optional[Path], typer.Option(
         help="Write a PNG: each model's latency per shape from its cold first request "

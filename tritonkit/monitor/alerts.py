@@ -55,6 +55,27 @@ class Thresholds:
     walls: WallThresholds
 
 
+_PERCENT = (0.0, 100.0)
+_SHARE = (0.0, 1.0)
+_ANY = (0.0, 1e9)           # a count or a time: 0 or more (no threshold is near this)
+# Each threshold's range and an example, as configs/alerts.toml gives it.
+_RANGES = (("alerts.temperature_c", (0.0, 200.0), "85 (°C)"),
+           ("alerts.memory_pct", _PERCENT, "95 (% of the card's memory)"),
+           ("alerts.low_utilization_pct", _PERCENT, "60 (%)"),
+           ("alerts.low_utilization_minutes", _ANY, "5 (minutes)"),
+           ("alerts.idle_utilization_pct", _PERCENT, "5 (%)"),
+           ("alerts.temperature_hysteresis_c", (0.0, 200.0),
+            "5 (°C below temperature_c before the alert ends)"),
+           ("alerts.hw_slowdown_samples", (1, _ANY[1]),
+            "3 (1 alerts on the first sample that shows it)"),
+           ("walls.memory_full_pct", _PERCENT, "90 (% of the card's memory, peak)"),
+           ("walls.low_utilization_pct", _PERCENT, "60 (%)"),
+           ("walls.small_batch", _ANY, "1.5 (inferences per execution)"),
+           ("walls.short_compute_us", _ANY, "2000 (µs per request)"),
+           ("walls.queue_share", _SHARE, "0.3 (of the server time)"),
+           ("walls.input_share", _SHARE, "0.5 (of the compute time)"))
+
+
 def default_thresholds_path() -> Path:
     return configs_dir() / "alerts.toml"
 
@@ -69,12 +90,13 @@ def load_thresholds(path: Path | None = None) -> Thresholds:
         if not 0 < getattr(thresholds.walls, field_name) <= 1:
             raise ProfileError(f"{path}: field 'walls.{field_name}' must be in (0, 1]",
                                hint=f"e.g. {example}")
-    if thresholds.alerts.temperature_hysteresis_c < 0:
-        raise ProfileError(f"{path}: field 'alerts.temperature_hysteresis_c' must be 0 or more",
-                           hint="e.g. 5 (°C below temperature_c before the alert ends)")
-    if thresholds.alerts.hw_slowdown_samples < 1:
-        raise ProfileError(f"{path}: field 'alerts.hw_slowdown_samples' must be 1 or more",
-                           hint="e.g. 3 (1 alerts on the first sample that shows it)")
+    # nan and inf are refused as every file's are (dataclass_from_table).
+    for dotted, (least, most), example in _RANGES:
+        table, _, field_name = dotted.partition(".")
+        value = getattr(getattr(thresholds, table), field_name)
+        if not least <= value <= most:
+            raise ProfileError(f"{path}: field '{dotted}' = {value:g} must be from {least:g} to "
+                               f"{most:g}", hint=f"e.g. {example}")
     return thresholds
 
 

@@ -96,6 +96,15 @@ COLUMNS = ("timestamp", "elapsed_s", "gpu", "name", "uuid", *GPU_COLUMNS, *TRITO
 # What Triton ran on a GPU it runs no model on (its labelled series name other GPUs).
 _NOTHING_ON_GPU = ModelCounters(pending_request_count=None)
 REQUIRED_COLUMNS = ("elapsed_s", "util_pct", "mem_used_mib", "mem_total_mib")
+# What each column can hold (a value outside is no reading: a sum or mean of it overflows);
+# any other column, Triton's counters among them, a uint64 counter's range.
+_COUNTED_MOST = float(2**64)
+COLUMN_RANGES = {"elapsed_s": (0.0, 1e10), "gpu": (0.0, 2.0**31), "util_pct": (0.0, 100.0),
+                 "mem_used_mib": (0.0, 2.0**40), "mem_total_mib": (0.0, 2.0**40),
+                 "temp_c": (-273.0, 1000.0), "power_w": (0.0, 1e6),
+                 "sm_clock_mhz": (0.0, 1e6), "mem_clock_mhz": (0.0, 1e6),
+                 "pcie_rx_mb_s": (0.0, 1e9), "pcie_tx_mb_s": (0.0, 1e9),
+                 "pcie_gen": (0.0, 100.0), "pcie_width": (0.0, 1024.0)}
 MODEL_COLUMNS = ("timestamp", "elapsed_s", "model", "version", *TRITON_COLUMNS)
 
 
@@ -189,6 +198,8 @@ def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
+        if not math.isfinite(value):    # no reading: diagnose refuses nan and inf
+            return ""
         return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.0f}"
     return str(value)
 
@@ -384,6 +395,10 @@ def _number(text: str | None, path: Path, line: int, column: str) -> float | Non
     except ValueError:
         raise UsageError(f"{path}:{line}: column '{column}' is not a number",
                          hint="fix or drop that row") from None
-    if not math.isfinite(value):
+    if math.isnan(value):               # no reading: earlier recordings wrote one as nan
         return None
+    least, most = COLUMN_RANGES.get(column.removeprefix(OWN_PREFIX), (0.0, _COUNTED_MOST))
+    if not least <= value <= most:     # inf too: no reading or counter is one
+        raise UsageError(f"{path}:{line}: column '{column}' is not a number from {least:g} to "
+                         f"{most:g}", hint="fix or drop that row")
     return value

@@ -39,12 +39,13 @@ import re
 import secrets
 import shlex
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
 
 from tritonkit.errors import UsageError
-from tritonkit.fileio import atomic_write, check_folder, ensure_ignored
+from tritonkit.fileio import OwnedFolder, check_folder, check_owned_folder, ensure_ignored
 from tritonkit.model_config import ORT_TRT_CACHE_ROOT
 from tritonkit.server.container import (
     CONTAINER_PORTS,
@@ -193,15 +194,45 @@ _CPU = re.compile(r"^(?:\d+(?:\.\d{1,3})?|\d+m)$")
 _MEMORY = re.compile(r"^\d+(?:\.\d+)?(?:Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
+_MEMORY_UNITS = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+                 "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
+# The most a --cpu or --memory may ask: more than any node has is a typo, written as is
+# into a Deployment no node schedules (_MEMORY takes no suffix past T: below 1Ei).
+MAX_CPU_CORES = 8192            # Linux's NR_CPUS at its largest
+MAX_MEMORY_BYTES = 1024**5      # 1 PiB
+# The most --timeout may give a replica to start: the startup probe's failureThreshold is
+# an int32, and a day is longer than any load and warm-up (a typo: inf, 1e300).
+MAX_STARTUP_S = 86_400
+
+
 def check_quantities(cpu: str | None, memory: str | None) -> None:
-    """Refuse a --cpu or --memory Kubernetes would not take (or one of 0) before a file is
-    written: ``kubectl apply`` would refuse the Deployment only at the end."""
+    """Refuse a --cpu or --memory Kubernetes would not take (or one of 0, or more than
+    any node has) before a file is written: ``kubectl apply`` would refuse the Deployment
+    only at the end, or no node would ever schedule it."""
     if cpu is not None and (not _CPU.match(cpu) or not re.search(r"[1-9]", cpu)):
         raise UsageError(f"--cpu '{cpu}' is not a CPU quantity Kubernetes takes",
                          hint="cores, or millicores with m: e.g. --cpu 4 or --cpu 1500m")
     if memory is not None and (not _MEMORY.match(memory) or not re.search(r"[1-9]", memory)):
         raise UsageError(f"--memory '{memory}' is not a memory quantity Kubernetes takes",
                          hint="bytes with a binary suffix: e.g. --memory 8Gi or --memory 6144Mi")
+    # Decimal: the digits as given, however many (a float would overflow or round).
+    if cpu is not None and (Decimal(cpu[:-1]) / 1000 if cpu.endswith("m") else Decimal(cpu)) \
+            > MAX_CPU_CORES:
+        raise UsageError(f"--cpu '{cpu}' is more than any node has (at most {MAX_CPU_CORES} "
+                         "cores)", hint="the cores one replica needs: e.g. --cpu 4")
+    if memory is not None:
+        number, unit = re.fullmatch(r"([\d.]+)(\D*)", memory).groups()  # type: ignore[union-attr]
+        if Decimal(number) * _MEMORY_UNITS[unit] > MAX_MEMORY_BYTES:
+            raise UsageError(f"--memory '{memory}' is more than any node has (at most 1Pi, "
+                             f"{MAX_MEMORY_BYTES // 1024**4}Ti)",
+                             hint="the memory one replica needs: e.g. --memory 8Gi")
+
+
+def check_startup_timeout(seconds: float | None) -> None:
+    """Refuse a --timeout the startup probe cannot count (inf, nan, more than a day)."""
+    if seconds is not None and not 0 < seconds <= MAX_STARTUP_S:
+        raise UsageError(f"--timeout {seconds:g} is not a time of at most {MAX_STARTUP_S} s",
+                         hint=f"give --timeout in seconds, e.g. --timeout {STARTUP_S}")
 
 
 def pod_security_context() -> dict:
@@ -335,12 +366,15 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
     if replicas < 1:
         raise UsageError(f"--replicas must be at least 1 (got {replicas})", hint="e.g. --replicas 2")
     check_quantities(cpu, memory)
+    check_startup_timeout(startup_timeout)
     if storage_class is not None and not _DNS_SUBDOMAIN.match(storage_class):
         raise UsageError(f"--storage-class '{storage_class}' is not a Kubernetes object name",
                          hint="lower-case letters, digits, '-' and '.', as kubectl get "
                               "storageclass lists them")
     check_folder(out, what="--out")
     directory = Path(out) / K8S_DIRNAME
+    # k8s/ is tritonkit's: a link planted there would have the secret written where it leads.
+    check_owned_folder(directory, instead="give another --out")
     # pod-disruption-budget.yaml too: with one replica a budget written before is removed.
     paths = [directory / f for f in (*FILES, PDB_FILE, "kustomization.yaml", FILL_FILE)]
     refuse_replacing(paths, force=force, what="Kubernetes manifest",
@@ -362,17 +396,18 @@ def write_k8s(spec: ContainerSpec, repository: Path, out: Path, *, replicas: int
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": list(manifests)}
     documents = {**manifests, "kustomization.yaml": kustomization, FILL_FILE: fill_pod(name)}
-    directory.mkdir(parents=True, exist_ok=True)
-    gitignore, gitignore_made = ensure_ignored(
-        directory, ["secret.yaml"], why="tritonkit deploy --target k8s: secret.yaml holds "
-                                        "the model-repository API's secret") or (None, False)
-    for filename, document in documents.items():
-        atomic_write(directory / filename, stamped(HEADER, to_yaml(document), repository),
-                     mode=0o600 if document["kind"] == "Secret" else 0o644)
-    pdb_removed = None
-    if PDB_FILE not in manifests and (directory / PDB_FILE).exists():
-        (directory / PDB_FILE).unlink()
-        pdb_removed = name
+    Path(out).mkdir(parents=True, exist_ok=True)
+    # Written through the folder's descriptor: a link swapped in after the check is not followed.
+    with OwnedFolder(Path(out), K8S_DIRNAME, create=True) as folder:
+        gitignore, gitignore_made = ensure_ignored(
+            directory, ["secret.yaml"], why="tritonkit deploy --target k8s: secret.yaml holds "
+                                            "the model-repository API's secret") or (None, False)
+        for filename, document in documents.items():
+            if folder.readlink(filename) is not None:   # --force replaces a link, not its target
+                folder.remove(filename)
+            folder.write(filename, stamped(HEADER, to_yaml(document), repository),
+                         mode=0o600 if document["kind"] == "Secret" else 0o644)
+        pdb_removed = name if PDB_FILE not in manifests and folder.remove(PDB_FILE) else None
     return K8sFiles(directory=directory, files=tuple(directory / f for f in documents),
                     name=name, claim=claim_name(name), secret=secret,
                     fill_commands=fill_commands(Path(repository).resolve(), directory, name),

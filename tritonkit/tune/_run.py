@@ -19,6 +19,7 @@ from tritonkit.errors import (EXIT_OK, EXIT_SLA_MISS, LoadTestError, ServerError
                               UsageError)
 from tritonkit.loadtest import WorkerPool
 from tritonkit.loadtest._run import MAX_CONCURRENCY as MOST_IN_FLIGHT
+from tritonkit.loadtest._run import MAX_DURATION_S as MOST_PROBE_S
 from tritonkit.profiles import TuneSpace, load_profile
 from tritonkit.report import Sla
 from tritonkit.server.state import load_deployment
@@ -31,6 +32,9 @@ from tritonkit.tune._write import WriteTarget, write_winner
 
 SERVED, BARE = "served", "bare default"
 DEFAULT_BUDGET_S = 300.0
+# The longest --budget-s: a day (as a load test's longest --warmup-s); more is a typo
+# (inf, 1e300) that would hold the server's config swapped out for as long.
+MAX_BUDGET_S = 86_400.0
 # A change of knob is kept when it beats the config it replaces by this much: less is the
 # noise of a shared machine (one config measured four times back to back spread 1.85x).
 MIN_GAIN = 0.05
@@ -167,6 +171,21 @@ class TuneProgress:
     budget_s: float
 
 
+def check_times(budget_s: float, probe_s: float) -> None:
+    """A UsageError naming --budget-s or --probe-s for a time that is not one (0, nan,
+    inf) or past its bound, before anything needs a server: a load level is measured as a
+    load test's --duration is, at most MOST_PROBE_S."""
+    if not budget_s > 0 or not probe_s > 0:
+        raise UsageError(f"--budget-s ({budget_s:g}) and --probe-s ({probe_s:g}) must be > 0",
+                         hint="e.g. --budget-s 300 --probe-s 2")
+    for flag, seconds, most in (("--budget-s", budget_s, MAX_BUDGET_S),
+                                ("--probe-s", probe_s, MOST_PROBE_S)):
+        if not seconds <= most:
+            raise UsageError(f"{flag} {seconds:g} is not a time of at most {most:g} s",
+                             hint=f"give {flag} in seconds, e.g. {flag} "
+                                  f"{DEFAULT_BUDGET_S if flag == '--budget-s' else 2:g}")
+
+
 def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = None,
          space_keys: set[str] | None = None, gpu: str | None = None,
          budget_s: float = DEFAULT_BUDGET_S, protocol: str = "http", shapes: tuple = (),
@@ -193,9 +212,7 @@ def tune(endpoint: Endpoint, model: str, sla: Sla, *, space: TuneSpace | None = 
         raise UsageError(f"--max-concurrency must be 1 to {MOST_IN_FLIGHT}, what one load "
                          f"generator holds in flight (got {max_concurrency})",
                          hint="e.g. --max-concurrency 64")
-    if not budget_s > 0 or not probe_s > 0:
-        raise UsageError(f"--budget-s ({budget_s:g}) and --probe-s ({probe_s:g}) must be > 0",
-                         hint="e.g. --budget-s 300 --probe-s 2")
+    check_times(budget_s, probe_s)
     started = clock()
     result = TuneResult(model=model, server=endpoint.http_url, sla=sla, space=TuneSpace(),
                         trials=[], budget_s=budget_s, host=socket.gethostname(),
