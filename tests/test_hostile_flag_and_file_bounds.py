@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests import onnx_graphs
 from tests.conftest import error_lines, run_cli
+from tritonkit.datafiles import shipped_configs_dir
 from tritonkit.errors import EXIT_USAGE, UsageError
 
 
@@ -161,3 +163,28 @@ def test_a_gpu_profile_number_that_is_no_figure_is_a_field_error(tmp_path, capsy
     first = error_lines(err)[0]
     assert str(profile) in first and f"field '{dotted}'" in first, err
     assert "internal error" not in err
+
+
+def test_a_configs_folder_that_is_not_there_is_named_by_its_variable(tmp_path, monkeypatch, capsys):
+    """It said "no GPU profile named 'a10' (known: none)", naming neither the variable nor
+    the folder."""
+    onnx_graphs.mlp(tmp_path / "repo" / "mlp")
+    monkeypatch.setenv("TRITONKIT_CONFIGS", str(tmp_path / "nowhere"))
+    code = run_cli("config", "mlp", "--repository", tmp_path / "repo", "--gpu", "a10")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert err.splitlines()[0] == f"error: TRITONKIT_CONFIGS={tmp_path / 'nowhere'} is not a folder"
+
+
+def test_a_profile_that_is_a_fifo_is_named_as_one_not_as_missing(tmp_path, monkeypatch, capsys):
+    """It said "no GPU profile named 'a10' (known: a10)"."""
+    configs = Path(shutil.copytree(shipped_configs_dir(), tmp_path / "cfg"))
+    (configs / "gpus" / "a10.toml").unlink()
+    os.mkfifo(configs / "gpus" / "a10.toml")
+    onnx_graphs.mlp(tmp_path / "repo" / "mlp")
+    monkeypatch.setenv("TRITONKIT_CONFIGS", str(configs))
+    code = run_cli("config", "mlp", "--repository", tmp_path / "repo", "--gpu", "a10")
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert err.splitlines()[0] == (f"error: configuration file {configs / 'gpus' / 'a10.toml'} is "
+                                   "a named pipe (FIFO), not a regular file")

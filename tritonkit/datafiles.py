@@ -37,6 +37,10 @@ def configs_dir() -> Path:
     """
     override = os.environ.get(CONFIGS_ENV)
     if override:
+        if not Path(override).is_dir():     # else each file in it is said to be missing
+            raise ProfileError(f"{CONFIGS_ENV}={override} is not a folder",
+                               hint="point it at a copy of tritonkit's configs/ folder "
+                                    f"(gpus/, server.toml, alerts.toml), or unset {CONFIGS_ENV}")
         return Path(override)
     return shipped_configs_dir()
 

@@ -209,7 +209,7 @@ def load_profile(name_or_path: str | Path) -> GpuProfile:
         path = candidate
     else:
         path = gpus_dir() / f"{name_or_path}.toml"
-        if not path.is_file():
+        if not os.path.lexists(path):       # there but no file (a FIFO, a link): load_toml says
             known = ", ".join(available_profiles()) or "none"
             raise ProfileError(f"no GPU profile named '{name_or_path}' (known: {known})",
                                hint=f"use one of those, or add {path}")
