@@ -26,11 +26,10 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 KINDS = ("gpu", "cpu")
 # The ONNX Runtime execution provider each kind of profile may serve with.
 ACCELERATORS = {"gpu": ("cuda", "tensorrt"), "cpu": ("cpu",)}
-# What a GPU profile must say and a CPU profile has no use for.
 # A profile's name names files (configs/<name>.pbtxt of every model) and is a Kubernetes
 # label value: a plain name, no path.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
-
+# What a GPU profile must say and a CPU profile has no use for.
 GPU_FIELDS = ("compute_capability", "compute", "bus")
 GPU_STACK_FIELDS = ("triton_image_tensorrt", "tensorrt_version", "cuda_major", "min_driver",
                     "onnxruntime_gpu")
