@@ -188,3 +188,23 @@ def test_a_profile_that_is_a_fifo_is_named_as_one_not_as_missing(tmp_path, monke
     assert code == EXIT_USAGE, err
     assert err.splitlines()[0] == (f"error: configuration file {configs / 'gpus' / 'a10.toml'} is "
                                    "a named pipe (FIFO), not a regular file")
+
+
+@pytest.mark.parametrize("target", ["compose", "k8s"])
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_an_out_through_a_link_to_nowhere_is_said_as_that(tmp_path, capsys, target, below):
+    """It said "cannot use dang: File exists"."""
+    repository = tmp_path / "repo"
+    onnx_graphs.mlp(repository / "mlp")
+    assert run_cli("config", "mlp", "--repository", repository, "--gpu", "cpu") == 0
+    (tmp_path / "dang").symlink_to(tmp_path / "nowhere")
+    out = tmp_path / "dang" / below if below else tmp_path / "dang"
+    code = run_cli("deploy", "--target", target, *(["--no-up"] if target == "compose" else []),
+                   "--gpu", "cpu", "--repository", repository, "--out", out)
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert error_lines(err) == [
+        f"error: cannot write --out {out}: {tmp_path / 'dang'} is a link to "
+        f"{tmp_path / 'nowhere'}, which does not exist",
+        "hint: remove the link, or make the folder it points to"]
+    assert not (tmp_path / "nowhere").exists()
