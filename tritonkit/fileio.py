@@ -154,14 +154,13 @@ def _check_writable_folder(folder: Path, *, what: str, target: Path) -> None:
     """The nearest existing part of ``folder`` (atomic_write makes the missing ones) must be
     a folder we may write to; a link on the way that leads nowhere is said as that (making
     the folder failed at it with "File exists")."""
-    for part in (folder, *folder.parents):
-        if part.exists():
+    for existing in (folder, *folder.parents):      # "." or "/" at worst
+        if existing.exists():
             break
-        if part.is_symlink():
-            raise UsageError(f"cannot write {what} {target}: {part} is a link to "
-                             f"{os.readlink(part)}, which does not exist",
+        if existing.is_symlink():
+            raise UsageError(f"cannot write {what} {target}: {existing} is a link to "
+                             f"{os.readlink(existing)}, which does not exist",
                              hint="remove the link, or make the folder it points to")
-    existing = next(part for part in (folder, *folder.parents) if part.exists())  # "." or "/" at worst
     if not existing.is_dir():
         raise UsageError(f"cannot write {what} {target}: {existing} is a file, not a folder",
                          hint="choose another folder")

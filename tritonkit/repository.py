@@ -106,23 +106,26 @@ def refuse_links_a_container_cannot_follow(repository: Path, models: list[str]) 
     repository, or one spelled as an absolute path (it names this host's folders). Links
     spelled relative to where they stand, inside the repository, are served."""
     root = Path(os.path.realpath(repository))
+
+    def check(link: Path) -> None:
+        if not link.is_symlink():
+            return
+        target = os.readlink(link)
+        outside = not Path(os.path.realpath(link)).is_relative_to(root)
+        if outside or os.path.isabs(target):
+            where = "outside the model repository" if outside else \
+                "spelled as this host's absolute path"
+            raise UsageError(f"{link} is a link to {target}, {where}: a container mounts "
+                             f"{repository} elsewhere and cannot follow it",
+                             hint="replace the link with a copy of what it points to"
+                             + ("" if outside else ", or with a link relative to where it stands"))
+
     for model in models:
         top = Path(repository) / model
+        check(top)
         for folder, dirs, files in os.walk(top):
-            here = [top] if folder == str(top) else []
-            for link in here + [Path(folder) / n for n in dirs + files]:
-                if not link.is_symlink():
-                    continue
-                target = os.readlink(link)
-                real = Path(os.path.realpath(link))
-                if os.path.isabs(target) or not real.is_relative_to(root):
-                    where = ("outside the model repository" if not real.is_relative_to(root)
-                             else "spelled as this host's absolute path")
-                    raise UsageError(f"{link} is a link to {target}, {where}: a container "
-                                     f"mounts {repository} elsewhere and cannot follow it",
-                                     hint="replace the link with a copy of what it points to"
-                                     + ("" if where.startswith("outside") else
-                                        ", or with a link relative to where it stands"))
+            for name in dirs + files:
+                check(Path(folder) / name)
 
 
 def refuse_missing_gpu_configs(repository: Path, models: list[str], gpu: str) -> None:
