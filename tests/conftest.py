@@ -31,6 +31,7 @@ from filelock import FileLock
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from tritonkit.cli import main  # noqa: E402
+from tritonkit.frames import from_a_roomy_frame  # noqa: E402
 from tritonkit.server.state import load_deployment  # noqa: E402
 from tritonkit.warmup import SteadyRule  # noqa: E402
 
@@ -675,27 +676,11 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
-# -- each test on a roomy frame stack -------------------------------------------------------
+# -- each test from a roomy frame --------------------------------------------------------
 
-# CPython 3.11 keeps a thread's frames in 16 KB chunks: it maps one when a call finds the
-# current one full and unmaps it when that call returns. A hot loop whose calls cross a
-# chunk's edge maps, faults in and unmaps a chunk on every call, and where the edges fall
-# depends on the depth the loop runs at. An xdist worker runs a test deeper than pytest
-# alone, and there the full-size GPT-2 export (ONNX Script's pattern matcher, called per
-# node and rule) took 42 CPU s and 2.9 M page faults, against 24 s and 1.3 M run from the
-# frame below. Each test runs from a frame with a 256 KB value stack that nothing uses
-# (no page of it is touched), so the frames under it start in a 512 KB chunk whose edge
-# no test's loop reaches.
-ROOMY_STACK_SLOTS = 32_768
-
-
-def _from_a_roomy_frame(run: Callable[[], object]) -> object:
-    return run()
-
-
-_from_a_roomy_frame.__code__ = _from_a_roomy_frame.__code__.replace(co_stacksize=ROOMY_STACK_SLOTS)
-
-
+# A hot loop at the edge of one of CPython's 16 KB frame chunks maps and unmaps a chunk per
+# call (tritonkit.frames), and an xdist worker runs tests deep enough to meet such edges.
+# Each test's set-up, call and tear-down run from a roomy frame, whatever the depth.
 class _RoomyStack:
     """A plugin (this module's own pytest_runtest_protocol is the machine's wrapper)."""
 
@@ -706,7 +691,7 @@ class _RoomyStack:
         from _pytest.runner import runtestprotocol
 
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        _from_a_roomy_frame(lambda: runtestprotocol(item, nextitem=nextitem))
+        from_a_roomy_frame(lambda: runtestprotocol(item, nextitem=nextitem))
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 

@@ -39,6 +39,7 @@ from tritonkit.export.spec import (FORWARD_DUTY, ModelInputs, axes_by_input, bes
 from tritonkit.export.verify import (VERIFY_BATCHES, budget_for, check_graph, open_session,
                                      reference_mode, verify_against_torch)
 from tritonkit.fileio import atomic_write, refuse_overwrite
+from tritonkit.frames import from_a_roomy_frame
 from tritonkit.model_config import DEFAULT_GPU, MAX_BATCH_SIZE, configure
 from tritonkit.profiles import GpuProfile, load_profile
 from tritonkit.repository import ONNX_FILENAME, REPORT_FILENAME, check_model_name
@@ -142,10 +143,11 @@ def export_model(module: torch.nn.Module, example_inputs: Any, options: ExportOp
         on_note(note)
     try:
         # Around the rest: the model's code also runs outside forward() (its train(),
-        # parameters(), a tensor subclass's methods).
+        # parameters(), a tensor subclass's methods). From a roomy frame: the exporters'
+        # hot loops map no frame chunk per call, whatever the caller's depth (frames).
         with user_code.running("the model's code", "the model's code computes its outputs"):
-            result = _export_cleared(module, example_inputs, options, profile, dynamic_axes,
-                                     spec)
+            result = from_a_roomy_frame(lambda: _export_cleared(
+                module, example_inputs, options, profile, dynamic_axes, spec))
     except BaseException as exc:
         for note in cleared if hasattr(exc, "add_note") else ():    # Python 3.11+
             exc.add_note(note)
