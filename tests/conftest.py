@@ -681,19 +681,16 @@ def pytest_runtest_makereport(item, call):
 # A hot loop at the edge of one of CPython's 16 KB frame chunks maps and unmaps a chunk per
 # call (tritonkit.frames), and an xdist worker runs tests deep enough to meet such edges.
 # Each test's set-up, call and tear-down run from a roomy frame, whatever the depth.
-class _RoomyStack:
-    """A plugin (this module's own pytest_runtest_protocol is the machine's wrapper)."""
+@pytest.hookimpl(tryfirst=True, specname="pytest_runtest_protocol")  # the plain name: the machine's
+def pytest_runtest_protocol_from_a_roomy_frame(item, nextitem):
+    """pytest's own protocol (set-up, call, tear-down, reports) for ``item``, run from a
+    roomy frame; the wrappers of this module and the plugins still wrap it."""
+    from _pytest.runner import runtestprotocol
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(self, item, nextitem):
-        """pytest's own protocol (set-up, call, tear-down, reports) for ``item``, run from
-        a roomy frame; the wrappers of this module and the plugins still wrap it."""
-        from _pytest.runner import runtestprotocol
-
-        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        from_a_roomy_frame(lambda: runtestprotocol(item, nextitem=nextitem))
-        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-        return True
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    from_a_roomy_frame(lambda: runtestprotocol(item, nextitem=nextitem))
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
 
 
 # -- garbage collection ------------------------------------------------------------------
@@ -922,7 +919,6 @@ _TERMINAL_SIZE = ("COLUMNS", "LINES")
 
 
 def pytest_configure(config):
-    config.pluginmanager.register(_RoomyStack(), "tritonkit-roomy-stack")
     for name in _TERMINAL_SIZE:
         if name not in os.environ:
             os.unsetenv(name)
