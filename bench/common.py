@@ -114,13 +114,28 @@ def triton_counts(endpoint: Endpoint, model: str) -> TritonCounts:
 
 
 def cpu_seconds(*, own: bool) -> float:
-    """CPU (user + system) of the reaped child processes, plus this process's own if ``own``."""
+    """CPU (user + system) of the reaped child processes, plus this process's own if ``own``.
+    With ``own``, also our load-test workers': forked from multiprocessing's fork server,
+    they are its children, reaped by it, and it is counted among ours only once it ends."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = usage.ru_utime + usage.ru_stime
     if own:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        total += usage.ru_utime + usage.ru_stime
+        total += usage.ru_utime + usage.ru_stime + _fork_server_cpu_seconds()
     return total
+
+
+def _fork_server_cpu_seconds() -> float:
+    """The running fork server's CPU and its reaped children's (0 where none runs)."""
+    from multiprocessing import forkserver
+
+    pid = forkserver._forkserver._forkserver_pid
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (OSError, TypeError):
+        return 0.0
+    # utime, stime, cutime, cstime: fields 14-17 of stat(5), in clock ticks
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 # -- our load generator --------------------------------------------------------------------------

@@ -10,7 +10,6 @@ import gc
 import http.server
 import importlib.util
 import json
-import multiprocessing.context
 import os
 import random
 import resource
@@ -114,15 +113,18 @@ def example_server(tmp_path_factory):
 
 @pytest.fixture
 def spawned(monkeypatch) -> list[str]:
-    """The names of the processes multiprocessing spawns while the test runs (load-test workers)."""
+    """The names of the load-test worker processes started while the test runs."""
+    from tritonkit.loadtest._pool import worker_context
+
     names: list[str] = []
-    start = multiprocessing.context.SpawnProcess.start
+    process = worker_context().Process
+    start = process.start
 
     def counted(self):
         names.append(self.name)
         start(self)
 
-    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", counted)
+    monkeypatch.setattr(process, "start", counted)
     return names
 
 

@@ -7,6 +7,7 @@ import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,34 @@ from tests.conftest import EXAMPLE_REPOSITORY, ROOT, run_cli
 from tritonkit.client import Endpoint
 from tritonkit.deploy import deploy_local, down
 from tritonkit.loadtest import LevelResult, LoadSpec, LoadTestResult, Window, run_loadtest
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in
+                Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:       # ended meanwhile
+        return []
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def load_test_workers(pid: int) -> set[int]:
+    """A load-test process's workers: the children of its fork server (a child of it, on
+    multiprocessing's command line for one), or children spawned where there is none."""
+    workers = set()
+    for child in _children(pid):
+        line = _command_line(child)
+        if b"multiprocessing.forkserver" in line:
+            workers.update(_children(child))
+        elif b"multiprocessing.spawn" in line:
+            workers.add(child)
+    return workers
 
 
 def _timeline(p99s: list[float], maxes: list[float] | None = None) -> list[Window]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLE_REPOSITORY, default_signals, run_cli
+from tests.loadtest.conftest import load_test_workers
 from tritonkit.client import Endpoint
 from tritonkit.deploy import deploy_local, down
 
@@ -88,18 +89,6 @@ def test_a_model_that_ran_only_its_model_warmup_since_its_load_is_called_cold(
     assert not any("first request since its load" in w for w in data["verdict"]["warnings"])
 
 
-def _workers_of(pid: int) -> set[int]:
-    """The spawned load-test workers among a process's children."""
-    workers = set()
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        try:
-            if b"multiprocessing.spawn" in Path(f"/proc/{child}/cmdline").read_bytes():
-                workers.add(int(child))
-        except FileNotFoundError:
-            pass
-    return workers
-
-
 def _signalled_in_level(deployment, out: Path, level: int, signum: int, *args: str,
                         again_every_s: float | None = None):
     """`tritonkit loadtest` (one worker a level, each level a new one) signalled ``level``
@@ -117,9 +106,9 @@ def _signalled_in_level(deployment, out: Path, level: int, signum: int, *args: s
         seen: set[int] = set()
         deadline = time.monotonic() + 60
         for _ in range(level):
-            while not (_workers_of(run.pid) - seen) and time.monotonic() < deadline:
+            while not (load_test_workers(run.pid) - seen) and time.monotonic() < deadline:
                 time.sleep(0.01)
-            new = _workers_of(run.pid) - seen
+            new = load_test_workers(run.pid) - seen
             assert new, "the level's worker did not start"
             seen |= new
         time.sleep(0.7)         # its worker started and counted; the level well short of its end

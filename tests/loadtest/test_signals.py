@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import default_signals
+from tests.loadtest.conftest import load_test_workers
 from tritonkit.client import Endpoint
 from tritonkit.loadtest import LoadSpec
 
@@ -64,19 +65,6 @@ def test_ctrl_c_ends_a_run_whose_requests_stall_in_seconds_without_a_traceback(s
     assert took < 6, f"Ctrl-C took {took:.1f} s"      # it was 15 s and more: 5 s per worker
 
 
-def _workers_of(pid: int) -> list[int]:
-    """The spawned load-test workers among a process's children."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    workers = []
-    for child in children:
-        try:
-            if b"multiprocessing.spawn" in Path(f"/proc/{child}/cmdline").read_bytes():
-                workers.append(int(child))
-        except FileNotFoundError:
-            pass
-    return workers
-
-
 @pytest.mark.server
 def test_ctrl_c_while_the_workers_are_still_starting_prints_no_traceback(served):
     """A worker starts for a second or more (imports): one interrupted then is the
@@ -84,9 +72,9 @@ def test_ctrl_c_while_the_workers_are_still_starting_prints_no_traceback(served)
     run = _loadtest_process(served, "--concurrency", "3", "--workers", "3", "--duration", "60")
     try:
         deadline = time.monotonic() + 30
-        while len(_workers_of(run.pid)) < 3 and time.monotonic() < deadline:
+        while len(load_test_workers(run.pid)) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert len(_workers_of(run.pid)) == 3, "the workers did not start"
+        assert len(load_test_workers(run.pid)) == 3, "the workers did not start"
         time.sleep(0.1)                          # all three started; none imported all it needs
         took, err = _interrupted(run)
     finally:
@@ -181,12 +169,13 @@ def test_a_signal_while_a_worker_starts_comes_once_the_worker_is_counted_and_is_
     """A SIGTERM or a Ctrl-C in the middle of starting a worker waits until the run knows
     of the worker: the run then ends as stopped, and the worker with it (a Ctrl-C is not
     lost: a search that lost one went on for minutes)."""
-    import multiprocessing.context
+    import multiprocessing
 
     from tritonkit.errors import Interrupted
+    from tritonkit.loadtest._pool import worker_context
     from tritonkit.loadtest._run import _run_level
 
-    start = multiprocessing.context.SpawnProcess.start
+    start = worker_context().Process.start
 
     def signalled_while_starting(self):
         start(self)
@@ -195,7 +184,7 @@ def test_a_signal_while_a_worker_starts_comes_once_the_worker_is_counted_and_is_
     def stop(signum, _frame):
         raise Interrupted(signum)
 
-    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", signalled_while_starting)
+    monkeypatch.setattr(worker_context().Process, "start", signalled_while_starting)
     spec = LoadSpec(model="m", concurrency=(1,), duration_s=0.5, warmup_s=0)
     previous = signal.signal(signum, stop)
     try:

@@ -18,7 +18,7 @@ from tritonkit.loadtest import LoadSpec, run_loadtest
 
 @pytest.mark.server
 def test_a_script_without_a_main_guard_is_told_to_add_one(served, tmp_path):
-    """Workers are spawned: each imports the main script again, and an unguarded one calls
+    """Each worker imports the main script again, and an unguarded one calls
     the load test there. The worker leaves at once; the script is told why, not that a
     worker died (exit code None)."""
     script = tmp_path / "unguarded.py"
@@ -40,8 +40,7 @@ def test_starting_workers_leaves_the_process_environment_alone(monkeypatch):
     """A child another thread starts meanwhile (a tritonserver, a CLI run in a subprocess)
     must not inherit a load-test worker's mark, nor two load tests at once remove each
     other's: a worker knows itself by its process name, never by os.environ."""
-    import multiprocessing.context
-
+    from tritonkit.loadtest._pool import worker_context
     from tritonkit.loadtest._run import _run_level
 
     seen = []
@@ -50,7 +49,7 @@ def test_starting_workers_leaves_the_process_environment_alone(monkeypatch):
         seen.append(dict(os.environ))
         raise OSError("no worker started in this test")
 
-    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start)
+    monkeypatch.setattr(worker_context().Process, "start", start)
     spec = LoadSpec(model="m", concurrency=(1,), duration_s=0.5, warmup_s=0)
     before = dict(os.environ)
     with pytest.raises(OSError, match="no worker started"):

@@ -1,6 +1,6 @@
 """Load generation against a Triton server: closed and open loop, histograms, timeline, spikes.
 
-    if __name__ == "__main__":      # workers are spawned: they import this script again
+    if __name__ == "__main__":      # each worker imports this script again
         spec = LoadSpec(model="example", concurrency=(1, 8), duration_s=10)
         result = run_loadtest(resolve_endpoint(repository=Path("model_repository")), spec)
 

@@ -1,8 +1,10 @@
 """Load-test worker processes: started for one level, or kept between runs by a pool.
 
-A spawned worker costs seconds to start on a busy host (a fresh interpreter importing
-numpy, gevent and the clients), which a run of many short measurements — a tune's
-probes, two seconds each — pays again and again. A ``WorkerPool`` keeps the workers
+Workers are forked from multiprocessing's fork server, which has imported numpy, gevent
+and the clients once (``_forkserver``): a worker spawned fresh imports them itself, 0.16-0.45
+CPU s and up to seconds on a busy host, at every level of a run. Even forked, a worker is a
+process to start and connections to open, which a run of many short measurements — a
+tune's probes, two seconds each — pays again and again. A ``WorkerPool`` keeps the workers
 once started and hands each run's plans to idle ones; a run ends as it would with fresh
 workers, and a run that did not finish (an error, Ctrl-C) ends its workers rather than
 trusting them with the next. A process is set up once for a kind of plan (open or
@@ -15,15 +17,30 @@ flag and ``done`` counters, started together and let go together.
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import time
 from typing import Callable, ContextManager
 
 from tritonkit.loadtest._worker import WorkerPlan, pooled_worker_main, worker_kind, worker_main
 
-# A spawned worker's process name starts with this (see _run's _WORKER_NAME).
+# A worker's process name starts with this (see _run's _WORKER_NAME).
 WORKER_NAME = "tritonkit-loadtest-"
 MAX_WORKERS = 64
 _CLOSE_PATIENCE_S = 5.0         # idle workers leave at once when their pipe closes
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """Where workers are started from: multiprocessing's fork server, preloaded with what a
+    worker imports (spawn where there is none). The fork server is one per process: its
+    preload is set here, before it starts."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # A worker imports the main script again (as spawn does): the console script's commands
+    # come from the fork server too when this process runs them.
+    main = ["tritonkit.cli"] if "tritonkit.cli" in sys.modules else []
+    context.set_forkserver_preload(["tritonkit.loadtest._forkserver", *main])
+    return context
 
 
 class Crew:
@@ -52,11 +69,11 @@ class Crew:
 
 
 class FreshCrew(Crew):
-    """Workers spawned for this run alone, each with its plan: they end with it."""
+    """Workers started for this run alone, each with its plan: they end with it."""
 
     def __init__(self, plans: list[WorkerPlan], hold: Callable[[], ContextManager]) -> None:
         super().__init__(plans, hold)
-        self._ctx = multiprocessing.get_context("spawn")
+        self._ctx = worker_context()
         self.stop = self._ctx.RawValue("b", 0)
         self.done = self._ctx.RawArray("q", len(plans))
 
@@ -78,7 +95,7 @@ class WorkerPool:
     their pipe and cost nothing; closing the pool ends them. Not for two threads at once."""
 
     def __init__(self) -> None:
-        self._ctx = multiprocessing.get_context("spawn")
+        self._ctx = worker_context()
         self.stop = self._ctx.RawValue("b", 0)
         self.done = self._ctx.RawArray("q", MAX_WORKERS)
         self._idle: dict[tuple[bool, bool], list[tuple]] = {}

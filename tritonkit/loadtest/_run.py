@@ -1,4 +1,4 @@
-"""Running a load test: spawn the workers, start them on one clock, watch the server, merge."""
+"""Running a load test: start the workers, start them on one clock, watch the server, merge."""
 
 from __future__ import annotations
 
@@ -61,9 +61,9 @@ _WATCHER_CONNECTIONS = 4            # the server watcher's, beside the workers'
 _SPARE_PORTS = 256                  # local ports left to everything else on the host
 _PORT_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 _REFUSAL_CHARS = 200                # of the server's reason in a refused probe's one line
-# A spawned worker imports the main script again: one with no ``if __name__ == "__main__":``
-# guard calls run_loadtest in it, and says so by its exit code. It knows itself by its
-# process name, which spawn sets before that import: a mark in os.environ would be
+# A worker imports the main script again (multiprocessing's spawn and forkserver both do):
+# one with no ``if __name__ == "__main__":`` guard calls run_loadtest in it, and says so by
+# its exit code. It knows itself by its process name, which is set before that import: a mark in os.environ would be
 # inherited by any child another thread starts meanwhile, and is no thread's to change.
 _WORKER_NAME = WORKER_NAME
 _UNGUARDED_EXIT = 86
@@ -332,9 +332,11 @@ def run_loadtest(endpoint: Endpoint, spec: LoadSpec, progress: Progress | None =
     which never ran; one before any level finished is raised.
 
     ``pool``: workers kept between runs (``WorkerPool``), for many short runs one after
-    the other; None: each level's workers are spawned for it and end with it."""
+    the other; None: each level's workers are started for it and end with it."""
     if multiprocessing.current_process().name.startswith(_WORKER_NAME):
-        raise SystemExit(_UNGUARDED_EXIT)   # a worker importing an unguarded script: the parent says why
+        # A worker importing an unguarded script: the parent says why. Ended here, not by
+        # SystemExit, which the fork server's child turns into exit code 1.
+        os._exit(_UNGUARDED_EXIT)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     refuse_gone_server(repository)
     # Each level's workers, once: the plan checked here is the plan run (the CPUs this
@@ -653,7 +655,7 @@ def _sequence_figures(plan: SequencePlan, batcher_slots: int, live: int,
 def _signals_held():
     """While a worker starts, Ctrl-C, SIGTERM and SIGHUP wait until it is started and
     counted, then come as they would have: one that cut a start short would leave a worker
-    half started (its spawn data unwritten: a traceback of its own) or running unknown to
+    half started (its start data unwritten: a traceback of its own) or running unknown to
     the clean-up. SIGINT is also blocked in the starting thread, so the worker starts with it
     blocked (a signal mask survives fork and exec; a caught handler does not) and ignores it
     before it unblocks it: one pressed while it imports is the parent's alone, no traceback
@@ -703,8 +705,8 @@ def _receive(pipe, proc, what: str = "finish") -> Any:
         proc.join(timeout=1.0)          # its exit code, which says why
         if proc.exitcode == _UNGUARDED_EXIT:
             raise UsageError("a load-test worker ran the main script's load test again: put the "
-                             "call under `if __name__ == \"__main__\":` (workers are started with "
-                             "multiprocessing's spawn: each imports the main script)",
+                             "call under `if __name__ == \"__main__\":` (each worker process "
+                             "imports the main script, as multiprocessing's workers do)",
                              hint="see the example in tritonkit.loadtest's docstring") from None
         raise LoadTestError(f"a load-test worker died before it could {what} "
                             f"(exit code {proc.exitcode})") from None

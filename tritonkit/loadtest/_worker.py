@@ -48,7 +48,7 @@ _ORPHANED_EXIT = 87                 # the parent was gone: no one reads this cod
 
 @dataclass(frozen=True)
 class WorkerPlan:
-    """What one worker process does (picklable: it is sent to the spawned process)."""
+    """What one worker process does (picklable: it is sent to the worker process)."""
 
     index: int
     protocol: str                       # "http" | "grpc"
@@ -73,7 +73,7 @@ class WorkerPlan:
 
 
 def worker_main(plan: WorkerPlan, conn: Any, done: Any, stop: Any) -> None:
-    """Entry point of a spawned worker process: one plan, then it ends."""
+    """Entry point of a worker process: one plan, then it ends."""
     _prepare(open_loop=plan.offsets_ns is not None, cooperative=_cooperative(plan))
     _run_plan(plan, conn, done, stop)
     conn.close()
@@ -145,10 +145,17 @@ def _leave_with_the_parent() -> None:
     Linux's parent-death signal (prctl PR_SET_PDEATHSIG) does it at no cost to the
     requests; a thread waiting on the parent's sentinel instead made an open-loop request
     cost 6-7x a closed-loop one's CPU, against 3x without it. Where prctl is not there, a
-    parent that dies by a signal leaves its workers to end with their level."""
+    parent that dies by a signal leaves its workers to end with their level.
+
+    A worker forked from the fork server (``_forkserver``) is that server's child: the
+    server ends the moment the load-test process does, and the worker with it. The server
+    watches a pipe whose writing end only the load-test process holds, once each worker has
+    closed the copy multiprocessing hands it (``_forget_the_servers_pipe``)."""
     parent = multiprocessing.parent_process()
-    if parent is None:          # not a spawned worker (a test calling this in-process)
+    if parent is None:          # not a worker process (a test calling this in-process)
         return
+    server = sys.modules.get("tritonkit.loadtest._forkserver")
+    parent_pid = getattr(server, "SERVER_PID", parent.pid)
     try:
         import ctypes
 
@@ -157,8 +164,24 @@ def _leave_with_the_parent() -> None:
             return
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent.pid:      # the parent died before the signal was asked for
+    if server is not None:
+        _forget_the_servers_pipe()
+    if os.getppid() != parent_pid:      # the parent died before the signal was asked for
         os._exit(_ORPHANED_EXIT)
+
+
+def _forget_the_servers_pipe() -> None:
+    """Close this process's copy of the pipe end whose closing tells multiprocessing's
+    fork server that the process it serves has ended (each process it forks is handed
+    one): while a worker held it, a load-test process killed outright left the server,
+    and so its workers, running."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
 
 
 def _tell(conn: Any, message: tuple) -> bool:
