@@ -865,7 +865,8 @@ BESIDE_MODULES = EXPORT_MODULES | {
     "test_messages", "test_nvml", "test_alerts", "test_tune_search", "test_export_tensorrt",
     "test_hostile_table_text", "test_server_settings_conflicts", "test_hostile_outputs",
     "test_hostile_compose_values", "test_cpu_profile", "test_mirror_symlinks",
-    "test_deploy_many_models"}
+    "test_deploy_many_models", "test_export_checker", "test_length_rules",
+    "test_hostile_export_signals"}
 
 
 def _yields(item) -> bool:
