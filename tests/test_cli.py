@@ -157,6 +157,29 @@ def test_a_ctrl_c_after_the_command_said_how_it_ended_is_no_traceback():
     _ends_interrupted(probe)
 
 
+def test_a_ctrl_c_while_the_script_turns_signals_off_at_its_end_is_no_traceback():
+    """A Ctrl-C pressed every 50 ms met the console script as it set Ctrl-C, SIGTERM and
+    SIGHUP to be ignored, once the command had ended: a KeyboardInterrupt traceback from
+    signal.signal. Simulated: the first of those calls is interrupted."""
+    probe = (
+        "import signal, sys\n"
+        "import tritonkit.cli as cli\n"
+        "def run(argv=None):\n"
+        "    print('error: interrupted', file=sys.stderr)\n"
+        "    real = signal.signal\n"
+        "    def interrupted_once(signum, handler):\n"
+        "        signal.signal = real\n"
+        "        raise KeyboardInterrupt\n"
+        "    signal.signal = interrupted_once\n"
+        "    return 130\n"
+        "cli.main = run\n"
+        "from tritonkit._entry import main\n"
+        "code = main()\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+        "sys.exit(code)\n")
+    _ends_interrupted(probe)
+
+
 # An object whose __del__ fails (as tritonclient's client does when Ctrl-C cut its __init__
 # short), made where every command passes (the server's address), then the command ends.
 # Held by the failing frame, it is collected while the command ends; held by a module, as

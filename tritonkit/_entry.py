@@ -49,11 +49,20 @@ def main() -> int:
     # The command's outcome is decided: a Ctrl-C, SIGTERM or SIGHUP now (a user pressing
     # again) would end the interpreter by the signal itself as it exits, before it flushed
     # what the command said to a pipe or a file (its whole report) and with no exit code.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
+    # A Ctrl-C that lands while they are set (one pressed every few milliseconds met that
+    # window) leaves the outcome interrupted, with no traceback: no call, where Python
+    # runs a pending handler, comes between the command's end and this loop.
+    while True:
+        try:
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+            break
+        except KeyboardInterrupt:
+            code = 128 + signal.SIGINT
     from tritonkit.cli import debugging, interrupted
 
     if interrupted(code) and not debugging():
         # What a signal cut short and the interpreter collects as it ends says nothing.
         sys.unraisablehook = lambda unraisable: None
     return code
+
