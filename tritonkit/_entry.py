@@ -65,4 +65,3 @@ def main() -> int:
         # What a signal cut short and the interpreter collects as it ends says nothing.
         sys.unraisablehook = lambda unraisable: None
     return code
-

@@ -116,3 +116,25 @@ def test_in_flight_over_the_workers_the_cpus_give_is_refused_up_front(monkeypatc
     assert code == EXIT_USAGE
     assert "4 workers x 4000 requests in flight at rate 20000/s is more than one load " \
         "generator holds" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_a_program_that_started_its_own_fork_server_still_runs_its_load_tests(served, tmp_path):
+    """multiprocessing's fork server is one per process: a program that started it first
+    (no preload of ours) has the workers forked from it, and they run and end as ours do."""
+    script = tmp_path / "own_server.py"
+    script.write_text(
+        "import multiprocessing, multiprocessing.forkserver\n"
+        "from tritonkit.client import Endpoint\n"
+        "from tritonkit.loadtest import LoadSpec, run_loadtest\n"
+        "if __name__ == '__main__':\n"
+        "    multiprocessing.forkserver.ensure_running()\n"
+        f"    result = run_loadtest(Endpoint(http_url={served.http_url!r}),\n"
+        "        LoadSpec(model='example', concurrency=(1, 2), workers=2, duration_s=0.5,\n"
+        "                 warmup_s=0))\n"
+        "    assert all(level.ok > 0 and not level.errors for level in result.levels)\n"
+        "    assert multiprocessing.active_children() == []\n"
+        "    print('ok')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

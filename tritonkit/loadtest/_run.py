@@ -63,8 +63,9 @@ _PORT_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 _REFUSAL_CHARS = 200                # of the server's reason in a refused probe's one line
 # A worker imports the main script again (multiprocessing's spawn and forkserver both do):
 # one with no ``if __name__ == "__main__":`` guard calls run_loadtest in it, and says so by
-# its exit code. It knows itself by its process name, which is set before that import: a mark in os.environ would be
-# inherited by any child another thread starts meanwhile, and is no thread's to change.
+# its exit code. It knows itself by its process name, set before that import: a mark in
+# os.environ would be inherited by any child another thread starts meanwhile, and is no
+# thread's to change.
 _WORKER_NAME = WORKER_NAME
 _UNGUARDED_EXIT = 86
 

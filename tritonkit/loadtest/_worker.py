@@ -147,15 +147,20 @@ def _leave_with_the_parent() -> None:
     cost 6-7x a closed-loop one's CPU, against 3x without it. Where prctl is not there, a
     parent that dies by a signal leaves its workers to end with their level.
 
-    A worker forked from the fork server (``_forkserver``) is that server's child: the
-    server ends the moment the load-test process does, and the worker with it. The server
-    watches a pipe whose writing end only the load-test process holds, once each worker has
-    closed the copy multiprocessing hands it (``_forget_the_servers_pipe``)."""
+    A worker forked from a fork server is that server's child: the server ends the moment
+    the load-test process does, and the worker with it. The server watches a pipe whose
+    writing end only the load-test process holds once each worker has closed the copy
+    multiprocessing hands it (``_forget_the_servers_pipe``)."""
     parent = multiprocessing.parent_process()
     if parent is None:          # not a worker process (a test calling this in-process)
         return
-    server = sys.modules.get("tritonkit.loadtest._forkserver")
-    parent_pid = getattr(server, "SERVER_PID", parent.pid)
+    if _forget_the_servers_pipe():
+        # Ours knows its pid from its start; one the calling program started itself (no
+        # preload of ours) is this process's parent now.
+        server = sys.modules.get("tritonkit.loadtest._forkserver")
+        parent_pid = getattr(server, "SERVER_PID", None) or os.getppid()
+    else:
+        parent_pid = parent.pid
     try:
         import ctypes
 
@@ -164,24 +169,24 @@ def _leave_with_the_parent() -> None:
             return
     except (OSError, AttributeError):
         return
-    if server is not None:
-        _forget_the_servers_pipe()
     if os.getppid() != parent_pid:      # the parent died before the signal was asked for
         os._exit(_ORPHANED_EXIT)
 
 
-def _forget_the_servers_pipe() -> None:
+def _forget_the_servers_pipe() -> bool:
     """Close this process's copy of the pipe end whose closing tells multiprocessing's
     fork server that the process it serves has ended (each process it forks is handed
     one): while a worker held it, a load-test process killed outright left the server,
-    and so its workers, running."""
+    and so its workers, running. Whether this process is a fork server's child."""
     from multiprocessing import forkserver
 
     server = getattr(forkserver, "_forkserver", None)
     fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        os.close(fd)
-        server._forkserver_alive_fd = None
+    if fd is None:
+        return False
+    os.close(fd)
+    server._forkserver_alive_fd = None
+    return True
 
 
 def _tell(conn: Any, message: tuple) -> bool:
